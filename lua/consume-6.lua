@@ -1,0 +1,80 @@
+-- Consumes a frozen transaction: the consumed part becomes used, the rest returns to
+-- the sources it was frozen from.
+--
+-- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  transaction id
+-- ARGV[6]  amount to consume, credits; '' for the whole frozen amount
+-- ARGV[7]  description, '' for none
+--
+-- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY,
+-- E_NO_CONSUMABLE, E_ALREADY_CONSUMED or E_EXCEEDS_FROZEN. The holds are consumed in
+-- the order they were drawn (soonest expiry first).
+
+--@include customer
+
+local txid = ARGV[5]
+local requested = (ARGV[6] ~= '' and tonumber(ARGV[6])) or nil
+local description = ARGV[7]
+
+local now = now_ms()
+local auto_consumed = expire_due(now)
+
+local raw = redis.call('HGET', K_tx, txid)
+if not raw then return { E_NO_CONSUMABLE, '', auto_consumed } end
+local tx = cjson.decode(raw)
+if tx.k ~= 'freeze' then return { E_NO_CONSUMABLE, '', auto_consumed } end
+local frozen = tonumber(tx.a)
+local amount = requested or frozen
+
+if tx.st == 'consumed' then
+  -- A repeat of the consume that settled it is a replay; anything else is too late.
+  if tx.by == 'api' and tonumber(tx.ca) == amount then return { REPLAY, tx.cr, auto_consumed } end
+  return { E_ALREADY_CONSUMED, '', auto_consumed }
+end
+if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed } end
+if amount > frozen then return { E_EXCEEDS_FROZEN, '', auto_consumed } end
+
+local left = amount
+local details = {}
+for _, h in ipairs(tx.holds) do
+  local s = load_source(h.account_id)
+  local held = tonumber(h.amount)
+  local take = math.min(left, held)
+  s.f = s.f - held
+  s.u = s.u + take
+  save_source(s)
+  left = left - take
+  if take > 0 then
+    table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = N(take) })
+  end
+end
+
+local returned = frozen - amount
+tx.st = 'consumed'
+tx.ca = N(amount)
+tx.by = 'api'
+tx.cr = cjson.encode({
+  transaction_id = txid,
+  consumed_amount = N(amount),
+  returned_amount = N(returned),
+  consume_details = details,
+  consumed_at = N(now),
+})
+redis.call('HSET', K_tx, txid, cjson.encode(tx))
+redis.call('ZREM', K_ttl, txid)
+
+write_entry({
+  type = 'CONSUME',
+  transaction_id = txid,
+  amount = N(amount),
+  returned_amount = N(returned),
+  wallet = tx.w,
+  details = details,
+  reason = cjson.null,
+  business_type = tx.bt or cjson.null,
+  description = (description ~= '' and description) or cjson.null,
+  state = 'consumed',
+  result = tx.cr,
+}, now, false)
+
+return { OK, tx.cr, auto_consumed }

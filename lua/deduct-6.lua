@@ -1,0 +1,61 @@
+-- Deducts an amount at once (no intermediate state): all of it, or nothing.
+--
+-- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  transaction id
+-- ARGV[6]  amount, credits (integer > 0)
+-- ARGV[7]  request hash (hex) of the normalised parameters
+-- ARGV[8]  wallet filter: JSON array of wallet names, '' for all wallets
+-- ARGV[9]  wallet named in the ledger entry, '' to derive it from the details
+-- ARGV[10] business type, '' for none
+-- ARGV[11] description, '' for none
+--
+-- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY,
+-- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT or E_INSUFFICIENT_SELECTED.
+
+--@include customer
+
+local txid = ARGV[5]
+local amount = tonumber(ARGV[6])
+local request_hash = ARGV[7]
+local filter = parse_filter(ARGV[8])
+local entry_wallet = ARGV[9]
+local business_type = ARGV[10]
+local description = ARGV[11]
+
+local now = now_ms()
+local auto_consumed = expire_due(now)
+
+local status, picks = begin_draw('deduct', txid, request_hash, amount, filter, now)
+if status == REPLAY then return { REPLAY, picks, auto_consumed } end
+if status ~= OK then return { status, '', auto_consumed } end
+
+for _, p in ipairs(picks) do
+  p.source.u = p.source.u + p.take
+  save_source(p.source)
+end
+local details = picks_to_details(picks)
+local wallet = details_wallet(details, entry_wallet)
+local result = cjson.encode({
+  transaction_id = txid,
+  deducted_amount = N(amount),
+  deduct_details = details,
+  deducted_at = N(now),
+})
+redis.call('HSET', K_tx, txid, cjson.encode({ k = 'deduct', st = 'done', h = request_hash, a = N(amount), r = result }))
+
+write_entry({
+  type = 'DEDUCT',
+  transaction_id = txid,
+  amount = N(amount),
+  returned_amount = cjson.null,
+  wallet = wallet,
+  details = details,
+  reason = cjson.null,
+  business_type = (business_type ~= '' and business_type) or cjson.null,
+  description = (description ~= '' and description) or cjson.null,
+  state = 'done',
+  result = result,
+  x = { h = request_hash },
+}, now, false)
+
+return { OK, result, auto_consumed }

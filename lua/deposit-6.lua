@@ -1,0 +1,108 @@
+-- Adds a funding source to a customer's wallet, creating the customer when absent.
+--
+-- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  idempotency key, '' for none
+-- ARGV[6]  request hash (hex) of the normalised parameters
+-- ARGV[7]  amount, credits (integer > 0)
+-- ARGV[8]  wallet name
+-- ARGV[9]  source label
+-- ARGV[10] starts_at, ms since epoch, '' for none
+-- ARGV[11] expires_at, ms since epoch, '' for none
+-- ARGV[12] name: '1' .. value when given, '0' when not
+-- ARGV[13] email: same encoding
+-- ARGV[14] metadata: '1' .. raw JSON when given, '0' when not
+-- ARGV[15] description, '' for none
+-- ARGV[16] source (account) id to create
+--
+-- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY, E_CONFLICT
+-- or E_INVALID_EXPIRES. Result amounts are strings, times ms strings.
+
+--@include customer
+
+local idem_key = ARGV[5]
+local request_hash = ARGV[6]
+local amount = tonumber(ARGV[7])
+local wallet = ARGV[8]
+local label = ARGV[9]
+local starts_ms = (ARGV[10] ~= '' and tonumber(ARGV[10])) or nil
+local expires_ms = (ARGV[11] ~= '' and tonumber(ARGV[11])) or nil
+local name_arg, email_arg, metadata_arg = ARGV[12], ARGV[13], ARGV[14]
+local description = ARGV[15]
+local source_id = ARGV[16]
+
+local now = now_ms()
+local auto_consumed = expire_due(now)
+
+if idem_key ~= '' then
+  local prior = redis.call('HGET', K_dep, idem_key)
+  if prior then
+    local p = cjson.decode(prior)
+    if p.h == request_hash then return { REPLAY, p.r, auto_consumed } end
+    return { E_CONFLICT, '', auto_consumed }
+  end
+end
+
+if expires_ms ~= nil and (expires_ms <= now or (starts_ms ~= nil and expires_ms <= starts_ms)) then
+  return { E_INVALID_EXPIRES, '', auto_consumed }
+end
+
+local created = nil
+if not customer_exists() then
+  local function opt(arg) if string.sub(arg, 1, 1) == '1' then return string.sub(arg, 2) end return nil end
+  local name, email, metadata = opt(name_arg), opt(email_arg), opt(metadata_arg)
+  redis.call('HSET', K_meta, 'created_at', N(now))
+  if name then redis.call('HSET', K_meta, 'name', name) end
+  if email then redis.call('HSET', K_meta, 'email', email) end
+  if metadata then redis.call('HSET', K_meta, 'metadata', metadata) end
+  created = { created_at = N(now), name = name or cjson.null, email = email or cjson.null, metadata = metadata or cjson.null }
+end
+
+local seq = redis.call('HINCRBY', K_meta, 'src_seq', 1)
+local source = { id = source_id, w = wallet, l = label, q = seq, t = amount, u = 0, f = 0, s = starts_ms, e = expires_ms }
+save_source(source)
+
+-- The wallet's total after the deposit: sources of this wallet that are active now.
+local wallet_total = 0
+for _, r in ipairs(redis.call('HVALS', K_src)) do
+  local s = decode_source(r)
+  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
+end
+
+local record_id = entry_id_base
+local details = { { account_id = source_id, credit_type = wallet, amount = N(amount) } }
+local result = cjson.encode({
+  customer_id = customer_id,
+  account_id = source_id,
+  credit_type = wallet,
+  total_amount = N(wallet_total),
+  added_amount = N(amount),
+  starts_at = (starts_ms and N(starts_ms)) or '',
+  expires_at = (expires_ms and N(expires_ms)) or '',
+  record_id = record_id,
+})
+
+if idem_key ~= '' then
+  redis.call('HSET', K_dep, idem_key, cjson.encode({ h = request_hash, r = result }))
+end
+
+write_entry({
+  type = 'DEPOSIT',
+  transaction_id = record_id,
+  amount = N(amount),
+  returned_amount = cjson.null,
+  wallet = wallet,
+  details = details,
+  reason = cjson.null,
+  business_type = cjson.null,
+  description = (description ~= '' and description) or cjson.null,
+  state = cjson.null,
+  result = result,
+  x = {
+    ik = (idem_key ~= '' and idem_key) or cjson.null,
+    h = request_hash,
+    source = encode_source(source),
+    customer = created or cjson.null,
+  },
+}, now, false)
+
+return { OK, result, auto_consumed }

@@ -1,0 +1,79 @@
+-- Freezes an amount for a staged deduction, with an optional TTL that releases or
+-- consumes it automatically when it is not settled in time.
+--
+-- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  transaction id
+-- ARGV[6]  amount, credits (integer > 0)
+-- ARGV[7]  request hash (hex) of the normalised parameters
+-- ARGV[8]  wallet filter: JSON array of wallet names, '' for all wallets
+-- ARGV[9]  wallet named in the ledger entry, '' to derive it from the details
+-- ARGV[10] business type, '' for none
+-- ARGV[11] description, '' for none
+-- ARGV[12] TTL kind: 'release', 'consume' or '' for none
+-- ARGV[13] TTL, seconds (ignored without a kind)
+--
+-- Returns {status, result JSON, auto-consumed TTL count}; status as deduct-6.lua. The
+-- result carries auto_settle_at (ms) so the caller can schedule the expire job.
+
+--@include customer
+
+local txid = ARGV[5]
+local amount = tonumber(ARGV[6])
+local request_hash = ARGV[7]
+local filter = parse_filter(ARGV[8])
+local entry_wallet = ARGV[9]
+local business_type = ARGV[10]
+local description = ARGV[11]
+local ttl_kind = ARGV[12]
+local ttl_seconds = tonumber(ARGV[13]) or 0
+
+local now = now_ms()
+local auto_consumed = expire_due(now)
+
+local status, picks = begin_draw('freeze', txid, request_hash, amount, filter, now)
+if status == REPLAY then return { REPLAY, picks, auto_consumed } end
+if status ~= OK then return { status, '', auto_consumed } end
+
+for _, p in ipairs(picks) do
+  p.source.f = p.source.f + p.take
+  save_source(p.source)
+end
+local details = picks_to_details(picks)
+local wallet = details_wallet(details, entry_wallet)
+local settle_at = ''
+if ttl_kind ~= '' then settle_at = N(now + ttl_seconds * 1000) end
+local result = cjson.encode({
+  transaction_id = txid,
+  frozen_amount = N(amount),
+  freeze_details = details,
+  frozen_at = N(now),
+  auto_settle = (ttl_kind ~= '' and ttl_kind) or cjson.null,
+  auto_settle_at = settle_at,
+})
+local tx = {
+  k = 'freeze', st = 'frozen', h = request_hash, a = N(amount), holds = details, w = wallet,
+  bt = (business_type ~= '' and business_type) or nil, r = result,
+}
+if ttl_kind ~= '' then
+  tx.ttlk = ttl_kind
+  tx.ttla = settle_at
+  redis.call('ZADD', K_ttl, settle_at, txid)
+end
+redis.call('HSET', K_tx, txid, cjson.encode(tx))
+
+write_entry({
+  type = 'FREEZE',
+  transaction_id = txid,
+  amount = N(amount),
+  returned_amount = cjson.null,
+  wallet = wallet,
+  details = details,
+  reason = cjson.null,
+  business_type = tx.bt or cjson.null,
+  description = (description ~= '' and description) or cjson.null,
+  state = 'frozen',
+  result = result,
+  x = { h = request_hash, ttlk = tx.ttlk or cjson.null, ttla = tx.ttla or cjson.null },
+}, now, false)
+
+return { OK, result, auto_consumed }

@@ -1,0 +1,248 @@
+-- Shared helpers for the per-customer scripts. Pulled in by the loader (src/redis/scripts.ts)
+-- where a script says `--@include customer`.
+--
+-- Every customer script takes the same six KEYS, all hash-tagged {project:customer}:
+--   KEYS[1] meta    hash   customer fields and counters
+--   KEYS[2] src     hash   source id -> JSON source
+--   KEYS[3] tx      hash   transaction id -> JSON transaction
+--   KEYS[4] dep     hash   deposit idempotency key -> JSON {h, r}
+--   KEYS[5] ttl     zset   pending TTL freezes scored by due time (ms)
+--   KEYS[6] outbox  stream ledger entries waiting for PostgreSQL
+-- and starts ARGV with:
+--   ARGV[1] clock offset, ms (0 outside tests)
+--   ARGV[2] project id
+--   ARGV[3] customer id
+--   ARGV[4] entry id base: ledger entries of this call are named base, base.t1, base.t2 ...
+--
+-- Amounts are integer credits. cjson prints numbers with 14 significant digits, so every
+-- amount stored or returned is a string made by N() and read back with tonumber().
+
+local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local clock_offset_ms = tonumber(ARGV[1])
+local project_id = ARGV[2]
+local customer_id = ARGV[3]
+local entry_id_base = ARGV[4]
+
+-- Status codes; src/redis/scripts.ts maps them to the error catalogue.
+local OK = 0
+local REPLAY = 1
+local E_CUSTOMER_NOT_FOUND = 10
+local E_CONFLICT = 11
+local E_INSUFFICIENT = 12
+local E_INSUFFICIENT_SELECTED = 13
+local E_NO_CONSUMABLE = 14
+local E_ALREADY_CONSUMED = 15
+local E_NO_UNFREEZABLE = 16
+local E_EXCEEDS_FROZEN = 17
+local E_INVALID_EXPIRES = 18
+
+local function N(n)
+  return string.format('%.0f', n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + clock_offset_ms
+end
+
+local function customer_exists()
+  return redis.call('HEXISTS', K_meta, 'created_at') == 1
+end
+
+-- A source as stored: {id, w, l, t, u, f, s, e, q}; amounts and times as strings.
+local function decode_source(raw)
+  local s = cjson.decode(raw)
+  return {
+    id = s.id, w = s.w, l = s.l, q = tonumber(s.q),
+    t = tonumber(s.t), u = tonumber(s.u), f = tonumber(s.f),
+    s = (s.s ~= '' and tonumber(s.s)) or nil,
+    e = (s.e ~= '' and tonumber(s.e)) or nil,
+  }
+end
+
+local function encode_source(s)
+  return cjson.encode({
+    id = s.id, w = s.w, l = s.l, q = N(s.q),
+    t = N(s.t), u = N(s.u), f = N(s.f),
+    s = (s.s and N(s.s)) or '', e = (s.e and N(s.e)) or '',
+  })
+end
+
+local function load_source(id)
+  local raw = redis.call('HGET', K_src, id)
+  if not raw then return nil end
+  return decode_source(raw)
+end
+
+local function save_source(s)
+  redis.call('HSET', K_src, s.id, encode_source(s))
+end
+
+local function is_active(s, now)
+  return (s.s == nil or s.s <= now) and (s.e == nil or s.e > now)
+end
+
+local function next_seq()
+  return redis.call('HINCRBY', K_meta, 'seq', 1)
+end
+
+local ttl_entries_written = 0
+
+-- Appends one ledger entry to the outbox. `e` holds the entry's fields, amounts as
+-- strings. The operation's own entry is named by the entry id base; entries of lazy TTL
+-- settlements in the same call get `.t1`, `.t2`, ... so each id stays unique and stable.
+local function write_entry(e, now, ttl_settlement)
+  if ttl_settlement then
+    ttl_entries_written = ttl_entries_written + 1
+    e.id = entry_id_base .. '.t' .. ttl_entries_written
+  else
+    e.id = entry_id_base
+  end
+  e.seq = N(next_seq())
+  e.project_id = project_id
+  e.customer_id = customer_id
+  e.at = N(now)
+  redis.call('XADD', K_outbox, '*', 'e', cjson.encode(e))
+  return e.id
+end
+
+local function details_wallet(details, fallback)
+  if fallback and fallback ~= '' then return fallback end
+  local w = nil
+  for _, d in ipairs(details) do
+    if w == nil then w = d.credit_type elseif w ~= d.credit_type then return cjson.null end
+  end
+  return w or cjson.null
+end
+
+-- Settles a frozen transaction as its TTL says. Writes an UNFREEZE or CONSUME entry with
+-- `reason`. Returns 1 when it consumed (a billable operation), else 0.
+local function settle_ttl(txid, tx, now)
+  local details = {}
+  local consumed = tx.ttlk == 'consume'
+  for _, h in ipairs(tx.holds) do
+    local s = load_source(h.account_id)
+    local n = tonumber(h.amount)
+    s.f = s.f - n
+    if consumed then s.u = s.u + n end
+    save_source(s)
+    table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })
+  end
+  local at = N(now)
+  if consumed then
+    tx.st = 'consumed'
+    tx.ca = tx.a
+    tx.by = 'ttl'
+    tx.cr = cjson.encode({ transaction_id = txid, consumed_amount = tx.a, returned_amount = '0',
+      consume_details = details, consumed_at = at })
+  else
+    tx.st = 'released'
+    tx.by = 'ttl'
+    tx.ur = cjson.encode({ transaction_id = txid, unfrozen_amount = tx.a, unfreeze_details = details, unfrozen_at = at })
+  end
+  redis.call('HSET', K_tx, txid, cjson.encode(tx))
+  write_entry({
+    type = (consumed and 'CONSUME') or 'UNFREEZE',
+    transaction_id = txid,
+    amount = tx.a,
+    returned_amount = (consumed and '0') or cjson.null,
+    wallet = tx.w,
+    details = details,
+    reason = (consumed and 'ttl_consume') or 'ttl_release',
+    business_type = tx.bt or cjson.null,
+    description = cjson.null,
+    state = tx.st,
+    result = (consumed and tx.cr) or tx.ur,
+  }, now, true)
+  if consumed then return 1 end
+  return 0
+end
+
+-- Settles every freeze whose TTL is due. Returns how many were auto-consumed.
+local function expire_due(now)
+  local due = redis.call('ZRANGEBYSCORE', K_ttl, '-inf', now)
+  local auto_consumed = 0
+  for _, txid in ipairs(due) do
+    local raw = redis.call('HGET', K_tx, txid)
+    if raw then
+      local tx = cjson.decode(raw)
+      if tx.st == 'frozen' then
+        auto_consumed = auto_consumed + settle_ttl(txid, tx, now)
+      end
+    end
+    redis.call('ZREM', K_ttl, txid)
+  end
+  return auto_consumed
+end
+
+-- Picks the funds for `amount` from eligible sources: active now, in the wallet filter
+-- (a set, or nil for all wallets), available > 0; soonest expiry first (none last), then
+-- oldest. Returns the list of {source, take} or nil and an error status.
+local function draw(amount, filter, now)
+  local eligible = {}
+  local available_all = 0
+  local available_selected = 0
+  local raw = redis.call('HVALS', K_src)
+  for _, r in ipairs(raw) do
+    local s = decode_source(r)
+    local avail = s.t - s.u - s.f
+    if avail > 0 and is_active(s, now) then
+      available_all = available_all + avail
+      if filter == nil or filter[s.w] then
+        available_selected = available_selected + avail
+        table.insert(eligible, s)
+      end
+    end
+  end
+  if available_selected < amount then
+    if filter ~= nil and available_all >= amount then return nil, E_INSUFFICIENT_SELECTED end
+    return nil, E_INSUFFICIENT
+  end
+  table.sort(eligible, function(a, b)
+    if a.e ~= b.e then
+      if a.e == nil then return false end
+      if b.e == nil then return true end
+      return a.e < b.e
+    end
+    return a.q < b.q
+  end)
+  local picks = {}
+  local left = amount
+  for _, s in ipairs(eligible) do
+    if left <= 0 then break end
+    local take = math.min(left, s.t - s.u - s.f)
+    table.insert(picks, { source = s, take = take })
+    left = left - take
+  end
+  return picks, OK
+end
+
+local function parse_filter(arg)
+  if arg == nil or arg == '' then return nil end
+  local set = {}
+  for _, w in ipairs(cjson.decode(arg)) do set[w] = true end
+  return set
+end
+
+local function picks_to_details(picks)
+  local details = {}
+  for _, p in ipairs(picks) do
+    table.insert(details, { account_id = p.source.id, credit_type = p.source.w, amount = N(p.take) })
+  end
+  return details
+end
+
+-- Begins a deduct or freeze on transaction `txid`: replay or conflict by the stored
+-- transaction, else draws `amount`. Returns (status, stored result or picks).
+local function begin_draw(kind, txid, request_hash, amount, filter, now)
+  if not customer_exists() then return E_CUSTOMER_NOT_FOUND, nil end
+  local prior = redis.call('HGET', K_tx, txid)
+  if prior then
+    local tx = cjson.decode(prior)
+    if tx.k == kind and tx.h == request_hash then return REPLAY, tx.r end
+    return E_CONFLICT, nil
+  end
+  local picks, status = draw(amount, filter, now)
+  if picks == nil then return status, nil end
+  return OK, picks
+end

@@ -1,0 +1,53 @@
+-- Unfreezes a frozen transaction: all of its frozen credits return to their sources.
+--
+-- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  transaction id
+-- ARGV[6]  description, '' for none
+--
+-- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY or
+-- E_NO_UNFREEZABLE.
+
+--@include customer
+
+local txid = ARGV[5]
+local description = ARGV[6]
+
+local now = now_ms()
+local auto_consumed = expire_due(now)
+
+local raw = redis.call('HGET', K_tx, txid)
+if not raw then return { E_NO_UNFREEZABLE, '', auto_consumed } end
+local tx = cjson.decode(raw)
+if tx.k ~= 'freeze' then return { E_NO_UNFREEZABLE, '', auto_consumed } end
+if tx.st == 'unfrozen' then return { REPLAY, tx.ur, auto_consumed } end
+if tx.st ~= 'frozen' then return { E_NO_UNFREEZABLE, '', auto_consumed } end
+
+local details = {}
+for _, h in ipairs(tx.holds) do
+  local s = load_source(h.account_id)
+  s.f = s.f - tonumber(h.amount)
+  save_source(s)
+  table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })
+end
+
+tx.st = 'unfrozen'
+tx.by = 'api'
+tx.ur = cjson.encode({ transaction_id = txid, unfrozen_amount = tx.a, unfreeze_details = details, unfrozen_at = N(now) })
+redis.call('HSET', K_tx, txid, cjson.encode(tx))
+redis.call('ZREM', K_ttl, txid)
+
+write_entry({
+  type = 'UNFREEZE',
+  transaction_id = txid,
+  amount = tx.a,
+  returned_amount = cjson.null,
+  wallet = tx.w,
+  details = details,
+  reason = cjson.null,
+  business_type = tx.bt or cjson.null,
+  description = (description ~= '' and description) or cjson.null,
+  state = 'unfrozen',
+  result = tx.ur,
+}, now, false)
+
+return { OK, tx.ur, auto_consumed }

@@ -1,0 +1,155 @@
+/**
+ * Reads of a customer: profile and wallets, balance summary, ledger pages; and PATCH of
+ * the profile. A customer-scoped key reads only its own customer.
+ */
+import { Router, type Response } from 'express';
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { ApiError } from '../errors/catalogue.js';
+import { authOf, requireKeyType } from '../http/auth.js';
+import { parseWith } from '../http/validate.js';
+import { outboxEntryToPublic, parseOutboxEntry, type LedgerEntry } from '../ledger/entries.js';
+import type { LedgerQueries } from '../ledger/queries.js';
+import { isActive, type CustomerView, type LedgerService } from '../ledger/service.js';
+
+export const page_size_default = 50;
+export const page_size_max = 500;
+
+interface Amounts {
+  total: number;
+  used: number;
+  frozen: number;
+  available: number;
+}
+
+/** Wallet sums count sources active now; every source is listed with its own numbers. */
+export function walletsOf(view: CustomerView) {
+  const wallets: Record<string, Amounts & { sources: Record<string, unknown>[] }> = {};
+  const totals: Amounts = { total: 0, used: 0, frozen: 0, available: 0 };
+  for (const s of view.sources) {
+    const w = (wallets[s.wallet] ??= { total: 0, used: 0, frozen: 0, available: 0, sources: [] });
+    const active = isActive(s, view.nowMs);
+    const available = s.total - s.used - s.frozen;
+    if (active) {
+      for (const a of [w, totals]) {
+        a.total += s.total;
+        a.used += s.used;
+        a.frozen += s.frozen;
+        a.available += available;
+      }
+    }
+    w.sources.push({
+      account_id: s.id,
+      source: s.label,
+      credit_type: s.wallet,
+      total: s.total,
+      used: s.used,
+      frozen: s.frozen,
+      available: active ? available : 0,
+      active,
+      starts_at: s.startsAtMs === null ? null : new Date(s.startsAtMs).toISOString(),
+      expires_at: s.expiresAtMs === null ? null : new Date(s.expiresAtMs).toISOString(),
+    });
+  }
+  return { wallets, totals };
+}
+
+const ledgerQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
+  cursor: z.string().max(200).optional(),
+  type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']).optional(),
+  transaction_id: z.string().min(1).max(256).optional(),
+});
+
+function encodeCursor(seq: number): string {
+  return Buffer.from(JSON.stringify({ s: seq })).toString('base64url');
+}
+
+function decodeCursor(cursor: string): number {
+  try {
+    const v = JSON.parse(Buffer.from(cursor, 'base64url').toString()) as { s?: unknown };
+    if (typeof v.s === 'number' && Number.isInteger(v.s) && v.s > 0) return v.s;
+  } catch {
+    // fall through to the error below
+  }
+  throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
+}
+
+export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; queries: LedgerQueries }): Router {
+  const { ledger, redis, queries } = deps;
+  const r = Router();
+  const readers = requireKeyType('project', 'customer');
+
+  /** The customer id of the path, checked against a customer-scoped key's binding. */
+  function customerParam(res: Response, id: string): string {
+    const { key } = authOf(res);
+    if (key.type === 'customer' && key.customer_id !== id) throw new ApiError('customer_not_found');
+    return id;
+  }
+
+  async function viewOr404(res: Response, id: string): Promise<CustomerView> {
+    const view = await ledger.view(authOf(res).scope, customerParam(res, id));
+    if (!view) throw new ApiError('customer_not_found');
+    return view;
+  }
+
+  r.get('/v1/customers/:customer_id', readers, async (req, res) => {
+    const id = String(req.params.customer_id);
+    const view = await viewOr404(res, id);
+    const { wallets } = walletsOf(view);
+    res.json({
+      id,
+      name: view.profile.name,
+      email: view.profile.email,
+      metadata: view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata),
+      wallets,
+      created_at: new Date(Number(view.profile.created_at)).toISOString(),
+    });
+  });
+
+  r.get('/v1/customers/:customer_id/balance', readers, async (req, res) => {
+    const id = String(req.params.customer_id);
+    const view = await viewOr404(res, id);
+    const { wallets, totals } = walletsOf(view);
+    const summary = Object.fromEntries(
+      Object.entries(wallets).map(([name, w]) => [name, { total: w.total, used: w.used, frozen: w.frozen, available: w.available }]),
+    );
+    res.json({ customer_id: id, ...totals, wallets: summary, as_of: new Date(view.nowMs).toISOString() });
+  });
+
+  r.get('/v1/customers/:customer_id/ledger', readers, async (req, res) => {
+    const id = customerParam(res, String(req.params.customer_id));
+    const q = parseWith(ledgerQuery, req.query);
+    const { scope } = authOf(res);
+    const k = ledger.keys(scope, id);
+    if (!(await redis.exists(k.meta))) throw new ApiError('customer_not_found');
+    const beforeSeq = q.cursor === undefined ? null : decodeCursor(q.cursor);
+    const matches = (e: LedgerEntry) =>
+      (beforeSeq === null || e.seq < beforeSeq) &&
+      (q.type === undefined || e.type === q.type) &&
+      (q.transaction_id === undefined || e.transaction_id === q.transaction_id);
+    // Outbox first, then PostgreSQL: an entry persisted in between shows up in both
+    // (merged by id below) instead of in neither.
+    const pending = (await redis.xrange(k.outbox, '-', '+')).map(([, fields]) => outboxEntryToPublic(parseOutboxEntry(fields[1])));
+    const stored = await queries.findEntriesPage(scope.projectId, id, {
+      beforeSeq,
+      type: q.type ?? null,
+      transactionId: q.transaction_id ?? null,
+      limit: q.limit + 1,
+    });
+    const byId = new Map<string, LedgerEntry>();
+    for (const e of [...stored, ...pending.filter(matches)]) byId.set(e.id, e);
+    const merged = [...byId.values()].sort((a, b) => b.seq - a.seq);
+    const page = merged.slice(0, q.limit);
+    const hasMore = merged.length > q.limit;
+    res.json({
+      object: 'list',
+      data: page.map(({ seq: _seq, ...rest }) => rest),
+      has_more: hasMore,
+      next_cursor: hasMore ? encodeCursor(page[page.length - 1].seq) : null,
+    });
+  });
+
+  return r;
+}
+

@@ -1,0 +1,31 @@
+/** The Express application: parsing, logging, auth, domain routers, errors. */
+import express from 'express';
+import { pinoHttp } from 'pino-http';
+import { customerRoutes } from '../customers/routes.js';
+import { health } from '../health.js';
+import { ledgerRoutes } from '../ledger/routes.js';
+import type { Runtime } from '../runtime.js';
+import { authenticate } from './auth.js';
+import { errorHandler, notFound } from './errors.js';
+
+export const body_bytes_max_billing = 1024 * 1024;
+
+export function createApp(rt: Runtime): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.use(pinoHttp({ logger: rt.logger, autoLogging: rt.logger.isLevelEnabled('info') }));
+
+  app.get('/health', async (_req, res) => {
+    const h = await health(rt);
+    res.status(h.httpStatus).json(h.body);
+  });
+
+  app.use(express.json({ limit: body_bytes_max_billing, strict: false, type: ['application/json', 'application/*+json'] }));
+  app.use('/v1', authenticate(rt.keyCache));
+  app.use(ledgerRoutes(rt.ledger));
+  app.use(customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries }));
+  app.use(notFound);
+  app.use(errorHandler);
+  return app;
+}

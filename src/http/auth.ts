@@ -1,0 +1,65 @@
+/**
+ * Authentication: `Authorization: Bearer <key>` or `x-api-key: <key>`. Puts the key's
+ * record, project scope and contract variant on res.locals.auth.
+ */
+import type { Request, RequestHandler, Response } from 'express';
+import { ApiError } from '../errors/catalogue.js';
+import type { Variant } from '../ledger/amounts.js';
+import type { ProjectScope } from '../ledger/service.js';
+import type { KeyCache, KeyRecord } from '../keys/store.js';
+import { isWellFormedKey, type KeyType } from '../keys/secrets.js';
+
+export interface AuthContext {
+  key: KeyRecord;
+  scope: ProjectScope;
+  variant: Variant;
+}
+
+export function presentedKey(req: Request): string | null {
+  const header = req.headers.authorization;
+  if (header) {
+    const m = /^Bearer\s+(.+)$/i.exec(header.trim());
+    return m ? m[1].trim() : header.trim();
+  }
+  const x = req.headers['x-api-key'];
+  return typeof x === 'string' && x.length > 0 ? x.trim() : null;
+}
+
+export function authenticate(cache: KeyCache): RequestHandler {
+  return async (req, res, next) => {
+    const key = presentedKey(req);
+    if (!key) throw new ApiError('missing_api_key');
+    if (!isWellFormedKey(key)) throw new ApiError('invalid_api_key');
+    const record = await cache.lookup(key);
+    if (!record) throw new ApiError('invalid_api_key');
+    if (record.revoked_at !== null) throw new ApiError('api_key_revoked');
+    if (record.expires_at !== null && record.expires_at <= Date.now()) throw new ApiError('api_key_expired');
+    let variant: Variant = record.contract ?? 'B';
+    const override = req.headers['x-service-api-variant'];
+    if (override !== undefined) {
+      if (override !== 'A' && override !== 'B') {
+        throw new ApiError('invalid_request', { param: 'X-Service-Api-Variant', message: 'X-Service-Api-Variant must be A or B' });
+      }
+      variant = override;
+    }
+    const auth: AuthContext = {
+      key: record,
+      scope: { projectId: record.project_id ?? '', organizationId: record.organization_id },
+      variant,
+    };
+    res.locals.auth = auth;
+    next();
+  };
+}
+
+export function authOf(res: Response): AuthContext {
+  return res.locals.auth as AuthContext;
+}
+
+/** Allows only these key types on a route (403 permission_denied otherwise). */
+export function requireKeyType(...types: KeyType[]): RequestHandler {
+  return (_req, res, next) => {
+    if (!types.includes(authOf(res).key.type)) throw new ApiError('permission_denied');
+    next();
+  };
+}

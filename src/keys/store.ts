@@ -1,0 +1,95 @@
+/**
+ * Key records: created here, looked up by secret hash with a per-process cache. A
+ * revocation is published on Redis so every API process drops its cached copy at once.
+ */
+import type { Redis } from 'ioredis';
+import { sql, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { displayPrefix, generateSecret, hashesEqual, hashSecret, type KeyType } from './secrets.js';
+import { newId } from '../ledger/service.js';
+
+export const keyRecordRow = z.object({
+  id: z.string(),
+  organization_id: z.string(),
+  project_id: z.string().nullable(),
+  type: z.enum(['admin', 'project', 'customer']),
+  name: z.string().nullable(),
+  prefix: z.string(),
+  secret_hash: z.instanceof(Buffer),
+  customer_id: z.string().nullable(),
+  allowed_models: z.array(z.string()).nullable(),
+  expires_at: z.number().nullable(),
+  revoked_at: z.number().nullable(),
+  created_at: z.number(),
+  contract: z.enum(['A', 'B']).nullable(),
+});
+export type KeyRecord = z.infer<typeof keyRecordRow>;
+
+export interface NewKey {
+  organizationId: string;
+  projectId: string | null;
+  type: KeyType;
+  name?: string | null;
+  customerId?: string | null;
+  allowedModels?: string[] | null;
+  expiresAtMs?: number | null;
+}
+
+export function createKeyQueries(pool: DatabasePool) {
+  const selectKey = sql.fragment`
+    SELECT k.id, k.organization_id, k.project_id, k.type, k.name, k.prefix, k.secret_hash, k.customer_id,
+           k.allowed_models, k.expires_at, k.revoked_at, k.created_at, p.contract
+    FROM api_keys k LEFT JOIN projects p ON p.id = k.project_id`;
+  return {
+    async insertKey(k: NewKey): Promise<{ record: KeyRecord; secret: string }> {
+      const secret = generateSecret(k.type);
+      const id = newId('key');
+      await pool.query(sql.unsafe`
+        INSERT INTO api_keys (id, organization_id, project_id, type, name, prefix, secret_hash, customer_id, allowed_models, expires_at)
+        VALUES (${id}, ${k.organizationId}, ${k.projectId}, ${k.type}, ${k.name ?? null}, ${displayPrefix(secret)},
+                ${sql.binary(hashSecret(secret))}, ${k.customerId ?? null},
+                ${k.allowedModels ? sql.array(k.allowedModels, 'text') : null},
+                ${k.expiresAtMs != null ? sql.timestamp(new Date(k.expiresAtMs)) : null})`);
+      const record = await pool.one(sql.type(keyRecordRow)`${selectKey} WHERE k.id = ${id}`);
+      return { record, secret };
+    },
+    findByHash(hash: Buffer): Promise<KeyRecord | null> {
+      return pool.maybeOne(sql.type(keyRecordRow)`${selectKey} WHERE k.secret_hash = ${sql.binary(hash)}`);
+    },
+  };
+}
+
+export type KeyQueries = ReturnType<typeof createKeyQueries>;
+
+export const revocationChannel = (prefix: string) => `${prefix}keys:revoked`;
+
+export class KeyCache {
+  private readonly entries = new Map<string, { record: KeyRecord | null; until: number }>();
+
+  constructor(
+    private readonly queries: KeyQueries,
+    private readonly ttlMs: number,
+  ) {}
+
+  /** Listens for revocations on a dedicated subscriber connection. */
+  async subscribe(subscriber: Redis, prefix: string): Promise<void> {
+    subscriber.on('message', (_channel: string, hashHex: string) => this.entries.delete(hashHex));
+    await subscriber.subscribe(revocationChannel(prefix));
+  }
+
+  async lookup(key: string): Promise<KeyRecord | null> {
+    const hash = hashSecret(key);
+    const hex = hash.toString('hex');
+    const hit = this.entries.get(hex);
+    if (hit && hit.until > Date.now()) return hit.record;
+    const record = await this.queries.findByHash(hash);
+    if (record && !hashesEqual(record.secret_hash, hash)) return null;
+    if (this.entries.size > 100_000) this.entries.clear();
+    this.entries.set(hex, { record, until: Date.now() + this.ttlMs });
+    return record;
+  }
+
+  forget(hashHex: string): void {
+    this.entries.delete(hashHex);
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * Amounts at the edge: Variant A's unit fields and Variant B's integer credits, turned
+ * into integer credits exactly (never rounded) or rejected with invalid_amount.
+ */
+import { ApiError } from '../errors/catalogue.js';
+
+export const CREDITS_PER_USD = 1_000_000;
+export const amount_credits_max = 1_000_000_000_000_000; // 10^15 per operation
+
+export type Variant = 'A' | 'B';
+
+/** Scale (decimal places) from a unit to credits. */
+const unitScale = { usd: 6, cents: 4, credits: 0 } as const;
+type Unit = keyof typeof unitScale;
+
+/**
+ * Converts a JSON number in `unit` to credits with decimal arithmetic on its shortest
+ * string form (so 0.1 USD is exactly 100000 credits). Returns null when the result is not
+ * a whole number of credits.
+ */
+export function toCredits(value: number, unit: Unit): number | null {
+  const m = /^(\d+)(?:\.(\d+))?(?:e([+-]?\d+))?$/i.exec(String(value));
+  if (!m) return null;
+  const digits = m[1] + (m[2] ?? '');
+  const exponent = Number(m[3] ?? 0) - (m[2]?.length ?? 0) + unitScale[unit];
+  let n: bigint;
+  if (exponent >= 0) {
+    if (exponent > 30) return null;
+    n = BigInt(digits) * 10n ** BigInt(exponent);
+  } else {
+    const div = 10n ** BigInt(-exponent);
+    const big = BigInt(digits);
+    if (big % div !== 0n) return null;
+    n = big / div;
+  }
+  if (n > BigInt(amount_credits_max)) return Number.POSITIVE_INFINITY;
+  return Number(n);
+}
+
+function checkRange(credits: number | null, param: string): number {
+  if (credits === null) throw new ApiError('invalid_amount', { param, message: `${param} is not a whole number of credits` });
+  if (credits <= 0) throw new ApiError('invalid_amount', { param, message: `${param} must be greater than 0` });
+  if (credits > amount_credits_max) throw new ApiError('invalid_amount', { param, message: `${param} must be at most 10^15 credits` });
+  return credits;
+}
+
+function numberField(body: Record<string, unknown>, field: string): number {
+  const v = body[field];
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new ApiError('invalid_amount', { param: field, message: `${field} must be a number` });
+  if (v <= 0) throw new ApiError('invalid_amount', { param: field, message: `${field} must be greater than 0` });
+  return v;
+}
+
+/**
+ * Reads the amount of a deposit, deduct or freeze (`prefix` 'amount') or of a consume
+ * (`prefix` 'actual_amount' in A, 'amount' in B). `required` false lets B's consume omit
+ * it (null: the whole frozen amount).
+ */
+export function readAmount(body: Record<string, unknown>, variant: Variant, opts: { consume?: boolean } = {}): number | null {
+  const prefix = variant === 'A' && opts.consume ? 'actual_amount' : 'amount';
+  const unitFields = ['amount_usd', 'amount_cents', 'amount_credits', 'actual_amount_usd', 'actual_amount_cents', 'actual_amount_credits'];
+  if (variant === 'B') {
+    const suffixed = unitFields.find((f) => body[f] !== undefined) ?? (body.actual_amount !== undefined ? 'actual_amount' : undefined);
+    if (suffixed) throw new ApiError('unsupported_amount_field', { param: suffixed });
+    if (body.amount === undefined || body.amount === null) {
+      if (opts.consume) return null;
+      throw new ApiError('invalid_amount', { param: 'amount', message: 'amount (positive integer credits) is required' });
+    }
+    const v = body.amount;
+    if (typeof v !== 'number' || !Number.isInteger(v)) {
+      throw new ApiError('invalid_amount', { param: 'amount', message: 'amount must be a positive integer of credits' });
+    }
+    return checkRange(v, 'amount');
+  }
+  const candidates: [string, Unit][] = [
+    [`${prefix}_usd`, 'usd'],
+    [`${prefix}_cents`, 'cents'],
+    [`${prefix}_credits`, 'credits'],
+    [prefix, 'cents'],
+  ];
+  const given = candidates.filter(([f]) => body[f] !== undefined && body[f] !== null);
+  if (given.length === 0) {
+    throw new ApiError('invalid_amount', { param: `${prefix}_credits`, message: `one of ${prefix}_usd, ${prefix}_cents, ${prefix}_credits is required` });
+  }
+  if (given.length > 1) {
+    throw new ApiError('invalid_amount', { param: given[1][0], message: `give exactly one of ${given.map(([f]) => f).join(', ')}` });
+  }
+  const [field, unit] = given[0];
+  return checkRange(toCredits(numberField(body, field), unit), field);
+}
+
+/** Exact decimal strings for headers and receipts: credits to USD and to cents. */
+export function creditsToUsd(credits: number): string {
+  return shiftDecimal(credits, 6);
+}
+
+export function creditsToCents(credits: number): string {
+  return shiftDecimal(credits, 4);
+}
+
+function shiftDecimal(credits: number, places: number): string {
+  const negative = credits < 0;
+  const digits = String(Math.abs(credits)).padStart(places + 1, '0');
+  const whole = digits.slice(0, digits.length - places);
+  const frac = digits.slice(digits.length - places).replace(/0+$/, '');
+  return `${negative ? '-' : ''}${whole}${frac ? `.${frac}` : ''}`;
+}

@@ -1,0 +1,93 @@
+/** Ledger queries on PostgreSQL, the system of record. */
+import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { outboxEntryToPublic, toDetails, type LedgerEntry, type OutboxEntry } from './entries.js';
+
+const entryRow = z.object({
+  id: z.string(),
+  seq: z.number(),
+  customer_id: z.string(),
+  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
+  transaction_id: z.string(),
+  amount: z.number(),
+  returned_amount: z.number().nullable(),
+  wallet: z.string().nullable(),
+  details: z.unknown(),
+  reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
+  business_type: z.string().nullable(),
+  description: z.string().nullable(),
+  created_at: z.number(),
+});
+
+export interface EntryFilter {
+  beforeSeq: number | null;
+  type: string | null;
+  transactionId: string | null;
+  limit: number;
+}
+
+export function createLedgerQueries(pool: DatabasePool) {
+  return {
+    async findEntriesPage(projectId: string, customerId: string, f: EntryFilter): Promise<LedgerEntry[]> {
+      const rows = await pool.any(sql.type(entryRow)`
+        SELECT id, seq, customer_id, type, transaction_id, amount, returned_amount, wallet, details, reason,
+               business_type, description, created_at
+        FROM ledger_entries
+        WHERE project_id = ${projectId} AND customer_id = ${customerId}
+          ${f.beforeSeq !== null ? sql.fragment`AND seq < ${f.beforeSeq}` : sql.fragment``}
+          ${f.type !== null ? sql.fragment`AND type = ${f.type}` : sql.fragment``}
+          ${f.transactionId !== null ? sql.fragment`AND transaction_id = ${f.transactionId}` : sql.fragment``}
+        ORDER BY seq DESC
+        LIMIT ${f.limit}`);
+      return rows.map((r) => ({ ...r, details: toDetails(r.details), created_at: new Date(r.created_at).toISOString() }));
+    },
+
+    /**
+     * Inserts outbox entries of one customer in one transaction, creating the customer and
+     * source rows their deposits carry. Entries already present are skipped (a worker that
+     * died after inserting and before trimming the outbox repeats the batch).
+     */
+    async insertEntries(entries: OutboxEntry[]): Promise<number> {
+      if (entries.length === 0) return 0;
+      return pool.transaction(async (tx) => {
+        let inserted = 0;
+        for (const e of entries) {
+          await insertSideRecords(tx, e);
+          const pub = outboxEntryToPublic(e);
+          const res = await tx.query(sql.unsafe`
+            INSERT INTO ledger_entries (id, project_id, customer_id, seq, type, transaction_id, amount, returned_amount,
+              wallet, details, reason, business_type, description, state, result, extra, created_at)
+            VALUES (${e.id}, ${e.project_id}, ${e.customer_id}, ${pub.seq}, ${e.type}, ${e.transaction_id}, ${pub.amount},
+              ${pub.returned_amount}, ${pub.wallet}, ${sql.jsonb(pub.details as unknown as never)}, ${pub.reason},
+              ${pub.business_type}, ${pub.description}, ${e.state ?? null}, ${sql.jsonb(JSON.parse(e.result))},
+              ${e.x ? sql.jsonb(e.x as never) : null}, ${sql.timestamp(new Date(Number(e.at)))})
+            ON CONFLICT (id) DO NOTHING`);
+          inserted += res.rowCount;
+        }
+        return inserted;
+      });
+    },
+  };
+}
+
+async function insertSideRecords(tx: CommonQueryMethods, e: OutboxEntry): Promise<void> {
+  if (e.type !== 'DEPOSIT' || !e.x) return;
+  const customer = e.x.customer as { created_at: string; name: string | null; email: string | null; metadata: string | null } | null;
+  if (customer) {
+    await tx.query(sql.unsafe`
+      INSERT INTO customers (project_id, id, name, email, metadata, created_at)
+      VALUES (${e.project_id}, ${e.customer_id}, ${customer.name}, ${customer.email},
+              ${customer.metadata === null ? null : sql.jsonb(JSON.parse(customer.metadata))},
+              ${sql.timestamp(new Date(Number(customer.created_at)))})
+      ON CONFLICT (project_id, id) DO NOTHING`);
+  }
+  const s = JSON.parse(e.x.source as string) as Record<string, string>;
+  await tx.query(sql.unsafe`
+    INSERT INTO sources (project_id, customer_id, id, wallet, label, amount, seq, starts_at, expires_at, created_at)
+    VALUES (${e.project_id}, ${e.customer_id}, ${s.id}, ${s.w}, ${s.l}, ${Number(s.t)}, ${Number(s.q)},
+            ${s.s === '' ? null : sql.timestamp(new Date(Number(s.s)))}, ${s.e === '' ? null : sql.timestamp(new Date(Number(s.e)))},
+            ${sql.timestamp(new Date(Number(e.at)))})
+    ON CONFLICT (project_id, id) DO NOTHING`);
+}
+
+export type LedgerQueries = ReturnType<typeof createLedgerQueries>;

@@ -1,0 +1,104 @@
+/** Request fields shared by the ledger endpoints, read per contract variant. */
+import { z } from 'zod';
+import { ApiError } from '../errors/catalogue.js';
+import type { Variant } from './amounts.js';
+
+export const walletNameSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'wallet names are 1-64 characters of A-Z a-z 0-9 _ . : -');
+export const identifierSchema = z.string().min(1).max(256);
+const optionalText = z.string().max(1024).nullish();
+
+export const ttl_seconds_max = 2_592_000;
+
+export const depositSchema = z.object({
+  customer_id: identifierSchema,
+  idempotency_key: identifierSchema.nullish(),
+  name: z.string().max(256).nullish(),
+  email: z.string().max(320).email().nullish(),
+  metadata: z.record(z.unknown()).nullish(),
+  description: optionalText,
+  source: z.string().min(1).max(128).nullish(),
+});
+
+export const drawSchema = z.object({
+  customer_id: identifierSchema,
+  transaction_id: identifierSchema,
+  business_type: z.string().min(1).max(64).nullish(),
+  description: optionalText,
+});
+
+export const freezeTtlSchema = z.object({
+  release_after_seconds: z.number().int().min(1).max(ttl_seconds_max).nullish(),
+  consume_after_seconds: z.number().int().min(1).max(ttl_seconds_max).nullish(),
+});
+
+export const settleSchema = z.object({
+  transaction_id: identifierSchema,
+  customer_id: identifierSchema.nullish(),
+  description: optionalText,
+});
+
+const isoPattern = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/i;
+
+/** ISO 8601 to epoch ms; a time without zone is UTC. Null when absent. */
+export function readTimestamp(body: Record<string, unknown>, field: 'starts_at' | 'expires_at'): number | null {
+  const v = body[field];
+  if (v === undefined || v === null) return null;
+  const code = field === 'starts_at' ? 'invalid_starts_at' : 'invalid_expires_at';
+  if (typeof v !== 'string') throw new ApiError(code, { param: field });
+  const m = isoPattern.exec(v);
+  if (!m) throw new ApiError(code, { param: field });
+  const text = v.length > 10 && !m[1] ? `${v}Z` : v;
+  const ms = Date.parse(text);
+  if (Number.isNaN(ms)) throw new ApiError(code, { param: field });
+  return ms;
+}
+
+function walletField(body: Record<string, unknown>, field: string): string {
+  const parsed = walletNameSchema.safeParse(body[field]);
+  if (!parsed.success) throw new ApiError('invalid_request', { param: field, message: `${field}: ${parsed.error.issues[0].message}` });
+  return parsed.data;
+}
+
+/** The wallet a deposit goes to: `credit_type` in A, `wallet` (or its alias) in B. */
+export function readDepositWallet(body: Record<string, unknown>, variant: Variant): string {
+  if (variant === 'A') {
+    if (body.wallet != null) throw new ApiError('invalid_request', { param: 'wallet', message: 'Variant A selects the wallet with credit_type' });
+    return body.credit_type == null ? 'default' : walletField(body, 'credit_type');
+  }
+  return readSingleWallet(body) ?? 'credits';
+}
+
+function readSingleWallet(body: Record<string, unknown>): string | null {
+  const wallet = body.wallet == null ? null : walletField(body, 'wallet');
+  const alias = body.credit_type == null ? null : walletField(body, 'credit_type');
+  if (wallet !== null && alias !== null && wallet !== alias) {
+    throw new ApiError('invalid_request', { param: 'credit_type', message: 'wallet and its deprecated alias credit_type differ' });
+  }
+  return wallet ?? alias;
+}
+
+/** The wallet filter of a deduct or freeze: `credit_types` in A, `wallet` in B; null = all. */
+export function readWalletFilter(body: Record<string, unknown>, variant: Variant): string[] | null {
+  if (variant === 'A') {
+    if (body.wallet != null) throw new ApiError('invalid_request', { param: 'wallet', message: 'Variant A selects wallets with credit_types' });
+    const v = body.credit_types;
+    if (v === undefined || v === null) return null;
+    if (!Array.isArray(v) || v.length === 0 || !v.every((w) => walletNameSchema.safeParse(w).success)) {
+      throw new ApiError('invalid_credit_types', { param: 'credit_types' });
+    }
+    return v as string[];
+  }
+  if (body.credit_types != null) throw new ApiError('invalid_request', { param: 'credit_types', message: 'Variant B selects one wallet with wallet' });
+  const w = readSingleWallet(body);
+  return w === null ? null : [w];
+}
+
+export function readTtl(body: Record<string, unknown>, parse: <T extends z.ZodTypeAny>(s: T, v: unknown) => z.infer<T>) {
+  const t = parse(freezeTtlSchema, body);
+  if (t.release_after_seconds != null && t.consume_after_seconds != null) {
+    throw new ApiError('invalid_request', { param: 'consume_after_seconds', message: 'give at most one of release_after_seconds and consume_after_seconds' });
+  }
+  if (t.release_after_seconds != null) return { kind: 'release' as const, seconds: t.release_after_seconds };
+  if (t.consume_after_seconds != null) return { kind: 'consume' as const, seconds: t.consume_after_seconds };
+  return null;
+}

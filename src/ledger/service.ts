@@ -1,0 +1,256 @@
+/**
+ * Ledger operations: each is one Lua script on the customer's keys (lua/), preceded by a
+ * project-scope binding of its identifier. Nothing here decides what a concurrent request
+ * could invalidate; the scripts decide.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { ApiError, type ErrorCode } from '../errors/catalogue.js';
+import { customerKeys, dirtySetKey, projectKeys, scriptKeys, type CustomerKeys } from '../redis/keys.js';
+import { ScriptStatus, type CustomerScriptName, type Scripts, type ScriptReply } from '../redis/scripts.js';
+import type { Clock } from './clock.js';
+import { publicResult } from './entries.js';
+
+export interface ProjectScope {
+  projectId: string;
+  organizationId: string;
+}
+
+export interface DepositInput {
+  customerId: string;
+  amount: number;
+  wallet: string;
+  label: string;
+  startsAtMs: number | null;
+  expiresAtMs: number | null;
+  idempotencyKey: string | null;
+  name?: string;
+  email?: string;
+  metadata?: unknown;
+  description: string | null;
+}
+
+export interface DrawInput {
+  customerId: string;
+  transactionId: string;
+  amount: number;
+  /** Wallets to draw from; null for all. */
+  wallets: string[] | null;
+  businessType: string | null;
+  description: string | null;
+}
+
+export interface FreezeInput extends DrawInput {
+  ttl: { kind: 'release' | 'consume'; seconds: number } | null;
+}
+
+export interface OpResult {
+  body: Record<string, unknown>;
+  replay: boolean;
+  customerId: string;
+  /** TTL freezes of this customer that the script consumed on the way (billable ops). */
+  autoConsumed: number;
+}
+
+export interface LedgerHooks {
+  /** A freeze with a TTL was applied: make sure it settles on time. */
+  scheduleExpiry?(scope: ProjectScope, customerId: string, transactionId: string, atMs: number): Promise<void>;
+}
+
+const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
+  [ScriptStatus.CustomerNotFound]: 'customer_not_found',
+  [ScriptStatus.Conflict]: 'transaction_conflict',
+  [ScriptStatus.Insufficient]: 'insufficient_balance',
+  [ScriptStatus.InsufficientSelected]: 'insufficient_balance_in_selected_credit_types',
+  [ScriptStatus.NoConsumable]: 'no_consumable_freeze_records',
+  [ScriptStatus.AlreadyConsumed]: 'freeze_records_already_consumed',
+  [ScriptStatus.NoUnfreezable]: 'no_unfreezable_records',
+  [ScriptStatus.ExceedsFrozen]: 'actual_amount_exceeds_frozen_amount',
+  [ScriptStatus.InvalidExpires]: 'invalid_expires_at',
+};
+
+export function requestHash(parts: unknown[]): string {
+  return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
+}
+
+export function newId(prefix: string): string {
+  return `${prefix}_${randomBytes(12).toString('base64url')}`;
+}
+
+export class LedgerService {
+  constructor(
+    private readonly redis: Redis,
+    private readonly scripts: Scripts,
+    private readonly prefix: string,
+    private readonly clock: Clock,
+    private readonly hooks: LedgerHooks = {},
+  ) {}
+
+  keys(scope: ProjectScope, customerId: string): CustomerKeys {
+    return customerKeys(this.prefix, scope.projectId, customerId);
+  }
+
+  /** Runs a customer script; marks the outbox dirty when the script may have written. */
+  async run(name: CustomerScriptName, scope: ProjectScope, customerId: string, args: (string | number)[]): Promise<ScriptReply> {
+    const k = this.keys(scope, customerId);
+    const entryId = newId('le');
+    const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args]);
+    if (reply[0] === ScriptStatus.Ok || reply[2] > 0 || name === 'expire' || name === 'view') {
+      // Not awaited: the sweeper re-finds an outbox whose SADD was lost with this process.
+      this.redis.sadd(dirtySetKey(this.prefix), k.base).catch(() => undefined);
+    }
+    return reply;
+  }
+
+  private outcome(reply: ScriptReply, customerId: string): OpResult {
+    const [status, raw, autoConsumed] = reply;
+    if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
+      return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
+    }
+    const code = statusErrors[status as ScriptStatus];
+    if (!code) throw new Error(`unexpected script status ${status}`);
+    throw new ApiError(code);
+  }
+
+  /** Binds an identifier to a customer in a project index, once. Returns the owner. */
+  private async bind(indexKey: string, id: string, customerId: string): Promise<string> {
+    const [[, created], [, owner]] = (await this.redis.multi().hsetnx(indexKey, id, customerId).hget(indexKey, id).exec()) as [
+      [Error | null, number],
+      [Error | null, string],
+    ];
+    return created ? customerId : owner;
+  }
+
+  async deposit(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
+    if (input.idempotencyKey !== null) {
+      const owner = await this.bind(projectKeys(this.prefix, scope.projectId).depositIndex, input.idempotencyKey, input.customerId);
+      if (owner !== input.customerId) throw new ApiError('transaction_conflict', { param: 'idempotency_key' });
+    }
+    const hash = requestHash([
+      'deposit', input.amount, input.wallet, input.label, input.startsAtMs, input.expiresAtMs, input.description,
+      input.name ?? null, input.email ?? null, input.metadata ?? null,
+    ]);
+    const opt = (v: string | undefined) => (v === undefined ? '0' : `1${v}`);
+    const reply = await this.run('deposit', scope, input.customerId, [
+      input.idempotencyKey ?? '', hash, input.amount, input.wallet, input.label,
+      input.startsAtMs ?? '', input.expiresAtMs ?? '',
+      opt(input.name), opt(input.email), opt(input.metadata === undefined ? undefined : JSON.stringify(input.metadata)),
+      input.description ?? '', newId('src'),
+    ]);
+    return this.outcome(reply, input.customerId);
+  }
+
+  private async bindTransaction(scope: ProjectScope, input: DrawInput): Promise<void> {
+    const owner = await this.bind(projectKeys(this.prefix, scope.projectId).txIndex, input.transactionId, input.customerId);
+    if (owner !== input.customerId) throw new ApiError('transaction_conflict', { param: 'transaction_id' });
+  }
+
+  private drawArgs(input: DrawInput, hash: string): (string | number)[] {
+    const filter = input.wallets === null ? '' : JSON.stringify([...new Set(input.wallets)]);
+    const entryWallet = input.wallets !== null && input.wallets.length === 1 ? input.wallets[0] : '';
+    return [input.transactionId, input.amount, hash, filter, entryWallet, input.businessType ?? '', input.description ?? ''];
+  }
+
+  async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
+    await this.bindTransaction(scope, input);
+    const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
+    return this.outcome(await this.run('deduct', scope, input.customerId, this.drawArgs(input, hash)), input.customerId);
+  }
+
+  async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
+    await this.bindTransaction(scope, input);
+    const hash = requestHash([
+      'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
+      input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
+    ]);
+    const reply = await this.run('freeze', scope, input.customerId, [
+      ...this.drawArgs(input, hash), input.ttl?.kind ?? '', input.ttl?.seconds ?? 0,
+    ]);
+    const result = this.outcome(reply, input.customerId);
+    if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
+      const at = Date.parse(String(result.body.auto_settle_at));
+      await this.hooks.scheduleExpiry(scope, input.customerId, input.transactionId, at);
+    }
+    return result;
+  }
+
+  /** Finds the customer of a transaction id for consume and unfreeze. */
+  private async ownerOf(scope: ProjectScope, transactionId: string, customerId: string | null, missing: ErrorCode): Promise<string> {
+    const owner = await this.redis.hget(projectKeys(this.prefix, scope.projectId).txIndex, transactionId);
+    if (owner === null) throw new ApiError(missing);
+    if (customerId !== null && customerId !== owner) throw new ApiError('customer_scope_mismatch', { param: 'customer_id' });
+    return owner;
+  }
+
+  async consume(
+    scope: ProjectScope,
+    input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
+  ): Promise<OpResult> {
+    const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
+    const reply = await this.run('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
+    return this.outcome(reply, owner);
+  }
+
+  async unfreeze(
+    scope: ProjectScope,
+    input: { transactionId: string; customerId: string | null; description: string | null },
+  ): Promise<OpResult> {
+    const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
+    const reply = await this.run('unfreeze', scope, owner, [input.transactionId, input.description ?? '']);
+    return this.outcome(reply, owner);
+  }
+
+  /** Settles due TTL freezes of one customer (the expire worker). */
+  async expire(scope: ProjectScope, customerId: string): Promise<number> {
+    const reply = await this.run('expire', scope, customerId, []);
+    return reply[2];
+  }
+
+  /** The customer's profile and sources, after settling due TTLs; null when absent. */
+  async view(scope: ProjectScope, customerId: string): Promise<CustomerView | null> {
+    const reply = await this.run('view', scope, customerId, []);
+    if (reply[0] === ScriptStatus.CustomerNotFound) return null;
+    const profile = JSON.parse(reply[1]) as { created_at: string; name: string | null; email: string | null; metadata: string | null };
+    const nowMs = Number(reply[3]);
+    const sources = (reply[4] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
+    return { profile, nowMs, sources, autoConsumed: reply[2] };
+  }
+}
+
+export interface SourceState {
+  id: string;
+  wallet: string;
+  label: string;
+  seq: number;
+  total: number;
+  used: number;
+  frozen: number;
+  startsAtMs: number | null;
+  expiresAtMs: number | null;
+}
+
+export interface CustomerView {
+  profile: { created_at: string; name: string | null; email: string | null; metadata: string | null };
+  nowMs: number;
+  sources: SourceState[];
+  autoConsumed: number;
+}
+
+export function decodeSource(raw: string): SourceState {
+  const s = JSON.parse(raw) as Record<string, string>;
+  return {
+    id: s.id,
+    wallet: s.w,
+    label: s.l,
+    seq: Number(s.q),
+    total: Number(s.t),
+    used: Number(s.u),
+    frozen: Number(s.f),
+    startsAtMs: s.s === '' ? null : Number(s.s),
+    expiresAtMs: s.e === '' ? null : Number(s.e),
+  };
+}
+
+export function isActive(s: SourceState, nowMs: number): boolean {
+  return (s.startsAtMs === null || s.startsAtMs <= nowMs) && (s.expiresAtMs === null || s.expiresAtMs > nowMs);
+}

@@ -1,0 +1,58 @@
+/**
+ * `npm start`: everything on one machine in one process. Applies migrations, sets up the
+ * demo on an empty database (printed once, and kept in .demo-credentials.json for later
+ * starts), then runs the API and the workers.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { bootstrapDemo, type Demo } from './bootstrap.js';
+import { createAdminQueries } from './admin/queries.js';
+import { loadConfig } from './config/index.js';
+import { migrate } from './db/migrate.js';
+import { createRuntime } from './runtime.js';
+import { listen } from './server.js';
+import { startWorkers } from '../workers/index.js';
+
+const credentialsFile = '.demo-credentials.json';
+
+const config = loadConfig();
+await migrate(config.DATABASE_URL);
+const rt = await createRuntime(config);
+
+let demo: Demo | null = null;
+if ((await createAdminQueries(rt.db).countOrganizations()) === 0) {
+  demo = await bootstrapDemo(rt);
+  writeFileSync(credentialsFile, `${JSON.stringify(demo, null, 2)}\n`, { mode: 0o600 });
+} else if (existsSync(credentialsFile)) {
+  demo = JSON.parse(readFileSync(credentialsFile, 'utf8')) as Demo;
+}
+
+const server = await listen(rt);
+const workers = await startWorkers(rt);
+
+if (demo) {
+  const u = server.url;
+  console.log(`
+Service running at ${u}
+
+Demo organization ${demo.organization_id}, project ${demo.project_id} (kept in ${credentialsFile})
+  admin key     ${demo.admin_key}
+  project key   ${demo.project_key}
+  customer key  ${demo.customer_key}  (bound to ${demo.customer_id})
+
+Try it:
+  curl -s ${u}/v1/customers/${demo.customer_id}/balance -H 'Authorization: Bearer ${demo.project_key}'
+  curl -s ${u}/v1/billing/deduct -H 'Authorization: Bearer ${demo.project_key}' -H 'Content-Type: application/json' \\
+    -d '{"customer_id": "${demo.customer_id}", "transaction_id": "demo-'$RANDOM'", "amount": 1500}'
+`);
+} else {
+  console.log(`Service running at ${server.url} (database already set up; use npm run bootstrap for a new organization)`);
+}
+
+const shutdown = async () => {
+  await workers.stop();
+  await server.close();
+  await rt.close();
+  process.exit(0);
+};
+process.once('SIGTERM', shutdown);
+process.once('SIGINT', shutdown);

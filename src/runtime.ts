@@ -1,0 +1,99 @@
+/**
+ * Builds the parts a process needs from its configuration: connections, scripts and
+ * domain services. Web, worker, CLI and tests all start from here.
+ */
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import pino, { type Logger } from 'pino';
+import type { DatabasePool } from 'slonik';
+import type { Config } from './config/index.js';
+import { createDb } from './db/pool.js';
+import { createKeyQueries, KeyCache, type KeyQueries } from './keys/store.js';
+import { Clock } from './ledger/clock.js';
+import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
+import { LedgerService } from './ledger/service.js';
+import { createRedis } from './redis/client.js';
+import { registerScripts } from './redis/scripts.js';
+
+export const ledgerQueueName = 'ledger';
+
+export type LedgerJobData = ExpireJob | Record<string, never>;
+
+export interface ExpireJob {
+  projectId: string;
+  organizationId: string;
+  customerId: string;
+  transactionId: string;
+}
+
+export interface Runtime {
+  config: Config;
+  logger: Logger;
+  redis: Redis;
+  db: DatabasePool;
+  clock: Clock;
+  ledger: LedgerService;
+  ledgerQueries: LedgerQueries;
+  keyQueries: KeyQueries;
+  keyCache: KeyCache;
+  ledgerQueue: Queue<LedgerJobData>;
+  /** Connections opened lazily by parts that need their own (subscribers, BullMQ). */
+  extraConnection(): Redis;
+  close(): Promise<void>;
+}
+
+export function createLogger(config: Config): Logger {
+  return pino({
+    level: config.LOG_LEVEL,
+    redact: {
+      paths: ['req.headers.authorization', 'req.headers["x-api-key"]', 'key', 'secret', '*.key', '*.secret', '*.upstream_api_key', 'admin_key'],
+      censor: '[redacted]',
+    },
+  });
+}
+
+export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {
+  const redis = createRedis(config.REDIS_URL);
+  const extras: Redis[] = [];
+  const extraConnection = () => {
+    const c = createRedis(config.REDIS_URL, { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined });
+    extras.push(c);
+    return c;
+  };
+  const db = await createDb(config.DATABASE_URL);
+  const clock = new Clock(config.SVC_CLOCK_CONTROL);
+  const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
+  const scripts = registerScripts(redis);
+  const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
+    async scheduleExpiry(scope, customerId, transactionId, atMs) {
+      // The delay is in wall-clock time; a test clock offset is not a real wait.
+      const delay = Math.max(0, atMs - clock.offsetMs() - Date.now());
+      await ledgerQueue.add(
+        'expire',
+        { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId },
+        { delay, jobId: `expire:${scope.projectId}:${customerId}:${transactionId}`.replace(/:/g, '|'), removeOnComplete: true, removeOnFail: 1000, attempts: 5, backoff: { type: 'exponential', delay: 500 } },
+      );
+    },
+  });
+  const keyQueries = createKeyQueries(db);
+  const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS);
+  return {
+    config,
+    logger,
+    redis,
+    db,
+    clock,
+    ledger,
+    ledgerQueries: createLedgerQueries(db),
+    keyQueries,
+    keyCache,
+    ledgerQueue,
+    extraConnection,
+    async close() {
+      await ledgerQueue.close();
+      await db.end();
+      redis.disconnect();
+      for (const c of extras) c.disconnect();
+    },
+  };
+}

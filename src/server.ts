@@ -1,0 +1,32 @@
+/** Starts the HTTP server of a runtime and subscribes it to key revocations. */
+import type { AddressInfo } from 'node:net';
+import { createApp } from './http/app.js';
+import type { Runtime } from './runtime.js';
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.config.HOST): Promise<RunningServer> {
+  await rt.keyCache.subscribe(rt.extraConnection(), rt.config.REDIS_PREFIX);
+  const app = createApp(rt);
+  const server = app.listen(port, host);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  server.keepAliveTimeout = 65_000;
+  const actual = (server.address() as AddressInfo).port;
+  rt.logger.info({ port: actual, host }, 'API listening');
+  return {
+    url: `http://${host}:${actual}`,
+    port: actual,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,53 @@
+/**
+ * A worker process's parts: the persist loop, the BullMQ worker of the ledger queue
+ * (TTL expiry, sweeps) and the sweep schedule. Started by `npm run worker` and by
+ * `npm start` beside the API.
+ */
+import { Worker } from 'bullmq';
+import { heartbeatKey } from '../src/health.js';
+import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
+import { PersistLoop } from './persist.js';
+import { sweep } from './sweep.js';
+
+export interface Workers {
+  persist: PersistLoop;
+  stop(): Promise<void>;
+}
+
+export async function startWorkers(rt: Runtime): Promise<Workers> {
+  const { config, logger } = rt;
+  const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger);
+  persist.start();
+
+  const worker = new Worker<LedgerJobData>(
+    ledgerQueueName,
+    async (job) => {
+      if (job.name === 'expire') {
+        const d = job.data as ExpireJob;
+        return rt.ledger.expire({ projectId: d.projectId, organizationId: d.organizationId }, d.customerId);
+      }
+      if (job.name === 'sweep') {
+        const t = await rt.redis.time();
+        const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + rt.clock.offsetMs();
+        return sweep(rt.redis, config.REDIS_PREFIX, rt.ledger, nowMs);
+      }
+      throw new Error(`unknown job ${job.name}`);
+    },
+    { connection: rt.extraConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8 },
+  );
+  worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
+  await rt.ledgerQueue.upsertJobScheduler('sweep', { every: config.SWEEP_INTERVAL_MS }, { name: 'sweep', data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } });
+
+  const beat = () => rt.redis.set(heartbeatKey(config.REDIS_PREFIX), String(Date.now()), 'PX', 60_000).catch(() => undefined);
+  await beat();
+  const heartbeat = setInterval(beat, 2_000);
+
+  return {
+    persist,
+    async stop() {
+      clearInterval(heartbeat);
+      await worker.close();
+      await persist.stop();
+    },
+  };
+}
