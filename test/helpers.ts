@@ -1,0 +1,135 @@
+/**
+ * Test harness: a real service (API and, when asked, workers) on a random port, against
+ * the real Redis and PostgreSQL, with its own Redis key prefix and its own organization
+ * and project, so test files run side by side without seeing each other.
+ */
+import { randomBytes } from 'node:crypto';
+import { createAdminQueries } from '../src/admin/queries.js';
+import { loadConfig, type Config } from '../src/config/index.js';
+import { createRuntime, type Runtime } from '../src/runtime.js';
+import { listen, type RunningServer } from '../src/server.js';
+import { startWorkers, type Workers } from '../workers/index.js';
+
+export interface TestProject {
+  organizationId: string;
+  projectId: string;
+  projectKey: string;
+  adminKey: string;
+  /** A customer-scoped key bound to `customerId`. */
+  customerKey(customerId: string, opts?: { allowedModels?: string[]; expiresAtMs?: number }): Promise<string>;
+}
+
+export interface TestService {
+  rt: Runtime;
+  url: string;
+  server: RunningServer;
+  workers: Workers | null;
+  /** Creates an organization with one project of the given contract variant. */
+  project(contract?: 'A' | 'B'): Promise<TestProject>;
+  /** Calls the API; returns status, parsed JSON body and headers. */
+  call(method: string, path: string, opts?: { key?: string; body?: unknown; headers?: Record<string, string> }): Promise<ApiResponse>;
+  /** Waits until every outbox of this service is copied to PostgreSQL. */
+  drained(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface ApiResponse {
+  status: number;
+  body: any;
+  headers: Headers;
+}
+
+export function testConfig(overrides: Partial<Config> = {}): Config {
+  const tag = randomBytes(4).toString('hex');
+  return loadConfig(
+    { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', SVC_CLOCK_CONTROL: '1' },
+    { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `tq${tag}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5, ...overrides },
+  );
+}
+
+export async function startTestService(opts: { workers?: boolean; config?: Partial<Config> } = {}): Promise<TestService> {
+  const config = testConfig(opts.config);
+  const rt = await createRuntime(config);
+  const server = await listen(rt, 0, '127.0.0.1');
+  const workers = opts.workers ? await startWorkers(rt) : null;
+  const admin = createAdminQueries(rt.db);
+
+  const call: TestService['call'] = async (method, path, o = {}) => {
+    const headers: Record<string, string> = { ...(o.headers ?? {}) };
+    if (o.key) headers.authorization = `Bearer ${o.key}`;
+    let body: string | undefined;
+    if (o.body !== undefined) {
+      headers['content-type'] ??= 'application/json';
+      body = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
+    }
+    const res = await fetch(`${server.url}${path}`, { method, headers, body });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      // not JSON: keep the text
+    }
+    return { status: res.status, body: parsed, headers: res.headers };
+  };
+
+  return {
+    rt,
+    url: server.url,
+    server,
+    workers,
+    call,
+    async project(contract = 'B') {
+      const org = await admin.createOrganization(`test ${randomBytes(3).toString('hex')}`);
+      const project = await admin.createProject(org.id, 'test project', contract);
+      const adminKey = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: null, type: 'admin' });
+      const projectKey = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: project.id, type: 'project' });
+      return {
+        organizationId: org.id,
+        projectId: project.id,
+        projectKey: projectKey.secret,
+        adminKey: adminKey.secret,
+        async customerKey(customerId, o = {}) {
+          const k = await rt.keyQueries.insertKey({
+            organizationId: org.id,
+            projectId: project.id,
+            type: 'customer',
+            customerId,
+            allowedModels: o.allowedModels ?? null,
+            expiresAtMs: o.expiresAtMs ?? null,
+          });
+          return k.secret;
+        },
+      };
+    },
+    async drained() {
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        let pending = 0;
+        let cursor = '0';
+        do {
+          const [next, keys] = await rt.redis.scan(cursor, 'MATCH', `${config.REDIS_PREFIX}c:*:outbox`, 'COUNT', 1000);
+          cursor = next;
+          for (const k of keys) pending += await rt.redis.xlen(k);
+        } while (cursor !== '0');
+        if (pending === 0) return;
+        if (!workers) {
+          for (const base of await rt.redis.smembers(`${config.REDIS_PREFIX}dirty`)) {
+            await rt.redis.srem(`${config.REDIS_PREFIX}dirty`, base);
+          }
+          throw new Error('drained() needs a service started with workers: true');
+        }
+        if (Date.now() > deadline) throw new Error(`outboxes still hold ${pending} entries`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+    async close() {
+      await workers?.stop();
+      await server.close();
+      await rt.ledgerQueue.obliterate({ force: true }).catch(() => undefined);
+      const keys = await rt.redis.keys(`${config.REDIS_PREFIX}*`);
+      if (keys.length) await rt.redis.del(...keys);
+      await rt.close();
+    },
+  };
+}
