@@ -2,6 +2,7 @@
 import express from 'express';
 import { pinoHttp } from 'pino-http';
 import { customerRoutes } from '../customers/routes.js';
+import { profileRoutes } from '../customers/profile.js';
 import { health } from '../health.js';
 import { ledgerRoutes } from '../ledger/routes.js';
 import type { Runtime } from '../runtime.js';
@@ -25,6 +26,7 @@ export function createApp(rt: Runtime): express.Express {
   app.use('/v1', authenticate(rt.keyCache));
   app.use(ledgerRoutes(rt.ledger));
   app.use(customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries }));
+  app.use(profileRoutes({ ledger: rt.ledger, redis: rt.redis, db: rt.db, ledgerQueries: rt.ledgerQueries, prefix: rt.config.REDIS_PREFIX, logger: rt.logger }));
   app.use(notFound);
   app.use(errorHandler);
   return app;

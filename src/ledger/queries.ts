@@ -91,3 +91,26 @@ async function insertSideRecords(tx: CommonQueryMethods, e: OutboxEntry): Promis
 }
 
 export type LedgerQueries = ReturnType<typeof createLedgerQueries>;
+
+/** Profile fields a PATCH may change; undefined leaves a field as it is. */
+export interface ProfilePatch {
+  name?: string | null;
+  email?: string | null;
+  metadata?: Record<string, unknown> | null;
+}
+
+export function createCustomerQueries(pool: DatabasePool) {
+  return {
+    /** Returns false when the customer row does not exist (yet). */
+    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<boolean> {
+      const sets = [];
+      if (p.name !== undefined) sets.push(sql.fragment`name = ${p.name}`);
+      if (p.email !== undefined) sets.push(sql.fragment`email = ${p.email}`);
+      if (p.metadata !== undefined) sets.push(sql.fragment`metadata = ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}`);
+      if (sets.length === 0) return true;
+      const res = await pool.query(sql.unsafe`
+        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}`);
+      return res.rowCount === 1;
+    },
+  };
+}
