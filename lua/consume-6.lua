@@ -5,9 +5,10 @@
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount to consume, credits; '' for the whole frozen amount
 -- ARGV[7]  description, '' for none
+-- ARGV[8]  '0' when the plan's limit is reached: replays answer, nothing new applies
 --
--- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY,
--- E_NO_CONSUMABLE, E_ALREADY_CONSUMED or E_EXCEEDS_FROZEN. The holds are consumed in
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
+-- E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN or E_USAGE_LIMIT. The holds are consumed in
 -- the order they were drawn (soonest expiry first).
 
 --@include customer
@@ -15,24 +16,26 @@
 local txid = ARGV[5]
 local requested = (ARGV[6] ~= '' and tonumber(ARGV[6])) or nil
 local description = ARGV[7]
+local admitted = ARGV[8] ~= '0'
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
 local raw = redis.call('HGET', K_tx, txid)
-if not raw then return { E_NO_CONSUMABLE, '', auto_consumed } end
+if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 local tx = cjson.decode(raw)
-if tx.k ~= 'freeze' then return { E_NO_CONSUMABLE, '', auto_consumed } end
+if tx.k ~= 'freeze' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 local frozen = tonumber(tx.a)
 local amount = requested or frozen
 
 if tx.st == 'consumed' then
   -- A repeat of the consume that settled it is a replay; anything else is too late.
-  if tx.by == 'api' and tonumber(tx.ca) == amount then return { REPLAY, tx.cr, auto_consumed } end
-  return { E_ALREADY_CONSUMED, '', auto_consumed }
+  if tx.by == 'api' and tonumber(tx.ca) == amount then return { REPLAY, tx.cr, auto_consumed, ttl_entries_written } end
+  return { E_ALREADY_CONSUMED, '', auto_consumed, ttl_entries_written }
 end
-if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed } end
-if amount > frozen then return { E_EXCEEDS_FROZEN, '', auto_consumed } end
+if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+if amount > frozen then return { E_EXCEEDS_FROZEN, '', auto_consumed, ttl_entries_written } end
+if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
 local left = amount
 local details = {}
@@ -77,4 +80,4 @@ write_entry({
   result = tx.cr,
 }, now, false)
 
-return { OK, tx.cr, auto_consumed }
+return { OK, tx.cr, auto_consumed, ttl_entries_written }

@@ -8,9 +8,11 @@
 -- ARGV[9]  wallet named in the ledger entry, '' to derive it from the details
 -- ARGV[10] business type, '' for none
 -- ARGV[11] description, '' for none
+-- ARGV[12] '0' when the plan's limit is reached: replays answer, nothing new applies
 --
--- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY,
--- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT or E_INSUFFICIENT_SELECTED.
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
+-- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or
+-- E_USAGE_LIMIT.
 
 --@include customer
 
@@ -21,13 +23,14 @@ local filter = parse_filter(ARGV[8])
 local entry_wallet = ARGV[9]
 local business_type = ARGV[10]
 local description = ARGV[11]
+local admitted = ARGV[12] ~= '0'
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local status, picks = begin_draw('deduct', txid, request_hash, amount, filter, now)
-if status == REPLAY then return { REPLAY, picks, auto_consumed } end
-if status ~= OK then return { status, '', auto_consumed } end
+local status, picks = begin_draw('deduct', txid, request_hash, amount, filter, now, admitted)
+if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
+if status ~= OK then return { status, '', auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do
   p.source.u = p.source.u + p.take
@@ -58,4 +61,4 @@ write_entry({
   x = { h = request_hash },
 }, now, false)
 
-return { OK, result, auto_consumed }
+return { OK, result, auto_consumed, ttl_entries_written }

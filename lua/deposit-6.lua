@@ -14,7 +14,7 @@
 -- ARGV[15] description, '' for none
 -- ARGV[16] source (account) id to create
 --
--- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY, E_CONFLICT
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY, E_CONFLICT
 -- or E_INVALID_EXPIRES. Result amounts are strings, times ms strings.
 
 --@include customer
@@ -37,13 +37,13 @@ if idem_key ~= '' then
   local prior = redis.call('HGET', K_dep, idem_key)
   if prior then
     local p = cjson.decode(prior)
-    if p.h == request_hash then return { REPLAY, p.r, auto_consumed } end
-    return { E_CONFLICT, '', auto_consumed }
+    if p.h == request_hash then return { REPLAY, p.r, auto_consumed, ttl_entries_written } end
+    return { E_CONFLICT, '', auto_consumed, ttl_entries_written }
   end
 end
 
 if expires_ms ~= nil and (expires_ms <= now or (starts_ms ~= nil and expires_ms <= starts_ms)) then
-  return { E_INVALID_EXPIRES, '', auto_consumed }
+  return { E_INVALID_EXPIRES, '', auto_consumed, ttl_entries_written }
 end
 
 local created = nil
@@ -105,4 +105,4 @@ write_entry({
   },
 }, now, false)
 
-return { OK, result, auto_consumed }
+return { OK, result, auto_consumed, ttl_entries_written }

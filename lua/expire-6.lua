@@ -3,9 +3,9 @@
 --
 -- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
 --
--- Returns {OK, '', auto-consumed TTL count}.
+-- Returns {OK, '', auto-consumed TTL count, TTL entries written}.
 
 --@include customer
 
-local now = now_ms()
-return { OK, '', expire_due(now) }
+local auto_consumed = expire_due(now_ms())
+return { OK, '', auto_consumed, ttl_entries_written }

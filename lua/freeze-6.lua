@@ -12,7 +12,7 @@
 -- ARGV[12] TTL kind: 'release', 'consume' or '' for none
 -- ARGV[13] TTL, seconds (ignored without a kind)
 --
--- Returns {status, result JSON, auto-consumed TTL count}; status as deduct-6.lua. The
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-6.lua. The
 -- result carries auto_settle_at (ms) so the caller can schedule the expire job.
 
 --@include customer
@@ -30,9 +30,9 @@ local ttl_seconds = tonumber(ARGV[13]) or 0
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local status, picks = begin_draw('freeze', txid, request_hash, amount, filter, now)
-if status == REPLAY then return { REPLAY, picks, auto_consumed } end
-if status ~= OK then return { status, '', auto_consumed } end
+local status, picks = begin_draw('freeze', txid, request_hash, amount, filter, now, true)
+if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
+if status ~= OK then return { status, '', auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do
   p.source.f = p.source.f + p.take
@@ -76,4 +76,4 @@ write_entry({
   x = { h = request_hash, ttlk = tx.ttlk or cjson.null, ttla = tx.ttla or cjson.null },
 }, now, false)
 
-return { OK, result, auto_consumed }
+return { OK, result, auto_consumed, ttl_entries_written }

@@ -4,7 +4,7 @@
 -- ARGV[5]  transaction id
 -- ARGV[6]  description, '' for none
 --
--- Returns {status, result JSON, auto-consumed TTL count}; status OK, REPLAY or
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY or
 -- E_NO_UNFREEZABLE.
 
 --@include customer
@@ -16,11 +16,11 @@ local now = now_ms()
 local auto_consumed = expire_due(now)
 
 local raw = redis.call('HGET', K_tx, txid)
-if not raw then return { E_NO_UNFREEZABLE, '', auto_consumed } end
+if not raw then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
 local tx = cjson.decode(raw)
-if tx.k ~= 'freeze' then return { E_NO_UNFREEZABLE, '', auto_consumed } end
-if tx.st == 'unfrozen' then return { REPLAY, tx.ur, auto_consumed } end
-if tx.st ~= 'frozen' then return { E_NO_UNFREEZABLE, '', auto_consumed } end
+if tx.k ~= 'freeze' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
+if tx.st == 'unfrozen' then return { REPLAY, tx.ur, auto_consumed, ttl_entries_written } end
+if tx.st ~= 'frozen' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
 
 local details = {}
 for _, h in ipairs(tx.holds) do
@@ -50,4 +50,4 @@ write_entry({
   result = tx.ur,
 }, now, false)
 
-return { OK, tx.ur, auto_consumed }
+return { OK, tx.ur, auto_consumed, ttl_entries_written }

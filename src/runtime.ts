@@ -14,6 +14,7 @@ import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { createRedis } from './redis/client.js';
 import { registerScripts } from './redis/scripts.js';
+import { PlanService } from './plans/service.js';
 
 export const ledgerQueueName = 'ledger';
 
@@ -33,6 +34,7 @@ export interface Runtime {
   db: DatabasePool;
   clock: Clock;
   ledger: LedgerService;
+  plans: PlanService;
   ledgerQueries: LedgerQueries;
   keyQueries: KeyQueries;
   keyCache: KeyCache;
@@ -64,7 +66,17 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
   const scripts = registerScripts(redis);
+  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock);
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
+    billable: {
+      async reserve(scope) {
+        const r = await plans.reserve(scope.organizationId);
+        return { admitted: r.admitted, release: () => plans.release(r) };
+      },
+      async record(scope, n) {
+        await plans.record(scope.organizationId || (await plans.organizationOfProject(scope.projectId)), n);
+      },
+    },
     async scheduleExpiry(scope, customerId, transactionId, atMs) {
       // The delay is in wall-clock time; a test clock offset is not a real wait.
       const delay = Math.max(0, atMs - clock.offsetMs() - Date.now());
@@ -84,6 +96,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     db,
     clock,
     ledger,
+    plans,
     ledgerQueries: createLedgerQueries(db),
     keyQueries,
     keyCache,

@@ -35,6 +35,7 @@ local E_ALREADY_CONSUMED = 15
 local E_NO_UNFREEZABLE = 16
 local E_EXCEEDS_FROZEN = 17
 local E_INVALID_EXPIRES = 18
+local E_USAGE_LIMIT = 19
 
 local function N(n)
   return string.format('%.0f', n)
@@ -233,8 +234,9 @@ local function picks_to_details(picks)
 end
 
 -- Begins a deduct or freeze on transaction `txid`: replay or conflict by the stored
--- transaction, else draws `amount`. Returns (status, stored result or picks).
-local function begin_draw(kind, txid, request_hash, amount, filter, now)
+-- transaction, else draws `amount` (when `admitted`: a billable operation the plan still
+-- allows). Returns (status, stored result or picks).
+local function begin_draw(kind, txid, request_hash, amount, filter, now, admitted)
   if not customer_exists() then return E_CUSTOMER_NOT_FOUND, nil end
   local prior = redis.call('HGET', K_tx, txid)
   if prior then
@@ -242,6 +244,7 @@ local function begin_draw(kind, txid, request_hash, amount, filter, now)
     if tx.k == kind and tx.h == request_hash then return REPLAY, tx.r end
     return E_CONFLICT, nil
   end
+  if not admitted then return E_USAGE_LIMIT, nil end
   local picks, status = draw(amount, filter, now)
   if picks == nil then return status, nil end
   return OK, picks

@@ -52,9 +52,18 @@ export interface OpResult {
   autoConsumed: number;
 }
 
+/** Plan accounting of billable operations (src/plans/service.ts). */
+export interface BillableOps {
+  /** Counts one operation ahead; `admitted` false once the plan's hard limit is reached. */
+  reserve(scope: ProjectScope): Promise<{ admitted: boolean; release(): Promise<void> }>;
+  /** Counts TTL auto-consumes that a script applied on the way. */
+  record(scope: ProjectScope, n: number): Promise<void>;
+}
+
 export interface LedgerHooks {
   /** A freeze with a TTL was applied: make sure it settles on time. */
   scheduleExpiry?(scope: ProjectScope, customerId: string, transactionId: string, atMs: number): Promise<void>;
+  billable?: BillableOps;
 }
 
 const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
@@ -67,6 +76,7 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
   [ScriptStatus.NoUnfreezable]: 'no_unfreezable_records',
   [ScriptStatus.ExceedsFrozen]: 'actual_amount_exceeds_frozen_amount',
   [ScriptStatus.InvalidExpires]: 'invalid_expires_at',
+  [ScriptStatus.UsageLimit]: 'usage_limit_exceeded',
 };
 
 export function requestHash(parts: unknown[]): string {
@@ -95,11 +105,28 @@ export class LedgerService {
     const k = this.keys(scope, customerId);
     const entryId = newId('le');
     const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args]);
-    if (reply[0] === ScriptStatus.Ok || reply[2] > 0 || name === 'expire' || name === 'view') {
+    if (reply[0] === ScriptStatus.Ok || reply[3] > 0) {
       // Not awaited: the sweeper re-finds an outbox whose SADD was lost with this process.
       this.redis.sadd(dirtySetKey(this.prefix), k.base).catch(() => undefined);
     }
+    if (reply[2] > 0 && this.hooks.billable) await this.hooks.billable.record(scope, reply[2]);
     return reply;
+  }
+
+  /**
+   * Runs a billable script (deduct, consume) under a plan reservation. The last argument
+   * tells the script whether the plan admits a new operation; the reservation is given
+   * back unless the operation applied now.
+   */
+  private async runBillable(name: 'deduct' | 'consume', scope: ProjectScope, customerId: string, args: (string | number)[]): Promise<ScriptReply> {
+    const reservation = this.hooks.billable ? await this.hooks.billable.reserve(scope) : null;
+    let reply: ScriptReply | undefined;
+    try {
+      reply = await this.run(name, scope, customerId, [...args, reservation && !reservation.admitted ? '0' : '1']);
+      return reply;
+    } finally {
+      if (reservation && reply?.[0] !== ScriptStatus.Ok) await reservation.release();
+    }
   }
 
   private outcome(reply: ScriptReply, customerId: string): OpResult {
@@ -154,7 +181,7 @@ export class LedgerService {
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
     await this.bindTransaction(scope, input);
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
-    return this.outcome(await this.run('deduct', scope, input.customerId, this.drawArgs(input, hash)), input.customerId);
+    return this.outcome(await this.runBillable('deduct', scope, input.customerId, this.drawArgs(input, hash)), input.customerId);
   }
 
   async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
@@ -187,7 +214,7 @@ export class LedgerService {
     input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
   ): Promise<OpResult> {
     const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
-    const reply = await this.run('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
+    const reply = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
     return this.outcome(reply, owner);
   }
 
@@ -211,8 +238,8 @@ export class LedgerService {
     const reply = await this.run('view', scope, customerId, []);
     if (reply[0] === ScriptStatus.CustomerNotFound) return null;
     const profile = JSON.parse(reply[1]) as { created_at: string; name: string | null; email: string | null; metadata: string | null };
-    const nowMs = Number(reply[3]);
-    const sources = (reply[4] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
+    const nowMs = Number(reply[4]);
+    const sources = (reply[5] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
     return { profile, nowMs, sources, autoConsumed: reply[2] };
   }
 }

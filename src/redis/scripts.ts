@@ -25,6 +25,7 @@ export enum ScriptStatus {
   NoUnfreezable = 16,
   ExceedsFrozen = 17,
   InvalidExpires = 18,
+  UsageLimit = 19,
 }
 
 export const customerScriptNames = ['deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'expire', 'view'] as const;
@@ -52,10 +53,13 @@ function loadScripts(): Map<string, LoadedScript> {
 
 let cached: Map<string, LoadedScript> | undefined;
 
-export type ScriptReply = [number, string, number, ...unknown[]];
+/** {status, result JSON, TTL auto-consumes applied, TTL ledger entries written, ...}. */
+export type ScriptReply = [number, string, number, number, ...unknown[]];
 
 export interface Scripts {
   run(name: CustomerScriptName, keys: string[], args: (string | number)[]): Promise<ScriptReply>;
+  /** Any other script under lua/, by name, with its own reply shape. */
+  runOther<T = unknown[]>(name: string, keys: string[], args: (string | number)[]): Promise<T>;
 }
 
 export function registerScripts(redis: Redis): Scripts {
@@ -64,13 +68,15 @@ export function registerScripts(redis: Redis): Scripts {
   for (const s of scripts.values()) {
     if (!(s.command in redis)) redis.defineCommand(s.command, { numberOfKeys: s.numberOfKeys, lua: s.lua });
   }
+  const call = <T>(name: string, keys: string[], args: (string | number)[]): Promise<T> => {
+    const s = scripts.get(name);
+    if (!s) throw new Error(`no Lua script named ${name}`);
+    if (keys.length !== s.numberOfKeys) throw new Error(`${name} takes ${s.numberOfKeys} keys, got ${keys.length}`);
+    const fn = (redis as unknown as Record<string, (...a: (string | number)[]) => Promise<T>>)[s.command];
+    return fn.call(redis, ...keys, ...args);
+  };
   return {
-    async run(name, keys, args) {
-      const s = scripts.get(name);
-      if (!s) throw new Error(`no Lua script named ${name}`);
-      if (keys.length !== s.numberOfKeys) throw new Error(`${name} takes ${s.numberOfKeys} keys, got ${keys.length}`);
-      const fn = (redis as unknown as Record<string, (...a: (string | number)[]) => Promise<ScriptReply>>)[s.command];
-      return fn.call(redis, ...keys, ...args);
-    },
+    run: (name, keys, args) => call<ScriptReply>(name, keys, args),
+    runOther: (name, keys, args) => call(name, keys, args),
   };
 }
