@@ -22,6 +22,7 @@ export const keyRecordRow = z.object({
   revoked_at: z.number().nullable(),
   created_at: z.number(),
   contract: z.enum(['A', 'B']).nullable(),
+  rate_limit_per_minute: z.number().nullable(),
 });
 export type KeyRecord = z.infer<typeof keyRecordRow>;
 
@@ -38,7 +39,7 @@ export interface NewKey {
 export function createKeyQueries(pool: DatabasePool) {
   const selectKey = sql.fragment`
     SELECT k.id, k.organization_id, k.project_id, k.type, k.name, k.prefix, k.secret_hash, k.customer_id,
-           k.allowed_models, k.expires_at, k.revoked_at, k.created_at, p.contract
+           k.allowed_models, k.expires_at, k.revoked_at, k.created_at, p.contract, p.rate_limit_per_minute
     FROM api_keys k LEFT JOIN projects p ON p.id = k.project_id`;
   return {
     async insertKey(k: NewKey): Promise<{ record: KeyRecord; secret: string }> {
@@ -62,6 +63,17 @@ export function createKeyQueries(pool: DatabasePool) {
 export type KeyQueries = ReturnType<typeof createKeyQueries>;
 
 export const revocationChannel = (prefix: string) => `${prefix}keys:revoked`;
+export const projectChannel = (prefix: string) => `${prefix}projects:changed`;
+
+/** Tells every API process to drop its cached copy of a key (revocation). */
+export async function publishKeyChange(redis: Redis, prefix: string, secretHash: Buffer): Promise<void> {
+  await redis.publish(revocationChannel(prefix), secretHash.toString('hex'));
+}
+
+/** Tells every API process to reload the keys of a project (contract, rate limit). */
+export async function publishProjectChange(redis: Redis, prefix: string, projectId: string): Promise<void> {
+  await redis.publish(projectChannel(prefix), projectId);
+}
 
 export class KeyCache {
   private readonly entries = new Map<string, { record: KeyRecord | null; until: number }>();
@@ -71,10 +83,17 @@ export class KeyCache {
     private readonly ttlMs: number,
   ) {}
 
-  /** Listens for revocations on a dedicated subscriber connection. */
+  /** Listens for key and project changes on a dedicated subscriber connection. */
   async subscribe(subscriber: Redis, prefix: string): Promise<void> {
-    subscriber.on('message', (_channel: string, hashHex: string) => this.entries.delete(hashHex));
-    await subscriber.subscribe(revocationChannel(prefix));
+    const keys = revocationChannel(prefix);
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel === keys) {
+        this.entries.delete(message);
+        return;
+      }
+      for (const [hash, e] of this.entries) if (e.record?.project_id === message) this.entries.delete(hash);
+    });
+    await subscriber.subscribe(keys, projectChannel(prefix));
   }
 
   async lookup(key: string): Promise<KeyRecord | null> {
@@ -89,7 +108,4 @@ export class KeyCache {
     return record;
   }
 
-  forget(hashHex: string): void {
-    this.entries.delete(hashHex);
-  }
 }
