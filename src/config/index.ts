@@ -23,6 +23,8 @@ const schema = z.object({
   SVC_CLOCK_CONTROL: bool.default('0'),
   /** Master key (32 bytes, base64 or hex) that encrypts upstream provider keys at rest. */
   SVC_MASTER_KEY: z.string().optional(),
+  /** Requests per minute per API key when its project sets no limit. */
+  RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(60_000),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(60_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),

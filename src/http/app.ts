@@ -7,6 +7,7 @@ import { health } from '../health.js';
 import { ledgerRoutes } from '../ledger/routes.js';
 import type { Runtime } from '../runtime.js';
 import { authenticate } from './auth.js';
+import { rateLimit } from '../keys/rate-limit.js';
 import { errorHandler, notFound } from './errors.js';
 
 export const body_bytes_max_billing = 1024 * 1024;
@@ -23,7 +24,7 @@ export function createApp(rt: Runtime): express.Express {
   });
 
   app.use(express.json({ limit: body_bytes_max_billing, strict: false, type: ['application/json', 'application/*+json'] }));
-  app.use('/v1', authenticate(rt.keyCache));
+  app.use('/v1', authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger));
   app.use(ledgerRoutes(rt.ledger));
   app.use(customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries }));
   app.use(profileRoutes({ ledger: rt.ledger, redis: rt.redis, db: rt.db, ledgerQueries: rt.ledgerQueries, prefix: rt.config.REDIS_PREFIX, logger: rt.logger }));

@@ -60,6 +60,11 @@ export class PlanService {
       SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations WHERE id = ${orgId}`);
   }
 
+  /** The subscription's anchor: billing periods are calendar months from it. */
+  organizationAnchor(orgId: string): Promise<number> {
+    return this.anchorOf(orgId);
+  }
+
   private async anchorOf(orgId: string): Promise<number> {
     let anchor = this.anchors.get(orgId);
     if (anchor === undefined) {
