@@ -119,6 +119,19 @@ end
 -- Settles a frozen transaction as its TTL says. Writes an UNFREEZE or CONSUME entry with
 -- `reason`. Returns 1 when it consumed (a billable operation), else 0.
 local function settle_ttl(txid, tx, now)
+  if tx.k == 'gateway' then
+    -- A gateway hold outlived its call (the API process died mid-call). Holds write no
+    -- ledger entry, so their release writes none either.
+    for _, h in ipairs(tx.holds) do
+      local s = load_source(h.account_id)
+      s.f = s.f - tonumber(h.amount)
+      save_source(s)
+    end
+    tx.st = 'released'
+    tx.by = 'ttl'
+    redis.call('HSET', K_tx, txid, cjson.encode(tx))
+    return 0
+  end
   local details = {}
   local consumed = tx.ttlk == 'consume'
   for _, h in ipairs(tx.holds) do

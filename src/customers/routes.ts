@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { parseWith } from '../http/validate.js';
-import { outboxEntryToPublic, parseOutboxEntry, type LedgerEntry } from '../ledger/entries.js';
+import { isLedgerEntry, outboxEntryToPublic, parseOutboxEntry, type LedgerEntry } from '../ledger/entries.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { isActive, type CustomerView, type LedgerService } from '../ledger/service.js';
 
@@ -130,7 +130,10 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
       (q.transaction_id === undefined || e.transaction_id === q.transaction_id);
     // Outbox first, then PostgreSQL: an entry persisted in between shows up in both
     // (merged by id below) instead of in neither.
-    const pending = (await redis.xrange(k.outbox, '-', '+')).map(([, fields]) => outboxEntryToPublic(parseOutboxEntry(fields[1])));
+    const pending = (await redis.xrange(k.outbox, '-', '+'))
+      .map(([, fields]) => parseOutboxEntry(fields[1]))
+      .filter(isLedgerEntry)
+      .map(outboxEntryToPublic);
     const stored = await queries.findEntriesPage(scope.projectId, id, {
       beforeSeq,
       type: q.type ?? null,

@@ -11,7 +11,8 @@ export const outboxEntrySchema = z.object({
   seq: z.string(),
   project_id: z.string(),
   customer_id: z.string(),
-  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
+  /** USAGE: a gateway call that moved no money; it carries a usage record only. */
+  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE']),
   transaction_id: z.string(),
   amount: z.string(),
   returned_amount: z.string().nullable().optional(),
@@ -23,6 +24,8 @@ export const outboxEntrySchema = z.object({
   state: z.string().nullable().optional(),
   result: z.string(),
   x: z.record(z.unknown()).nullable().optional(),
+  /** Gateway calls: the usage record (JSON), persisted beside the entry. */
+  usage: z.string().optional(),
   at: z.string(),
 });
 export type OutboxEntry = z.infer<typeof outboxEntrySchema>;
@@ -33,11 +36,18 @@ export interface DetailItem {
   amount: number;
 }
 
+export type LedgerEntryType = Exclude<OutboxEntry['type'], 'USAGE'>;
+
+/** Whether an outbox entry is a ledger entry (USAGE ones are usage records only). */
+export function isLedgerEntry(e: OutboxEntry): e is OutboxEntry & { type: LedgerEntryType } {
+  return e.type !== 'USAGE';
+}
+
 export interface LedgerEntry {
   id: string;
   seq: number;
   customer_id: string;
-  type: OutboxEntry['type'];
+  type: LedgerEntryType;
   transaction_id: string;
   amount: number;
   returned_amount: number | null;
@@ -62,7 +72,7 @@ export function parseOutboxEntry(json: string): OutboxEntry {
   return outboxEntrySchema.parse(JSON.parse(json));
 }
 
-export function outboxEntryToPublic(e: OutboxEntry): LedgerEntry {
+export function outboxEntryToPublic(e: OutboxEntry & { type: LedgerEntryType }): LedgerEntry {
   return {
     id: e.id,
     seq: Number(e.seq),

@@ -1,7 +1,7 @@
 /** Ledger queries on PostgreSQL, the system of record. */
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { outboxEntryToPublic, toDetails, type LedgerEntry, type OutboxEntry } from './entries.js';
+import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry, type OutboxEntry } from './entries.js';
 
 const entryRow = z.object({
   id: z.string(),
@@ -53,6 +53,7 @@ export function createLedgerQueries(pool: DatabasePool) {
         let inserted = 0;
         for (const e of entries) {
           await insertSideRecords(tx, e);
+          if (!isLedgerEntry(e)) continue;
           const pub = outboxEntryToPublic(e);
           const res = await tx.query(sql.unsafe`
             INSERT INTO ledger_entries (id, project_id, customer_id, seq, type, transaction_id, amount, returned_amount,
@@ -70,7 +71,46 @@ export function createLedgerQueries(pool: DatabasePool) {
   };
 }
 
+/** A gateway call's usage record as the gateway service writes it (ARGV of the scripts). */
+export const usageRecordSchema = z.object({
+  id: z.string(),
+  customer_id: z.string(),
+  trace_id: z.string().nullable(),
+  wallet: z.string(),
+  model: z.string(),
+  endpoint: z.enum(['chat.completions', 'messages']),
+  stream: z.boolean(),
+  status: z.enum(['settled', 'failed', 'client_aborted']),
+  input_tokens: z.number().int(),
+  output_tokens: z.number().int(),
+  cache_read_tokens: z.number().int(),
+  cache_write_tokens: z.number().int(),
+  usage_estimated: z.boolean(),
+  cost_credits: z.number().int(),
+  latency_ms: z.number().int(),
+  prices: z.record(z.number()),
+  upstream_status: z.number().int().nullable(),
+});
+export type UsageRecordInput = z.infer<typeof usageRecordSchema>;
+
+async function insertUsageRecord(tx: CommonQueryMethods, e: OutboxEntry): Promise<void> {
+  const u = usageRecordSchema.parse(JSON.parse(e.usage!));
+  const r = JSON.parse(e.result) as { cost?: string; returned?: string; reserved?: string; details?: unknown; balance_after?: string };
+  const reserved = Number(r.reserved ?? e.returned_amount ?? 0);
+  await tx.query(sql.unsafe`
+    INSERT INTO usage_records (id, project_id, customer_id, transaction_id, trace_id, wallet, model, endpoint, stream, status,
+      input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, latency_ms, prices,
+      reserved_credits, returned_credits, details, balance_after_credits, upstream_status, created_at)
+    VALUES (${u.id}, ${e.project_id}, ${e.customer_id}, ${e.transaction_id}, ${u.trace_id}, ${u.wallet}, ${u.model}, ${u.endpoint},
+      ${u.stream}, ${u.status}, ${u.input_tokens}, ${u.output_tokens}, ${u.cache_read_tokens}, ${u.cache_write_tokens},
+      ${u.usage_estimated}, ${Number(e.amount)}, ${u.latency_ms}, ${sql.jsonb(u.prices)}, ${reserved},
+      ${Number(e.returned_amount ?? reserved)}, ${sql.jsonb(toDetails(e.details) as unknown as never)},
+      ${r.balance_after === undefined ? null : Number(r.balance_after)}, ${u.upstream_status}, ${sql.timestamp(new Date(Number(e.at)))})
+    ON CONFLICT (project_id, transaction_id) DO NOTHING`);
+}
+
 async function insertSideRecords(tx: CommonQueryMethods, e: OutboxEntry): Promise<void> {
+  if (e.usage !== undefined) await insertUsageRecord(tx, e);
   if (e.type !== 'DEPOSIT' || !e.x) return;
   const customer = e.x.customer as { created_at: string; name: string | null; email: string | null; metadata: string | null } | null;
   if (customer) {

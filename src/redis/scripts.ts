@@ -28,7 +28,9 @@ export enum ScriptStatus {
   UsageLimit = 19,
 }
 
-export const customerScriptNames = ['deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'expire', 'view'] as const;
+export const customerScriptNames = [
+  'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'expire', 'view', 'gateway_hold', 'gateway_settle', 'gateway_release',
+] as const;
 export type CustomerScriptName = (typeof customerScriptNames)[number];
 
 interface LoadedScript {

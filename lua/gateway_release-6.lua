@@ -1,0 +1,48 @@
+-- Releases a gateway hold whose call was not billed (upstream error or timeout), and
+-- writes the call's usage record (status failed) for the workers; no ledger entry.
+--
+-- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  gateway transaction id
+-- ARGV[6]  usage record, JSON (opaque here)
+--
+-- Returns {OK or E_NO_CONSUMABLE, '', auto-consumed, TTL entries}.
+
+--@include customer
+
+local txid = ARGV[5]
+local usage = ARGV[6]
+
+local now = now_ms()
+local auto_consumed = expire_due(now)
+
+local raw = redis.call('HGET', K_tx, txid)
+if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+local tx = cjson.decode(raw)
+if tx.k ~= 'gateway' or tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+
+for _, h in ipairs(tx.holds) do
+  local s = load_source(h.account_id)
+  s.f = s.f - tonumber(h.amount)
+  save_source(s)
+end
+tx.st = 'released'
+tx.by = 'api'
+redis.call('HSET', K_tx, txid, cjson.encode(tx))
+redis.call('ZREM', K_ttl, txid)
+
+write_entry({
+  type = 'USAGE',
+  transaction_id = txid,
+  amount = '0',
+  returned_amount = tx.a,
+  wallet = tx.w,
+  details = {},
+  reason = cjson.null,
+  business_type = 'TOKEN_USAGE',
+  description = cjson.null,
+  state = 'released',
+  result = cjson.encode({ transaction_id = txid }),
+  usage = usage,
+}, now, false)
+
+return { OK, '', auto_consumed, ttl_entries_written }

@@ -1,0 +1,50 @@
+/**
+ * The models a gateway call may use, cached per process: a call must not wait for
+ * PostgreSQL. A model change publishes a project change (src/keys/store.ts), which drops
+ * that project's entries here at once; entries also expire after a few seconds.
+ */
+import type { Redis } from 'ioredis';
+import { projectChannel } from '../keys/store.js';
+import type { Prices } from './pricing.js';
+
+export interface GatewayModel {
+  id: string;
+  provider: 'openai' | 'anthropic';
+  upstreamBaseUrl: string;
+  upstreamModel: string;
+  /** Decrypted; never logged or returned. */
+  upstreamKey: string | null;
+  maxOutputTokens: number;
+  supportsStreaming: boolean;
+  active: boolean;
+  prices: Prices;
+}
+
+export type ModelLoader = (projectId: string, modelId: string) => Promise<GatewayModel | null>;
+
+export const model_cache_ttl_ms = 5_000;
+
+export class ModelCache {
+  private readonly entries = new Map<string, { model: GatewayModel | null; until: number }>();
+
+  constructor(private readonly load: ModelLoader) {}
+
+  async subscribe(subscriber: Redis, prefix: string): Promise<void> {
+    const channel = projectChannel(prefix);
+    subscriber.on('message', (ch: string, projectId: string) => {
+      if (ch !== channel) return;
+      for (const key of this.entries.keys()) if (key.startsWith(`${projectId}\n`)) this.entries.delete(key);
+    });
+    await subscriber.subscribe(channel);
+  }
+
+  async get(projectId: string, modelId: string): Promise<GatewayModel | null> {
+    const key = `${projectId}\n${modelId}`;
+    const hit = this.entries.get(key);
+    if (hit && hit.until > Date.now()) return hit.model;
+    const model = await this.load(projectId, modelId);
+    if (this.entries.size > 10_000) this.entries.clear();
+    this.entries.set(key, { model, until: Date.now() + model_cache_ttl_ms });
+    return model;
+  }
+}

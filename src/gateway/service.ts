@@ -1,0 +1,369 @@
+/**
+ * One gateway call, end to end: resolve customer and model, count the plan operation,
+ * hold an upper bound of the cost (lua/gateway_hold-6.lua), relay to the upstream (as a
+ * whole or as a stream), settle the exact cost from the upstream's usage
+ * (lua/gateway_settle-6.lua) or release the hold when nothing is billed
+ * (lua/gateway_release-6.lua). The usage record and receipt travel with the settlement's
+ * outbox entry to the workers.
+ */
+import type { Request, Response } from 'express';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { ApiError } from '../errors/catalogue.js';
+import type { AuthContext } from '../http/auth.js';
+import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
+import type { ProjectScope } from '../ledger/service.js';
+import { LedgerService, newId } from '../ledger/service.js';
+import { walletNameSchema } from '../ledger/schemas.js';
+import type { UsageRecordInput } from '../ledger/queries.js';
+import type { PlanService, Reservation } from '../plans/service.js';
+import { projectKeys } from '../redis/keys.js';
+import { ScriptStatus } from '../redis/scripts.js';
+import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
+import type { GatewayModel, ModelCache } from './models.js';
+import { costOf, inputCostBound } from './pricing.js';
+import type { UpstreamClient } from './upstream.js';
+
+export type Endpoint = 'chat.completions' | 'messages';
+
+/** A hold outlives its call only when the API process died mid-call; then it is released. */
+export const hold_ttl_seconds = 3_600;
+
+export const billingHeaderNames = [
+  'X-Service-Cost-Credits',
+  'X-Service-Cost-Cents',
+  'X-Service-Cost-Usd',
+  'X-Service-Balance-Credits',
+  'X-Service-Balance-Usd',
+] as const;
+
+interface SettleResult {
+  cost: number;
+  returned: number;
+  reserved: number;
+  balanceAfter: number;
+}
+
+interface Call {
+  auth: AuthContext;
+  scope: ProjectScope;
+  endpoint: Endpoint;
+  format: WireFormat;
+  customerId: string;
+  wallet: string;
+  traceId: string | null;
+  model: GatewayModel;
+  stream: boolean;
+  transactionId: string;
+  startedAt: number;
+  reservation: Reservation;
+  hold: number;
+  outputTokens: number;
+  requestBytes: number;
+}
+
+function headerValue(req: Request, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+export class GatewayService {
+  constructor(
+    private readonly deps: {
+      ledger: LedgerService;
+      plans: PlanService;
+      models: ModelCache;
+      upstream: UpstreamClient;
+      redis: Redis;
+      prefix: string;
+      logger: Logger;
+    },
+  ) {}
+
+  async handle(req: Request, res: Response, auth: AuthContext, endpoint: Endpoint, rawBytes: number): Promise<void> {
+    const body = req.body as Record<string, unknown>;
+    const format: WireFormat = endpoint === 'messages' ? 'anthropic' : 'openai';
+    const { scope } = auth;
+
+    if (typeof body.model !== 'string' || body.model.length === 0) throw new ApiError('invalid_request', { param: 'model', message: 'model is required' });
+    if (!Array.isArray(body.messages)) throw new ApiError('invalid_request', { param: 'messages', message: 'messages must be an array' });
+    if (body.stream !== undefined && typeof body.stream !== 'boolean') throw new ApiError('invalid_request', { param: 'stream', message: 'stream must be a boolean' });
+    const stream = body.stream === true;
+    const explicitMax = requestedMaxTokens(format, body);
+    if (explicitMax !== null && (!Number.isInteger(explicitMax) || explicitMax < 1)) {
+      throw new ApiError('invalid_request', { param: 'max_tokens', message: 'the output token limit must be a positive integer' });
+    }
+
+    const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : headerValue(req, 'x-service-customer');
+    if (!customerId) throw new ApiError('customer_required');
+    const walletHeader = headerValue(req, 'x-service-wallet');
+    if (walletHeader !== undefined && !walletNameSchema.safeParse(walletHeader).success) {
+      throw new ApiError('invalid_request', { param: 'X-Service-Wallet', message: 'X-Service-Wallet is not a valid wallet name' });
+    }
+    const wallet = walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
+    const traceId = headerValue(req, 'x-service-trace-id') ?? null;
+    if (traceId !== null && (traceId.length === 0 || traceId.length > 256)) {
+      throw new ApiError('invalid_request', { param: 'X-Service-Trace-Id', message: 'X-Service-Trace-Id must be 1-256 characters' });
+    }
+
+    const model = await this.deps.models.get(scope.projectId, body.model);
+    if (!model || !model.active) throw new ApiError('model_not_found', { param: 'model' });
+    if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
+    if (model.provider !== format) {
+      throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${model.provider === 'openai' ? '/v1/chat/completions' : '/v1/messages'}` });
+    }
+    if (!model.upstreamKey) throw new ApiError('byok_key_required');
+    if (stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
+
+    const transactionId = newId('gw');
+    const idempotencyKey = headerValue(req, 'idempotency-key');
+    const idemIndex = `${projectKeys(this.deps.prefix, scope.projectId).txIndex}:gwidem`;
+    if (idempotencyKey !== undefined) {
+      const first = await this.claimIdempotencyKey(idemIndex, idempotencyKey, transactionId);
+      if (first !== transactionId) {
+        throw new ApiError('idempotency_key_reused', { extra: { transaction_id: first } });
+      }
+    }
+
+    let call: Call | undefined;
+    try {
+      call = await this.hold({ auth, scope, endpoint, format, customerId, wallet, traceId, model, stream, transactionId, explicitMax, rawBytes });
+      res.setHeader('X-Service-Transaction-Id', transactionId);
+      if (traceId !== null) res.setHeader('X-Service-Trace-Id', traceId);
+      res.setHeader('X-Service-Reserved-Credits', String(call.hold));
+      res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
+      const upstreamBody = prepareUpstreamBody(format, body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream });
+      if (stream) await this.relayStream(req, res, call, upstreamBody.body, upstreamBody.clientWantsUsage);
+      else await this.relayWhole(req, res, call, upstreamBody.body);
+    } catch (err) {
+      if (idempotencyKey !== undefined && !(call && res.headersSent)) {
+        // Nothing was billed: the same key may retry.
+        await this.deps.redis.hdel(idemIndex, idempotencyKey).catch(() => undefined);
+      }
+      throw err;
+    }
+  }
+
+  private async claimIdempotencyKey(index: string, key: string, transactionId: string): Promise<string> {
+    const [[, created], [, owner]] = (await this.deps.redis.multi().hsetnx(index, key, transactionId).hget(index, key).exec()) as [
+      [Error | null, number],
+      [Error | null, string],
+    ];
+    return created ? transactionId : owner;
+  }
+
+  private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number }): Promise<Call> {
+    const startedAt = Date.now();
+    const reservation = await this.deps.plans.reserve(c.scope.organizationId);
+    let ok = false;
+    try {
+      const prices = c.model.prices;
+      const wanted = c.explicitMax ?? c.model.maxOutputTokens;
+      const reply = await this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
+        c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
+        c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0',
+      ]);
+      const [status, raw] = reply;
+      if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
+      if (status === ScriptStatus.UsageLimit) throw new ApiError('usage_limit_exceeded');
+      if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
+        throw new ApiError('insufficient_balance', { status: 402 });
+      }
+      if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
+      const held = JSON.parse(raw) as { hold: string; output_tokens: string };
+      // Receipts find the customer of a gateway transaction through the project index.
+      await this.deps.redis.hset(projectKeys(this.deps.prefix, c.scope.projectId).txIndex, c.transactionId, c.customerId);
+      ok = true;
+      return { ...c, startedAt, reservation, hold: Number(held.hold), outputTokens: Number(held.output_tokens), requestBytes: c.rawBytes };
+    } finally {
+      if (!ok) await this.deps.plans.release(reservation);
+    }
+  }
+
+  private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
+    const p = call.model.prices;
+    return {
+      id: newId('usage'),
+      customer_id: call.customerId,
+      trace_id: call.traceId,
+      wallet: call.wallet,
+      model: call.model.id,
+      endpoint: call.endpoint,
+      stream: call.stream,
+      status,
+      input_tokens: usage.input,
+      output_tokens: usage.output,
+      cache_read_tokens: usage.cacheRead,
+      cache_write_tokens: usage.cacheWrite,
+      usage_estimated: estimated,
+      cost_credits: cost,
+      latency_ms: Date.now() - call.startedAt,
+      prices: {
+        input_price_per_million_credits: p.input,
+        output_price_per_million_credits: p.output,
+        cache_read_price_per_million_credits: p.cacheRead,
+        cache_write_price_per_million_credits: p.cacheWrite,
+      },
+      upstream_status: upstreamStatus,
+    };
+  }
+
+  private async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number): Promise<SettleResult> {
+    const cost = costOf(usage, call.model.prices);
+    const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
+    const reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, [call.transactionId, cost, JSON.stringify(record), call.model.id]);
+    if (reply[0] !== ScriptStatus.Ok) {
+      // The hold was released by its TTL while the call ran: the call is not billed, and
+      // the plan operation is given back.
+      this.deps.logger.error({ transactionId: call.transactionId }, 'gateway hold gone at settlement; call not billed');
+      await this.deps.plans.release(call.reservation);
+      return { cost: 0, returned: 0, reserved: call.hold, balanceAfter: 0 };
+    }
+    const r = JSON.parse(reply[1]) as { cost: string; returned: string; reserved: string; balance_after: string };
+    if (Number(r.cost) === 0) await this.deps.plans.release(call.reservation);
+    return { cost: Number(r.cost), returned: Number(r.returned), reserved: Number(r.reserved), balanceAfter: Number(r.balance_after) };
+  }
+
+  /** Gives the hold back: the call is not billed (upstream error, timeout, bad answer). */
+  private async release(call: Call, upstreamStatus: number | null): Promise<void> {
+    const zero: Usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
+    const record = this.usageRecord(call, 'failed', zero, 0, false, upstreamStatus);
+    await this.deps.ledger.run('gateway_release', call.scope, call.customerId, [call.transactionId, JSON.stringify(record)]);
+    await this.deps.plans.release(call.reservation);
+  }
+
+  private billingHeaders(s: SettleResult): Record<string, string> {
+    return {
+      'X-Service-Cost-Credits': String(s.cost),
+      'X-Service-Cost-Cents': creditsToCents(s.cost),
+      'X-Service-Cost-Usd': creditsToUsd(s.cost),
+      'X-Service-Balance-Credits': String(s.balanceAfter),
+      'X-Service-Balance-Usd': creditsToUsd(s.balanceAfter),
+    };
+  }
+
+  private async send(req: Request, call: Call, body: Record<string, unknown>, signal: AbortSignal) {
+    try {
+      return await this.deps.upstream.send(
+        { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey! },
+        body,
+        { stream: call.stream, signal, anthropicVersion: call.format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined },
+      );
+    } catch (err) {
+      await this.release(call, null);
+      throw upstreamError(err);
+    }
+  }
+
+  private async relayWhole(req: Request, res: Response, call: Call, body: Record<string, unknown>): Promise<void> {
+    const abort = new AbortController();
+    const onClose = () => abort.abort();
+    res.once('close', onClose);
+    const upstream = await this.send(req, call, body, abort.signal);
+    let bytes: Buffer;
+    try {
+      bytes = await readAll(upstream.body);
+    } catch (err) {
+      await this.release(call, upstream.status);
+      throw upstreamError(err);
+    } finally {
+      res.off('close', onClose);
+    }
+    const contentType = String(upstream.headers['content-type'] ?? 'application/json');
+    if (upstream.status >= 400) {
+      await this.release(call, upstream.status);
+      res.status(upstream.status).type(contentType).send(bytes);
+      return;
+    }
+    let usage: Usage | null = null;
+    try {
+      usage = usageFromResponse(call.format, JSON.parse(bytes.toString('utf8')));
+    } catch {
+      usage = null;
+    }
+    if (usage === null) {
+      await this.release(call, upstream.status);
+      throw new ApiError('upstream_error', { message: 'the upstream answered without a valid response body or usage' });
+    }
+    const settled = await this.settle(call, usage, 'settled', false, upstream.status);
+    res.set(this.billingHeaders(settled));
+    res.status(upstream.status).type(contentType).send(bytes);
+  }
+
+  private async relayStream(req: Request, res: Response, call: Call, body: Record<string, unknown>, clientWantsUsage: boolean): Promise<void> {
+    const abort = new AbortController();
+    let clientGone = false;
+    const onClose = () => {
+      if (!res.writableFinished) {
+        clientGone = true;
+        abort.abort();
+      }
+    };
+    res.once('close', onClose);
+    const upstream = await this.send(req, call, body, abort.signal);
+    if (upstream.status >= 400) {
+      const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
+      await this.release(call, upstream.status);
+      res.off('close', onClose);
+      res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
+      return;
+    }
+    res.status(200);
+    res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
+    res.setHeader('Cache-Control', 'no-cache');
+    res.setHeader('Trailer', billingHeaderNames.join(', '));
+    res.flushHeaders();
+
+    const relay = new StreamRelay(call.format, clientWantsUsage);
+    let upstreamFailed = false;
+    try {
+      for await (const chunk of upstream.body) {
+        const out = relay.push(chunk as Uint8Array);
+        if (out.length > 0 && !clientGone) res.write(out);
+      }
+      const tail = relay.end();
+      if (tail.length > 0 && !clientGone) res.write(tail);
+    } catch (err) {
+      if (!clientGone) {
+        upstreamFailed = true;
+        this.deps.logger.warn({ err, transactionId: call.transactionId }, 'upstream stream failed');
+      }
+    } finally {
+      res.off('close', onClose);
+    }
+
+    const usage = relay.usage();
+    if (clientGone) {
+      // The client left: charge the input and the output already relayed (estimated).
+      const estimate: Usage = {
+        input: usage?.input ?? Math.ceil(call.requestBytes / 4),
+        cacheRead: usage?.cacheRead ?? 0,
+        cacheWrite: usage?.cacheWrite ?? 0,
+        output: relay.relayedOutputEstimate(),
+      };
+      await this.settle(call, estimate, 'client_aborted', true, upstream.status);
+      return;
+    }
+    if (upstreamFailed || usage === null || relay.error() !== null || !relay.sawTerminal()) {
+      await this.release(call, upstream.status);
+      res.end();
+      return;
+    }
+    const settled = await this.settle(call, usage, 'settled', false, upstream.status);
+    res.addTrailers(this.billingHeaders(settled));
+    res.end();
+  }
+}
+
+async function readAll(body: AsyncIterable<unknown>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of body) parts.push(Buffer.from(chunk as Uint8Array));
+  return Buffer.concat(parts);
+}
+
+function upstreamError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  const kind = (err as { kind?: string }).kind;
+  if (kind === 'timeout') return new ApiError('upstream_timeout');
+  return new ApiError('upstream_error');
+}

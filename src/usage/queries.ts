@@ -1,0 +1,103 @@
+/** Usage records and receipts of gateway calls in PostgreSQL. */
+import { sql, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { creditsToUsd } from '../ledger/amounts.js';
+
+const usageRow = z.object({
+  id: z.string(),
+  transaction_id: z.string(),
+  trace_id: z.string().nullable(),
+  customer_id: z.string(),
+  wallet: z.string(),
+  model: z.string(),
+  endpoint: z.string(),
+  stream: z.boolean(),
+  status: z.string(),
+  input_tokens: z.number(),
+  output_tokens: z.number(),
+  cache_read_tokens: z.number(),
+  cache_write_tokens: z.number(),
+  usage_estimated: z.boolean(),
+  cost_credits: z.number(),
+  latency_ms: z.number(),
+  created_at: z.number(),
+  prices: z.record(z.number()),
+  reserved_credits: z.number(),
+  returned_credits: z.number(),
+  details: z.array(z.object({ account_id: z.string(), credit_type: z.string(), amount: z.number() })),
+  balance_after_credits: z.number().nullable(),
+});
+type UsageRow = z.infer<typeof usageRow>;
+
+export interface UsageFilter {
+  customerId?: string;
+  traceId?: string;
+  model?: string;
+  fromMs?: number;
+  toMs?: number;
+  /** Keyset position: rows strictly older than (createdAtMs, id). */
+  before?: { createdAtMs: number; id: string };
+  limit: number;
+}
+
+export function usageRecord(r: UsageRow) {
+  return {
+    id: r.id,
+    transaction_id: r.transaction_id,
+    trace_id: r.trace_id,
+    customer_id: r.customer_id,
+    wallet: r.wallet,
+    model: r.model,
+    endpoint: r.endpoint,
+    stream: r.stream,
+    status: r.status,
+    input_tokens: r.input_tokens,
+    output_tokens: r.output_tokens,
+    cache_read_tokens: r.cache_read_tokens,
+    cache_write_tokens: r.cache_write_tokens,
+    usage_estimated: r.usage_estimated,
+    cost_credits: r.cost_credits,
+    cost_usd: creditsToUsd(r.cost_credits),
+    latency_ms: r.latency_ms,
+    created_at: new Date(r.created_at).toISOString(),
+  };
+}
+
+export function receipt(r: UsageRow) {
+  return {
+    ...usageRecord(r),
+    prices: r.prices,
+    reserved_credits: r.reserved_credits,
+    returned_credits: r.returned_credits,
+    details: r.details,
+    balance_after_credits: r.balance_after_credits,
+  };
+}
+
+const columns = sql.fragment`id, transaction_id, trace_id, customer_id, wallet, model, endpoint, stream, status, input_tokens,
+  output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, latency_ms, created_at, prices,
+  reserved_credits, returned_credits, details, balance_after_credits`;
+
+export function createUsageQueries(pool: DatabasePool) {
+  return {
+    findPage(projectId: string, f: UsageFilter) {
+      const conds = [sql.fragment`project_id = ${projectId}`];
+      if (f.customerId !== undefined) conds.push(sql.fragment`customer_id = ${f.customerId}`);
+      if (f.traceId !== undefined) conds.push(sql.fragment`trace_id = ${f.traceId}`);
+      if (f.model !== undefined) conds.push(sql.fragment`model = ${f.model}`);
+      if (f.fromMs !== undefined) conds.push(sql.fragment`created_at >= ${sql.timestamp(new Date(f.fromMs))}`);
+      if (f.toMs !== undefined) conds.push(sql.fragment`created_at < ${sql.timestamp(new Date(f.toMs))}`);
+      if (f.before) conds.push(sql.fragment`(created_at, id) < (${sql.timestamp(new Date(f.before.createdAtMs))}, ${f.before.id})`);
+      return pool.any(sql.type(usageRow)`
+        SELECT ${columns} FROM usage_records WHERE ${sql.join(conds, sql.fragment` AND `)}
+        ORDER BY created_at DESC, id DESC LIMIT ${f.limit}`);
+    },
+    findReceipt(projectId: string, transactionId: string) {
+      return pool.maybeOne(sql.type(usageRow)`
+        SELECT ${columns} FROM usage_records
+        WHERE project_id = ${projectId} AND transaction_id = ${transactionId} AND status <> 'failed'`);
+    },
+  };
+}
+
+export type UsageQueries = ReturnType<typeof createUsageQueries>;

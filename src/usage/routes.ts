@@ -1,0 +1,123 @@
+/**
+ * GET /v1/usage and GET /v1/billing/receipts/{transaction_id}. A customer-scoped key sees
+ * only its own customer's calls. A receipt is readable as soon as its call answered: until
+ * the workers copy it to PostgreSQL it is read from the customer's outbox.
+ */
+import { Router } from 'express';
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { ApiError } from '../errors/catalogue.js';
+import { authOf, requireKeyType } from '../http/auth.js';
+import { parseWith } from '../http/validate.js';
+import { creditsToUsd } from '../ledger/amounts.js';
+import { parseOutboxEntry, toDetails } from '../ledger/entries.js';
+import { usageRecordSchema } from '../ledger/queries.js';
+import type { LedgerService } from '../ledger/service.js';
+import { projectKeys } from '../redis/keys.js';
+import { page_size_default, page_size_max } from '../customers/routes.js';
+import { receipt, type UsageQueries } from './queries.js';
+
+const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
+
+const usageQuery = z.object({
+  customer_id: z.string().min(1).max(256).optional(),
+  trace_id: z.string().min(1).max(256).optional(),
+  model: z.string().min(1).max(128).optional(),
+  from: isoTime.optional(),
+  to: isoTime.optional(),
+  limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
+  cursor: z.string().max(300).optional(),
+});
+
+function encodeCursor(createdAt: string, id: string): string {
+  return Buffer.from(JSON.stringify({ t: Date.parse(createdAt), i: id })).toString('base64url');
+}
+
+function decodeCursor(cursor: string): { createdAtMs: number; id: string } {
+  try {
+    const v = JSON.parse(Buffer.from(cursor, 'base64url').toString()) as { t?: unknown; i?: unknown };
+    if (typeof v.t === 'number' && typeof v.i === 'string') return { createdAtMs: v.t, id: v.i };
+  } catch {
+    // fall through
+  }
+  throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
+}
+
+export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; redis: Redis; prefix: string }): Router {
+  const r = Router();
+  const readers = requireKeyType('project', 'customer');
+
+  r.get('/v1/usage', readers, async (req, res) => {
+    const { key, scope } = authOf(res);
+    const q = parseWith(usageQuery, req.query);
+    let customerId = q.customer_id;
+    if (key.type === 'customer') {
+      if (customerId !== undefined && customerId !== key.customer_id) throw new ApiError('customer_not_found');
+      customerId = key.customer_id!;
+    }
+    const rows = await deps.usage.findPage(scope.projectId, {
+      customerId,
+      traceId: q.trace_id,
+      model: q.model,
+      fromMs: q.from === undefined ? undefined : Date.parse(q.from),
+      toMs: q.to === undefined ? undefined : Date.parse(q.to),
+      before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
+      limit: q.limit + 1,
+    });
+    const page = rows.slice(0, q.limit).map((row) => {
+      const { prices: _p, reserved_credits: _r, returned_credits: _t, details: _d, balance_after_credits: _b, ...record } = receipt(row);
+      return record;
+    });
+    const hasMore = rows.length > q.limit;
+    const last = page[page.length - 1];
+    res.json({ object: 'list', data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null });
+  });
+
+  r.get('/v1/billing/receipts/:transaction_id', readers, async (req, res) => {
+    const { key, scope } = authOf(res);
+    const transactionId = String(req.params.transaction_id);
+    const owner = await deps.redis.hget(projectKeys(deps.prefix, scope.projectId).txIndex, transactionId);
+    if (key.type === 'customer' && owner !== null && owner !== key.customer_id) throw new ApiError('not_found', { message: 'receipt not found' });
+    const stored = await deps.usage.findReceipt(scope.projectId, transactionId);
+    if (stored) {
+      if (key.type === 'customer' && stored.customer_id !== key.customer_id) throw new ApiError('not_found', { message: 'receipt not found' });
+      res.json(receipt(stored));
+      return;
+    }
+    const pending = owner === null ? null : await receiptFromOutbox(deps, scope, owner, transactionId);
+    if (!pending) throw new ApiError('not_found', { message: 'receipt not found' });
+    res.json(pending);
+  });
+
+  return r;
+}
+
+async function receiptFromOutbox(
+  deps: { ledger: LedgerService; redis: Redis },
+  scope: { projectId: string; organizationId: string },
+  customerId: string,
+  transactionId: string,
+) {
+  const k = deps.ledger.keys(scope, customerId);
+  for (const [, fields] of await deps.redis.xrange(k.outbox, '-', '+')) {
+    const e = parseOutboxEntry(fields[1]);
+    if (e.transaction_id !== transactionId || e.usage === undefined) continue;
+    const u = usageRecordSchema.parse(JSON.parse(e.usage));
+    if (u.status === 'failed') return null;
+    const result = JSON.parse(e.result) as { reserved: string; returned: string; balance_after: string };
+    const { prices, upstream_status: _s, ...record } = u;
+    return {
+      ...record,
+      transaction_id: transactionId,
+      cost_credits: Number(e.amount),
+      cost_usd: creditsToUsd(Number(e.amount)),
+      created_at: new Date(Number(e.at)).toISOString(),
+      prices,
+      reserved_credits: Number(result.reserved),
+      returned_credits: Number(result.returned),
+      details: toDetails(e.details),
+      balance_after_credits: Number(result.balance_after),
+    };
+  }
+  return null;
+}
