@@ -308,21 +308,58 @@ export class GatewayService {
       res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
       return;
     }
+    // Read until the first event can be forwarded, so that an upstream answering garbage
+    // still gets a clean 502 before any header goes out.
+    const relay = new StreamRelay(call.format, clientWantsUsage);
+    const chunks = upstream.body[Symbol.asyncIterator]();
+    const first: Uint8Array[] = [];
+    let ended = false;
+    try {
+      while (first.length === 0 && !relay.invalid() && !clientGone) {
+        const next = await chunks.next();
+        if (next.done) {
+          ended = true;
+          const tail = relay.end();
+          if (tail.length > 0) first.push(tail);
+          break;
+        }
+        const out = relay.push(next.value as Uint8Array);
+        if (out.length > 0) first.push(out);
+      }
+    } catch (err) {
+      res.off('close', onClose);
+      if (clientGone) {
+        await this.release(call, upstream.status);
+        return;
+      }
+      await this.release(call, upstream.status);
+      throw upstreamError(err);
+    }
+    if (!clientGone && (relay.invalid() || first.length === 0)) {
+      res.off('close', onClose);
+      await this.release(call, upstream.status);
+      throw new ApiError('upstream_error', { message: 'the upstream stream is not a valid event stream' });
+    }
+
     res.status(200);
     res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
     res.setHeader('Cache-Control', 'no-cache');
     res.setHeader('Trailer', billingHeaderNames.join(', '));
     res.flushHeaders();
 
-    const relay = new StreamRelay(call.format, clientWantsUsage);
     let upstreamFailed = false;
     try {
-      for await (const chunk of upstream.body) {
-        const out = relay.push(chunk as Uint8Array);
+      for (const out of first) if (!clientGone) res.write(out);
+      while (!ended && !clientGone && !relay.invalid()) {
+        const next = await chunks.next();
+        if (next.done) {
+          const tail = relay.end();
+          if (tail.length > 0) res.write(tail);
+          break;
+        }
+        const out = relay.push(next.value as Uint8Array);
         if (out.length > 0 && !clientGone) res.write(out);
       }
-      const tail = relay.end();
-      if (tail.length > 0 && !clientGone) res.write(tail);
     } catch (err) {
       if (!clientGone) {
         upstreamFailed = true;
@@ -344,7 +381,7 @@ export class GatewayService {
       await this.settle(call, estimate, 'client_aborted', true, upstream.status);
       return;
     }
-    if (upstreamFailed || usage === null || relay.error() !== null || !relay.sawTerminal()) {
+    if (upstreamFailed || usage === null || !relay.usageComplete() || relay.invalid() || relay.error() !== null || !relay.sawTerminal()) {
       await this.release(call, upstream.status);
       res.end();
       return;

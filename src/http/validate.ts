@@ -14,7 +14,9 @@ export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.
 /** The JSON body as an object, or invalid_json. */
 export function jsonBody(req: Request): Record<string, unknown> {
   const body: unknown = req.body;
-  if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
+  // The JSON parser reads an empty body as {}, but an empty body is not a JSON object.
+  const empty = req.headers['content-length'] === '0';
+  if (empty || body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new ApiError('invalid_json', { message: 'request body must be a JSON object (Content-Type: application/json)' });
   }
   return body as Record<string, unknown>;

@@ -3,7 +3,7 @@ import { Router, type Response } from 'express';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { jsonBody, parseWith } from '../http/validate.js';
 import { readAmount } from './amounts.js';
-import { depositSchema, drawSchema, readDepositWallet, readTimestamp, readTtl, readWalletFilter, settleSchema } from './schemas.js';
+import { depositSchema, drawSchema, readDepositWallet, readTtl, readWalletFilter, readWindow, settleSchema } from './schemas.js';
 import type { LedgerService, OpResult } from './service.js';
 
 function send(res: Response, result: OpResult, extra: Record<string, unknown> = {}): void {
@@ -20,8 +20,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
     const fields = parseWith(depositSchema, body);
     const amount = readAmount(body, variant)!;
     const wallet = readDepositWallet(body, variant);
-    const startsAtMs = readTimestamp(body, 'starts_at');
-    const expiresAtMs = readTimestamp(body, 'expires_at');
+    const { startsAtMs, expiresAtMs } = readWindow(body);
     const result = await ledger.deposit(scope, {
       customerId: fields.customer_id,
       amount,

@@ -47,10 +47,32 @@ export function readTimestamp(body: Record<string, unknown>, field: 'starts_at' 
   if (typeof v !== 'string') throw new ApiError(code, { param: field });
   const m = isoPattern.exec(v);
   if (!m) throw new ApiError(code, { param: field });
+  // Date.parse rolls an impossible day over (February 30 becomes March 2); reject it instead.
+  const [year, month, day] = v.slice(0, 10).split('-').map(Number);
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) throw new ApiError(code, { param: field });
   const text = v.length > 10 && !m[1] ? `${v}Z` : v;
   const ms = Date.parse(text);
   if (Number.isNaN(ms)) throw new ApiError(code, { param: field });
   return ms;
+}
+
+function daysInMonth(year: number, month: number): number {
+  if (month === 2) return year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28;
+  return [4, 6, 9, 11].includes(month) ? 30 : 31;
+}
+
+/**
+ * A deposit's validity window. The order of the two times is checked here, where the
+ * offending field can be named; whether expires_at is still in the future needs the
+ * service clock and is left to the deposit script.
+ */
+export function readWindow(body: Record<string, unknown>): { startsAtMs: number | null; expiresAtMs: number | null } {
+  const startsAtMs = readTimestamp(body, 'starts_at');
+  const expiresAtMs = readTimestamp(body, 'expires_at');
+  if (startsAtMs !== null && expiresAtMs !== null && expiresAtMs <= startsAtMs) {
+    throw new ApiError('invalid_expires_at', { param: 'expires_at', message: 'expires_at must be later than starts_at' });
+  }
+  return { startsAtMs, expiresAtMs };
 }
 
 function walletField(body: Record<string, unknown>, field: string): string {

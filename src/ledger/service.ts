@@ -129,14 +129,19 @@ export class LedgerService {
     }
   }
 
-  private outcome(reply: ScriptReply, customerId: string): OpResult {
+  /**
+   * The script's answer as a result, or its error. `idParam` names the request field a
+   * conflict is about (the operation's identifier).
+   */
+  private outcome(reply: ScriptReply, customerId: string, idParam?: string): OpResult {
     const [status, raw, autoConsumed] = reply;
     if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
       return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
     }
     const code = statusErrors[status as ScriptStatus];
     if (!code) throw new Error(`unexpected script status ${status}`);
-    throw new ApiError(code);
+    const param = status === ScriptStatus.Conflict ? idParam : status === ScriptStatus.InvalidExpires ? 'expires_at' : undefined;
+    throw new ApiError(code, { param });
   }
 
   /** Binds an identifier to a customer in a project index, once. Returns the owner. */
@@ -164,7 +169,7 @@ export class LedgerService {
       opt(input.name), opt(input.email), opt(input.metadata === undefined ? undefined : JSON.stringify(input.metadata)),
       input.description ?? '', newId('src'),
     ]);
-    return this.outcome(reply, input.customerId);
+    return this.outcome(reply, input.customerId, 'idempotency_key');
   }
 
   private async bindTransaction(scope: ProjectScope, input: DrawInput): Promise<void> {
@@ -181,7 +186,7 @@ export class LedgerService {
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
     await this.bindTransaction(scope, input);
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
-    return this.outcome(await this.runBillable('deduct', scope, input.customerId, this.drawArgs(input, hash)), input.customerId);
+    return this.outcome(await this.runBillable('deduct', scope, input.customerId, this.drawArgs(input, hash)), input.customerId, 'transaction_id');
   }
 
   async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
@@ -193,7 +198,7 @@ export class LedgerService {
     const reply = await this.run('freeze', scope, input.customerId, [
       ...this.drawArgs(input, hash), input.ttl?.kind ?? '', input.ttl?.seconds ?? 0,
     ]);
-    const result = this.outcome(reply, input.customerId);
+    const result = this.outcome(reply, input.customerId, 'transaction_id');
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
       await this.hooks.scheduleExpiry(scope, input.customerId, input.transactionId, at);

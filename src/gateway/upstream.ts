@@ -1,0 +1,161 @@
+/**
+ * HTTP client for the upstream providers: one undici Pool per upstream origin, its
+ * connections kept alive and reused across calls. It builds the request each format
+ * expects (CONTRACT.md section 8: the path appended to `upstream_base_url`, the
+ * provider's auth header) and classifies network failures by `kind` so the gateway can
+ * answer 502 `upstream_error` or 504 `upstream_timeout`. HTTP errors of the upstream are
+ * not failures here: they come back with their status, headers and body untouched.
+ */
+import type { Readable } from 'node:stream';
+import { Pool } from 'undici';
+import type { WireFormat } from './adapters.js';
+
+export interface UpstreamTarget {
+  format: WireFormat;
+  /** Includes the version path, e.g. `https://api.openai.com/v1`. */
+  baseUrl: string;
+  apiKey: string;
+}
+
+export interface UpstreamResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  /** Must be read to its end or destroyed, or the connection is not given back to the pool. */
+  body: Readable;
+}
+
+/**
+ * - `unreachable`: the connection failed or was lost (refused, reset, DNS, closed mid-body).
+ * - `timeout`: connecting, waiting for the headers, or waiting between body bytes took too long.
+ * - `aborted`: the caller's signal aborted the call.
+ * - `invalid`: the upstream's answer is not valid HTTP or is larger than the limit.
+ */
+export type UpstreamErrorKind = 'unreachable' | 'timeout' | 'aborted' | 'invalid';
+
+export class UpstreamError extends Error {
+  readonly kind: UpstreamErrorKind;
+
+  constructor(kind: UpstreamErrorKind, cause: unknown) {
+    super(`upstream ${kind}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'UpstreamError';
+    this.kind = kind;
+  }
+}
+
+export const ANTHROPIC_VERSION_DEFAULT = '2023-06-01';
+
+const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
+const INVALID_CODES = new Set(['UND_ERR_RES_EXCEEDED_MAX_SIZE', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'UND_ERR_INFO']);
+
+/**
+ * The kind of a failure of an upstream call, whether `send` threw it or the response
+ * body emitted it. Anything from the network layer that is not recognised counts as
+ * `unreachable`, so it becomes a 502 rather than a crash.
+ */
+export function upstreamErrorKind(err: unknown): UpstreamErrorKind {
+  if (err instanceof UpstreamError) return err.kind;
+  const e = err as { code?: unknown; name?: unknown; errors?: unknown } | null;
+  // Node reports a failed connect to every address of a name as an AggregateError.
+  const code = typeof e?.code === 'string' ? e.code : Array.isArray(e?.errors) ? (e.errors[0] as { code?: unknown })?.code : undefined;
+  if (typeof code === 'string') {
+    if (TIMEOUT_CODES.has(code)) return 'timeout';
+    if (code === 'UND_ERR_ABORTED' || code === 'ABORT_ERR') return 'aborted';
+    if (INVALID_CODES.has(code) || code.startsWith('HPE_')) return 'invalid';
+  }
+  if (e?.name === 'AbortError') return 'aborted';
+  return 'unreachable';
+}
+
+export interface UpstreamClientOptions {
+  connectTimeoutMs?: number;
+  /** Until the response headers; for a whole (non-streamed) answer that is the whole generation. */
+  headersTimeoutMs?: number;
+  /** Between two chunks of the body. */
+  bodyTimeoutMs?: number;
+  /** Connections per upstream origin; calls beyond it wait for a free one. */
+  connections?: number;
+  /** Largest response body accepted, in bytes. */
+  responseBytesMax?: number;
+}
+
+const DEFAULTS = {
+  connectTimeoutMs: 10_000,
+  headersTimeoutMs: 300_000,
+  bodyTimeoutMs: 300_000,
+  connections: 256,
+  responseBytesMax: 64 * 1024 * 1024,
+} satisfies Required<UpstreamClientOptions>;
+
+export class UpstreamClient {
+  private readonly opts: Required<UpstreamClientOptions>;
+  private readonly pools = new Map<string, Pool>();
+  private closed = false;
+
+  constructor(opts: UpstreamClientOptions = {}) {
+    this.opts = { ...DEFAULTS, ...opts };
+  }
+
+  /**
+   * Sends one call upstream. Resolves once the response headers arrive, whatever the
+   * status; rejects with an UpstreamError when there is no response. An error later on
+   * the body stream (connection lost, body timeout, abort) carries the same `kind`.
+   */
+  async send(
+    target: UpstreamTarget,
+    body: Record<string, unknown>,
+    opts: { stream: boolean; signal?: AbortSignal; anthropicVersion?: string; extraHeaders?: Record<string, string> },
+  ): Promise<UpstreamResponse> {
+    if (this.closed) throw new Error('UpstreamClient is closed');
+    const url = new URL(target.baseUrl.replace(/\/+$/, '') + (target.format === 'openai' ? '/chat/completions' : '/messages'));
+    const headers: Record<string, string> = {
+      ...opts.extraHeaders,
+      'content-type': 'application/json',
+      accept: opts.stream ? 'text/event-stream' : 'application/json',
+    };
+    if (target.format === 'openai') {
+      headers.authorization = `Bearer ${target.apiKey}`;
+    } else {
+      headers['x-api-key'] = target.apiKey;
+      headers['anthropic-version'] = opts.anthropicVersion ?? ANTHROPIC_VERSION_DEFAULT;
+    }
+    try {
+      const res = await this.pool(url.origin).request({
+        method: 'POST',
+        path: url.pathname + url.search,
+        headers,
+        body: JSON.stringify(body),
+        signal: opts.signal,
+      });
+      // Annotates before any listener of the caller sees it, so the same check serves both.
+      res.body.prependListener('error', (err: Error) => {
+        if (!('kind' in err)) Object.assign(err, { kind: opts.signal?.aborted ? 'aborted' : upstreamErrorKind(err) });
+      });
+      return { status: res.statusCode, headers: res.headers, body: res.body };
+    } catch (err) {
+      // An abort with a reason of the caller's rejects with that reason, whatever it is.
+      throw new UpstreamError(opts.signal?.aborted ? 'aborted' : upstreamErrorKind(err), err);
+    }
+  }
+
+  /** Waits for calls in flight, then closes every connection. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.pools.values()].map((p) => p.close()));
+    this.pools.clear();
+  }
+
+  private pool(origin: string): Pool {
+    let pool = this.pools.get(origin);
+    if (!pool) {
+      pool = new Pool(origin, {
+        connections: this.opts.connections,
+        connect: { timeout: this.opts.connectTimeoutMs },
+        headersTimeout: this.opts.headersTimeoutMs,
+        bodyTimeout: this.opts.bodyTimeoutMs,
+        maxResponseSize: this.opts.responseBytesMax,
+      });
+      this.pools.set(origin, pool);
+    }
+    return pool;
+  }
+}
