@@ -15,6 +15,12 @@ import { LedgerService } from './ledger/service.js';
 import { createRedis } from './redis/client.js';
 import { registerScripts } from './redis/scripts.js';
 import { PlanService } from './plans/service.js';
+import { createModelQueries, type ModelQueries } from './admin/models.js';
+import { loadMasterKey } from './keys/crypto.js';
+import { ModelCache } from './gateway/models.js';
+import { GatewayService } from './gateway/service.js';
+import { UpstreamClient } from './gateway/upstream.js';
+import { createUsageQueries, type UsageQueries } from './usage/queries.js';
 
 export const ledgerQueueName = 'ledger';
 
@@ -39,6 +45,11 @@ export interface Runtime {
   keyQueries: KeyQueries;
   keyCache: KeyCache;
   ledgerQueue: Queue<LedgerJobData>;
+  modelQueries: ModelQueries;
+  models: ModelCache;
+  usageQueries: UsageQueries;
+  upstream: UpstreamClient;
+  gateway: GatewayService;
   /** Connections opened lazily by parts that need their own (subscribers, BullMQ). */
   extraConnection(): Redis;
   close(): Promise<void>;
@@ -89,6 +100,29 @@ export async function createRuntime(config: Config, logger = createLogger(config
   });
   const keyQueries = createKeyQueries(db);
   const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS);
+  const modelQueries = createModelQueries(db, loadMasterKey(config));
+  const models = new ModelCache(async (projectId, modelId) => {
+    const m = await modelQueries.findModel(projectId, modelId);
+    if (!m) return null;
+    return {
+      id: m.id,
+      provider: m.provider,
+      upstreamBaseUrl: m.upstream_base_url,
+      upstreamModel: m.upstream_model,
+      upstreamKey: m.upstream_api_key,
+      maxOutputTokens: m.max_output_tokens,
+      supportsStreaming: m.supports_streaming,
+      active: m.active,
+      prices: {
+        input: m.input_price_per_million_credits,
+        output: m.output_price_per_million_credits,
+        cacheRead: m.cache_read_price_per_million_credits,
+        cacheWrite: m.cache_write_price_per_million_credits,
+      },
+    };
+  });
+  const upstream = new UpstreamClient({ headersTimeoutMs: config.UPSTREAM_TIMEOUT_MS, bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS });
+  const gateway = new GatewayService({ ledger, plans, models, upstream, redis, prefix: config.REDIS_PREFIX, logger });
   return {
     config,
     logger,
@@ -101,9 +135,15 @@ export async function createRuntime(config: Config, logger = createLogger(config
     keyQueries,
     keyCache,
     ledgerQueue,
+    modelQueries,
+    models,
+    usageQueries: createUsageQueries(db),
+    upstream,
+    gateway,
     extraConnection,
     async close() {
       await ledgerQueue.close();
+      await upstream.close();
       await db.end();
       redis.disconnect();
       for (const c of extras) c.disconnect();

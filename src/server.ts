@@ -10,7 +10,9 @@ export interface RunningServer {
 }
 
 export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.config.HOST): Promise<RunningServer> {
-  await rt.keyCache.subscribe(rt.extraConnection(), rt.config.REDIS_PREFIX);
+  const subscriber = rt.extraConnection();
+  await rt.keyCache.subscribe(subscriber, rt.config.REDIS_PREFIX);
+  await rt.models.subscribe(subscriber, rt.config.REDIS_PREFIX);
   const app = createApp(rt);
   const server = app.listen(port, host);
   await new Promise<void>((resolve, reject) => {

@@ -1,6 +1,7 @@
-/** Organizations and projects in PostgreSQL. */
-import { sql, type DatabasePool } from 'slonik';
+/** Organizations and projects in PostgreSQL, and the keyset pages of the management lists. */
+import { sql, type DatabasePool, type FragmentSqlToken } from 'slonik';
 import { z } from 'zod';
+import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ledger/service.js';
 
 export const projectRow = z.object({
@@ -8,13 +9,83 @@ export const projectRow = z.object({
   organization_id: z.string(),
   name: z.string(),
   contract: z.enum(['A', 'B']),
+  rate_limit_per_minute: z.number().nullable(),
   created_at: z.number(),
 });
 export type ProjectRow = z.infer<typeof projectRow>;
 
 export const organizationRow = z.object({ id: z.string(), name: z.string(), plan: z.string(), created_at: z.number() });
 
+export const page_size_default = 50;
+export const page_size_max = 500;
+
+/** Where a page starts: after the row with this creation time and id (newest first). */
+export interface PageCursor {
+  createdAtMs: number;
+  id: string;
+}
+
+export interface PageRequest {
+  limit: number;
+  after: PageCursor | null;
+}
+
+export interface Page<T> {
+  rows: T[];
+  next: PageCursor | null;
+}
+
+export function encodeCursor(c: PageCursor): string {
+  return Buffer.from(JSON.stringify({ t: c.createdAtMs, i: c.id })).toString('base64url');
+}
+
+export function decodeCursor(text: string): PageCursor {
+  try {
+    const v = JSON.parse(Buffer.from(text, 'base64url').toString()) as { t?: unknown; i?: unknown };
+    if (typeof v.t === 'number' && Number.isSafeInteger(v.t) && typeof v.i === 'string') return { createdAtMs: v.t, id: v.i };
+  } catch {
+    // fall through to the error below
+  }
+  throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
+}
+
+/**
+ * Newest first by (creation time, id). Times are compared at millisecond precision
+ * because that is what a cursor carries (timestamptz reads as epoch ms); comparing the
+ * stored microseconds against a truncated cursor would skip or repeat rows.
+ */
+export function keysetOrder(page: PageRequest): { where: FragmentSqlToken; orderLimit: FragmentSqlToken } {
+  const created = sql.fragment`date_trunc('milliseconds', created_at)`;
+  return {
+    where:
+      page.after === null
+        ? sql.fragment`TRUE`
+        : sql.fragment`(${created}, id) < (${sql.timestamp(new Date(page.after.createdAtMs))}, ${page.after.id})`,
+    orderLimit: sql.fragment`ORDER BY ${created} DESC, id DESC LIMIT ${page.limit + 1}`,
+  };
+}
+
+/** Cuts the one extra row a keyset query reads into the next cursor. */
+export function toPage<T extends { id: string; created_at: number }>(rows: readonly T[], limit: number): Page<T> {
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1];
+  return { rows: page, next: rows.length > limit ? { createdAtMs: last.created_at, id: last.id } : null };
+}
+
+export interface ProjectPatch {
+  name?: string;
+  contract?: 'A' | 'B';
+  rate_limit_per_minute?: number | null;
+}
+
+const projectColumns = sql.fragment`id, organization_id, name, contract, rate_limit_per_minute, created_at`;
+
 export function createAdminQueries(pool: DatabasePool) {
+  /** A project of this organization; another organization's project reads as absent. */
+  const findProject = (organizationId: string, projectId: string): Promise<ProjectRow | null> =>
+    pool.maybeOne(sql.type(projectRow)`
+      SELECT ${projectColumns} FROM projects WHERE id = ${projectId} AND organization_id = ${organizationId}`);
+
   return {
     createOrganization(name: string) {
       return pool.one(sql.type(organizationRow)`
@@ -23,10 +94,58 @@ export function createAdminQueries(pool: DatabasePool) {
     createProject(organizationId: string, name: string, contract: 'A' | 'B' = 'B') {
       return pool.one(sql.type(projectRow)`
         INSERT INTO projects (id, organization_id, name, contract) VALUES (${newId('proj')}, ${organizationId}, ${name}, ${contract})
-        RETURNING id, organization_id, name, contract, created_at`);
+        RETURNING ${projectColumns}`);
     },
     countOrganizations() {
       return pool.oneFirst(sql.type(z.object({ n: z.number() }))`SELECT count(*)::int8 AS n FROM organizations`);
     },
+
+    /**
+     * Creates a project unless the organization already has `projectsMax` (null: no
+     * limit); null when the limit is reached. The organization row is locked for the
+     * count and the insert, so concurrent creations cannot both take the last slot.
+     */
+    createProjectWithinLimit(
+      organizationId: string,
+      p: { name: string; contract: 'A' | 'B'; rate_limit_per_minute: number | null },
+      projectsMax: number | null,
+    ): Promise<ProjectRow | null> {
+      return pool.transaction(async (tx) => {
+        await tx.query(sql.unsafe`SELECT id FROM organizations WHERE id = ${organizationId} FOR UPDATE`);
+        if (projectsMax !== null) {
+          const n = await tx.oneFirst(sql.type(z.object({ n: z.number() }))`
+            SELECT count(*)::int8 AS n FROM projects WHERE organization_id = ${organizationId}`);
+          if (n >= projectsMax) return null;
+        }
+        return tx.one(sql.type(projectRow)`
+          INSERT INTO projects (id, organization_id, name, contract, rate_limit_per_minute)
+          VALUES (${newId('proj')}, ${organizationId}, ${p.name}, ${p.contract}, ${p.rate_limit_per_minute})
+          RETURNING ${projectColumns}`);
+      });
+    },
+
+    findProject,
+
+    async listProjects(organizationId: string, page: PageRequest): Promise<Page<ProjectRow>> {
+      const k = keysetOrder(page);
+      const rows = await pool.any(sql.type(projectRow)`
+        SELECT ${projectColumns} FROM projects WHERE organization_id = ${organizationId} AND ${k.where} ${k.orderLimit}`);
+      return toPage(rows, page.limit);
+    },
+
+    /** Null when the project is not this organization's. */
+    updateProject(organizationId: string, projectId: string, patch: ProjectPatch): Promise<ProjectRow | null> {
+      const sets: FragmentSqlToken[] = [];
+      if (patch.name !== undefined) sets.push(sql.fragment`name = ${patch.name}`);
+      if (patch.contract !== undefined) sets.push(sql.fragment`contract = ${patch.contract}`);
+      if (patch.rate_limit_per_minute !== undefined) sets.push(sql.fragment`rate_limit_per_minute = ${patch.rate_limit_per_minute}`);
+      if (sets.length === 0) return findProject(organizationId, projectId);
+      return pool.maybeOne(sql.type(projectRow)`
+        UPDATE projects SET ${sql.join(sets, sql.fragment`, `)}
+        WHERE id = ${projectId} AND organization_id = ${organizationId}
+        RETURNING ${projectColumns}`);
+    },
   };
 }
+
+export type AdminQueries = ReturnType<typeof createAdminQueries>;

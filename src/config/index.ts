@@ -25,6 +25,8 @@ const schema = z.object({
   SVC_MASTER_KEY: z.string().optional(),
   /** Requests per minute per API key when its project sets no limit. */
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(60_000),
+  /** How long an upstream may take to answer headers, and between body chunks. */
+  UPSTREAM_TIMEOUT_MS: z.coerce.number().int().min(100).default(120_000),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(60_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),

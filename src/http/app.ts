@@ -1,6 +1,7 @@
 /** The Express application: parsing, logging, auth, domain routers, errors. */
 import express from 'express';
 import { pinoHttp } from 'pino-http';
+import { adminRoutes } from '../admin/routes.js';
 import { customerRoutes } from '../customers/routes.js';
 import { profileRoutes } from '../customers/profile.js';
 import { health } from '../health.js';
@@ -9,6 +10,9 @@ import type { Runtime } from '../runtime.js';
 import { authenticate } from './auth.js';
 import { rateLimit } from '../keys/rate-limit.js';
 import { errorHandler, notFound } from './errors.js';
+import { gatewayRoutes } from '../gateway/routes.js';
+import { modelRoutes } from '../gateway/model-routes.js';
+import { usageRoutes } from '../usage/routes.js';
 
 export const body_bytes_max_billing = 1024 * 1024;
 
@@ -23,11 +27,18 @@ export function createApp(rt: Runtime): express.Express {
     res.status(h.httpStatus).json(h.body);
   });
 
-  app.use(express.json({ limit: body_bytes_max_billing, strict: false, type: ['application/json', 'application/*+json'] }));
+  // Gateway calls take larger bodies, parsed by their own router.
+  const billingJson = express.json({ limit: body_bytes_max_billing, strict: false, type: ['application/json', 'application/*+json'] });
+  const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
+  app.use((req, res, next) => (gatewayPaths.has(req.path) ? next() : billingJson(req, res, next)));
   app.use('/v1', authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger));
   app.use(ledgerRoutes(rt.ledger));
   app.use(customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries }));
   app.use(profileRoutes({ ledger: rt.ledger, redis: rt.redis, db: rt.db, ledgerQueries: rt.ledgerQueries, prefix: rt.config.REDIS_PREFIX, logger: rt.logger }));
+  app.use(gatewayRoutes(rt.gateway));
+  app.use(modelRoutes(rt.modelQueries));
+  app.use(usageRoutes({ usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis, prefix: rt.config.REDIS_PREFIX }));
+  app.use(adminRoutes(rt));
   app.use(notFound);
   app.use(errorHandler);
   return app;

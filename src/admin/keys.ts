@@ -1,0 +1,118 @@
+/**
+ * Key management for a project: creation within the plan's key limit, listing (never the
+ * secret nor its hash) and revocation, which every API process learns at once over Redis.
+ */
+import type { Redis } from 'ioredis';
+import { sql, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { ApiError } from '../errors/catalogue.js';
+import { newId } from '../ledger/service.js';
+import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
+import { publishKeyChange } from '../keys/store.js';
+import type { PlanService } from '../plans/service.js';
+import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
+
+export const projectKeyRow = z.object({
+  id: z.string(),
+  project_id: z.string(),
+  type: z.enum(['project', 'customer']),
+  name: z.string().nullable(),
+  prefix: z.string(),
+  customer_id: z.string().nullable(),
+  allowed_models: z.array(z.string()).nullable(),
+  expires_at: z.number().nullable(),
+  revoked_at: z.number().nullable(),
+  created_at: z.number(),
+});
+export type ProjectKeyRow = z.infer<typeof projectKeyRow>;
+
+export interface NewProjectKey {
+  type: 'project' | 'customer';
+  name: string | null;
+  customerId: string | null;
+  allowedModels: string[] | null;
+  expiresAtMs: number | null;
+}
+
+const keyColumns = sql.fragment`id, project_id, type, name, prefix, customer_id, allowed_models, expires_at, revoked_at, created_at`;
+
+/** The API's view of a key: what the dashboard lists. */
+export function keyEntry(k: ProjectKeyRow) {
+  const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+  return {
+    id: k.id,
+    type: k.type,
+    prefix: k.prefix,
+    name: k.name,
+    project_id: k.project_id,
+    customer_id: k.customer_id,
+    allowed_models: k.allowed_models,
+    expires_at: iso(k.expires_at),
+    revoked_at: iso(k.revoked_at),
+    created_at: iso(k.created_at)!,
+  };
+}
+
+export class KeyAdmin {
+  constructor(
+    private readonly db: DatabasePool,
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    private readonly plans: Pick<PlanService, 'limitsOf'>,
+  ) {}
+
+  /**
+   * Creates a key and returns its secret, which is never stored. The project row is
+   * locked while the project's unrevoked keys are counted and the new one inserted, so
+   * concurrent creations at the limit admit exactly the free slots.
+   */
+  async create(organizationId: string, projectId: string, k: NewProjectKey): Promise<{ key: ProjectKeyRow; secret: string }> {
+    const { keysPerProjectMax } = await this.plans.limitsOf(organizationId);
+    const secret = generateSecret(k.type);
+    const key = await this.db.transaction(async (tx) => {
+      const locked = await tx.maybeOne(sql.unsafe`
+        SELECT id FROM projects WHERE id = ${projectId} AND organization_id = ${organizationId} FOR UPDATE`);
+      if (!locked) throw new ApiError('not_found', { message: 'project not found' });
+      if (keysPerProjectMax !== null) {
+        const n = await tx.oneFirst(sql.type(z.object({ n: z.number() }))`
+          SELECT count(*)::int8 AS n FROM api_keys WHERE project_id = ${projectId} AND revoked_at IS NULL`);
+        if (n >= keysPerProjectMax) {
+          throw new ApiError('plan_limit_reached', {
+            message: `the plan allows ${keysPerProjectMax} API keys per project (revoked keys do not count); upgrade the plan or revoke a key`,
+          });
+        }
+      }
+      return tx.one(sql.type(projectKeyRow)`
+        INSERT INTO api_keys (id, organization_id, project_id, type, name, prefix, secret_hash, customer_id, allowed_models, expires_at)
+        VALUES (${newId('key')}, ${organizationId}, ${projectId}, ${k.type}, ${k.name}, ${displayPrefix(secret)},
+                ${sql.binary(hashSecret(secret))}, ${k.customerId},
+                ${k.allowedModels === null ? null : sql.array(k.allowedModels, 'text')},
+                ${k.expiresAtMs === null ? null : sql.timestamp(new Date(k.expiresAtMs))})
+        RETURNING ${keyColumns}`);
+    });
+    return { key, secret };
+  }
+
+  async list(projectId: string, page: PageRequest): Promise<Page<ProjectKeyRow>> {
+    const k = keysetOrder(page);
+    const rows = await this.db.any(sql.type(projectKeyRow)`
+      SELECT ${keyColumns} FROM api_keys WHERE project_id = ${projectId} AND ${k.where} ${k.orderLimit}`);
+    return toPage(rows, page.limit);
+  }
+
+  /**
+   * Revokes a key; revoking it again keeps the first revocation time. The change is
+   * published even on a repeat, so a process that missed the first message drops its
+   * cached copy now. Null when the key is not one of this project's.
+   */
+  async revoke(projectId: string, keyId: string): Promise<ProjectKeyRow | null> {
+    const row = await this.db.maybeOne(sql.type(projectKeyRow.extend({ secret_hash: z.instanceof(Buffer) }))`
+      UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
+      WHERE id = ${keyId} AND project_id = ${projectId}
+      RETURNING ${keyColumns}, secret_hash`);
+    if (!row) return null;
+    const { secret_hash, ...key } = row;
+    await publishKeyChange(this.redis, this.prefix, secret_hash);
+    return key;
+  }
+}

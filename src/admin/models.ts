@@ -1,0 +1,181 @@
+/**
+ * A project's models (Variant B: the model list is exactly what the project configured).
+ * The upstream provider key is stored only encrypted (src/keys/crypto.ts); it is
+ * decrypted in one place, findModel, for the gateway that relays the call, and never
+ * returned by the API.
+ */
+import { sql, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { decryptSecret, encryptSecret } from '../keys/crypto.js';
+import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
+
+export const model_id_chars_max = 128;
+export const token_count_max = 10_000_000;
+/** $100,000 per million tokens: far above any real price, low enough to catch a unit slip. */
+export const price_per_million_credits_max = 100_000_000_000;
+export const upstream_key_chars_max = 4096;
+export const credits_per_usd = 1_000_000;
+
+/** 1-128 characters, `/` allowed (`provider/model`), no control characters. */
+export const modelIdSchema = z
+  .string()
+  .min(1)
+  .max(model_id_chars_max)
+  .regex(/^[^\u0000-\u001f\u007f]+$/, 'model ids may not contain control characters');
+
+const modelRow = z.object({
+  project_id: z.string(),
+  id: z.string(),
+  provider: z.enum(['openai', 'anthropic']),
+  upstream_base_url: z.string(),
+  upstream_model: z.string(),
+  has_upstream_key: z.boolean(),
+  display_name: z.string().nullable(),
+  description: z.string().nullable(),
+  context_window: z.number(),
+  max_output_tokens: z.number(),
+  supports_streaming: z.boolean(),
+  active: z.boolean(),
+  input_price_per_million_credits: z.number(),
+  output_price_per_million_credits: z.number(),
+  cache_read_price_per_million_credits: z.number(),
+  cache_write_price_per_million_credits: z.number(),
+  created_at: z.number(),
+  updated_at: z.number(),
+});
+export type ModelRow = z.infer<typeof modelRow>;
+
+/** What the gateway needs to relay a call: the model and its decrypted upstream key. */
+export type ModelWithKey = ModelRow & { upstream_api_key: string | null };
+
+export interface ModelInput {
+  provider: 'openai' | 'anthropic';
+  upstream_base_url: string;
+  upstream_model: string;
+  /** A new key; null removes the stored one; undefined keeps it. */
+  upstream_api_key?: string | null;
+  display_name: string | null;
+  description: string | null;
+  context_window: number;
+  max_output_tokens: number;
+  supports_streaming: boolean;
+  active: boolean;
+  input_price_per_million_credits: number;
+  output_price_per_million_credits: number;
+  cache_read_price_per_million_credits: number;
+  cache_write_price_per_million_credits: number;
+}
+
+const modelColumns = sql.fragment`
+  project_id, id, provider, upstream_base_url, upstream_model, upstream_key_ciphertext IS NOT NULL AS has_upstream_key,
+  display_name, description, context_window, max_output_tokens, supports_streaming, active,
+  input_price_per_million_credits, output_price_per_million_credits,
+  cache_read_price_per_million_credits, cache_write_price_per_million_credits, created_at, updated_at`;
+
+/** Binds a ciphertext to its row: copied onto another model it does not decrypt. */
+function keyAssociatedData(projectId: string, modelId: string): string {
+  return `models/${projectId}/${modelId}`;
+}
+
+const usd = (credits: number) => credits / credits_per_usd;
+
+/** The model entry of the spec (GET /v1/models); `owned_by` is the upstream provider. */
+export function modelEntry(m: ModelRow) {
+  return {
+    id: m.id,
+    object: 'model' as const,
+    created: Math.floor(m.created_at / 1000),
+    active: m.active,
+    owned_by: m.provider,
+    display_name: m.display_name ?? m.id,
+    description: m.description,
+    context_window: m.context_window,
+    max_output_tokens: m.max_output_tokens,
+    input_price_per_million_credits: m.input_price_per_million_credits,
+    input_price_per_million_usd: usd(m.input_price_per_million_credits),
+    output_price_per_million_credits: m.output_price_per_million_credits,
+    output_price_per_million_usd: usd(m.output_price_per_million_credits),
+    cache_read_price_per_million_credits: m.cache_read_price_per_million_credits,
+    cache_read_price_per_million_usd: usd(m.cache_read_price_per_million_credits),
+    cache_write_price_per_million_credits: m.cache_write_price_per_million_credits,
+    cache_write_price_per_million_usd: usd(m.cache_write_price_per_million_credits),
+    supports_streaming: m.supports_streaming,
+  };
+}
+
+/** The management view: the entry plus where it is relayed to (never the key itself). */
+export function adminModelEntry(m: ModelRow) {
+  return {
+    ...modelEntry(m),
+    provider: m.provider,
+    upstream_base_url: m.upstream_base_url,
+    upstream_model: m.upstream_model,
+    has_upstream_key: m.has_upstream_key,
+    updated_at: new Date(m.updated_at).toISOString(),
+  };
+}
+
+export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
+  return {
+    /** Creates or replaces a model; `created` tells which. */
+    async upsertModel(projectId: string, modelId: string, m: ModelInput): Promise<{ model: ModelRow; created: boolean }> {
+      const ciphertext =
+        typeof m.upstream_api_key === 'string'
+          ? sql.binary(encryptSecret(masterKey, m.upstream_api_key, keyAssociatedData(projectId, modelId)))
+          : null;
+      const keyOnUpdate = m.upstream_api_key === undefined ? sql.fragment`models.upstream_key_ciphertext` : sql.fragment`EXCLUDED.upstream_key_ciphertext`;
+      // xmax is 0 only on a row this statement inserted (not one it updated).
+      const row = await pool.one(sql.type(modelRow.extend({ created: z.boolean() }))`
+        INSERT INTO models (project_id, id, provider, upstream_base_url, upstream_model, upstream_key_ciphertext,
+                            display_name, description, context_window, max_output_tokens, supports_streaming, active,
+                            input_price_per_million_credits, output_price_per_million_credits,
+                            cache_read_price_per_million_credits, cache_write_price_per_million_credits)
+        VALUES (${projectId}, ${modelId}, ${m.provider}, ${m.upstream_base_url}, ${m.upstream_model}, ${ciphertext},
+                ${m.display_name}, ${m.description}, ${m.context_window}, ${m.max_output_tokens}, ${m.supports_streaming}, ${m.active},
+                ${m.input_price_per_million_credits}, ${m.output_price_per_million_credits},
+                ${m.cache_read_price_per_million_credits}, ${m.cache_write_price_per_million_credits})
+        ON CONFLICT (project_id, id) DO UPDATE SET
+          provider = EXCLUDED.provider, upstream_base_url = EXCLUDED.upstream_base_url, upstream_model = EXCLUDED.upstream_model,
+          upstream_key_ciphertext = ${keyOnUpdate},
+          display_name = EXCLUDED.display_name, description = EXCLUDED.description,
+          context_window = EXCLUDED.context_window, max_output_tokens = EXCLUDED.max_output_tokens,
+          supports_streaming = EXCLUDED.supports_streaming, active = EXCLUDED.active,
+          input_price_per_million_credits = EXCLUDED.input_price_per_million_credits,
+          output_price_per_million_credits = EXCLUDED.output_price_per_million_credits,
+          cache_read_price_per_million_credits = EXCLUDED.cache_read_price_per_million_credits,
+          cache_write_price_per_million_credits = EXCLUDED.cache_write_price_per_million_credits,
+          updated_at = now()
+        RETURNING ${modelColumns}, (xmax = 0) AS created`);
+      const { created, ...model } = row;
+      return { model, created };
+    },
+
+    /**
+     * The model with its upstream key in clear, for the gateway. Throws when the key
+     * cannot be decrypted (another master key): a call must not go upstream without it.
+     */
+    async findModel(projectId: string, modelId: string): Promise<ModelWithKey | null> {
+      const row = await pool.maybeOne(sql.type(modelRow.extend({ upstream_key_ciphertext: z.instanceof(Buffer).nullable() }))`
+        SELECT ${modelColumns}, upstream_key_ciphertext FROM models WHERE project_id = ${projectId} AND id = ${modelId}`);
+      if (!row) return null;
+      const { upstream_key_ciphertext: ciphertext, ...model } = row;
+      const upstream_api_key = ciphertext === null ? null : decryptSecret(masterKey, ciphertext, keyAssociatedData(projectId, modelId));
+      return { ...model, upstream_api_key };
+    },
+
+    async listModels(projectId: string, page: PageRequest): Promise<Page<ModelRow>> {
+      const k = keysetOrder(page);
+      const rows = await pool.any(sql.type(modelRow)`
+        SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND ${k.where} ${k.orderLimit}`);
+      return toPage(rows, page.limit);
+    },
+
+    /** GET /v1/models: the project's active models, by id. */
+    listActiveModels(projectId: string): Promise<readonly ModelRow[]> {
+      return pool.any(sql.type(modelRow)`
+        SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND active ORDER BY id`);
+    },
+  };
+}
+
+export type ModelQueries = ReturnType<typeof createModelQueries>;

@@ -1,0 +1,247 @@
+/**
+ * Folds a customer's ledger entries, as PostgreSQL holds them, into the Redis state the
+ * Lua scripts would hold after writing those entries (lua/includes/customer.lua and
+ * lua/<op>-6.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
+ * compares its output with Redis and writes it back with --repair.
+ *
+ * Amounts are strings in every encoded value, as the scripts write them. JSON key order
+ * is not reproduced (cjson orders keys by its hash table); readers parse, so only the
+ * meaning has to match, and comparable() below compares by meaning.
+ */
+import { isDeepStrictEqual } from 'node:util';
+
+export type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
+
+/** A ledger_entries row (the columns the fold needs). */
+export interface EntryRow {
+  seq: number;
+  type: EntryType;
+  transaction_id: string;
+  amount: number;
+  wallet: string | null;
+  /** Detail items; amounts are numbers once in PostgreSQL. */
+  details: unknown;
+  reason: 'ttl_release' | 'ttl_consume' | null;
+  business_type: string | null;
+  /** The stored result (parsed jsonb of the script's result JSON). */
+  result: unknown;
+  /** The entry's `x`: request hash, deposit key, source and customer, freeze TTL. */
+  extra: Record<string, unknown> | null;
+}
+
+/** A customers row: the profile as last written (deposit creation or PATCH). */
+export interface CustomerRow {
+  name: string | null;
+  email: string | null;
+  metadata: unknown;
+  /** Epoch ms. */
+  created_at: number;
+}
+
+/** A source as stored in the src hash: every field a string, '' for no start or expiry. */
+export interface StoredSource {
+  id: string;
+  w: string;
+  l: string;
+  q: string;
+  t: string;
+  u: string;
+  f: string;
+  s: string;
+  e: string;
+}
+
+interface Hold {
+  account_id: string;
+  credit_type: string;
+  amount: string;
+}
+
+/** A transaction as stored in the tx hash (deduct-6.lua, freeze-6.lua and the settlements). */
+export interface StoredTransaction {
+  k: 'deduct' | 'freeze';
+  st: string;
+  h: string;
+  a: string;
+  r: string;
+  holds?: Hold[];
+  w?: string | null;
+  bt?: string;
+  ttlk?: string;
+  ttla?: string;
+  ca?: string;
+  by?: 'api' | 'ttl';
+  cr?: string;
+  ur?: string;
+}
+
+/** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
+export interface FoldedCustomer {
+  meta: Record<string, string>;
+  src: Record<string, string>;
+  tx: Record<string, string>;
+  dep: Record<string, string>;
+  /** Pending TTL freezes: transaction id -> due time (ms). */
+  ttl: Record<string, number>;
+}
+
+/** Entries that do not fold: a gap in the ledger or an entry kind this fold does not know. */
+export class FoldError extends Error {}
+
+function str(n: number): string {
+  // The scripts format with '%.0f'; every amount and time is an integer below 2^53.
+  if (!Number.isSafeInteger(n)) throw new FoldError(`not an integer amount: ${n}`);
+  return String(n);
+}
+
+function holdsOf(e: EntryRow): Hold[] {
+  // cjson encodes an empty list as {}; PostgreSQL then holds [] (outboxEntryToPublic).
+  if (!Array.isArray(e.details)) return [];
+  return e.details.map((d: { account_id: string; credit_type: string; amount: number | string }) => ({
+    account_id: d.account_id,
+    credit_type: d.credit_type,
+    amount: str(Number(d.amount)),
+  }));
+}
+
+function needString(e: EntryRow, field: string): string {
+  const v = e.extra?.[field];
+  if (typeof v !== 'string') throw new FoldError(`${e.type} entry seq ${e.seq} lacks extra.${field}`);
+  return v;
+}
+
+export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]): FoldedCustomer {
+  const sources = new Map<string, StoredSource>();
+  const txs = new Map<string, StoredTransaction>();
+  const dep: Record<string, string> = {};
+  const ttl: Record<string, number> = {};
+  let seq = 0;
+  let srcSeq = 0;
+
+  const source = (e: EntryRow, id: string): StoredSource => {
+    const s = sources.get(id);
+    if (!s) throw new FoldError(`${e.type} entry seq ${e.seq} names unknown source ${id}`);
+    return s;
+  };
+  const add = (s: StoredSource, field: 'u' | 'f', delta: number) => {
+    s[field] = str(Number(s[field]) + delta);
+  };
+  const frozenTx = (e: EntryRow): StoredTransaction => {
+    const tx = txs.get(e.transaction_id);
+    if (!tx || tx.k !== 'freeze' || tx.st !== 'frozen') {
+      throw new FoldError(`${e.type} entry seq ${e.seq} settles ${e.transaction_id}, which is not frozen`);
+    }
+    return tx;
+  };
+
+  const ordered = [...entries].sort((a, b) => a.seq - b.seq);
+  for (const e of ordered) {
+    if (e.seq <= seq) throw new FoldError(`entry seq ${e.seq} repeats`);
+    seq = e.seq;
+    const result = JSON.stringify(e.result);
+    switch (e.type) {
+      case 'DEPOSIT': {
+        const s = JSON.parse(needString(e, 'source')) as StoredSource;
+        sources.set(s.id, s);
+        srcSeq = Math.max(srcSeq, Number(s.q));
+        const ik = e.extra?.ik;
+        if (typeof ik === 'string') dep[ik] = JSON.stringify({ h: needString(e, 'h'), r: result });
+        break;
+      }
+      case 'DEDUCT': {
+        for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
+        txs.set(e.transaction_id, { k: 'deduct', st: 'done', h: needString(e, 'h'), a: str(e.amount), r: result });
+        break;
+      }
+      case 'FREEZE': {
+        const holds = holdsOf(e);
+        for (const d of holds) add(source(e, d.account_id), 'f', Number(d.amount));
+        const tx: StoredTransaction = { k: 'freeze', st: 'frozen', h: needString(e, 'h'), a: str(e.amount), holds, w: e.wallet, r: result };
+        if (e.business_type !== null) tx.bt = e.business_type;
+        const kind = e.extra?.ttlk;
+        if (typeof kind === 'string') {
+          tx.ttlk = kind;
+          tx.ttla = needString(e, 'ttla');
+          ttl[e.transaction_id] = Number(tx.ttla);
+        }
+        txs.set(e.transaction_id, tx);
+        break;
+      }
+      case 'CONSUME': {
+        const tx = frozenTx(e);
+        if (e.reason === 'ttl_consume') {
+          // settle_ttl: every hold becomes used.
+          for (const h of tx.holds ?? []) {
+            const s = source(e, h.account_id);
+            add(s, 'f', -Number(h.amount));
+            add(s, 'u', Number(h.amount));
+          }
+          tx.ca = tx.a;
+          tx.by = 'ttl';
+        } else {
+          // consume-6.lua: the holds are used in the order they were drawn; the rest returns.
+          let left = e.amount;
+          for (const h of tx.holds ?? []) {
+            const s = source(e, h.account_id);
+            const held = Number(h.amount);
+            const take = Math.min(left, held);
+            add(s, 'f', -held);
+            add(s, 'u', take);
+            left -= take;
+          }
+          tx.ca = str(e.amount);
+          tx.by = 'api';
+        }
+        tx.st = 'consumed';
+        tx.cr = result;
+        delete ttl[e.transaction_id];
+        break;
+      }
+      case 'UNFREEZE': {
+        const tx = frozenTx(e);
+        for (const h of tx.holds ?? []) add(source(e, h.account_id), 'f', -Number(h.amount));
+        const byTtl = e.reason === 'ttl_release';
+        tx.st = byTtl ? 'released' : 'unfrozen';
+        tx.by = byTtl ? 'ttl' : 'api';
+        tx.ur = result;
+        delete ttl[e.transaction_id];
+        break;
+      }
+      default:
+        throw new FoldError(`entry seq ${e.seq}: entries of type ${e.type} do not fold into Redis state`);
+    }
+  }
+
+  const meta: Record<string, string> = { created_at: str(customer.created_at) };
+  if (customer.name !== null) meta.name = customer.name;
+  if (customer.email !== null) meta.email = customer.email;
+  if (customer.metadata !== null && customer.metadata !== undefined) meta.metadata = JSON.stringify(customer.metadata);
+  if (seq > 0) meta.seq = str(seq);
+  if (srcSeq > 0) meta.src_seq = str(srcSeq);
+
+  const src: Record<string, string> = {};
+  for (const s of sources.values()) src[s.id] = encodeSource(s);
+  const tx: Record<string, string> = {};
+  for (const [id, t] of txs) tx[id] = JSON.stringify(t);
+  return { meta, src, tx, dep, ttl };
+}
+
+/** encode_source in lua/includes/customer.lua: every field a string. */
+export function encodeSource(s: StoredSource): string {
+  return JSON.stringify({ id: s.id, w: s.w, l: s.l, q: s.q, t: s.t, u: s.u, f: s.f, s: s.s, e: s.e });
+}
+
+/**
+ * A stored tx or dep value with its nested result strings (r, cr, ur) parsed, so two
+ * encodings of the same value compare equal whatever their key order.
+ */
+export function comparable(raw: string): Record<string, unknown> {
+  const v = JSON.parse(raw) as Record<string, unknown>;
+  for (const k of ['r', 'cr', 'ur']) if (typeof v[k] === 'string') v[k] = JSON.parse(v[k] as string);
+  return v;
+}
+
+/** True when two stored tx or dep values mean the same. */
+export function sameStored(a: string, b: string): boolean {
+  return isDeepStrictEqual(comparable(a), comparable(b));
+}

@@ -1,0 +1,367 @@
+/**
+ * reconcile: compares every customer's Redis state with the state folded from its
+ * PostgreSQL ledger (the system of record) and, with `repair`, rewrites Redis from the
+ * fold. This is also the cold start after a Redis loss: a customer that PostgreSQL knows
+ * and Redis does not is drift, and repair recreates it.
+ *
+ * Per customer: drain its outbox into PostgreSQL first (entries still there are
+ * acknowledged operations), fold the entries, then WATCH the customer's keys, read them,
+ * compare, and end with MULTI/EXEC (the rewrite, or nothing). EXEC fails when any of the
+ * keys changed after the WATCH, so neither the comparison nor the rewrite can mix states
+ * from before and after a concurrent operation; such a customer is simply tried again.
+ */
+import { isDeepStrictEqual } from 'node:util';
+import type { Redis } from 'ioredis';
+import { sql, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { PersistLoop } from '../../workers/persist.js';
+import { createRedis } from '../redis/client.js';
+import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
+import type { ExpireJob, Runtime } from '../runtime.js';
+import { comparable, FoldError, foldCustomer, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
+
+/** Tries per customer when concurrent operations keep changing its keys. */
+export const attempts_max = 5;
+export const scan_count = 1_000;
+export const index_read_batch_size = 500;
+
+export interface DriftItem {
+  project_id: string;
+  customer_id: string;
+  /**
+   * What differs: `customer` (missing on one side), `meta.<field>`, `source` (missing on
+   * one side) or `source.<field>`, `transaction` or `transaction.<field>`, `deposit` or
+   * `deposit.<field>`, `ttl`, `txidx`, `depidx`.
+   */
+  field: string;
+  source?: string;
+  transaction_id?: string;
+  idempotency_key?: string;
+  redis: unknown;
+  expected: unknown;
+}
+
+export interface ReconcileReport {
+  customers_checked: number;
+  customers_with_drift: number;
+  customers_repaired: number;
+  drift: DriftItem[];
+  /** Customers that could not be checked (their ledger does not fold, or they kept changing). */
+  errors: { project_id: string; customer_id: string; message: string }[];
+}
+
+export type ReconcileRuntime = Pick<Runtime, 'config' | 'redis' | 'db' | 'ledgerQueries' | 'ledgerQueue' | 'clock' | 'logger'>;
+
+const customerRow = z.object({
+  name: z.string().nullable(),
+  email: z.string().nullable(),
+  metadata: z.unknown(),
+  created_at: z.number(),
+});
+
+const entryRow = z.object({
+  seq: z.number(),
+  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
+  transaction_id: z.string(),
+  amount: z.number(),
+  wallet: z.string().nullable(),
+  details: z.unknown(),
+  reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
+  business_type: z.string().nullable(),
+  result: z.unknown(),
+  extra: z.record(z.unknown()).nullable(),
+});
+
+function createReconcileQueries(pool: DatabasePool) {
+  return {
+    customerIds(projectId: string | null) {
+      return pool.any(sql.type(z.object({ project_id: z.string(), id: z.string() }))`
+        SELECT project_id, id FROM customers
+        ${projectId === null ? sql.fragment`` : sql.fragment`WHERE project_id = ${projectId}`}
+        ORDER BY project_id, id`);
+    },
+    async customer(projectId: string, customerId: string): Promise<CustomerRow | null> {
+      const row = await pool.maybeOne(sql.type(customerRow)`
+        SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+      return row && { ...row, metadata: row.metadata };
+    },
+    async entries(projectId: string, customerId: string): Promise<EntryRow[]> {
+      const rows = await pool.any(sql.type(entryRow)`
+        SELECT seq, type, transaction_id, amount, wallet, details, reason, business_type, result, extra
+        FROM ledger_entries WHERE project_id = ${projectId} AND customer_id = ${customerId}
+        ORDER BY seq`);
+      return rows.map((r) => ({ ...r, details: r.details, result: r.result }));
+    },
+    organizationOf(projectId: string) {
+      return pool.maybeOneFirst(sql.type(z.object({ organization_id: z.string() }))`
+        SELECT organization_id FROM projects WHERE id = ${projectId}`);
+    },
+  };
+}
+
+interface Snapshot {
+  meta: Record<string, string>;
+  src: Record<string, string>;
+  tx: Record<string, string>;
+  dep: Record<string, string>;
+  ttl: Record<string, number>;
+  outboxLength: number;
+}
+
+async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
+  const replies = await conn.pipeline().hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xlen(k.outbox).exec();
+  const values = (replies ?? []).map(([err, v]) => {
+    if (err) throw err;
+    return v;
+  });
+  const [meta, src, tx, dep, ttlFlat, outboxLength] = values as [
+    Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], number,
+  ];
+  const ttl: Record<string, number> = {};
+  for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
+  return { meta, src, tx, dep, ttl, outboxLength };
+}
+
+function isEmpty(s: Snapshot): boolean {
+  return [s.meta, s.src, s.tx, s.dep, s.ttl].every((h) => Object.keys(h).length === 0);
+}
+
+const meta_fields = ['created_at', 'name', 'email', 'metadata', 'seq', 'src_seq'] as const;
+const source_fields: Record<string, string> = { w: 'wallet', l: 'label', q: 'seq', t: 'total', u: 'used', f: 'frozen', s: 'starts_at', e: 'expires_at' };
+
+function parseOr<T>(raw: string, parse: (raw: string) => T): T | string {
+  try {
+    return parse(raw);
+  } catch {
+    return raw;
+  }
+}
+
+/** A source field as people read it: amounts and times as numbers, null for none. */
+function sourceValue(field: string, v: unknown): unknown {
+  if (v === undefined) return null;
+  if (field === 'w' || field === 'l') return v;
+  return v === '' ? null : Number(v);
+}
+
+/** Differences between two stored hashes whose values are JSON objects, field by field. */
+function compareJsonHash(
+  redis: Record<string, string>,
+  expected: Record<string, string>,
+  parse: (raw: string) => Record<string, unknown>,
+  item: (id: string, field: string | null, redisValue: unknown, expectedValue: unknown) => void,
+): void {
+  for (const id of new Set([...Object.keys(redis), ...Object.keys(expected)])) {
+    const r = redis[id] === undefined ? null : parseOr(redis[id], parse);
+    const e = expected[id] === undefined ? null : parse(expected[id]);
+    if (r === null || e === null || typeof r === 'string') {
+      if (!isDeepStrictEqual(r, e)) item(id, null, r, e);
+      continue;
+    }
+    for (const f of new Set([...Object.keys(r), ...Object.keys(e)])) {
+      if (!isDeepStrictEqual(r[f], e[f])) item(id, f, r[f] ?? null, e[f] ?? null);
+    }
+  }
+}
+
+function compare(ids: { projectId: string; customerId: string }, snap: Snapshot, folded: FoldedCustomer | null): DriftItem[] {
+  const base = { project_id: ids.projectId, customer_id: ids.customerId };
+  if (folded === null) return isEmpty(snap) ? [] : [{ ...base, field: 'customer', redis: 'present', expected: null }];
+  if (isEmpty(snap)) return [{ ...base, field: 'customer', redis: null, expected: 'present' }];
+  const drift: DriftItem[] = [];
+
+  for (const f of meta_fields) {
+    const r = snap.meta[f] ?? null;
+    const e = folded.meta[f] ?? null;
+    // PostgreSQL keeps metadata as jsonb, which does not keep the key order of the request.
+    const same = f === 'metadata' && r !== null && e !== null ? isDeepStrictEqual(parseOr(r, JSON.parse), JSON.parse(e)) : r === e;
+    if (!same) drift.push({ ...base, field: `meta.${f}`, redis: r, expected: e });
+  }
+
+  compareJsonHash(snap.src, folded.src, JSON.parse, (id, f, r, e) => {
+    if (f === null) drift.push({ ...base, field: 'source', source: id, redis: r, expected: e });
+    else drift.push({ ...base, field: `source.${source_fields[f] ?? f}`, source: id, redis: sourceValue(f, r), expected: sourceValue(f, e) });
+  });
+  compareJsonHash(snap.tx, folded.tx, comparable, (id, f, r, e) => {
+    drift.push({ ...base, field: f === null ? 'transaction' : `transaction.${f}`, transaction_id: id, redis: r, expected: e });
+  });
+  compareJsonHash(snap.dep, folded.dep, comparable, (id, f, r, e) => {
+    drift.push({ ...base, field: f === null ? 'deposit' : `deposit.${f}`, idempotency_key: id, redis: r, expected: e });
+  });
+  for (const id of new Set([...Object.keys(snap.ttl), ...Object.keys(folded.ttl)])) {
+    const r = snap.ttl[id] ?? null;
+    const e = folded.ttl[id] ?? null;
+    if (r !== e) drift.push({ ...base, field: 'ttl', transaction_id: id, redis: r, expected: e });
+  }
+  return drift;
+}
+
+/** Project index entries that do not name this customer: transaction ids, then deposit keys. */
+async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string; customerId: string }, folded: FoldedCustomer): Promise<DriftItem[]> {
+  const { txIndex, depositIndex } = projectKeys(prefix, ids.projectId);
+  const drift: DriftItem[] = [];
+  const check = async (key: string, field: 'txidx' | 'depidx', names: string[]) => {
+    for (let i = 0; i < names.length; i += index_read_batch_size) {
+      const batch = names.slice(i, i + index_read_batch_size);
+      const owners = await redis.hmget(key, ...batch);
+      batch.forEach((name, j) => {
+        if (owners[j] === ids.customerId) return;
+        const id = field === 'txidx' ? { transaction_id: name } : { idempotency_key: name };
+        drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field, ...id, redis: owners[j], expected: ids.customerId });
+      });
+    }
+  };
+  await check(txIndex, 'txidx', Object.keys(folded.tx));
+  await check(depositIndex, 'depidx', Object.keys(folded.dep));
+  return drift;
+}
+
+function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer): void {
+  m.del(k.meta, k.src, k.tx, k.dep, k.ttl);
+  m.hset(k.meta, folded.meta);
+  if (Object.keys(folded.src).length > 0) m.hset(k.src, folded.src);
+  if (Object.keys(folded.tx).length > 0) m.hset(k.tx, folded.tx);
+  if (Object.keys(folded.dep).length > 0) m.hset(k.dep, folded.dep);
+  const ttl = Object.entries(folded.ttl).flatMap(([id, at]) => [at, id]);
+  if (ttl.length > 0) m.zadd(k.ttl, ...ttl);
+}
+
+/**
+ * The expire job a freeze with a TTL schedules (the scheduleExpiry hook in
+ * src/runtime.ts, same job id and options): a Redis loss takes the delayed jobs with it,
+ * and the sweeper's schedule comes back only when a worker restarts. Adding a job that
+ * still exists is a no-op.
+ */
+async function scheduleExpiry(rt: ReconcileRuntime, job: ExpireJob, atMs: number): Promise<void> {
+  const delay = Math.max(0, atMs - rt.clock.offsetMs() - Date.now());
+  await rt.ledgerQueue.add('expire', job, {
+    delay,
+    jobId: `expire:${job.projectId}:${job.customerId}:${job.transactionId}`.replace(/:/g, '|'),
+    removeOnComplete: true,
+    removeOnFail: 1000,
+    attempts: 5,
+    backoff: { type: 'exponential', delay: 500 },
+  });
+}
+
+function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, '\\$&');
+}
+
+/** Customer key bases found in Redis (of one project, or all). */
+async function redisCustomerBases(redis: Redis, prefix: string, projectId: string | null): Promise<string[]> {
+  const head = `${prefix}c:{${projectId === null ? '' : `${encodeURIComponent(projectId)}:`}`;
+  const bases = new Set<string>();
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(head)}*`, 'COUNT', scan_count);
+    cursor = next;
+    for (const key of keys) {
+      const end = key.lastIndexOf('}:');
+      if (end > 0) bases.add(key.slice(0, end + 1));
+    }
+  } while (cursor !== '0');
+  return [...bases];
+}
+
+interface CustomerOutcome {
+  drift: DriftItem[];
+  /** The customer's keys were rewritten from the fold. */
+  rewritten: boolean;
+  folded: FoldedCustomer | null;
+}
+
+/**
+ * Drains, folds, compares and (with `repair`) rewrites one customer's keys; tries again
+ * when an operation changed them meanwhile. The project index is not looked at here.
+ */
+async function reconcileKeys(
+  ctx: { conn: Redis; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries> },
+  base: string,
+  ids: { projectId: string; customerId: string },
+  repair: boolean,
+): Promise<CustomerOutcome> {
+  const k = customerKeysFromBase(base);
+  for (let attempt = 0; attempt < attempts_max; attempt++) {
+    await ctx.persist.drain(base);
+    const row = await ctx.queries.customer(ids.projectId, ids.customerId);
+    const folded = row === null ? null : foldCustomer(row, await ctx.queries.entries(ids.projectId, ids.customerId));
+    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox);
+    const snap = await readSnapshot(ctx.conn, k);
+    // Entries written after the drain: drain and fold again. A Redis counter that stays
+    // ahead of PostgreSQL with an empty outbox is drift, reported on the last try.
+    const seqAhead = Number(snap.meta.seq ?? 0) > Number(folded?.meta.seq ?? 0);
+    if (snap.outboxLength > 0 || (seqAhead && attempt < attempts_max - 1)) {
+      await ctx.conn.unwatch();
+      continue;
+    }
+    const drift = compare(ids, snap, folded);
+    const rewrite = repair && folded !== null && drift.length > 0;
+    const m = ctx.conn.multi();
+    if (rewrite) queueRewrite(m, k, folded);
+    // Null: a watched key changed, so the snapshot may mix two states.
+    if ((await m.exec()) !== null) return { drift, rewritten: rewrite, folded };
+  }
+  throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);
+}
+
+export async function reconcile(rt: ReconcileRuntime, opts: { projectId?: string; repair: boolean }): Promise<ReconcileReport> {
+  const prefix = rt.config.REDIS_PREFIX;
+  const queries = createReconcileQueries(rt.db);
+  const persist = new PersistLoop(rt.redis, rt.ledgerQueries, prefix, 0, rt.logger);
+  const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [] };
+
+  const customers = new Map<string, { projectId: string; customerId: string }>();
+  for (const row of await queries.customerIds(opts.projectId ?? null)) {
+    customers.set(customerBase(prefix, row.project_id, row.id), { projectId: row.project_id, customerId: row.id });
+  }
+  for (const base of await redisCustomerBases(rt.redis, prefix, opts.projectId ?? null)) {
+    const ids = parseCustomerBase(prefix, base);
+    if (ids && !customers.has(base)) customers.set(base, ids);
+  }
+
+  const organizations = new Map<string, string | null>();
+  // WATCH belongs to a connection: the shared client is used by others and its MULTIs
+  // would end our WATCH.
+  const conn = createRedis(rt.config.REDIS_URL, { enableAutoPipelining: false });
+  try {
+    for (const [base, ids] of customers) {
+      report.customers_checked++;
+      let outcome: CustomerOutcome;
+      try {
+        outcome = await reconcileKeys({ conn, persist, queries }, base, ids, opts.repair);
+      } catch (err) {
+        await conn.unwatch().catch(() => undefined);
+        if (!(err instanceof FoldError)) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
+        report.errors.push({ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message });
+        continue;
+      }
+
+      const { folded } = outcome;
+      const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, folded))];
+      if (drift.length === 0) continue;
+      report.customers_with_drift++;
+      report.drift.push(...drift);
+      // Redis state without a PostgreSQL customer is reported, never deleted.
+      if (!opts.repair || folded === null) continue;
+
+      const { txIndex, depositIndex } = projectKeys(prefix, ids.projectId);
+      for (const d of drift) {
+        if (d.field === 'txidx') await rt.redis.hset(txIndex, d.transaction_id!, ids.customerId);
+        if (d.field === 'depidx') await rt.redis.hset(depositIndex, d.idempotency_key!, ids.customerId);
+      }
+      if (outcome.rewritten) {
+        if (!organizations.has(ids.projectId)) organizations.set(ids.projectId, await queries.organizationOf(ids.projectId));
+        const organizationId = organizations.get(ids.projectId) ?? '';
+        for (const [transactionId, atMs] of Object.entries(folded.ttl)) {
+          await scheduleExpiry(rt, { projectId: ids.projectId, organizationId, customerId: ids.customerId, transactionId }, atMs);
+        }
+      }
+      rt.logger.info({ ...ids, drift: drift.length }, 'reconcile repaired a customer');
+      report.customers_repaired++;
+    }
+  } finally {
+    conn.disconnect();
+  }
+  return report;
+}
