@@ -13,6 +13,7 @@ export async function bootstrapOrganization(rt: Runtime, name: string) {
 }
 
 export interface Demo {
+  models: string[];
   organization_id: string;
   admin_key: string;
   project_id: string;
@@ -24,7 +25,27 @@ export interface Demo {
 export const demo_customer_id = 'demo-customer';
 export const demo_deposit_credits = 10_000_000; // $10
 
-export async function bootstrapDemo(rt: Runtime): Promise<Demo> {
+/** The demo's models, served by the built-in mock upstream. */
+function demoModel(provider: 'openai' | 'anthropic', upstreamBaseUrl: string) {
+  return {
+    provider,
+    upstream_base_url: upstreamBaseUrl,
+    upstream_model: provider === 'openai' ? 'mock-gpt' : 'mock-claude',
+    upstream_api_key: 'mock-upstream-key',
+    display_name: provider === 'openai' ? 'Demo chat model (mock upstream)' : 'Demo messages model (mock upstream)',
+    description: 'Answers with counted tokens from the built-in mock provider.',
+    context_window: 128_000,
+    max_output_tokens: 4_096,
+    supports_streaming: true,
+    active: true,
+    input_price_per_million_credits: 2_500_000, // $2.50 per million input tokens
+    output_price_per_million_credits: 10_000_000, // $10 per million output tokens
+    cache_read_price_per_million_credits: 1_250_000,
+    cache_write_price_per_million_credits: 3_125_000,
+  };
+}
+
+export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promise<Demo> {
   const { organization_id, admin_key } = await bootstrapOrganization(rt, 'Demo organization');
   const project = await createAdminQueries(rt.db).createProject(organization_id, 'Demo project', 'B');
   const projectKey = await rt.keyQueries.insertKey({ organizationId: organization_id, projectId: project.id, type: 'project', name: 'demo project key' });
@@ -35,6 +56,8 @@ export async function bootstrapDemo(rt: Runtime): Promise<Demo> {
     name: 'demo customer key',
     customerId: demo_customer_id,
   });
+  await rt.modelQueries.upsertModel(project.id, 'demo-gpt', demoModel('openai', mockUpstreamUrl));
+  await rt.modelQueries.upsertModel(project.id, 'demo-claude', demoModel('anthropic', mockUpstreamUrl));
   await rt.ledger.deposit(
     { projectId: project.id, organizationId: organization_id },
     {
@@ -51,6 +74,7 @@ export async function bootstrapDemo(rt: Runtime): Promise<Demo> {
     },
   );
   return {
+    models: ['demo-gpt', 'demo-claude'],
     organization_id,
     admin_key,
     project_id: project.id,

@@ -11,16 +11,23 @@ import { migrate } from './db/migrate.js';
 import { createRuntime } from './runtime.js';
 import { listen } from './server.js';
 import { startWorkers } from '../workers/index.js';
+import { startMockUpstream } from './gateway/mock/server.js';
 
 const credentialsFile = '.demo-credentials.json';
 
 const config = loadConfig();
 await migrate(config.DATABASE_URL);
 const rt = await createRuntime(config);
+// The demo models' provider. Its address is stored with the models, so it keeps its port.
+const mock = await startMockUpstream({ port: config.MOCK_UPSTREAM_PORT, host: '127.0.0.1' }).catch((err: Error) => {
+  rt.logger.warn({ err }, `mock upstream not started on port ${config.MOCK_UPSTREAM_PORT}; demo models will answer 502`);
+  return null;
+});
+const mockUrl = `http://127.0.0.1:${config.MOCK_UPSTREAM_PORT}/v1`;
 
 let demo: Demo | null = null;
 if ((await createAdminQueries(rt.db).countOrganizations()) === 0) {
-  demo = await bootstrapDemo(rt);
+  demo = await bootstrapDemo(rt, mockUrl);
   writeFileSync(credentialsFile, `${JSON.stringify(demo, null, 2)}\n`, { mode: 0o600 });
 } else if (existsSync(credentialsFile)) {
   demo = JSON.parse(readFileSync(credentialsFile, 'utf8')) as Demo;
@@ -43,12 +50,17 @@ Try it:
   curl -s ${u}/v1/customers/${demo.customer_id}/balance -H 'Authorization: Bearer ${demo.project_key}'
   curl -s ${u}/v1/billing/deduct -H 'Authorization: Bearer ${demo.project_key}' -H 'Content-Type: application/json' \\
     -d '{"customer_id": "${demo.customer_id}", "transaction_id": "demo-'$RANDOM'", "amount": 1500}'
+  curl -si ${u}/v1/chat/completions -H 'Authorization: Bearer ${demo.project_key}' -H 'X-Service-Customer: ${demo.customer_id}' \\
+    -H 'Content-Type: application/json' -d '{"model": "demo-gpt", "messages": [{"role": "user", "content": "Hello!"}]}'
+
+Models (mock upstream at ${mockUrl}): ${(demo.models ?? []).join(', ')}
 `);
 } else {
   console.log(`Service running at ${server.url} (database already set up; use npm run bootstrap for a new organization)`);
 }
 
 const shutdown = async () => {
+  await mock?.close();
   await workers.stop();
   await server.close();
   await rt.close();
