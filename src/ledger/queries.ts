@@ -43,29 +43,37 @@ export function createLedgerQueries(pool: DatabasePool) {
     },
 
     /**
-     * Inserts outbox entries of one customer in one transaction, creating the customer and
-     * source rows their deposits carry. Entries already present are skipped (a worker that
-     * died after inserting and before trimming the outbox repeats the batch).
+     * Inserts outbox entries (of any customers) in one transaction with one multi-row
+     * insert, creating the customer, source and usage rows they carry. Entries already
+     * present are skipped: a worker that died after inserting and before trimming the
+     * outbox repeats the batch.
      */
     async insertEntries(entries: OutboxEntry[]): Promise<number> {
       if (entries.length === 0) return 0;
+      // One lock order for every worker: concurrent passes over overlapping entries wait
+      // for each other instead of deadlocking.
+      const sorted = [...entries].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
       return pool.transaction(async (tx) => {
-        let inserted = 0;
-        for (const e of entries) {
-          await insertSideRecords(tx, e);
-          if (!isLedgerEntry(e)) continue;
+        // Customers and sources first: ledger entries reference them.
+        for (const e of sorted) await insertSideRecords(tx, e);
+        const rows = sorted.filter(isLedgerEntry).map((e) => {
           const pub = outboxEntryToPublic(e);
-          const res = await tx.query(sql.unsafe`
-            INSERT INTO ledger_entries (id, project_id, customer_id, seq, type, transaction_id, amount, returned_amount,
-              wallet, details, reason, business_type, description, state, result, extra, created_at)
-            VALUES (${e.id}, ${e.project_id}, ${e.customer_id}, ${pub.seq}, ${e.type}, ${e.transaction_id}, ${pub.amount},
-              ${pub.returned_amount}, ${pub.wallet}, ${sql.jsonb(pub.details as unknown as never)}, ${pub.reason},
-              ${pub.business_type}, ${pub.description}, ${e.state ?? null}, ${sql.jsonb(JSON.parse(e.result))},
-              ${e.x ? sql.jsonb(e.x as never) : null}, ${sql.timestamp(new Date(Number(e.at)))})
-            ON CONFLICT (id) DO NOTHING`);
-          inserted += res.rowCount;
-        }
-        return inserted;
+          return [
+            e.id, e.project_id, e.customer_id, pub.seq, e.type, e.transaction_id, pub.amount, pub.returned_amount, pub.wallet,
+            JSON.stringify(pub.details), pub.reason, pub.business_type, pub.description, e.state ?? null, e.result,
+            e.x ? JSON.stringify(e.x) : null, new Date(Number(e.at)).toISOString(),
+          ];
+        });
+        if (rows.length === 0) return 0;
+        const res = await tx.query(sql.unsafe`
+          INSERT INTO ledger_entries (id, project_id, customer_id, seq, type, transaction_id, amount, returned_amount,
+            wallet, details, reason, business_type, description, state, result, extra, created_at)
+          SELECT * FROM ${sql.unnest(rows, [
+            'text', 'text', 'text', 'int8', 'text', 'text', 'int8', 'int8', 'text', 'jsonb', 'text', 'text', 'text', 'text',
+            'jsonb', 'jsonb', 'timestamptz',
+          ])}
+          ON CONFLICT (id) DO NOTHING`);
+        return res.rowCount;
       });
     },
   };
