@@ -114,16 +114,26 @@ export class LedgerService {
   }
 
   /**
-   * Runs a billable script (deduct, consume) under a plan reservation. The last argument
-   * tells the script whether the plan admits a new operation; the reservation is given
-   * back unless the operation applied now.
+   * Runs a billable script (deduct, consume) under a plan reservation. `lookup` (binding
+   * or finding the transaction's customer) goes out in the same round trip as the
+   * reservation: neither needs the other's answer. The last script argument tells the
+   * script whether the plan admits a new operation; the reservation is given back unless
+   * the operation applied now.
    */
-  private async runBillable(name: 'deduct' | 'consume', scope: ProjectScope, customerId: string, args: (string | number)[]): Promise<ScriptReply> {
-    const reservation = this.hooks.billable ? await this.hooks.billable.reserve(scope) : null;
+  private async runBillable(
+    name: 'deduct' | 'consume',
+    scope: ProjectScope,
+    lookup: Promise<string>,
+    args: (string | number)[],
+  ): Promise<{ reply: ScriptReply; customerId: string }> {
+    const [customer, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? Promise.resolve(null)]);
+    const reservation = reserved.status === 'fulfilled' ? reserved.value : null;
     let reply: ScriptReply | undefined;
     try {
-      reply = await this.run(name, scope, customerId, [...args, reservation && !reservation.admitted ? '0' : '1']);
-      return reply;
+      if (customer.status === 'rejected') throw customer.reason;
+      if (reserved.status === 'rejected') throw reserved.reason;
+      reply = await this.run(name, scope, customer.value, [...args, reservation && !reservation.admitted ? '0' : '1']);
+      return { reply, customerId: customer.value };
     } finally {
       if (reservation && reply?.[0] !== ScriptStatus.Ok) await reservation.release();
     }
@@ -172,9 +182,11 @@ export class LedgerService {
     return this.outcome(reply, input.customerId, 'idempotency_key');
   }
 
-  private async bindTransaction(scope: ProjectScope, input: DrawInput): Promise<void> {
+  /** Binds the transaction id to the customer; returns the customer. */
+  private async bindTransaction(scope: ProjectScope, input: DrawInput): Promise<string> {
     const owner = await this.bind(projectKeys(this.prefix, scope.projectId).txIndex, input.transactionId, input.customerId);
     if (owner !== input.customerId) throw new ApiError('transaction_conflict', { param: 'transaction_id' });
+    return owner;
   }
 
   private drawArgs(input: DrawInput, hash: string): (string | number)[] {
@@ -184,9 +196,9 @@ export class LedgerService {
   }
 
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
-    await this.bindTransaction(scope, input);
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
-    return this.outcome(await this.runBillable('deduct', scope, input.customerId, this.drawArgs(input, hash)), input.customerId, 'transaction_id');
+    const { reply } = await this.runBillable('deduct', scope, this.bindTransaction(scope, input), this.drawArgs(input, hash));
+    return this.outcome(reply, input.customerId, 'transaction_id');
   }
 
   async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
@@ -218,9 +230,9 @@ export class LedgerService {
     scope: ProjectScope,
     input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
   ): Promise<OpResult> {
-    const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
-    const reply = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
-    return this.outcome(reply, owner);
+    const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
+    const { reply, customerId } = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
+    return this.outcome(reply, customerId);
   }
 
   async unfreeze(
