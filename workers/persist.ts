@@ -78,9 +78,19 @@ export class PersistLoop {
       if (full.length > 0) await this.redis.sadd(dirty, ...full);
       return entries.length;
     } catch (err) {
-      // Put back what this pass popped so nothing waits for the sweeper needlessly.
-      await this.redis.sadd(dirty, ...popped).catch(() => undefined);
-      throw err;
+      // One customer's bad entry must not hold back the others popped with it: drain them
+      // one by one; those that still fail go back to the dirty set for a later pass.
+      this.logger.error({ err }, 'persist batch failed; draining its customers one by one');
+      let moved = 0;
+      for (const base of popped) {
+        try {
+          moved += await this.drain(base);
+        } catch (inner) {
+          this.logger.error({ err: inner, customer: base }, 'persisting a customer failed; will retry');
+          await this.redis.sadd(dirty, base).catch(() => undefined);
+        }
+      }
+      return moved;
     }
   }
 

@@ -50,9 +50,18 @@ export function createLedgerQueries(pool: DatabasePool) {
      */
     async insertEntries(entries: OutboxEntry[]): Promise<number> {
       if (entries.length === 0) return 0;
-      // One lock order for every worker: concurrent passes over overlapping entries wait
-      // for each other instead of deadlocking.
-      const sorted = [...entries].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      // Each customer's entries in their order (the deposit that creates a customer comes
+      // before anything referring to it), and one lock order for every worker, so that
+      // concurrent passes over overlapping entries wait for each other instead of
+      // deadlocking.
+      const order = (e: OutboxEntry) => [e.project_id, e.customer_id] as const;
+      const sorted = [...entries].sort((a, b) => {
+        const [pa, ca] = order(a);
+        const [pb, cb] = order(b);
+        if (pa !== pb) return pa < pb ? -1 : 1;
+        if (ca !== cb) return ca < cb ? -1 : 1;
+        return Number(a.seq) - Number(b.seq);
+      });
       return pool.transaction(async (tx) => {
         // Customers and sources first: ledger entries reference them.
         for (const e of sorted) await insertSideRecords(tx, e);
