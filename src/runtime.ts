@@ -37,6 +37,12 @@ export interface Runtime {
   config: Config;
   logger: Logger;
   redis: Redis;
+  /**
+   * The rate limiter's own connection, without auto-pipelining: rate-limiter-flexible
+   * defines its script (defineCommand) whenever a limiter is created, which corrupts an
+   * auto-pipeline in flight on a shared connection (ioredis issue #1931).
+   */
+  rateLimitRedis: Redis;
   db: DatabasePool;
   clock: Clock;
   ledger: LedgerService;
@@ -73,6 +79,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     extras.push(c);
     return c;
   };
+  const rateLimitRedis = createRedis(config.REDIS_URL, { enableAutoPipelining: false });
   const db = await createDb(config.DATABASE_URL);
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
@@ -127,6 +134,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     config,
     logger,
     redis,
+    rateLimitRedis,
     db,
     clock,
     ledger,
@@ -146,6 +154,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       await upstream.close();
       await db.end();
       redis.disconnect();
+      rateLimitRedis.disconnect();
       for (const c of extras) c.disconnect();
     },
   };
