@@ -2,7 +2,8 @@
  * Folds a customer's ledger entries, as PostgreSQL holds them, into the Redis state the
  * Lua scripts would hold after writing those entries (lua/includes/customer.lua and
  * lua/<op>-6.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
- * compares its output with Redis and writes it back with --repair.
+ * compares its output with Redis and writes it back with --repair. Gateway calls leave
+ * state the ledger does not carry; withRedisOnlyState() says which and takes it from Redis.
  *
  * Amounts are strings in every encoded value, as the scripts write them. JSON key order
  * is not reproduced (cjson orders keys by its hash table); readers parse, so only the
@@ -57,13 +58,16 @@ interface Hold {
   amount: string;
 }
 
-/** A transaction as stored in the tx hash (deduct-6.lua, freeze-6.lua and the settlements). */
+/**
+ * A transaction as stored in the tx hash (deduct-6.lua, freeze-6.lua, gateway_hold-6.lua
+ * and the settlements).
+ */
 export interface StoredTransaction {
-  k: 'deduct' | 'freeze';
+  k: 'deduct' | 'freeze' | 'gateway';
   st: string;
-  h: string;
+  h?: string;
   a: string;
-  r: string;
+  r?: string;
   holds?: Hold[];
   w?: string | null;
   bt?: string;
@@ -207,6 +211,14 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         delete ttl[e.transaction_id];
         break;
       }
+      case 'GATEWAY': {
+        // gateway_settle-6.lua: the hold (never in the ledger) is gone and the cost is used.
+        for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
+        const reserved = (e.result as { reserved?: unknown } | null)?.reserved;
+        if (typeof reserved !== 'string') throw new FoldError(`GATEWAY entry seq ${e.seq} lacks result.reserved`);
+        txs.set(e.transaction_id, { k: 'gateway', st: 'settled', a: reserved, w: e.wallet, r: result });
+        break;
+      }
       default:
         throw new FoldError(`entry seq ${e.seq}: entries of type ${e.type} do not fold into Redis state`);
     }
@@ -224,6 +236,50 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const tx: Record<string, string> = {};
   for (const [id, t] of txs) tx[id] = JSON.stringify(t);
   return { meta, src, tx, dep, ttl };
+}
+
+/**
+ * Adds to a fold the state Redis holds by design and PostgreSQL never sees, taken from
+ * the customer's current Redis keys:
+ * - gateway holds of calls in flight (gateway_hold-6.lua writes no entry), with their
+ *   frozen credits and TTL;
+ * - records of gateway calls that moved no money (released, or settled at cost 0: their
+ *   USAGE entries become usage records, not ledger entries);
+ * - the fields of a settled gateway call that its GATEWAY entry does not carry (holds,
+ *   TTL), which no script reads once the call is settled;
+ * - entry numbers taken by USAGE entries: meta.seq only has to stay above the ledger's.
+ * A settled call that cost something is not carried: the ledger must hold it.
+ */
+export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record<string, string>; tx: Record<string, string> }): FoldedCustomer {
+  const out: FoldedCustomer = { meta: { ...folded.meta }, src: { ...folded.src }, tx: { ...folded.tx }, dep: folded.dep, ttl: { ...folded.ttl } };
+  const redisSeq = Number(redis.meta.seq ?? 0);
+  if (Number.isSafeInteger(redisSeq) && redisSeq > Number(out.meta.seq ?? 0)) out.meta.seq = str(redisSeq);
+  for (const [id, raw] of Object.entries(redis.tx)) {
+    let tx: StoredTransaction;
+    try {
+      tx = JSON.parse(raw) as StoredTransaction;
+    } catch {
+      continue;
+    }
+    if (tx.k !== 'gateway') continue;
+    const ledger = out.tx[id];
+    if (ledger !== undefined) {
+      out.tx[id] = JSON.stringify({ ...tx, ...(JSON.parse(ledger) as StoredTransaction) });
+      continue;
+    }
+    if (tx.st === 'settled' && Number((JSON.parse(tx.r ?? '{}') as { cost?: string }).cost ?? 0) > 0) continue;
+    out.tx[id] = raw;
+    if (tx.st !== 'frozen') continue;
+    for (const h of tx.holds ?? []) {
+      const s = out.src[h.account_id];
+      if (s === undefined) continue;
+      const source = JSON.parse(s) as StoredSource;
+      source.f = str(Number(source.f) + Number(h.amount));
+      out.src[h.account_id] = encodeSource(source);
+    }
+    if (tx.ttla !== undefined) out.ttl[id] = Number(tx.ttla);
+  }
+  return out;
 }
 
 /** encode_source in lua/includes/customer.lua: every field a string. */

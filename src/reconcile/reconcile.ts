@@ -4,24 +4,29 @@
  * fold. This is also the cold start after a Redis loss: a customer that PostgreSQL knows
  * and Redis does not is drift, and repair recreates it.
  *
- * Per customer: drain its outbox into PostgreSQL first (entries still there are
- * acknowledged operations), fold the entries, then WATCH the customer's keys, read them,
- * compare, and end with MULTI/EXEC (the rewrite, or nothing). EXEC fails when any of the
- * keys changed after the WATCH, so neither the comparison nor the rewrite can mix states
- * from before and after a concurrent operation; such a customer is simply tried again.
+ * Per customer: drain its outbox into PostgreSQL, WATCH its keys, fold the ledger plus
+ * whatever the outbox holds by now (acknowledged operations all the same), add what Redis
+ * holds by design and the ledger never sees (gateway calls in flight, see
+ * withRedisOnlyState), compare, and end with MULTI/EXEC (the rewrite, or nothing). EXEC
+ * fails when any of the keys changed after the WATCH, so neither the comparison nor the
+ * rewrite can mix states from before and after a concurrent operation; such a customer
+ * is simply tried again after a short random pause.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { PersistLoop } from '../../workers/persist.js';
+import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
 import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
 import type { ExpireJob, Runtime } from '../runtime.js';
-import { comparable, FoldError, foldCustomer, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
+import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
 
 /** Tries per customer when concurrent operations keep changing its keys. */
-export const attempts_max = 5;
+export const attempts_max = 10;
+/** Upper bound of the random pause before try n (times n), so busy customers get a quiet moment. */
+export const retry_pause_ms_max = 10;
 export const scan_count = 1_000;
 export const index_read_batch_size = 500;
 
@@ -60,6 +65,7 @@ const customerRow = z.object({
 });
 
 const entryRow = z.object({
+  id: z.string(),
   seq: z.number(),
   type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
   transaction_id: z.string(),
@@ -85,9 +91,9 @@ function createReconcileQueries(pool: DatabasePool) {
         SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
       return row && { ...row, metadata: row.metadata };
     },
-    async entries(projectId: string, customerId: string): Promise<EntryRow[]> {
+    async entries(projectId: string, customerId: string): Promise<IdentifiedEntry[]> {
       const rows = await pool.any(sql.type(entryRow)`
-        SELECT seq, type, transaction_id, amount, wallet, details, reason, business_type, result, extra
+        SELECT id, seq, type, transaction_id, amount, wallet, details, reason, business_type, result, extra
         FROM ledger_entries WHERE project_id = ${projectId} AND customer_id = ${customerId}
         ORDER BY seq`);
       return rows.map((r) => ({ ...r, details: r.details, result: r.result }));
@@ -99,27 +105,71 @@ function createReconcileQueries(pool: DatabasePool) {
   };
 }
 
+type IdentifiedEntry = EntryRow & { id: string };
+
 interface Snapshot {
   meta: Record<string, string>;
   src: Record<string, string>;
   tx: Record<string, string>;
   dep: Record<string, string>;
   ttl: Record<string, number>;
-  outboxLength: number;
+  /** Entries not in PostgreSQL yet: acknowledged operations all the same. */
+  outbox: OutboxEntry[];
 }
 
 async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
-  const replies = await conn.pipeline().hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xlen(k.outbox).exec();
+  const replies = await conn.pipeline().hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+').exec();
   const values = (replies ?? []).map(([err, v]) => {
     if (err) throw err;
     return v;
   });
-  const [meta, src, tx, dep, ttlFlat, outboxLength] = values as [
-    Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], number,
+  const [meta, src, tx, dep, ttlFlat, stream] = values as [
+    Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
   ];
   const ttl: Record<string, number> = {};
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
-  return { meta, src, tx, dep, ttl, outboxLength };
+  return { meta, src, tx, dep, ttl, outbox: stream.map(([, fields]) => parseOutboxEntry(fields[1])) };
+}
+
+/** An outbox entry as the ledger row it becomes (outboxEntryToPublic and insertEntries). */
+function outboxRow(e: OutboxEntry & { type: LedgerEntryType }): IdentifiedEntry {
+  return {
+    id: e.id,
+    seq: Number(e.seq),
+    type: e.type,
+    transaction_id: e.transaction_id,
+    amount: Number(e.amount),
+    wallet: e.wallet ?? null,
+    details: e.details,
+    reason: e.reason ?? null,
+    business_type: e.business_type ?? null,
+    result: JSON.parse(e.result),
+    extra: e.x ?? null,
+  };
+}
+
+/**
+ * The customer and ledger as of the snapshot: PostgreSQL plus the outbox (an entry in
+ * both counts once). A customer whose creating deposit is still in the outbox takes its
+ * profile from that deposit, as the persist loop will.
+ */
+function ledgerAsOfSnapshot(row: CustomerRow | null, stored: IdentifiedEntry[], outbox: OutboxEntry[]): { customer: CustomerRow | null; entries: EntryRow[] } {
+  const byId = new Map(stored.map((e) => [e.id, e]));
+  let customer = row;
+  for (const e of outbox) {
+    if (!isLedgerEntry(e)) continue;
+    byId.set(e.id, outboxRow(e));
+    const created = e.x?.customer as { created_at: string; name: string | null; email: string | null; metadata: string | null } | null | undefined;
+    if (customer === null && created) {
+      customer = {
+        created_at: Number(created.created_at),
+        name: created.name,
+        email: created.email,
+        metadata: created.metadata === null ? null : JSON.parse(created.metadata),
+      };
+    }
+  }
+  return { customer, entries: [...byId.values()] };
 }
 
 function isEmpty(s: Snapshot): boolean {
@@ -164,33 +214,33 @@ function compareJsonHash(
   }
 }
 
-function compare(ids: { projectId: string; customerId: string }, snap: Snapshot, folded: FoldedCustomer | null): DriftItem[] {
+function compare(ids: { projectId: string; customerId: string }, snap: Snapshot, expected: FoldedCustomer | null): DriftItem[] {
   const base = { project_id: ids.projectId, customer_id: ids.customerId };
-  if (folded === null) return isEmpty(snap) ? [] : [{ ...base, field: 'customer', redis: 'present', expected: null }];
+  if (expected === null) return isEmpty(snap) ? [] : [{ ...base, field: 'customer', redis: 'present', expected: null }];
   if (isEmpty(snap)) return [{ ...base, field: 'customer', redis: null, expected: 'present' }];
   const drift: DriftItem[] = [];
 
   for (const f of meta_fields) {
     const r = snap.meta[f] ?? null;
-    const e = folded.meta[f] ?? null;
+    const e = expected.meta[f] ?? null;
     // PostgreSQL keeps metadata as jsonb, which does not keep the key order of the request.
     const same = f === 'metadata' && r !== null && e !== null ? isDeepStrictEqual(parseOr(r, JSON.parse), JSON.parse(e)) : r === e;
     if (!same) drift.push({ ...base, field: `meta.${f}`, redis: r, expected: e });
   }
 
-  compareJsonHash(snap.src, folded.src, JSON.parse, (id, f, r, e) => {
+  compareJsonHash(snap.src, expected.src, JSON.parse, (id, f, r, e) => {
     if (f === null) drift.push({ ...base, field: 'source', source: id, redis: r, expected: e });
     else drift.push({ ...base, field: `source.${source_fields[f] ?? f}`, source: id, redis: sourceValue(f, r), expected: sourceValue(f, e) });
   });
-  compareJsonHash(snap.tx, folded.tx, comparable, (id, f, r, e) => {
+  compareJsonHash(snap.tx, expected.tx, comparable, (id, f, r, e) => {
     drift.push({ ...base, field: f === null ? 'transaction' : `transaction.${f}`, transaction_id: id, redis: r, expected: e });
   });
-  compareJsonHash(snap.dep, folded.dep, comparable, (id, f, r, e) => {
+  compareJsonHash(snap.dep, expected.dep, comparable, (id, f, r, e) => {
     drift.push({ ...base, field: f === null ? 'deposit' : `deposit.${f}`, idempotency_key: id, redis: r, expected: e });
   });
-  for (const id of new Set([...Object.keys(snap.ttl), ...Object.keys(folded.ttl)])) {
+  for (const id of new Set([...Object.keys(snap.ttl), ...Object.keys(expected.ttl)])) {
     const r = snap.ttl[id] ?? null;
-    const e = folded.ttl[id] ?? null;
+    const e = expected.ttl[id] ?? null;
     if (r !== e) drift.push({ ...base, field: 'ttl', transaction_id: id, redis: r, expected: e });
   }
   return drift;
@@ -268,12 +318,19 @@ interface CustomerOutcome {
   drift: DriftItem[];
   /** The customer's keys were rewritten from the fold. */
   rewritten: boolean;
+  /** The state folded from PostgreSQL alone; null when PostgreSQL has no such customer. */
   folded: FoldedCustomer | null;
 }
 
 /**
  * Drains, folds, compares and (with `repair`) rewrites one customer's keys; tries again
  * when an operation changed them meanwhile. The project index is not looked at here.
+ *
+ * The ledger is read after the WATCH, and the outbox with the keys: an entry written
+ * before the WATCH is then in the outbox as read, or was deleted from it after the WATCH
+ * (the EXEC fails), or before, which a worker does only once the entry is committed (so
+ * the ledger read has it). Any write after the WATCH fails the EXEC. The drain first is
+ * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
   ctx: { conn: Redis; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries> },
@@ -282,24 +339,23 @@ async function reconcileKeys(
   repair: boolean,
 ): Promise<CustomerOutcome> {
   const k = customerKeysFromBase(base);
+  await ctx.persist.drain(base);
   for (let attempt = 0; attempt < attempts_max; attempt++) {
-    await ctx.persist.drain(base);
-    const row = await ctx.queries.customer(ids.projectId, ids.customerId);
-    const folded = row === null ? null : foldCustomer(row, await ctx.queries.entries(ids.projectId, ids.customerId));
+    if (attempt > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * attempt));
     await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox);
+    const [row, stored] = await Promise.all([
+      ctx.queries.customer(ids.projectId, ids.customerId),
+      ctx.queries.entries(ids.projectId, ids.customerId),
+    ]);
     const snap = await readSnapshot(ctx.conn, k);
-    // Entries written after the drain: drain and fold again. A Redis counter that stays
-    // ahead of PostgreSQL with an empty outbox is drift, reported on the last try.
-    const seqAhead = Number(snap.meta.seq ?? 0) > Number(folded?.meta.seq ?? 0);
-    if (snap.outboxLength > 0 || (seqAhead && attempt < attempts_max - 1)) {
-      await ctx.conn.unwatch();
-      continue;
-    }
-    const drift = compare(ids, snap, folded);
-    const rewrite = repair && folded !== null && drift.length > 0;
+    const ledger = ledgerAsOfSnapshot(row, stored, snap.outbox);
+    const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries);
+    const expected = folded === null ? null : withRedisOnlyState(folded, snap);
+    const drift = compare(ids, snap, expected);
+    const rewrite = repair && expected !== null && drift.length > 0;
     const m = ctx.conn.multi();
-    if (rewrite) queueRewrite(m, k, folded);
-    // Null: a watched key changed, so the snapshot may mix two states.
+    if (rewrite) queueRewrite(m, k, expected);
+    // Null: a watched key changed, so the snapshot may not match the ledger read.
     if ((await m.exec()) !== null) return { drift, rewritten: rewrite, folded };
   }
   throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);

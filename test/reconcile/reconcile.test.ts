@@ -1,0 +1,291 @@
+/**
+ * reconcile against a real service: the state folded from PostgreSQL equals what the Lua
+ * scripts built in Redis; tampering shows up as exactly the drift made; --repair (through
+ * the CLI) restores balances, replays and pending TTL freezes, also for a customer whose
+ * keys are all gone.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { customerKeys, projectKeys } from '../../src/redis/keys.js';
+import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
+import { reconcile } from '../../src/reconcile/reconcile.js';
+import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+
+const run = promisify(execFile);
+
+let svc: TestService;
+let p: TestProject;
+/** Responses of the first applications, to compare replays with. */
+const firsts: Record<string, { path: string; body: Record<string, unknown>; response: Record<string, unknown> }> = {};
+
+function post(path: string, body: Record<string, unknown>): Promise<ApiResponse> {
+  return svc.call('POST', path, { key: p.projectKey, body });
+}
+
+/** Applies an operation, expects 200, and keeps it for the replay checks. */
+async function apply(name: string, path: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const res = await post(path, body);
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  expect(res.body.is_idempotent_replay).toBe(false);
+  firsts[name] = { path, body, response: res.body };
+  return res.body;
+}
+
+async function balances(...ids: string[]): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  for (const id of ids) {
+    const res = await svc.call('GET', `/v1/customers/${id}`, { key: p.projectKey });
+    expect(res.status).toBe(200);
+    out[id] = res.body;
+  }
+  return out;
+}
+
+async function expectReplays(names: string[]): Promise<void> {
+  for (const name of names) {
+    const { path, body, response } = firsts[name];
+    const res = await post(path, body);
+    expect([name, res.status, res.body]).toEqual([name, 200, { ...response, is_idempotent_replay: true }]);
+  }
+}
+
+async function cli(...args: string[]): Promise<{ code: number; stdout: string }> {
+  const env = {
+    ...process.env,
+    DATABASE_URL: process.env.TEST_DATABASE_URL,
+    REDIS_PREFIX: svc.rt.config.REDIS_PREFIX,
+    QUEUE_PREFIX: svc.rt.config.QUEUE_PREFIX,
+    LOG_LEVEL: 'warn',
+  };
+  try {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'src/cli/reconcile.ts', ...args], { env });
+    return { code: 0, stdout };
+  } catch (err) {
+    const e = err as { code: number; stdout: string };
+    return { code: e.code, stdout: e.stdout };
+  }
+}
+
+const keysOf = (customerId: string) => customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customerId);
+
+beforeAll(async () => {
+  svc = await startTestService({ workers: true });
+  p = await svc.project('B');
+
+  // c2: TTL freezes that settle on their own, one released and one consumed.
+  await apply('dep-c2', '/v1/customers/deposit', { customer_id: 'c2', amount: 2000, idempotency_key: 'k-c2' });
+  await apply('ded-c2', '/v1/billing/deduct', { customer_id: 'c2', transaction_id: 'c2-d1', amount: 70, wallet: 'credits', business_type: 'TASK', description: 'first' });
+  await apply('frz-c2-rel', '/v1/billing/freeze', { customer_id: 'c2', transaction_id: 'c2-f1', amount: 100, release_after_seconds: 5 });
+  await apply('frz-c2-con', '/v1/billing/freeze', { customer_id: 'c2', transaction_id: 'c2-f2', amount: 120, consume_after_seconds: 5 });
+  svc.rt.clock.advance(10_000);
+  expect((await svc.call('GET', '/v1/customers/c2/balance', { key: p.projectKey })).body).toMatchObject({ used: 190, frozen: 0 });
+
+  // c1: two wallets and sources, every settlement kind, and TTL freezes still pending.
+  const far = new Date(Date.now() + svc.rt.clock.offsetMs() + 30 * 86_400_000).toISOString();
+  await apply('dep-c1', '/v1/customers/deposit', {
+    customer_id: 'c1', amount: 1000, idempotency_key: 'k-c1', name: 'Ada', email: 'ada@example.com', metadata: { tier: 'gold', a: [1, 2] },
+  });
+  await apply('dep-c1-bonus', '/v1/customers/deposit', { customer_id: 'c1', amount: 500, wallet: 'bonus', expires_at: far, idempotency_key: 'k-c1-b' });
+  await apply('dep-c1-plain', '/v1/customers/deposit', { customer_id: 'c1', amount: 5 });
+  // Spans both wallets (so the transaction names no single wallet), then returns most of it.
+  await apply('frz-c1-a', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f1', amount: 700, business_type: 'ORDER' });
+  await apply('con-c1-a', '/v1/billing/consume', { transaction_id: 'c1-f1', amount: 120 });
+  await apply('ded-c1', '/v1/billing/deduct', { customer_id: 'c1', transaction_id: 'c1-d1', amount: 600 });
+  await apply('frz-c1-b', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f2', amount: 200, wallet: 'credits' });
+  await apply('unf-c1-b', '/v1/billing/unfreeze', { transaction_id: 'c1-f2' });
+  await apply('frz-c1-ttl-rel', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f3', amount: 50, release_after_seconds: 60 });
+  await apply('frz-c1-ttl-con', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f4', amount: 40, consume_after_seconds: 60 });
+  await svc.drained();
+});
+afterAll(() => svc.close());
+
+describe('reconcile', () => {
+  it('finds no drift between Redis and the state folded from PostgreSQL', async () => {
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
+    expect(report).toEqual({ customers_checked: 2, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [] });
+  });
+
+  it('reports exactly the drift made in Redis, and --repair restores balances and replays', async () => {
+    const before = await balances('c1', 'c2');
+    const redis = svc.rt.redis;
+    const c1 = keysOf('c1');
+    const sourceId = firsts['dep-c1'].response.account_id as string;
+    const source = JSON.parse((await redis.hget(c1.src, sourceId))!) as Record<string, string>;
+    await redis.hset(c1.src, sourceId, JSON.stringify({ ...source, u: String(Number(source.u) + 7) }));
+    const deduct = JSON.parse((await redis.hget(c1.tx, 'c1-d1'))!) as Record<string, unknown>;
+    await redis.hdel(c1.tx, 'c1-d1');
+    await redis.hdel(projectKeys(svc.rt.config.REDIS_PREFIX, p.projectId).txIndex, 'c1-f1');
+    const c2 = keysOf('c2');
+    await redis.del(c2.meta, c2.src, c2.tx, c2.dep, c2.ttl, c2.outbox);
+
+    const found = await cli('--project', p.projectId, '--json');
+    expect(found.code).toBe(1);
+    const report = JSON.parse(found.stdout);
+    const expectedTx = { ...deduct, r: JSON.parse(deduct.r as string) };
+    expect(report.customers_checked).toBe(2);
+    expect(report.customers_with_drift).toBe(2);
+    expect(report.errors).toEqual([]);
+    const base = { project_id: p.projectId };
+    expect(report.drift).toHaveLength(4);
+    expect(report.drift).toEqual(
+      expect.arrayContaining([
+        { ...base, customer_id: 'c1', field: 'source.used', source: sourceId, redis: Number(source.u) + 7, expected: Number(source.u) },
+        { ...base, customer_id: 'c1', field: 'transaction', transaction_id: 'c1-d1', redis: null, expected: expectedTx },
+        { ...base, customer_id: 'c1', field: 'txidx', transaction_id: 'c1-f1', redis: null, expected: 'c1' },
+        { ...base, customer_id: 'c2', field: 'customer', redis: null, expected: 'present' },
+      ]),
+    );
+    expect((await svc.call('GET', '/v1/customers/c2', { key: p.projectKey })).status).toBe(404);
+
+    const repaired = await cli('--project', p.projectId, '--repair');
+    expect(repaired.code, repaired.stdout).toBe(0);
+    expect(repaired.stdout).toContain('repaired 2 customers');
+
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
+    expect(await balances('c1', 'c2')).toEqual(before);
+    await expectReplays(['dep-c1', 'dep-c1-bonus', 'ded-c1', 'frz-c1-a', 'con-c1-a', 'frz-c1-b', 'unf-c1-b', 'frz-c1-ttl-rel', 'dep-c2', 'ded-c2', 'frz-c2-rel']);
+    // Bindings and states came back too: a reused id conflicts, a settled freeze stays settled.
+    expect((await post('/v1/billing/deduct', { customer_id: 'c2', transaction_id: 'c1-f1', amount: 1 })).body.error.code).toBe('transaction_conflict');
+    expect((await post('/v1/billing/consume', { transaction_id: 'c1-f2' })).body.error.code).toBe('no_consumable_freeze_records');
+    expect((await post('/v1/billing/consume', { transaction_id: 'c2-f2', amount: 1 })).body.error.code).toBe('freeze_records_already_consumed');
+  });
+
+  it('folds settled gateway calls from their entries and keeps calls in flight through a repair', async () => {
+    await apply('dep-c3', '/v1/customers/deposit', { customer_id: 'c3', amount: 10_000, idempotency_key: 'k-c3' });
+    const scope = { projectId: p.projectId, organizationId: p.organizationId };
+    const usage = (id: string, status: 'settled' | 'failed', cost: number) =>
+      JSON.stringify({
+        id: `usage_${randomBytes(8).toString('hex')}`, customer_id: 'c3', trace_id: null, wallet: 'credits', model: 'm', endpoint: 'chat.completions', stream: false,
+        status, input_tokens: 1, output_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, usage_estimated: false,
+        cost_credits: cost, latency_ms: 1, prices: { input_price_per_million_credits: 1 }, upstream_status: status === 'failed' ? 500 : 200,
+      });
+    // Each hold is 100 of input bound plus 500 output tokens at one credit each; the
+    // project index entry is the one the gateway service adds after its hold.
+    const hold = async (id: string) => {
+      const reply = await svc.rt.ledger.run('gateway_hold', scope, 'c3', [id, 'credits', 100, 1_000_000, 500, '1', 3_600, '1']);
+      expect(reply[0]).toBe(0);
+      await svc.rt.redis.hset(projectKeys(svc.rt.config.REDIS_PREFIX, p.projectId).txIndex, id, 'c3');
+    };
+    await hold('gw-billed');
+    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-billed', 250, usage('gw-billed', 'settled', 250), 'm']))[0]).toBe(0);
+    await hold('gw-free');
+    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-free', 0, usage('gw-free', 'settled', 0), 'm']))[0]).toBe(0);
+    await hold('gw-failed');
+    expect((await svc.rt.ledger.run('gateway_release', scope, 'c3', ['gw-failed', usage('gw-failed', 'failed', 0)]))[0]).toBe(0);
+    await hold('gw-in-flight');
+    await svc.drained();
+
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
+    const before = await balances('c3');
+    expect(before.c3).toMatchObject({ wallets: { credits: { used: 250, frozen: 600 } } });
+
+    const c3 = keysOf('c3');
+    await svc.rt.redis.hdel(c3.tx, 'gw-billed');
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(report.drift).toEqual([
+      { project_id: p.projectId, customer_id: 'c3', field: 'transaction', transaction_id: 'gw-billed', redis: null, expected: expect.objectContaining({ k: 'gateway', st: 'settled', a: '600' }) },
+    ]);
+    expect(await balances('c3')).toEqual(before);
+    // The id of a settled call stays taken; the call in flight still settles.
+    expect((await post('/v1/billing/deduct', { customer_id: 'c3', transaction_id: 'gw-billed', amount: 1 })).body.error.code).toBe('transaction_conflict');
+    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-in-flight', 100, usage('gw-in-flight', 'settled', 100), 'm']))[0]).toBe(0);
+    expect((await svc.call('GET', '/v1/customers/c3/balance', { key: p.projectKey })).body).toMatchObject({ total: 10_000, used: 350, frozen: 0 });
+    await svc.drained();
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, errors: [] });
+  });
+
+  it('never rolls back an operation that runs while it repairs the same customer', async () => {
+    await apply('dep-c4', '/v1/customers/deposit', { customer_id: 'c4', amount: 1_000_000, name: 'Busy' });
+    const c4 = keysOf('c4');
+    let acknowledged = 0;
+    let loading = true;
+    const load = async (loop: number) => {
+      for (let i = 0; loading; i++) {
+        const res = await post('/v1/billing/deduct', { customer_id: 'c4', transaction_id: `c4-${loop}-${i}`, amount: 1 + (i % 50) });
+        expect(res.status).toBe(200);
+        acknowledged += 1 + (i % 50);
+        // Short pauses leave the quiet moments a repair needs (an empty outbox).
+        await new Promise((r) => setTimeout(r, 2));
+      }
+    };
+    const repairs = async () => {
+      let rewritesUnderLoad = 0;
+      for (let i = 0; i < 10; i++) {
+        // Drift that needs a rewrite of the whole customer while deducts keep coming.
+        await svc.rt.redis.hset(c4.meta, 'name', `tampered ${i}`);
+        const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+        if (report.drift.some((d) => d.customer_id === 'c4')) rewritesUnderLoad++;
+      }
+      loading = false;
+      return rewritesUnderLoad;
+    };
+    const [rewritesUnderLoad] = await Promise.all([repairs(), load(0), load(1)]);
+    expect(rewritesUnderLoad).toBeGreaterThan(0);
+    // Undo the last tamper by hand: a repair now would hide a rollback made earlier.
+    await svc.rt.redis.hset(c4.meta, 'name', 'Busy');
+    await svc.drained();
+    expect((await svc.call('GET', '/v1/customers/c4/balance', { key: p.projectKey })).body).toMatchObject({ total: 1_000_000, used: acknowledged });
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, errors: [] });
+  });
+
+  it('settles TTL freezes that were pending when a lost customer was restored', async () => {
+    const c1 = keysOf('c1');
+    const redis = svc.rt.redis;
+    // A Redis loss takes the customer's keys and the delayed expire jobs of its freezes.
+    for (const tx of ['c1-f3', 'c1-f4']) await svc.rt.ledgerQueue.remove(`expire|${p.projectId}|c1|${tx}`);
+    const pending = await redis.zrange(c1.ttl, 0, -1);
+    expect(pending.sort()).toEqual(['c1-f3', 'c1-f4']);
+    await redis.del(c1.meta, c1.src, c1.tx, c1.dep, c1.ttl);
+    svc.rt.clock.advance(61_000);
+
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(report).toMatchObject({ customers_with_drift: 1, customers_repaired: 1, drift: [{ customer_id: 'c1', field: 'customer' }] });
+
+    // The ledger read runs no script: only the rescheduled expire jobs can settle them.
+    let ttlEntries: { transaction_id: string; type: string; reason: string }[] = [];
+    const deadline = Date.now() + 10_000;
+    while (ttlEntries.length < 2 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      const ledger = await svc.call('GET', '/v1/customers/c1/ledger', { key: p.projectKey });
+      ttlEntries = ledger.body.data.filter((e: { reason: string | null }) => e.reason !== null);
+    }
+    expect(ttlEntries.map(({ transaction_id, type, reason }) => ({ transaction_id, type, reason })).sort((a, b) => a.transaction_id.localeCompare(b.transaction_id))).toEqual([
+      { transaction_id: 'c1-f3', type: 'UNFREEZE', reason: 'ttl_release' },
+      { transaction_id: 'c1-f4', type: 'CONSUME', reason: 'ttl_consume' },
+    ]);
+    const balance = await svc.call('GET', '/v1/customers/c1/balance', { key: p.projectKey });
+    // 1505 deposited; 600 deducted, 120 consumed, 40 auto-consumed; nothing frozen.
+    expect(balance.body).toMatchObject({ total: 1505, used: 760, frozen: 0, available: 745 });
+    await svc.drained();
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, errors: [] });
+  });
+
+  it('reports Redis state that PostgreSQL does not know, and --repair leaves it alone', async () => {
+    const ghost = keysOf('ghost');
+    await svc.rt.redis.hset(ghost.meta, { created_at: '1', seq: '1' });
+    try {
+      const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+      expect(report).toMatchObject({
+        customers_checked: 5,
+        customers_with_drift: 1,
+        customers_repaired: 0,
+        drift: [{ customer_id: 'ghost', field: 'customer', redis: 'present', expected: null }],
+      });
+      expect(await svc.rt.redis.hgetall(ghost.meta)).toEqual({ created_at: '1', seq: '1' });
+    } finally {
+      await svc.rt.redis.del(ghost.meta);
+    }
+  });
+});
+
+describe('fold', () => {
+  it('refuses a ledger it cannot fold instead of guessing', () => {
+    const row = { name: null, email: null, metadata: null, created_at: 1 };
+    const entry = { seq: 1, transaction_id: 't', amount: 5, wallet: null, details: [], reason: null, business_type: null, result: {}, extra: null };
+    expect(() => foldCustomer(row, [{ ...entry, type: 'GATEWAY' }])).toThrow(FoldError);
+    // A consume of a transaction the ledger never froze.
+    expect(() => foldCustomer(row, [{ ...entry, type: 'CONSUME' }])).toThrow(FoldError);
+  });
+});
