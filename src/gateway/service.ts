@@ -126,6 +126,7 @@ export class GatewayService {
     }
 
     let call: Call | undefined;
+    let settled: boolean;
     try {
       call = await this.hold({ auth, scope, endpoint, format, customerId, wallet, traceId, model, stream, transactionId, explicitMax, rawBytes });
       res.setHeader('X-Service-Transaction-Id', transactionId);
@@ -133,15 +134,21 @@ export class GatewayService {
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       const upstreamBody = prepareUpstreamBody(format, body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream });
-      if (stream) await this.relayStream(req, res, call, upstreamBody.body, upstreamBody.clientWantsUsage);
-      else await this.relayWhole(req, res, call, upstreamBody.body);
+      settled = stream
+        ? await this.relayStream(req, res, call, upstreamBody.body, upstreamBody.clientWantsUsage)
+        : await this.relayWhole(req, res, call, upstreamBody.body);
     } catch (err) {
-      if (idempotencyKey !== undefined && !(call && res.headersSent)) {
-        // Nothing was billed: the same key may retry.
-        await this.deps.redis.hdel(idemIndex, idempotencyKey).catch(() => undefined);
-      }
+      if (idempotencyKey !== undefined && !(call && res.headersSent)) await this.freeIdempotencyKey(idemIndex, idempotencyKey);
       throw err;
     }
+    // An upstream HTTP error relayed as it is, or a stream the upstream broke off, was
+    // answered without an error of ours but billed nothing: the same key may retry it.
+    if (!settled && idempotencyKey !== undefined) await this.freeIdempotencyKey(idemIndex, idempotencyKey);
+  }
+
+  /** Nothing was billed under this key: the same key may retry. */
+  private async freeIdempotencyKey(index: string, key: string): Promise<void> {
+    await this.deps.redis.hdel(index, key).catch(() => undefined);
   }
 
   private async claimIdempotencyKey(index: string, key: string, transactionId: string): Promise<string> {
@@ -255,7 +262,8 @@ export class GatewayService {
     }
   }
 
-  private async relayWhole(req: Request, res: Response, call: Call, body: Record<string, unknown>): Promise<void> {
+  /** Relays a whole answer; true when the call was settled, false when its hold was released. */
+  private async relayWhole(req: Request, res: Response, call: Call, body: Record<string, unknown>): Promise<boolean> {
     const abort = new AbortController();
     const onClose = () => abort.abort();
     res.once('close', onClose);
@@ -273,7 +281,7 @@ export class GatewayService {
     if (upstream.status >= 400) {
       await this.release(call, upstream.status);
       res.status(upstream.status).type(contentType).send(bytes);
-      return;
+      return false;
     }
     let usage: Usage | null = null;
     try {
@@ -288,9 +296,11 @@ export class GatewayService {
     const settled = await this.settle(call, usage, 'settled', false, upstream.status);
     res.set(this.billingHeaders(settled));
     res.status(upstream.status).type(contentType).send(bytes);
+    return true;
   }
 
-  private async relayStream(req: Request, res: Response, call: Call, body: Record<string, unknown>, clientWantsUsage: boolean): Promise<void> {
+  /** Relays a streamed answer; true when the call was settled, false when its hold was released. */
+  private async relayStream(req: Request, res: Response, call: Call, body: Record<string, unknown>, clientWantsUsage: boolean): Promise<boolean> {
     const abort = new AbortController();
     let clientGone = false;
     const onClose = () => {
@@ -306,7 +316,7 @@ export class GatewayService {
       await this.release(call, upstream.status);
       res.off('close', onClose);
       res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
-      return;
+      return false;
     }
     // Read until the first event can be forwarded, so that an upstream answering garbage
     // still gets a clean 502 before any header goes out.
@@ -330,7 +340,7 @@ export class GatewayService {
       res.off('close', onClose);
       if (clientGone) {
         await this.release(call, upstream.status);
-        return;
+        return false;
       }
       await this.release(call, upstream.status);
       throw upstreamError(err);
@@ -379,16 +389,17 @@ export class GatewayService {
         output: relay.relayedOutputEstimate(),
       };
       await this.settle(call, estimate, 'client_aborted', true, upstream.status);
-      return;
+      return true;
     }
     if (upstreamFailed || usage === null || !relay.usageComplete() || relay.invalid() || relay.error() !== null || !relay.sawTerminal()) {
       await this.release(call, upstream.status);
       res.end();
-      return;
+      return false;
     }
     const settled = await this.settle(call, usage, 'settled', false, upstream.status);
     res.addTrailers(this.billingHeaders(settled));
     res.end();
+    return true;
   }
 }
 
