@@ -1,0 +1,560 @@
+/**
+ * Reference model of the wallet ledger for the model-based property test
+ * (model.property.test.ts): Variant B (integer credits), written from
+ * shared/spec/service-spec.md, shared/spec/CONTRACT.md and docs/API.md, not from the Lua
+ * scripts. It has no Redis, HTTP or clock of its own: time moves only when the test says
+ * so, and every result is a function of the state and the request.
+ *
+ * What it models:
+ * - Sources with validity windows: a source counts and can be drawn from only while
+ *   starts_at <= now < expires_at (when set).
+ * - Draw order: soonest expiry first (none last), then oldest source first; a wallet
+ *   filter restricts the draw, and decides between insufficient_balance and
+ *   insufficient_balance_in_selected_credit_types.
+ * - The staged deduction: freeze -> consumed | unfrozen | released (TTL) | consumed (TTL),
+ *   with the errors of the state table and the replay rules of CONTRACT section 3.
+ * - Identifier scope: transaction ids and deposit idempotency keys are bound to the first
+ *   customer that names them in the project, even when that request fails (docs/API.md).
+ * - The ledger entries each operation writes, including TTL settlements.
+ *
+ * Ids the service invents (source account ids, deposit record ids) are named here after
+ * the request that created them (`src:<n>`, `rec:<n>`); the test maps the real ids onto
+ * these names from the responses. Times the service stamps with its own clock are
+ * returned as `approx(ms)`: the service runs a few milliseconds behind or ahead of the
+ * model's clock, so the test accepts a small window there.
+ */
+
+export const default_wallet = 'credits';
+export const amount_max = 1_000_000_000_000_000;
+
+/** HTTP status of each error code the ledger operations answer (CONTRACT section 2, spec Errors). */
+export const errorStatus = {
+  invalid_request: 400,
+  invalid_amount: 400,
+  invalid_expires_at: 400,
+  customer_not_found: 404,
+  transaction_conflict: 409,
+  customer_scope_mismatch: 409,
+  insufficient_balance: 400,
+  insufficient_balance_in_selected_credit_types: 400,
+  no_consumable_freeze_records: 400,
+  freeze_records_already_consumed: 400,
+  no_unfreezable_records: 400,
+  actual_amount_exceeds_frozen_amount: 400,
+} as const;
+export type ModelErrorCode = keyof typeof errorStatus;
+
+/** A time the service stamps with its own clock: expected at `ms`, observed slightly later. */
+export interface ApproxTime {
+  readonly approxMs: number;
+}
+export function approx(ms: number): ApproxTime {
+  return { approxMs: ms };
+}
+export function isApprox(v: unknown): v is ApproxTime {
+  return typeof v === 'object' && v !== null && 'approxMs' in v;
+}
+
+export type Expected = { status: 200; body: Record<string, unknown> } | { status: number; code: ModelErrorCode };
+
+export type Op = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unfreeze';
+
+/** One HTTP request as the test sends it: the endpoint's operation and its JSON body. */
+export interface LedgerRequest {
+  op: Op;
+  body: Record<string, unknown>;
+}
+
+export interface Detail {
+  account_id: string;
+  credit_type: string;
+  amount: number;
+}
+
+/** The fields of a ledger entry the model predicts (ids and created_at are the service's). */
+export interface ModelEntry {
+  type: 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE';
+  transaction_id: string;
+  amount: number;
+  returned_amount: number | null;
+  wallet: string | null;
+  details: Detail[];
+  reason: 'ttl_release' | 'ttl_consume' | null;
+  business_type: string | null;
+  description: string | null;
+}
+
+interface Source {
+  id: string;
+  wallet: string;
+  label: string;
+  seq: number;
+  total: number;
+  used: number;
+  frozen: number;
+  startsAt: number | null;
+  expiresAt: number | null;
+}
+
+interface Tx {
+  kind: 'deduct' | 'freeze';
+  params: string;
+  amount: number;
+  state: 'done' | 'frozen' | 'consumed' | 'unfrozen' | 'released';
+  holds: Detail[];
+  wallet: string | null;
+  businessType: string | null;
+  result: Record<string, unknown>;
+  ttl: { kind: 'release' | 'consume'; dueAt: number } | null;
+  settledBy: 'api' | 'ttl' | null;
+  consumedAmount: number | null;
+  consumeResult: Record<string, unknown> | null;
+  unfreezeResult: Record<string, unknown> | null;
+}
+
+interface Customer {
+  createdAt: number;
+  srcSeq: number;
+  sources: Source[];
+  txs: Record<string, Tx>;
+  deposits: Record<string, { params: string; result: Record<string, unknown> }>;
+  entries: ModelEntry[];
+}
+
+export interface ModelState {
+  now: number;
+  customers: Record<string, Customer>;
+  /** Project scope: transaction id -> the customer it is bound to. */
+  txIndex: Record<string, string>;
+  /** Project scope: deposit idempotency key -> the customer it is bound to. */
+  depositIndex: Record<string, string>;
+}
+
+export interface WalletView {
+  total: number;
+  used: number;
+  frozen: number;
+  available: number;
+}
+
+/** Sums the model keeps apart from source state, for the conservation checks. */
+export interface Tallies {
+  deposited: number;
+  used: number;
+  frozen: number;
+}
+
+/** Thrown inside an operation to answer with an error; nothing of the operation applies. */
+class Reject {
+  constructor(readonly code: ModelErrorCode) {}
+}
+
+function isActive(s: Source, now: number): boolean {
+  return (s.startsAt === null || s.startsAt <= now) && (s.expiresAt === null || s.expiresAt > now);
+}
+
+function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
+function readAmount(body: Record<string, unknown>, optional: boolean): number | null {
+  const v = body.amount;
+  if (v === undefined || v === null) {
+    if (optional) return null;
+    throw new Reject('invalid_amount');
+  }
+  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0 || v > amount_max) throw new Reject('invalid_amount');
+  return v;
+}
+
+/** Variant B names one wallet with `wallet` or its deprecated alias `credit_type`. */
+function readWallet(body: Record<string, unknown>): string | null {
+  const wallet = (body.wallet as string | undefined) ?? null;
+  const alias = (body.credit_type as string | undefined) ?? null;
+  if (wallet !== null && alias !== null && wallet !== alias) throw new Reject('invalid_request');
+  return wallet ?? alias;
+}
+
+function readTime(body: Record<string, unknown>, field: 'starts_at' | 'expires_at'): number | null {
+  const v = body[field];
+  if (v === undefined || v === null) return null;
+  const ms = Date.parse(String(v));
+  if (Number.isNaN(ms)) throw new Error(`the generator sent an unparsable ${field}: ${String(v)}`);
+  return ms;
+}
+
+function readTtl(body: Record<string, unknown>): { kind: 'release' | 'consume'; seconds: number } | null {
+  const release = body.release_after_seconds as number | undefined;
+  const consume = body.consume_after_seconds as number | undefined;
+  if (release != null && consume != null) throw new Reject('invalid_request');
+  if (release != null) return { kind: 'release', seconds: release };
+  if (consume != null) return { kind: 'consume', seconds: consume };
+  return null;
+}
+
+function text(body: Record<string, unknown>, field: string): string | null {
+  const v = body[field];
+  return typeof v === 'string' ? v : null;
+}
+
+export class LedgerModel {
+  constructor(readonly state: ModelState) {}
+
+  static start(nowMs: number): LedgerModel {
+    return new LedgerModel({ now: nowMs, customers: {}, txIndex: {}, depositIndex: {} });
+  }
+
+  clone(): LedgerModel {
+    return new LedgerModel(structuredClone(this.state));
+  }
+
+  get now(): number {
+    return this.state.now;
+  }
+
+  advance(ms: number): void {
+    this.state.now += ms;
+  }
+
+  /** The customer an operation on this request runs its script on, when known. */
+  customerOf(req: LedgerRequest): string | null {
+    if (req.op === 'consume' || req.op === 'unfreeze') return this.state.txIndex[String(req.body.transaction_id)] ?? null;
+    return String(req.body.customer_id);
+  }
+
+  /** Applies one request; `requestNo` names the source and record a deposit creates. */
+  apply(req: LedgerRequest, requestNo: number): Expected {
+    try {
+      switch (req.op) {
+        case 'deposit':
+          return this.deposit(req.body, requestNo);
+        case 'deduct':
+        case 'freeze':
+          return this.draw(req.op, req.body);
+        case 'consume':
+          return this.consume(req.body);
+        case 'unfreeze':
+          return this.unfreeze(req.body);
+      }
+    } catch (e) {
+      if (e instanceof Reject) return { status: errorStatus[e.code], code: e.code };
+      throw e;
+    }
+  }
+
+  private deposit(body: Record<string, unknown>, requestNo: number): Expected {
+    const customerId = String(body.customer_id);
+    const amount = readAmount(body, false)!;
+    const wallet = readWallet(body) ?? default_wallet;
+    const startsAt = readTime(body, 'starts_at');
+    const expiresAt = readTime(body, 'expires_at');
+    // The order of the two times is a property of the request alone: rejected before the key binds.
+    if (startsAt !== null && expiresAt !== null && expiresAt <= startsAt) throw new Reject('invalid_expires_at');
+    const description = text(body, 'description');
+    const label = text(body, 'source') ?? description ?? 'deposit';
+    const key = text(body, 'idempotency_key');
+    if (key !== null) this.bind(this.state.depositIndex, key, customerId);
+    this.settleDue(customerId);
+
+    const params = JSON.stringify([amount, wallet, label, startsAt, expiresAt, description]);
+    const existing = this.state.customers[customerId];
+    const prior = key === null ? undefined : existing?.deposits[key];
+    if (prior) {
+      if (prior.params !== params) throw new Reject('transaction_conflict');
+      return { status: 200, body: { ...prior.result, is_idempotent_replay: true } };
+    }
+    const now = this.state.now;
+    if (expiresAt !== null && expiresAt <= now) throw new Reject('invalid_expires_at');
+
+    const c = (this.state.customers[customerId] ??= { createdAt: now, srcSeq: 0, sources: [], txs: {}, deposits: {}, entries: [] });
+    const source: Source = {
+      id: `src:${requestNo}`, wallet, label, seq: ++c.srcSeq, total: amount, used: 0, frozen: 0, startsAt, expiresAt,
+    };
+    c.sources.push(source);
+    const walletTotal = c.sources.filter((s) => s.wallet === wallet && isActive(s, now)).reduce((n, s) => n + s.total, 0);
+    const recordId = `rec:${requestNo}`;
+    const result = {
+      customer_id: customerId,
+      account_id: source.id,
+      credit_type: wallet,
+      wallet,
+      total_amount: walletTotal,
+      added_amount: amount,
+      starts_at: iso(startsAt),
+      expires_at: iso(expiresAt),
+      record_id: recordId,
+    };
+    if (key !== null) c.deposits[key] = { params, result };
+    c.entries.push({
+      type: 'DEPOSIT', transaction_id: recordId, amount, returned_amount: null, wallet,
+      details: [{ account_id: source.id, credit_type: wallet, amount }],
+      reason: null, business_type: null, description,
+    });
+    return { status: 200, body: { ...result, is_idempotent_replay: false } };
+  }
+
+  private draw(kind: 'deduct' | 'freeze', body: Record<string, unknown>): Expected {
+    const customerId = String(body.customer_id);
+    const txid = String(body.transaction_id);
+    const amount = readAmount(body, false)!;
+    const wallet = readWallet(body);
+    const ttl = kind === 'freeze' ? readTtl(body) : null;
+    const businessType = text(body, 'business_type');
+    const description = text(body, 'description');
+    this.bind(this.state.txIndex, txid, customerId);
+    this.settleDue(customerId);
+    const c = this.state.customers[customerId];
+    if (!c) throw new Reject('customer_not_found');
+
+    const params = JSON.stringify([amount, wallet, businessType, description, ttl]);
+    const prior = c.txs[txid];
+    if (prior) {
+      if (prior.kind !== kind || prior.params !== params) throw new Reject('transaction_conflict');
+      return { status: 200, body: { ...prior.result, is_idempotent_replay: true } };
+    }
+
+    const details = this.pick(c, amount, wallet);
+    for (const d of details) {
+      const s = c.sources.find((x) => x.id === d.account_id)!;
+      if (kind === 'deduct') s.used += d.amount;
+      else s.frozen += d.amount;
+    }
+    const entryWallet = wallet ?? (details.every((d) => d.credit_type === details[0].credit_type) ? details[0].credit_type : null);
+    const now = this.state.now;
+    const result: Record<string, unknown> =
+      kind === 'deduct'
+        ? { transaction_id: txid, deducted_amount: amount, deduct_details: details, deducted_at: approx(now) }
+        : {
+            transaction_id: txid, frozen_amount: amount, freeze_details: details, frozen_at: approx(now),
+            auto_settle: ttl?.kind ?? null, auto_settle_at: ttl ? approx(now + ttl.seconds * 1000) : null,
+          };
+    c.txs[txid] = {
+      kind, params, amount, state: kind === 'deduct' ? 'done' : 'frozen', holds: details, wallet: entryWallet, businessType, result,
+      ttl: ttl ? { kind: ttl.kind, dueAt: now + ttl.seconds * 1000 } : null,
+      settledBy: null, consumedAmount: null, consumeResult: null, unfreezeResult: null,
+    };
+    c.entries.push({
+      type: kind === 'deduct' ? 'DEDUCT' : 'FREEZE', transaction_id: txid, amount, returned_amount: null, wallet: entryWallet,
+      details, reason: null, business_type: businessType, description,
+    });
+    return { status: 200, body: { ...result, is_idempotent_replay: false } };
+  }
+
+  /** Chooses the funds for `amount`: active sources of the filter, soonest expiry, then oldest. */
+  private pick(c: Customer, amount: number, wallet: string | null): Detail[] {
+    const now = this.state.now;
+    let availableAll = 0;
+    let availableSelected = 0;
+    const eligible: Source[] = [];
+    for (const s of c.sources) {
+      const available = s.total - s.used - s.frozen;
+      if (available <= 0 || !isActive(s, now)) continue;
+      availableAll += available;
+      if (wallet === null || s.wallet === wallet) {
+        availableSelected += available;
+        eligible.push(s);
+      }
+    }
+    if (availableSelected < amount) {
+      throw new Reject(wallet !== null && availableAll >= amount ? 'insufficient_balance_in_selected_credit_types' : 'insufficient_balance');
+    }
+    eligible.sort((a, b) => {
+      if (a.expiresAt !== b.expiresAt) {
+        if (a.expiresAt === null) return 1;
+        if (b.expiresAt === null) return -1;
+        return a.expiresAt - b.expiresAt;
+      }
+      return a.seq - b.seq;
+    });
+    const details: Detail[] = [];
+    let left = amount;
+    for (const s of eligible) {
+      if (left === 0) break;
+      const take = Math.min(left, s.total - s.used - s.frozen);
+      details.push({ account_id: s.id, credit_type: s.wallet, amount: take });
+      left -= take;
+    }
+    return details;
+  }
+
+  /** The transaction a consume or unfreeze names, after its scope checks. */
+  private settleTarget(body: Record<string, unknown>, missing: ModelErrorCode): { c: Customer | undefined; tx: Tx | undefined; txid: string } {
+    const txid = String(body.transaction_id);
+    const owner = this.state.txIndex[txid];
+    if (owner === undefined) throw new Reject(missing);
+    const customerId = text(body, 'customer_id');
+    if (customerId !== null && customerId !== owner) throw new Reject('customer_scope_mismatch');
+    this.settleDue(owner);
+    const c = this.state.customers[owner];
+    return { c, tx: c?.txs[txid], txid };
+  }
+
+  private consume(body: Record<string, unknown>): Expected {
+    const requested = readAmount(body, true);
+    const { c, tx, txid } = this.settleTarget(body, 'no_consumable_freeze_records');
+    if (!c || !tx || tx.kind !== 'freeze') throw new Reject('no_consumable_freeze_records');
+    const amount = requested ?? tx.amount;
+    if (tx.state === 'consumed') {
+      // CONTRACT 3: the identical repeat is a replay; after a TTL consume nothing is.
+      if (tx.settledBy === 'api' && tx.consumedAmount === amount) return { status: 200, body: { ...tx.consumeResult!, is_idempotent_replay: true } };
+      throw new Reject('freeze_records_already_consumed');
+    }
+    if (tx.state !== 'frozen') throw new Reject('no_consumable_freeze_records');
+    if (amount > tx.amount) throw new Reject('actual_amount_exceeds_frozen_amount');
+
+    let left = amount;
+    const details: Detail[] = [];
+    for (const h of tx.holds) {
+      const s = c.sources.find((x) => x.id === h.account_id)!;
+      const take = Math.min(left, h.amount);
+      s.frozen -= h.amount;
+      s.used += take;
+      left -= take;
+      if (take > 0) details.push({ ...h, amount: take });
+    }
+    const returned = tx.amount - amount;
+    tx.state = 'consumed';
+    tx.settledBy = 'api';
+    tx.consumedAmount = amount;
+    tx.consumeResult = {
+      transaction_id: txid, consumed_amount: amount, returned_amount: returned, consume_details: details, consumed_at: approx(this.state.now),
+    };
+    c.entries.push({
+      type: 'CONSUME', transaction_id: txid, amount, returned_amount: returned, wallet: tx.wallet, details,
+      reason: null, business_type: tx.businessType, description: text(body, 'description'),
+    });
+    return { status: 200, body: { ...tx.consumeResult, is_idempotent_replay: false } };
+  }
+
+  private unfreeze(body: Record<string, unknown>): Expected {
+    const { c, tx, txid } = this.settleTarget(body, 'no_unfreezable_records');
+    if (!c || !tx || tx.kind !== 'freeze') throw new Reject('no_unfreezable_records');
+    // CONTRACT 3: a repeated unfreeze of an unfrozen transaction is a replay.
+    if (tx.state === 'unfrozen') return { status: 200, body: { ...tx.unfreezeResult!, is_idempotent_replay: true } };
+    if (tx.state !== 'frozen') throw new Reject('no_unfreezable_records');
+    for (const h of tx.holds) c.sources.find((x) => x.id === h.account_id)!.frozen -= h.amount;
+    tx.state = 'unfrozen';
+    tx.settledBy = 'api';
+    tx.unfreezeResult = { transaction_id: txid, unfrozen_amount: tx.amount, unfreeze_details: tx.holds, unfrozen_at: approx(this.state.now) };
+    c.entries.push({
+      type: 'UNFREEZE', transaction_id: txid, amount: tx.amount, returned_amount: null, wallet: tx.wallet, details: tx.holds,
+      reason: null, business_type: tx.businessType, description: text(body, 'description'),
+    });
+    return { status: 200, body: { ...tx.unfreezeResult, is_idempotent_replay: false } };
+  }
+
+  /** Binds an identifier to the first customer that names it (kept even when the request fails). */
+  private bind(index: Record<string, string>, id: string, customerId: string): void {
+    const owner = (index[id] ??= customerId);
+    if (owner !== customerId) throw new Reject('transaction_conflict');
+  }
+
+  /**
+   * Settles the customer's freezes whose TTL is due: a release returns the holds, a
+   * consume uses all of them; either writes its ledger entry with a `reason`. Which
+   * process settles them, and when after the due time, does not change the outcome.
+   */
+  settleDue(customerId: string): void {
+    const c = this.state.customers[customerId];
+    if (!c) return;
+    const due = Object.entries(c.txs)
+      .filter(([, tx]) => tx.state === 'frozen' && tx.ttl !== null && tx.ttl.dueAt <= this.state.now)
+      .sort(([a, x], [b, y]) => x.ttl!.dueAt - y.ttl!.dueAt || (a < b ? -1 : 1));
+    for (const [txid, tx] of due) {
+      const consumed = tx.ttl!.kind === 'consume';
+      for (const h of tx.holds) {
+        const s = c.sources.find((x) => x.id === h.account_id)!;
+        s.frozen -= h.amount;
+        if (consumed) s.used += h.amount;
+      }
+      tx.state = consumed ? 'consumed' : 'released';
+      tx.settledBy = 'ttl';
+      if (consumed) tx.consumedAmount = tx.amount;
+      c.entries.push({
+        type: consumed ? 'CONSUME' : 'UNFREEZE', transaction_id: txid, amount: tx.amount, returned_amount: consumed ? 0 : null,
+        wallet: tx.wallet, details: tx.holds, reason: consumed ? 'ttl_consume' : 'ttl_release', business_type: tx.businessType,
+        description: null,
+      });
+    }
+  }
+
+  settleAllDue(): void {
+    for (const id of Object.keys(this.state.customers)) this.settleDue(id);
+  }
+
+  /** GET /v1/customers/{id}, after settling due TTLs as the read does. */
+  customer(customerId: string): Expected {
+    this.settleDue(customerId);
+    const c = this.state.customers[customerId];
+    if (!c) return { status: 404, code: 'customer_not_found' };
+    const wallets: Record<string, WalletView & { sources: Record<string, unknown>[] }> = {};
+    for (const s of [...c.sources].sort((a, b) => a.seq - b.seq)) {
+      const w = (wallets[s.wallet] ??= { total: 0, used: 0, frozen: 0, available: 0, sources: [] });
+      const active = isActive(s, this.state.now);
+      const available = s.total - s.used - s.frozen;
+      if (active) {
+        w.total += s.total;
+        w.used += s.used;
+        w.frozen += s.frozen;
+        w.available += available;
+      }
+      w.sources.push({
+        account_id: s.id, source: s.label, credit_type: s.wallet, total: s.total, used: s.used, frozen: s.frozen,
+        available: active ? available : 0, active, starts_at: iso(s.startsAt), expires_at: iso(s.expiresAt),
+      });
+    }
+    return {
+      status: 200,
+      body: { id: customerId, name: null, email: null, metadata: {}, wallets, created_at: approx(c.createdAt) },
+    };
+  }
+
+  /** GET /v1/customers/{id}/balance. */
+  balance(customerId: string): Expected {
+    const view = this.customer(customerId);
+    if ('code' in view) return view;
+    const wallets = view.body.wallets as Record<string, WalletView>;
+    const totals: WalletView = { total: 0, used: 0, frozen: 0, available: 0 };
+    const summary: Record<string, WalletView> = {};
+    for (const [name, w] of Object.entries(wallets)) {
+      summary[name] = { total: w.total, used: w.used, frozen: w.frozen, available: w.available };
+      for (const k of ['total', 'used', 'frozen', 'available'] as const) totals[k] += w[k];
+    }
+    return { status: 200, body: { customer_id: customerId, ...totals, wallets: summary, as_of: approx(this.state.now) } };
+  }
+
+  /** The ledger entries the customer should have, in the order the model wrote them. */
+  entries(customerId: string): ModelEntry[] {
+    return this.state.customers[customerId]?.entries ?? [];
+  }
+
+  /** Deposited, used and frozen credits summed from the operations, not from the sources. */
+  tallies(customerId: string): Tallies {
+    const t: Tallies = { deposited: 0, used: 0, frozen: 0 };
+    for (const e of this.entries(customerId)) {
+      if (e.type === 'DEPOSIT') t.deposited += e.amount;
+      if (e.type === 'DEDUCT' || e.type === 'CONSUME') t.used += e.amount;
+      if (e.type === 'FREEZE') t.frozen += e.amount;
+      if (e.type === 'CONSUME') t.frozen -= e.amount + (e.returned_amount ?? 0);
+      if (e.type === 'UNFREEZE') t.frozen -= e.amount;
+    }
+    return t;
+  }
+
+  /** A key that is equal for two models in the same state, whatever the order of keys and entries. */
+  fingerprint(): string {
+    const s = structuredClone(this.state);
+    for (const c of Object.values(s.customers)) c.entries = c.entries.map(stableJson).sort() as unknown as ModelEntry[];
+    return stableJson(s);
+  }
+}
+
+/** JSON with object keys sorted, so equal values give equal strings. */
+export function stableJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(stableJson).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o).sort().map((k) => `${JSON.stringify(k)}:${stableJson(o[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}
