@@ -1,0 +1,32 @@
+/**
+ * The persist loop writes one batch of many customers' outbox entries in one transaction.
+ * The deposit that creates a customer must reach PostgreSQL before a later deposit of
+ * the same customer in the same batch, whatever the (random) entry ids are: the later
+ * deposit's source row references the customer row.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseOutboxEntry } from '../../src/ledger/entries.js';
+import { customerKeys } from '../../src/redis/keys.js';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
+
+let svc: TestService;
+let p: TestProject;
+
+beforeAll(async () => {
+  svc = await startTestService({ workers: false });
+  p = await svc.project('B');
+});
+afterAll(() => svc.close());
+
+describe('persisting a batch', () => {
+  it('stores a new customer and its second deposit whichever entry id sorts first', async () => {
+    for (const amount of [100, 200]) {
+      expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'po1', amount } })).status).toBe(200);
+    }
+    const outbox = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'po1').outbox;
+    const [creating, later] = (await svc.rt.redis.xrange(outbox, '-', '+')).map(([, fields]) => parseOutboxEntry(fields[1]));
+    // Ids are random: give the later deposit the id that sorts first.
+    const entries = [{ ...creating, id: `${creating.id}_z` }, { ...later, id: `${creating.id}_a` }];
+    await expect(svc.rt.ledgerQueries.insertEntries(entries)).resolves.toBe(2);
+  });
+});
