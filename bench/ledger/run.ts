@@ -1,0 +1,443 @@
+/**
+ * `npm run bench:ledger`: the ledger API's throughput and latency against a bare Express
+ * hello-world measured in the same run on the same machine, plus Redis's own limit for the
+ * deduct script. Starts a hello-world server, one API process (src/web.ts) and one worker
+ * process (workers/main.ts) as children, drives them with autocannon from this process
+ * (and, for latency at half the maximum rate, an open-loop paced client: bench/lib/paced.ts),
+ * prints markdown tables and writes them to docs/PERFORMANCE.md.
+ *
+ * Knobs (environment): BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_CONNECTIONS (picks
+ * from 16/50/100 when unset), BENCH_API_LOG_LEVEL (info, as in production),
+ * BENCH_CPU_PROF_DIR (writes a V8 CPU profile of the API there), BENCH_WRITE_DOCS (1; 0
+ * leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type autocannon from 'autocannon';
+import { createAdminQueries } from '../../src/admin/queries.js';
+import { loadConfig } from '../../src/config/index.js';
+import { migrate } from '../../src/db/migrate.js';
+import { heartbeatKey } from '../../src/health.js';
+import { createRuntime, type Runtime } from '../../src/runtime.js';
+import { matchingProcessesCpu, processCpu, redisCpu, selfCpu, withCpu, type CpuSource } from '../lib/cpu.js';
+import { assertHealthy, pickConnections, runLoad, type LoadOptions, type LoadSummary } from '../lib/load.js';
+import { runPaced, type PacedOptions } from '../lib/paced.js';
+import { freePort, ProcessGroup, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
+import { deleteByPrefix, scanKeys } from '../lib/redis.js';
+import { fmt, machineInfo, markdownTable, uptime, writeSection, type Cell } from '../lib/report.js';
+import { runScriptOnly, type ScriptOnlyResult } from './script-only.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const env = process.env;
+
+const settings = {
+  durationS: Number(env.BENCH_DURATION_S ?? 10),
+  warmupS: Number(env.BENCH_WARMUP_S ?? 2),
+  connectionCandidates: env.BENCH_CONNECTIONS ? [Number(env.BENCH_CONNECTIONS)] : [16, 50, 100],
+  pickDurationS: 3,
+  pickWarmupS: 1,
+  customers: 8,
+  depositCredits: 1_000_000_000_000,
+  apiLogLevel: env.BENCH_API_LOG_LEVEL ?? 'info',
+  cpuProfDir: env.BENCH_CPU_PROF_DIR,
+  writeDocs: env.BENCH_WRITE_DOCS !== '0',
+  databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
+  scriptOnlyMs: 3_000,
+  scriptOnlyBatch: 100,
+  scriptOnlyInFlight: 2,
+  startTimeoutMs: 30_000,
+  drainTimeoutMs: 30_000,
+  /** Hard stop for the whole run, setup and cleanup included (a normal run takes under 3 minutes). */
+  runTimeoutMs: 240_000,
+};
+
+const targets = { deductRatio: 0.7, pairRatio: 0.35, halfRateP99Ms: 10 };
+
+const command = 'npm run bench:ledger';
+const tag = randomBytes(4).toString('hex');
+const redisPrefix = `bench:${tag}:`;
+const group = new ProcessGroup();
+const logDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
+let rt: Runtime | undefined;
+let cleaned = false;
+
+/** Stops the children and removes this run's Redis keys; safe to call more than once. */
+async function cleanup(): Promise<void> {
+  if (cleaned) return;
+  cleaned = true;
+  await group.stopAll();
+  if (rt) {
+    const deleted = await deleteByPrefix(rt.redis, redisPrefix).catch((err: Error) => {
+      console.error(`could not delete ${redisPrefix}* keys: ${err.message}`);
+      return 0;
+    });
+    console.log(`removed ${deleted} Redis keys under ${redisPrefix}`);
+    await rt.close().catch(() => undefined);
+  }
+}
+
+process.once('exit', () => group.killAllNow());
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`${signal}: stopping; logs kept in ${logDir}`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+const watchdog = setTimeout(() => {
+  console.error(`bench exceeded ${settings.runTimeoutMs} ms: stopping`);
+  void cleanup().finally(() => process.exit(1));
+}, settings.runTimeoutMs);
+watchdog.unref();
+
+/** Where CPU time is counted during a measurement; `server` is the process under load. */
+const cpuParts = ['server', 'worker', 'postgres', 'redis', 'load generator'] as const;
+type CpuPart = (typeof cpuParts)[number];
+
+interface Measured {
+  load: LoadSummary;
+  /** CPU seconds per part while the measurement (warmup included) ran. */
+  cpu: Record<CpuPart, number>;
+  wallS: number;
+}
+
+let background: CpuSource[] = [];
+
+/** Runs one load and counts the CPU every part of the system used meanwhile. */
+async function measure(server: NodeProcess, run: () => Promise<LoadSummary>): Promise<Measured> {
+  const sources = [processCpu('server', server.pid), ...background];
+  const { result, cpu, wallS } = await withCpu(sources, run);
+  const load = assertHealthy(result);
+  const m: Measured = { load, cpu: cpu as Record<CpuPart, number>, wallS };
+  const perReq = (part: CpuPart) => `${part} ${fmt.int((m.cpu[part] / load.totalWithWarmup) * 1e6)}`;
+  console.log(
+    `  ${load.title}: ${fmt.int(load.rps)} req/s, p50 ${fmt.ms(load.p50Ms)} ms, p99 ${fmt.ms(load.p99Ms)} ms; ` +
+      `CPU us/req: ${cpuParts.map(perReq).join(', ')}`,
+  );
+  return m;
+}
+
+async function outboxBacklog(): Promise<number> {
+  let pending = 0;
+  await scanKeys(rt!.redis, `${redisPrefix}c:*:outbox`, async (key) => {
+    pending += await rt!.redis.xlen(key);
+  });
+  return pending;
+}
+
+async function post(url: string, key: string, body: unknown): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(5_000),
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+async function expectOk(url: string, key: string, body: unknown): Promise<void> {
+  const r = await post(url, key, body);
+  if (r.status !== 200) throw new Error(`POST ${url} answered ${r.status}: ${JSON.stringify(r.body)}`);
+}
+
+async function main(): Promise<void> {
+  const loadBefore = uptime();
+  console.log(`bench:ledger ${tag}; ${loadBefore}`);
+
+  // ensure-services.sh starts Redis/PostgreSQL when stopped and creates the database.
+  execFileSync('bash', [join(root, 'scripts', 'ensure-services.sh')], { env: { ...env, DATABASE_URL: settings.databaseUrl }, stdio: 'inherit' });
+  await migrate(settings.databaseUrl);
+
+  const [helloPort, apiPort] = [await freePort(), await freePort()];
+  const serviceEnv: NodeJS.ProcessEnv = {
+    ...env,
+    NODE_ENV: 'production',
+    HOST: '127.0.0.1',
+    DATABASE_URL: settings.databaseUrl,
+    REDIS_PREFIX: redisPrefix,
+    QUEUE_PREFIX: `${redisPrefix}q`,
+    LOG_LEVEL: settings.apiLogLevel,
+    SVC_CLOCK_CONTROL: '0',
+    // Production refuses to start without one; this run stores no upstream keys.
+    SVC_MASTER_KEY: randomBytes(32).toString('hex'),
+    // The per-key limit (60,000/min by default) would turn this run into 429s; the limiter
+    // still runs on every request.
+    RATE_LIMIT_PER_MINUTE: String(1_000_000_000),
+  };
+  rt = await createRuntime(loadConfig(serviceEnv, { PORT: apiPort, LOG_LEVEL: 'warn' }));
+
+  const hello = group.start({
+    name: 'hello',
+    script: join(root, 'bench', 'hello', 'server.ts'),
+    env: { ...env, NODE_ENV: 'production', PORT: String(helloPort), HOST: '127.0.0.1' },
+    logPath: join(logDir, 'hello.log'),
+  });
+  const api = group.start({
+    name: 'api',
+    script: join(root, 'src', 'web.ts'),
+    env: { ...serviceEnv, PORT: String(apiPort) },
+    logPath: join(logDir, 'api.log'),
+    nodeArgs: settings.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${settings.cpuProfDir}`] : [],
+  });
+  const worker = group.start({ name: 'worker', script: join(root, 'workers', 'main.ts'), env: serviceEnv, logPath: join(logDir, 'worker.log') });
+  console.log(`children: hello pid ${hello.pid}, api pid ${api.pid}, worker pid ${worker.pid}; logs in ${logDir}`);
+  const database = new URL(settings.databaseUrl).pathname.slice(1);
+  background = [
+    processCpu('worker', worker.pid),
+    matchingProcessesCpu('postgres', new RegExp(`^postgres: .* ${database} `)),
+    redisCpu('redis', rt.redis),
+    selfCpu('load generator'),
+  ];
+  await waitForPort(helloPort, settings.startTimeoutMs, hello);
+  await waitForPort(apiPort, settings.startTimeoutMs, api);
+  await waitUntil('the worker heartbeat', async () => (await rt!.redis.exists(heartbeatKey(redisPrefix))) === 1, settings.startTimeoutMs, worker);
+
+  const admin = createAdminQueries(rt.db);
+  const org = await admin.createOrganization(`bench ${tag}`);
+  // A paid plan: the free plan's hard limit (50,000 operations) would refuse most of the run.
+  await rt.plans.setPlan(org.id, 'pro_50m');
+  const project = await admin.createProject(org.id, 'bench', 'B');
+  const { secret: key } = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: project.id, type: 'project', name: 'bench' });
+  const apiUrl = `http://127.0.0.1:${apiPort}`;
+  const customers = Array.from({ length: settings.customers }, (_, i) => `bench-${i}`);
+  for (const c of customers) await expectOk(`${apiUrl}/v1/customers/deposit`, key, { customer_id: c, amount: settings.depositCredits });
+  // One of each call before measuring, so a broken setup fails here and not as 4xx "throughput".
+  await expectOk(`${apiUrl}/v1/billing/deduct`, key, { customer_id: customers[0], transaction_id: `smoke-${tag}`, amount: 1 });
+  await expectOk(`${apiUrl}/v1/billing/freeze`, key, { customer_id: customers[0], transaction_id: `smoke-f-${tag}`, amount: 1 });
+  await expectOk(`${apiUrl}/v1/billing/consume`, key, { customer_id: customers[0], transaction_id: `smoke-f-${tag}` });
+
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  let seq = 0;
+  // Every request gets a fresh transaction id; hello-world gets the same body shape built the
+  // same way, so the load generator does the same work in both.
+  const drawBody = (kind: string, ctx: Record<string, unknown>) => {
+    const n = seq++;
+    ctx.customer = customers[n % customers.length];
+    ctx.tx = `${kind}-${tag}-${n}`;
+    return JSON.stringify({ customer_id: ctx.customer, transaction_id: ctx.tx, amount: 1 });
+  };
+  const step = (path: string, body: (ctx: Record<string, unknown>) => string): autocannon.RequestStep => ({
+    method: 'POST',
+    path,
+    headers,
+    setupRequest: (req, ctx) => ({ ...req, body: body(ctx) }),
+  });
+  const helloLoad = (connections: number, title: string, durationS = settings.durationS, warmupS = settings.warmupS): LoadOptions => ({
+    title,
+    url: `http://127.0.0.1:${helloPort}`,
+    connections,
+    durationS,
+    warmupS,
+    requests: [step('/hello', (ctx) => drawBody('h', ctx))],
+  });
+
+  console.log('picking the connection count that maximizes hello-world');
+  const picked = await pickConnections(settings.connectionCandidates, async (c) =>
+    (await measure(hello, () => runLoad(helloLoad(c, `hello c=${c}`, settings.pickDurationS, settings.pickWarmupS)))).load,
+  );
+  const connections = picked.connections;
+  console.log(`using ${connections} connections`);
+
+  const deductLoad = (title: string, overallRate?: number): LoadOptions => ({
+    title,
+    url: apiUrl,
+    connections,
+    durationS: settings.durationS,
+    warmupS: settings.warmupS,
+    requests: [step('/v1/billing/deduct', (ctx) => drawBody('d', ctx))],
+    ...(overallRate !== undefined ? { overallRate } : {}),
+  });
+
+  console.log('measuring');
+  const hello1 = await measure(hello, () => runLoad(helloLoad(connections, 'hello-world POST /hello (1)')));
+  const deduct = await measure(api, () => runLoad(deductLoad('POST /v1/billing/deduct')));
+  const backlogAfterDeduct = await outboxBacklog();
+  const pair = await measure(api, () =>
+    runLoad({
+      title: 'freeze + consume',
+      url: apiUrl,
+      connections,
+      durationS: settings.durationS,
+      warmupS: settings.warmupS,
+      requests: [
+        step('/v1/billing/freeze', (ctx) => drawBody('f', ctx)),
+        step('/v1/billing/consume', (ctx) => JSON.stringify({ customer_id: ctx.customer, transaction_id: ctx.tx })),
+      ],
+    }),
+  );
+  const hello2 = await measure(hello, () => runLoad(helloLoad(connections, 'hello-world POST /hello (2)')));
+  const halfRate = Math.max(1, Math.round(deduct.load.rps / 2));
+  const paced: PacedOptions = {
+    title: `deduct paced at ${halfRate} req/s`,
+    origin: apiUrl,
+    rate: halfRate,
+    connections,
+    durationS: settings.durationS,
+    warmupS: settings.warmupS,
+    method: 'POST',
+    headers,
+    next: () => ({ path: '/v1/billing/deduct', body: drawBody('d', {}) }),
+  };
+  const halfPaced = await measure(api, () => runPaced(paced));
+  const halfAutocannon = await measure(api, () => runLoad(deductLoad(`deduct, autocannon overallRate ${halfRate}`, halfRate)));
+
+  console.log('script-only: EVALSHA deduct, pipelined');
+  const scriptOnly = await runScriptOnly({
+    redis: rt.redis,
+    // Outside `<prefix>c:*`, so the worker's sweeper leaves these outboxes alone.
+    prefix: `${redisPrefix}so:`,
+    customers: settings.customers,
+    durationMs: settings.scriptOnlyMs,
+    batchSize: settings.scriptOnlyBatch,
+    inFlight: settings.scriptOnlyInFlight,
+  });
+  console.log(`  ${fmt.int(scriptOnly.opsPerSecond)} ops/s, Redis ${scriptOnly.redisBusy.toFixed(2)} cores, ${scriptOnly.failures} failures`);
+
+  const drainStart = performance.now();
+  const backlogAtEnd = await outboxBacklog();
+  await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog()) === 0, settings.drainTimeoutMs, worker);
+  const drainS = (performance.now() - drainStart) / 1000;
+  const loadAfter = uptime();
+
+  const report = buildReport({
+    connections,
+    trials: picked.trials,
+    hello1,
+    hello2,
+    deduct,
+    pair,
+    halfPaced,
+    halfAutocannon,
+    halfRate,
+    scriptOnly,
+    backlogAfterDeduct,
+    backlogAtEnd,
+    drainS,
+    loadBefore,
+    loadAfter,
+  });
+  console.log(`\n${report.markdown}\n`);
+  if (settings.writeDocs) {
+    writeSection(join(root, 'docs', 'PERFORMANCE.md'), 'ledger', report.markdown);
+    console.log('wrote docs/PERFORMANCE.md');
+  }
+  if (!report.allMet) console.log('some targets were not met (see the table)');
+}
+
+interface ReportInput {
+  connections: number;
+  trials: LoadSummary[];
+  hello1: Measured;
+  hello2: Measured;
+  deduct: Measured;
+  pair: Measured;
+  halfPaced: Measured;
+  halfAutocannon: Measured;
+  halfRate: number;
+  scriptOnly: ScriptOnlyResult;
+  backlogAfterDeduct: number;
+  backlogAtEnd: number;
+  drainS: number;
+  loadBefore: string;
+  loadAfter: string;
+}
+
+function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
+  const baseline = (r.hello1.load.rps + r.hello2.load.rps) / 2;
+  const deductRatio = r.deduct.load.rps / baseline;
+  const pairRatio = r.pair.load.rps / 2 / baseline;
+  const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
+  const checks = {
+    deduct: deductRatio >= targets.deductRatio,
+    pair: pairRatio >= targets.pairRatio,
+    half: r.halfPaced.load.p99Ms < targets.halfRateP99Ms,
+  };
+  const row = (name: string, m: Measured, ops: number, ratio: string, target: string): Cell[] => [
+    name,
+    fmt.int(m.load.rps),
+    fmt.int(ops),
+    ratio,
+    target,
+    fmt.ms(m.load.p50Ms),
+    fmt.ms(m.load.p975Ms),
+    fmt.ms(m.load.p99Ms),
+  ];
+  const results = markdownTable(
+    ['measurement', 'req/s', 'ops/s', 'vs hello-world', 'target', 'p50 ms', 'p97.5 ms', 'p99 ms'],
+    [
+      row('hello-world POST JSON, run 1', r.hello1, r.hello1.load.rps, fmt.ratio(r.hello1.load.rps / baseline), 'baseline'),
+      row('hello-world POST JSON, run 2', r.hello2, r.hello2.load.rps, fmt.ratio(r.hello2.load.rps / baseline), 'baseline'),
+      row('POST /v1/billing/deduct', r.deduct, r.deduct.load.rps, fmt.ratio(deductRatio), `>= ${targets.deductRatio}x: ${verdict(checks.deduct)}`),
+      row('freeze + consume (ops = pairs)', r.pair, r.pair.load.rps / 2, fmt.ratio(pairRatio), `>= ${targets.pairRatio}x: ${verdict(checks.pair)}`),
+      row(
+        `deduct paced at 50% of max (${fmt.int(r.halfRate)} req/s)`,
+        r.halfPaced,
+        r.halfPaced.load.rps,
+        '-',
+        `p99 < ${targets.halfRateP99Ms} ms: ${verdict(checks.half)}`,
+      ),
+      row(`deduct, autocannon overallRate ${fmt.int(r.halfRate)}`, r.halfAutocannon, r.halfAutocannon.load.rps, '-', 'bursty, see below'),
+      ['script-only: EVALSHA deduct, pipelined', '-', fmt.int(r.scriptOnly.opsPerSecond), '-', 'Redis limit', '-', '-', '-'],
+    ],
+  );
+  const cpuRow = (name: string, m: Measured): Cell[] => {
+    const per = (part: CpuPart) => (m.cpu[part] / m.load.totalWithWarmup) * 1e6;
+    const total = cpuParts.reduce((sum, part) => sum + per(part), 0);
+    return [name, ...cpuParts.map((part) => fmt.int(per(part))), fmt.int(total), (m.cpu.server / m.wallS).toFixed(2)];
+  };
+  const cpu = markdownTable(
+    ['measurement', 'server', 'worker', 'PostgreSQL', 'Redis', 'load generator', 'total', 'server cores'],
+    [
+      cpuRow('hello-world, run 1', r.hello1),
+      cpuRow('hello-world, run 2', r.hello2),
+      cpuRow('deduct', r.deduct),
+      cpuRow('freeze + consume (per request)', r.pair),
+      cpuRow('deduct paced at 50%', r.halfPaced),
+    ],
+  );
+  const trials = r.trials.map((t) => `${t.connections}: ${fmt.int(t.rps)} req/s`).join(', ');
+  const m = machineInfo();
+  const markdown = [
+    '## Ledger API (`npm run bench:ledger`)',
+    '',
+    `Command: \`${command}\` (from the repository root; Redis and PostgreSQL on 127.0.0.1).`,
+    '',
+    `Run ${new Date().toISOString()} on ${m.cpus} CPUs (${m.cpuModel}), Node ${m.node}, ` +
+      `${r.connections} connections (hello-world ${trials}), ${settings.durationS} s per measurement after a ${settings.warmupS} s warmup, ` +
+      `API log level \`${settings.apiLogLevel}\`.`,
+    '',
+    `- load before: \`${r.loadBefore}\``,
+    `- load after: \`${r.loadAfter}\``,
+    '',
+    results,
+    '',
+    'CPU microseconds per request, by process, while each measurement ran (warmup included; ' +
+      'Redis and PostgreSQL are shared, so other clients\' work is counted too):',
+    '',
+    cpu,
+    '',
+    `Script-only: batches of ${r.scriptOnly.batchSize}, ${r.scriptOnly.inFlight} in flight, ${r.scriptOnly.failures} failures, ` +
+      `Redis busy ${fmt.int(r.scriptOnly.redisBusy * 100)}% of one core; saturated, that is ~${fmt.int(r.scriptOnly.opsPerSecond / r.scriptOnly.redisBusy)} ops/s.`,
+    `The autocannon overallRate run reports autocannon p99 ${r.halfAutocannon.load.correctedP99Ms} ms (corrected for coordinated omission).`,
+    `Outbox entries waiting for PostgreSQL right after the deduct run: ${fmt.int(r.backlogAfterDeduct)}; ` +
+      `after the last API run: ${fmt.int(r.backlogAtEnd)}, drained in ${r.drainS.toFixed(1)} s.`,
+  ].join('\n');
+  return { markdown, allMet: checks.deduct && checks.pair && checks.half };
+}
+
+let failed = false;
+try {
+  await main();
+} catch (err) {
+  failed = true;
+  console.error(err);
+} finally {
+  await cleanup();
+  clearTimeout(watchdog);
+  if (failed) console.error(`logs kept in ${logDir}`);
+  else rmSync(logDir, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);

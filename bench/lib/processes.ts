@@ -1,0 +1,146 @@
+/**
+ * Child processes for benches: TypeScript entry points run by this same Node binary with
+ * the tsx loader, their output sent to a log file (a terminal or a pipe read by the load
+ * generator would become the bottleneck), and a group that stops every child it started,
+ * also when the bench fails half-way.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import { createServer, connect } from 'node:net';
+
+export const stop_grace_ms = 5_000;
+export const log_tail_bytes = 4_000;
+
+export interface NodeProcessSpec {
+  name: string;
+  /** A .ts (or .js) entry point. */
+  script: string;
+  env: NodeJS.ProcessEnv;
+  /** Where stdout and stderr go; '/dev/null' to discard. */
+  logPath: string;
+  /** Extra Node flags, e.g. ['--cpu-prof', '--cpu-prof-dir=/tmp/prof']. */
+  nodeArgs?: string[];
+  cwd?: string;
+}
+
+export interface NodeProcess {
+  name: string;
+  pid: number;
+  logPath: string;
+  /** Resolves with the exit code (or signal name) when the process ends. */
+  exited: Promise<string>;
+  isRunning(): boolean;
+  /** The last bytes of the log, for error messages. */
+  logTail(): string;
+}
+
+export class ProcessGroup {
+  private readonly children: { proc: NodeProcess; child: ChildProcess }[] = [];
+
+  start(spec: NodeProcessSpec): NodeProcess {
+    const fd = openSync(spec.logPath, 'a');
+    const child = spawn(process.execPath, ['--import', 'tsx', ...(spec.nodeArgs ?? []), spec.script], {
+      cwd: spec.cwd,
+      env: spec.env,
+      stdio: ['ignore', fd, fd],
+    });
+    // The child holds its own copy of the descriptor.
+    closeSync(fd);
+    if (child.pid === undefined) throw new Error(`${spec.name}: spawn failed`);
+    let running = true;
+    const exited = new Promise<string>((resolve) => {
+      child.once('exit', (code, signal) => {
+        running = false;
+        resolve(signal ?? String(code));
+      });
+    });
+    const proc: NodeProcess = {
+      name: spec.name,
+      pid: child.pid,
+      logPath: spec.logPath,
+      exited,
+      isRunning: () => running,
+      logTail: () => readTail(spec.logPath),
+    };
+    this.children.push({ proc, child });
+    return proc;
+  }
+
+  /** SIGTERM to every running child (they shut down cleanly), SIGKILL after the grace time. */
+  async stopAll(graceMs = stop_grace_ms): Promise<void> {
+    const running = this.children.filter((c) => c.proc.isRunning());
+    for (const c of running) c.child.kill('SIGTERM');
+    await Promise.all(
+      running.map(async (c) => {
+        let timer: NodeJS.Timeout | undefined;
+        const killed = new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            c.child.kill('SIGKILL');
+            resolve();
+          }, graceMs);
+        });
+        await Promise.race([c.proc.exited, killed]);
+        clearTimeout(timer);
+        await c.proc.exited;
+      }),
+    );
+  }
+
+  /** Last resort for process 'exit' handlers, which cannot wait. */
+  killAllNow(): void {
+    for (const c of this.children) if (c.proc.isRunning()) c.child.kill('SIGKILL');
+  }
+}
+
+function readTail(path: string): string {
+  if (path === '/dev/null') return '';
+  try {
+    const text = readFileSync(path, 'utf8');
+    return text.slice(-log_tail_bytes);
+  } catch {
+    return '';
+  }
+}
+
+/** A TCP port that was free a moment ago on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function canConnect(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Polls `check` until it returns true; fails at the deadline or when `proc` exits first. */
+export async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs: number, proc?: NodeProcess): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (proc && !proc.isRunning()) {
+      throw new Error(`${proc.name} exited (${await proc.exited}) while waiting for ${what}; log tail:\n${proc.logTail()}`);
+    }
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const tail = proc ? `; log tail of ${proc.name}:\n${proc.logTail()}` : '';
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${tail}`);
+}
+
+export function waitForPort(port: number, timeoutMs: number, proc?: NodeProcess, host = '127.0.0.1'): Promise<void> {
+  return waitUntil(`${host}:${port} to accept connections`, () => canConnect(port, host), timeoutMs, proc);
+}
+
