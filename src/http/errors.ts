@@ -1,19 +1,27 @@
 /** The one error middleware: catalogue errors as the contract's body, the rest as 500. */
 import type { ErrorRequestHandler, RequestHandler } from 'express';
+import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { ApiError } from '../errors/catalogue.js';
 
 export const notFound: RequestHandler = (req) => {
   throw new ApiError('not_found', { message: `no route for ${req.method} ${req.path}` });
 };
 
-function isRedisUnavailable(err: unknown): boolean {
+/**
+ * Redis or PostgreSQL could not answer. 'unsent': the command never reached it (refused,
+ * given up in the offline queue, or no database connection), so nothing was applied.
+ * 'unknown': it was sent and no reply came, so it may have applied.
+ */
+function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
   const e = err as { name?: string; message?: string; code?: string };
-  return (
-    e?.name === 'MaxRetriesPerRequestError' ||
-    e?.code === 'ECONNREFUSED' ||
-    /Connection is closed|Command timed out|Stream isn't writeable/.test(e?.message ?? '')
-  );
+  if (err instanceof ConnectionError) return 'unsent';
+  if (e?.name === 'MaxRetriesPerRequestError' || e?.code === 'ECONNREFUSED' || /Stream isn't writeable/.test(e?.message ?? '')) return 'unsent';
+  if (err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError || /Connection is closed|Command timed out/.test(e?.message ?? '')) return 'unknown';
+  return null;
 }
+
+const outcome_unknown_message =
+  'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
 export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
   let apiError: ApiError;
@@ -23,9 +31,9 @@ export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
     apiError = new ApiError('payload_too_large');
   } else if ((err as { type?: string }).type === 'entity.parse.failed') {
     apiError = new ApiError('invalid_json');
-  } else if (isRedisUnavailable(err)) {
-    req.log?.error({ err }, 'redis unavailable');
-    apiError = new ApiError('service_unavailable');
+  } else if (backendFailure(err) !== null) {
+    req.log?.error({ err }, 'backing service unavailable');
+    apiError = new ApiError('service_unavailable', backendFailure(err) === 'unknown' ? { message: outcome_unknown_message } : {});
   } else {
     req.log?.error({ err }, 'unhandled error');
     apiError = new ApiError('server_error');

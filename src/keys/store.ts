@@ -83,9 +83,14 @@ export class KeyCache {
     private readonly ttlMs: number,
   ) {}
 
-  /** Listens for key and project changes on a dedicated subscriber connection. */
+  /**
+   * Listens for key and project changes on a dedicated subscriber connection. Pub/sub
+   * delivers at most once: a message published while the connection was down is lost, so
+   * every (re)connection forgets the whole cache.
+   */
   async subscribe(subscriber: Redis, prefix: string): Promise<void> {
     const keys = revocationChannel(prefix);
+    subscriber.on('ready', () => this.entries.clear());
     subscriber.on('message', (channel: string, message: string) => {
       if (channel === keys) {
         this.entries.delete(message);
@@ -96,12 +101,23 @@ export class KeyCache {
     await subscriber.subscribe(keys, projectChannel(prefix));
   }
 
+  /**
+   * The key's record, from the cache while it is fresh. When PostgreSQL cannot answer, a
+   * stale entry still serves: money operations need only Redis, and a revocation removes
+   * the entry instead of letting it age.
+   */
   async lookup(key: string): Promise<KeyRecord | null> {
     const hash = hashSecret(key);
     const hex = hash.toString('hex');
     const hit = this.entries.get(hex);
     if (hit && hit.until > Date.now()) return hit.record;
-    const record = await this.queries.findByHash(hash);
+    let record: KeyRecord | null;
+    try {
+      record = await this.queries.findByHash(hash);
+    } catch (err) {
+      if (hit) return hit.record;
+      throw err;
+    }
     if (record && !hashesEqual(record.secret_hash, hash)) return null;
     if (this.entries.size > 100_000) this.entries.clear();
     this.entries.set(hex, { record, until: Date.now() + this.ttlMs });

@@ -1,0 +1,100 @@
+/**
+ * PostgreSQL going away while Redis stays: money operations keep being served (the hot
+ * path needs only Redis; known keys are served from the cache even once it is stale),
+ * /health says `degraded` with the outbox lag growing, reads that need PostgreSQL answer
+ * 503 service_unavailable, and once PostgreSQL is back the outbox drains with nothing
+ * lost. The service reaches PostgreSQL through a TCP proxy that the test cuts.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
+
+class CuttableProxy {
+  private readonly sockets = new Set<net.Socket>();
+  private server: net.Server | undefined;
+  port = 0;
+
+  constructor(private readonly target: URL) {}
+
+  async open(port = 0): Promise<void> {
+    this.server = net.createServer((client) => {
+      const upstream = net.connect(Number(this.target.port || 5432), this.target.hostname);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('error', () => undefined);
+        s.on('close', () => this.sockets.delete(s));
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as net.AddressInfo).port;
+  }
+
+  async cut(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server!.close(() => resolve()));
+    for (const s of this.sockets) s.destroy();
+    await closed;
+  }
+}
+
+const target = new URL(process.env.TEST_DATABASE_URL!);
+const proxy = new CuttableProxy(target);
+let svc: TestService;
+let p: TestProject;
+
+beforeAll(async () => {
+  await proxy.open();
+  const viaProxy = new URL(target);
+  viaProxy.host = `127.0.0.1:${proxy.port}`;
+  // A key cache entry is stale at once, so every request asks PostgreSQL first.
+  svc = await startTestService({ workers: true, config: { DATABASE_URL: viaProxy.toString(), KEY_CACHE_TTL_MS: 0 } });
+  p = await svc.project('B');
+  expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c1', amount: 1_000 } })).status).toBe(200);
+  // The first billable operation of a period seeds the plan's counter from PostgreSQL;
+  // after it, counting needs only Redis.
+  expect((await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: 'd0', amount: 10 } })).status).toBe(200);
+  await svc.drained();
+});
+afterAll(async () => {
+  await svc?.close();
+  await proxy.cut().catch(() => undefined);
+});
+
+describe('PostgreSQL down, Redis up', () => {
+  it('serves money operations, reports degraded with the lag, refuses PostgreSQL reads with 503, and loses nothing', async () => {
+    await proxy.cut();
+
+    for (let i = 1; i <= 5; i++) {
+      const res = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: `d${i}`, amount: 10 } });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    const freeze = await svc.call('POST', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: 'f1', amount: 100 } });
+    expect(freeze.status).toBe(200);
+    const balance = await svc.call('GET', '/v1/customers/c1/balance', { key: p.projectKey });
+    expect(balance.body).toMatchObject({ used: 60, frozen: 100, available: 840 });
+
+    const health = await svc.call('GET', '/health');
+    expect(health.status).toBe(200);
+    expect(health.body.status).toBe('degraded');
+    expect(health.body.checks.postgres.status).toBe('down');
+    expect(health.body.checks.queue.outbox_lag_ms).toBeGreaterThanOrEqual(0);
+
+    // Usage records live only in PostgreSQL.
+    const usage = await svc.call('GET', '/v1/usage', { key: p.projectKey });
+    expect(usage.status).toBe(503);
+    expect(usage.body.error).toMatchObject({ code: 'service_unavailable', type: 'server_error' });
+
+    // A key this process never saw cannot be checked without PostgreSQL: 503, not 401.
+    const unknown = await svc.call('GET', '/v1/customers/c1/balance', { key: p.projectKey.replace(/.$/, (c) => (c === 'a' ? 'b' : 'a')) });
+    expect(unknown.status).toBe(503);
+    expect(unknown.body.error.code).toBe('service_unavailable');
+
+    // Back: the outbox drains into PostgreSQL (the ledger below is read from it).
+    await proxy.open(proxy.port);
+    await svc.drained();
+    const ledger = await svc.call('GET', '/v1/customers/c1/ledger', { key: p.projectKey });
+    expect(ledger.status).toBe(200);
+    expect(ledger.body.data.map((e: { type: string }) => e.type)).toEqual(['FREEZE', 'DEDUCT', 'DEDUCT', 'DEDUCT', 'DEDUCT', 'DEDUCT', 'DEDUCT', 'DEPOSIT']);
+    expect((await svc.call('GET', '/health')).body.checks.postgres.status).toBe('ok');
+  });
+});
