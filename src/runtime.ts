@@ -37,12 +37,6 @@ export interface Runtime {
   config: Config;
   logger: Logger;
   redis: Redis;
-  /**
-   * The rate limiter's own connection, without auto-pipelining: rate-limiter-flexible
-   * defines its script (defineCommand) whenever a limiter is created, which corrupts an
-   * auto-pipeline in flight on a shared connection (ioredis issue #1931).
-   */
-  rateLimitRedis: Redis;
   db: DatabasePool;
   clock: Clock;
   ledger: LedgerService;
@@ -61,6 +55,11 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
+/**
+ * The process logger, on stdout. Asynchronous: a line is handed to the kernel when the
+ * previous write is done, so under load many lines share one write instead of costing a
+ * system call each; pino flushes what is pending when the process exits.
+ */
 export function createLogger(config: Config): Logger {
   return pino({
     level: config.LOG_LEVEL,
@@ -68,18 +67,19 @@ export function createLogger(config: Config): Logger {
       paths: ['req.headers.authorization', 'req.headers["x-api-key"]', 'key', 'secret', '*.key', '*.secret', '*.upstream_api_key', 'admin_key'],
       censor: '[redacted]',
     },
-  });
+  }, pino.destination({ dest: 1, sync: false }));
 }
 
 export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {
   const redis = createRedis(config.REDIS_URL);
   const extras: Redis[] = [];
   const extraConnection = () => {
-    const c = createRedis(config.REDIS_URL, { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined });
+    // Subscribers and BullMQ's blocking commands expect ioredis's defaults: wait out a
+    // reconnect and send again what was pending.
+    const c = createRedis(config.REDIS_URL, { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined, autoResendUnfulfilledCommands: true });
     extras.push(c);
     return c;
   };
-  const rateLimitRedis = createRedis(config.REDIS_URL, { enableAutoPipelining: false });
   const db = await createDb(config.DATABASE_URL);
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
@@ -134,7 +134,6 @@ export async function createRuntime(config: Config, logger = createLogger(config
     config,
     logger,
     redis,
-    rateLimitRedis,
     db,
     clock,
     ledger,
@@ -152,9 +151,10 @@ export async function createRuntime(config: Config, logger = createLogger(config
     async close() {
       await ledgerQueue.close();
       await upstream.close();
-      await db.end();
+      // A pool that lost connections while PostgreSQL was away fails to end them; the
+      // process is stopping either way.
+      await db.end().catch((err: unknown) => logger.warn({ err }, 'closing the database pool failed'));
       redis.disconnect();
-      rateLimitRedis.disconnect();
       for (const c of extras) c.disconnect();
     },
   };

@@ -8,7 +8,7 @@
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_CONNECTIONS (picks
  * from 16/50/100 when unset), BENCH_API_LOG_LEVEL (info, as in production),
- * BENCH_CPU_PROF_DIR (writes a V8 CPU profile of the API there), BENCH_WRITE_DOCS (1; 0
+ * BENCH_CPU_PROF_DIR (writes V8 CPU profiles of the API and the worker there), BENCH_WRITE_DOCS (1; 0
  * leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL.
  */
 import { execFileSync } from 'node:child_process';
@@ -175,14 +175,22 @@ async function main(): Promise<void> {
     env: { ...env, NODE_ENV: 'production', PORT: String(helloPort), HOST: '127.0.0.1' },
     logPath: join(logDir, 'hello.log'),
   });
+  // Files are named by pid and thread (the tsx loader thread writes one too).
+  const profile = settings.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${settings.cpuProfDir}`] : [];
   const api = group.start({
     name: 'api',
     script: join(root, 'src', 'web.ts'),
     env: { ...serviceEnv, PORT: String(apiPort) },
     logPath: join(logDir, 'api.log'),
-    nodeArgs: settings.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${settings.cpuProfDir}`] : [],
+    nodeArgs: profile,
   });
-  const worker = group.start({ name: 'worker', script: join(root, 'workers', 'main.ts'), env: serviceEnv, logPath: join(logDir, 'worker.log') });
+  const worker = group.start({
+    name: 'worker',
+    script: join(root, 'workers', 'main.ts'),
+    env: serviceEnv,
+    logPath: join(logDir, 'worker.log'),
+    nodeArgs: profile,
+  });
   console.log(`children: hello pid ${hello.pid}, api pid ${api.pid}, worker pid ${worker.pid}; logs in ${logDir}`);
   const database = new URL(settings.databaseUrl).pathname.slice(1);
   background = [

@@ -42,7 +42,7 @@ export function createApp(rt: Runtime): express.Express {
   const billingJson = express.json({ limit: body_bytes_max_billing, strict: false, type: ['application/json', 'application/*+json'] });
   const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
   app.use((req, res, next) => (gatewayPaths.has(req.path) ? next() : billingJson(req, res, next)));
-  app.use('/v1', authenticate(rt.keyCache), rateLimit(rt.rateLimitRedis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger));
+  app.use('/v1', authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger));
   app.use(ledgerRoutes(rt.ledger));
   app.use(customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries }));
   app.use(profileRoutes({ ledger: rt.ledger, redis: rt.redis, db: rt.db, ledgerQueries: rt.ledgerQueries, prefix: rt.config.REDIS_PREFIX, logger: rt.logger }));

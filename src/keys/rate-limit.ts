@@ -32,6 +32,14 @@ export function rateLimit(redis: Redis, prefix: string, defaultPerMinute: number
     return l;
   };
 
+  // rate-limiter-flexible defines its script (ioredis defineCommand) on the connection
+  // whenever a limiter is created. An auto-pipeline that exists before the first
+  // definition lacks the command (ioredis issue #1931); pipelines made after it copy it,
+  // and later definitions repeat the same script. So the first limiter is made now,
+  // before this connection carries any request, and every limiter can share the
+  // connection's auto-pipeline.
+  limiterFor(defaultPerMinute);
+
   return async (_req, res, next) => {
     const { key } = authOf(res);
     const perMinute = key.rate_limit_per_minute ?? defaultPerMinute;
