@@ -32,8 +32,9 @@ if ! redis_up; then
 fi
 
 if ! pg_up; then
-  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then apt_install postgresql; fi
-  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  if [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then apt_install postgresql; fi
+  ver=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
+  [ -n "$ver" ] || { say "PostgreSQL is not installed and could not be installed; install it or set DATABASE_URL"; exit 1; }
   say "starting PostgreSQL $ver"
   pg_ctlcluster --skip-systemctl-redirect "$ver" main start >&2 || true
   for _ in $(seq 100); do pg_up && break; sleep 0.1; done
@@ -51,5 +52,9 @@ fi
 db=${DATABASE_URL##*/}; db=${db%%\?*}
 if [ -n "$db" ] && ! psql "$DATABASE_URL" -qtAc 'SELECT 1' >/dev/null 2>&1; then
   say "creating database $db"
-  psql "${DATABASE_URL%/*}/postgres" -qc "CREATE DATABASE \"$db\"" >&2
+  if ! psql "${DATABASE_URL%/*}/postgres" -qc "CREATE DATABASE \"$db\"" >&2; then
+    say "could not create database $db with $DATABASE_URL (see psql's message above)."
+    say "Set DATABASE_URL to a role that may create databases (with its password), or create $db yourself."
+    exit 1
+  fi
 fi
