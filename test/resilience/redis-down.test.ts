@@ -1,0 +1,135 @@
+/**
+ * Redis unreachable (CONTRACT.md sections 2 and 5): money operations answer 503
+ * service_unavailable (type server_error) and GET /health answers 503 with status
+ * "down". The service under test uses a Redis of its own, started here on a free port in
+ * a temporary directory and killed mid-test; the shared Redis and PostgreSQL are never
+ * touched. The Redis is then started again on the same port, and the service serves again.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { startTestService, type ApiResponse, type TestService } from '../helpers.js';
+import { closedPort } from '../gateway/support.js';
+import { freePort } from '../support/processes.js';
+
+interface OwnRedis {
+  child: ChildProcess;
+  kill(): Promise<void>;
+}
+
+let dir: string;
+let port: number;
+let redis: OwnRedis | null = null;
+let svc: TestService | null = null;
+
+/** redis-server on `port`, without persistence; resolves once it accepts connections. */
+async function startRedis(): Promise<OwnRedis> {
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let out = '';
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${out}`)), 10_000);
+    const onData = (d: Buffer) => {
+      out += d;
+      if (out.includes('Ready to accept connections')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      reject(new Error(`redis-server exited: ${out}`));
+    });
+  });
+  return {
+    child,
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+beforeAll(async () => {
+  // The service's connections have no 'error' listener, so ioredis prints every failed
+  // reconnect while Redis is down; only those lines are dropped.
+  const consoleError = console.error.bind(console);
+  vi.spyOn(console, 'error').mockImplementation((...args: unknown[]) => {
+    if (typeof args[0] === 'string' && args[0].startsWith('[ioredis] Unhandled error event')) return;
+    consoleError(...args);
+  });
+  dir = mkdtempSync(join(tmpdir(), 'svc-redis-down-'));
+  port = await freePort();
+  redis = await startRedis();
+  svc = await startTestService({ config: { REDIS_URL: `redis://127.0.0.1:${port}`, SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
+});
+
+afterAll(async () => {
+  // close() clears the service's keys and queue, which needs its Redis back.
+  if (svc && (redis === null || redis.child.exitCode !== null || redis.child.signalCode !== null)) redis = await startRedis();
+  await svc?.close();
+  await redis?.kill();
+  rmSync(dir, { recursive: true, force: true });
+  vi.restoreAllMocks();
+});
+
+function expectUnavailable(label: string, res: ApiResponse): void {
+  expect([label, res.status, res.body?.error?.code, res.body?.error?.type]).toEqual([label, 503, 'service_unavailable', 'server_error']);
+}
+
+describe('Redis unreachable', () => {
+  it('money operations and the gateway answer 503 service_unavailable; /health answers 503 "down"; service resumes when Redis is back', async () => {
+    const s = svc!;
+    const p = await s.project('B');
+    const model = {
+      provider: 'openai', upstream_base_url: `http://127.0.0.1:${await closedPort()}/v1`, upstream_model: 'm', upstream_api_key: 'sk-never-used',
+      context_window: 1000, max_output_tokens: 10, supports_streaming: false, input_price_per_million_credits: 1, output_price_per_million_credits: 1,
+    };
+    expect((await s.call('PUT', `/v1/admin/projects/${p.projectId}/models/m`, { key: p.adminKey, body: model })).status).toBe(201);
+    expect((await s.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c1', amount: 100 } })).status).toBe(200);
+    expect((await s.call('POST', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: 'f1', amount: 10 } })).status).toBe(200);
+    expect((await s.call('POST', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: 'f2', amount: 10 } })).status).toBe(200);
+    const up = await s.call('GET', '/health');
+    expect([up.status, up.body.checks.redis.status]).toEqual([200, 'ok']);
+
+    await redis!.kill();
+
+    const key = p.projectKey;
+    const cases: [string, () => Promise<ApiResponse>][] = [
+      ['deduct', () => s.call('POST', '/v1/billing/deduct', { key, body: { customer_id: 'c1', transaction_id: 'd1', amount: 5 } })],
+      ['deposit', () => s.call('POST', '/v1/customers/deposit', { key, body: { customer_id: 'c1', amount: 5 } })],
+      ['deposit to a new customer', () => s.call('POST', '/v1/customers/deposit', { key, body: { customer_id: 'c2', amount: 5 } })],
+      ['freeze', () => s.call('POST', '/v1/billing/freeze', { key, body: { customer_id: 'c1', transaction_id: 'f3', amount: 5 } })],
+      ['consume', () => s.call('POST', '/v1/billing/consume', { key, body: { transaction_id: 'f1' } })],
+      ['unfreeze', () => s.call('POST', '/v1/billing/unfreeze', { key, body: { transaction_id: 'f2' } })],
+      ['balance', () => s.call('GET', '/v1/customers/c1/balance', { key })],
+      ['gateway', () => s.call('POST', '/v1/chat/completions', { key, headers: { 'x-service-customer': 'c1' }, body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] } })],
+    ];
+    // All at once: each waits for the client to give up on its queued commands, which
+    // takes longer the longer Redis has been gone (reconnect backoff).
+    const [down, ...answers] = await Promise.all([s.call('GET', '/health'), ...cases.map(([, run]) => run())]);
+    for (const [i, [label]] of cases.entries()) expectUnavailable(label, answers[i]);
+    expect([down.status, down.body.status, down.body.checks.redis.status]).toEqual([503, 'down', 'down']);
+    // PostgreSQL is up: the report tells the two apart.
+    expect(down.body.checks.postgres.status).toBe('ok');
+
+    // The same port again, empty (no persistence): the service reconnects by itself.
+    redis = await startRedis();
+    const deadline = Date.now() + 10_000;
+    let health = await s.call('GET', '/health');
+    while (health.status !== 200 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      health = await s.call('GET', '/health');
+    }
+    expect([health.status, health.body.checks.redis.status]).toEqual([200, 'ok']);
+    const again = await s.call('POST', '/v1/customers/deposit', { key, body: { customer_id: 'c3', amount: 5 } });
+    expect([again.status, again.body.total_amount]).toEqual([200, 5]);
+  });
+});
