@@ -71,12 +71,13 @@ export function createLogger(config: Config): Logger {
 }
 
 export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {
-  const redis = createRedis(config.REDIS_URL);
+  const onRedisError = (err: Error) => logger.error({ err }, 'Redis connection error');
+  const redis = createRedis(config.REDIS_URL, {}, onRedisError);
   const extras: Redis[] = [];
   const extraConnection = () => {
     // Subscribers and BullMQ's blocking commands expect ioredis's defaults: wait out a
     // reconnect and send again what was pending.
-    const c = createRedis(config.REDIS_URL, { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined, autoResendUnfulfilledCommands: true });
+    const c = createRedis(config.REDIS_URL, { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined, autoResendUnfulfilledCommands: true }, onRedisError);
     extras.push(c);
     return c;
   };

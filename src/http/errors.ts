@@ -20,6 +20,16 @@ function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
   return null;
 }
 
+/**
+ * A 4xx raised by Express or body-parser, whose message is meant for the client: an
+ * http-errors error marked `expose`, or the router's URIError for a path parameter.
+ */
+function isClientHttpError(err: unknown): boolean {
+  const e = err as { status?: unknown; expose?: unknown };
+  if (typeof e?.status !== 'number' || e.status < 400 || e.status >= 500) return false;
+  return e.expose === true || err instanceof URIError;
+}
+
 const outcome_unknown_message =
   'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
@@ -31,6 +41,10 @@ export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
     apiError = new ApiError('payload_too_large');
   } else if ((err as { type?: string }).type === 'entity.parse.failed') {
     apiError = new ApiError('invalid_json');
+  } else if (isClientHttpError(err)) {
+    // What Express and body-parser refuse before a route runs: a malformed path
+    // encoding, an unsupported Content-Encoding or charset, an aborted body.
+    apiError = new ApiError('invalid_request', { message: (err as Error).message });
   } else if (backendFailure(err) !== null) {
     req.log?.error({ err }, 'backing service unavailable');
     apiError = new ApiError('service_unavailable', backendFailure(err) === 'unknown' ? { message: outcome_unknown_message } : {});

@@ -1,10 +1,22 @@
 /** Redis connections. One shared client per process for commands (auto-pipelined). */
 import { Redis, type RedisOptions } from 'ioredis';
 
-export function createRedis(url: string, opts: RedisOptions = {}): Redis {
-  return new Redis(url, {
+/** Connection errors are logged at most this often per connection. */
+export const connection_error_log_interval_ms = 10_000;
+
+/**
+ * A connection. `onError` hears its connection errors (at most one per
+ * connection_error_log_interval_ms): without a listener ioredis prints every failed
+ * reconnect with its stack.
+ */
+export function createRedis(url: string, opts: RedisOptions = {}, onError?: (err: Error) => void): Redis {
+  const redis = new Redis(url, {
     enableAutoPipelining: true,
+    // While Redis is away, commands wait in the offline queue until this many reconnects
+    // failed, then answer 503; short reconnect delays keep that wait under a second
+    // (ioredis's default grows to 2 s a try).
     maxRetriesPerRequest: 2,
+    retryStrategy: (times) => Math.min(times * 50, 250),
     // A command must not wait forever for a Redis that is gone: the API answers 503.
     commandTimeout: 5_000,
     // A money script whose reply was lost with the connection may have applied; sent again
@@ -14,4 +26,11 @@ export function createRedis(url: string, opts: RedisOptions = {}): Redis {
     autoResendUnfulfilledCommands: false,
     ...opts,
   });
+  let lastLoggedMs = 0;
+  redis.on('error', (err: Error) => {
+    if (Date.now() - lastLoggedMs < connection_error_log_interval_ms) return;
+    lastLoggedMs = Date.now();
+    onError?.(err);
+  });
+  return redis;
 }

@@ -1,0 +1,44 @@
+/**
+ * Requests that Express or the body parser refuse before any route runs answer the
+ * contract's 400 invalid_request, not a 500 that says the service failed.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
+
+let svc: TestService;
+let p: TestProject;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  p = await svc.project('B');
+});
+afterAll(() => svc.close());
+
+describe('requests refused before a route runs', () => {
+  it('a path with a broken percent-encoding: 400 invalid_request', async () => {
+    const res = await svc.call('GET', '/v1/customers/%E0%A4%A', { key: p.projectKey });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatchObject({ code: 'invalid_request', type: 'bad_request' });
+  });
+
+  it('a body in an unsupported Content-Encoding: 400 invalid_request, nothing applied', async () => {
+    const res = await svc.call('POST', '/v1/customers/deposit', {
+      key: p.projectKey,
+      headers: { 'content-encoding': 'br2' },
+      body: { customer_id: 'c1', amount: 5 },
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatchObject({ code: 'invalid_request', type: 'bad_request' });
+    expect((await svc.call('GET', '/v1/customers/c1', { key: p.projectKey })).status).toBe(404);
+  });
+
+  it('a body in a charset the parser does not know: 400 invalid_request', async () => {
+    const res = await svc.call('POST', '/v1/customers/deposit', {
+      key: p.projectKey,
+      headers: { 'content-type': 'application/json; charset=klingon' },
+      body: { customer_id: 'c1', amount: 5 },
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+  });
+});
