@@ -151,7 +151,11 @@ export class LedgerService {
       reply = await this.run(name, scope, customer.value, [...args, reservation && !reservation.admitted ? '0' : '1']);
       return { reply, customerId: customer.value };
     } finally {
-      if (reservation && reply?.[0] !== ScriptStatus.Ok) await reservation.release();
+      // Given back only when the script answered that nothing applied. Without an answer
+      // (a lost reply) it may have applied: the count stays, one too high at worst, never
+      // too low.
+      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : customer.status === 'rejected' || reserved.status === 'rejected';
+      if (reservation && notApplied) await reservation.release();
     }
   }
 
