@@ -7,9 +7,10 @@
 -- ARGV[7]  description, '' for none
 -- ARGV[8]  '0' when the plan's limit is reached: replays answer, nothing new applies
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
--- E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN or E_USAGE_LIMIT. The holds are consumed in
--- the order they were drawn (soonest expiry first).
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
+-- REPLAY, E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN, E_USAGE_LIMIT or
+-- E_ACCOUNT_NOT_FOUND (a source of the holds is missing; nothing changed). The holds are
+-- consumed in the order they were drawn (soonest expiry first).
 
 --@include customer
 
@@ -37,10 +38,12 @@ if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entri
 if amount > frozen then return { E_EXCEEDS_FROZEN, '', auto_consumed, ttl_entries_written } end
 if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
+local sources = load_hold_sources(tx.holds)
+if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 local left = amount
 local details = {}
-for _, h in ipairs(tx.holds) do
-  local s = load_source(h.account_id)
+for i, h in ipairs(tx.holds) do
+  local s = sources[i]
   local held = tonumber(h.amount)
   local take = math.min(left, held)
   s.f = s.f - held

@@ -4,8 +4,9 @@
 -- ARGV[5]  transaction id
 -- ARGV[6]  description, '' for none
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY or
--- E_NO_UNFREEZABLE.
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
+-- REPLAY, E_NO_UNFREEZABLE or E_ACCOUNT_NOT_FOUND (a source of the holds is missing;
+-- nothing changed).
 
 --@include customer
 
@@ -22,9 +23,11 @@ if tx.k ~= 'freeze' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entri
 if tx.st == 'unfrozen' then return { REPLAY, tx.ur, auto_consumed, ttl_entries_written } end
 if tx.st ~= 'frozen' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
 
+local sources = load_hold_sources(tx.holds)
+if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 local details = {}
-for _, h in ipairs(tx.holds) do
-  local s = load_source(h.account_id)
+for i, h in ipairs(tx.holds) do
+  local s = sources[i]
   s.f = s.f - tonumber(h.amount)
   save_source(s)
   table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })

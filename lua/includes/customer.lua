@@ -36,6 +36,7 @@ local E_NO_UNFREEZABLE = 16
 local E_EXCEEDS_FROZEN = 17
 local E_INVALID_EXPIRES = 18
 local E_USAGE_LIMIT = 19
+local E_ACCOUNT_NOT_FOUND = 20
 
 local function N(n)
   return string.format('%.0f', n)
@@ -77,6 +78,18 @@ end
 
 local function save_source(s)
   redis.call('HSET', K_src, s.id, encode_source(s))
+end
+
+-- The sources of a transaction's holds, in hold order, or nil when one is missing (a state
+-- only corruption can make). Scripts load them all before changing any: a script that
+-- failed halfway would keep its first writes.
+local function load_hold_sources(holds)
+  local sources = {}
+  for i, h in ipairs(holds) do
+    sources[i] = load_source(h.account_id)
+    if sources[i] == nil then return nil end
+  end
+  return sources
 end
 
 local function is_active(s, now)
@@ -122,8 +135,10 @@ local function settle_ttl(txid, tx, now)
   if tx.k == 'gateway' then
     -- A gateway hold outlived its call (the API process died mid-call). Holds write no
     -- ledger entry, so their release writes none either.
-    for _, h in ipairs(tx.holds) do
-      local s = load_source(h.account_id)
+    local sources = load_hold_sources(tx.holds)
+    if sources == nil then return nil end
+    for i, h in ipairs(tx.holds) do
+      local s = sources[i]
       s.f = s.f - tonumber(h.amount)
       save_source(s)
     end
@@ -134,8 +149,10 @@ local function settle_ttl(txid, tx, now)
   end
   local details = {}
   local consumed = tx.ttlk == 'consume'
-  for _, h in ipairs(tx.holds) do
-    local s = load_source(h.account_id)
+  local sources = load_hold_sources(tx.holds)
+  if sources == nil then return nil end
+  for i, h in ipairs(tx.holds) do
+    local s = sources[i]
     local n = tonumber(h.amount)
     s.f = s.f - n
     if consumed then s.u = s.u + n end
@@ -177,14 +194,23 @@ local function expire_due(now)
   local due = redis.call('ZRANGEBYSCORE', K_ttl, '-inf', now)
   local auto_consumed = 0
   for _, txid in ipairs(due) do
+    local settled = true
     local raw = redis.call('HGET', K_tx, txid)
     if raw then
       local tx = cjson.decode(raw)
       if tx.st == 'frozen' then
-        auto_consumed = auto_consumed + settle_ttl(txid, tx, now)
+        local n = settle_ttl(txid, tx, now)
+        if n == nil then
+          -- A hold's source is missing: the freeze stays as it is and in the zset, for
+          -- reconcile to report; the customer's other operations go on.
+          redis.log(redis.LOG_WARNING, 'svc: TTL of ' .. txid .. ' not settled: a source of its holds is missing')
+          settled = false
+        else
+          auto_consumed = auto_consumed + n
+        end
       end
     end
-    redis.call('ZREM', K_ttl, txid)
+    if settled then redis.call('ZREM', K_ttl, txid) end
   end
   return auto_consumed
 end

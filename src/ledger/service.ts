@@ -77,6 +77,7 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
   [ScriptStatus.ExceedsFrozen]: 'actual_amount_exceeds_frozen_amount',
   [ScriptStatus.InvalidExpires]: 'invalid_expires_at',
   [ScriptStatus.UsageLimit]: 'usage_limit_exceeded',
+  [ScriptStatus.AccountNotFound]: 'billing_account_not_found',
 };
 
 export function requestHash(parts: unknown[]): string {

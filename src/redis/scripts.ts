@@ -26,6 +26,7 @@ export enum ScriptStatus {
   ExceedsFrozen = 17,
   InvalidExpires = 18,
   UsageLimit = 19,
+  AccountNotFound = 20,
 }
 
 export const customerScriptNames = [

@@ -1,0 +1,57 @@
+/**
+ * A freeze whose hold names a source that Redis no longer has (a state only corruption
+ * can make) is refused as a whole with 500 billing_account_not_found: no script changes
+ * one source and then fails on the next, which would keep the first change. A TTL freeze
+ * in that state stays for reconcile to report, and the customer's other operations go on.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { customerKeys } from '../../src/redis/keys.js';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
+
+let svc: TestService;
+let p: TestProject;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  p = await svc.project('B');
+});
+afterAll(() => svc.close());
+
+const soon = () => new Date(Date.now() + 86_400_000).toISOString();
+
+/** A customer with two sources, and a freeze of `amount` drawing from both. */
+async function frozenOverTwoSources(customerId: string, transactionId: string, extra: Record<string, unknown> = {}) {
+  const call = (path: string, body: Record<string, unknown>) => svc.call('POST', path, { key: p.projectKey, body });
+  expect((await call('/v1/customers/deposit', { customer_id: customerId, amount: 100, expires_at: soon() })).status).toBe(200);
+  expect((await call('/v1/customers/deposit', { customer_id: customerId, amount: 100 })).status).toBe(200);
+  const freeze = await call('/v1/billing/freeze', { customer_id: customerId, transaction_id: transactionId, amount: 150, ...extra });
+  expect(freeze.status).toBe(200);
+  const [first, second] = freeze.body.freeze_details as { account_id: string }[];
+  const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customerId);
+  const before = await svc.rt.redis.hget(k.src, first.account_id);
+  await svc.rt.redis.hdel(k.src, second.account_id);
+  return { k, first: first.account_id, before };
+}
+
+describe('a hold whose source is missing', () => {
+  it.each([
+    ['consume', '/v1/billing/consume'],
+    ['unfreeze', '/v1/billing/unfreeze'],
+  ])('%s: 500 billing_account_not_found, the other source untouched', async (op, path) => {
+    const { k, first, before } = await frozenOverTwoSources(`c-${op}`, `t-${op}`);
+    const res = await svc.call('POST', path, { key: p.projectKey, body: { transaction_id: `t-${op}` } });
+    expect(res.status).toBe(500);
+    expect(res.body.error).toMatchObject({ code: 'billing_account_not_found', type: 'server_error' });
+    expect(await svc.rt.redis.hget(k.src, first)).toBe(before);
+    expect(await svc.rt.redis.xlen(k.outbox)).toBe(3);
+  });
+
+  it('a due TTL freeze in that state is left for reconcile; other operations go on', async () => {
+    const { k, first, before } = await frozenOverTwoSources('c-ttl', 't-ttl', { release_after_seconds: 1 });
+    await svc.rt.clock.advance(2_000);
+    const dep = await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c-ttl', amount: 7 } });
+    expect(dep.status).toBe(200);
+    expect(await svc.rt.redis.hget(k.src, first)).toBe(before);
+    expect(await svc.rt.redis.zscore(k.ttl, 't-ttl')).not.toBeNull();
+  });
+});
