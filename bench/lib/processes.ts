@@ -20,6 +20,8 @@ export interface NodeProcessSpec {
   logPath: string;
   /** Extra Node flags, e.g. ['--cpu-prof', '--cpu-prof-dir=/tmp/prof']. */
   nodeArgs?: string[];
+  /** Arguments after the script, e.g. ['--port=8787']. */
+  args?: string[];
   cwd?: string;
 }
 
@@ -39,7 +41,7 @@ export class ProcessGroup {
 
   start(spec: NodeProcessSpec): NodeProcess {
     const fd = openSync(spec.logPath, 'a');
-    const child = spawn(process.execPath, ['--import', 'tsx', ...(spec.nodeArgs ?? []), spec.script], {
+    const child = spawn(process.execPath, ['--import', 'tsx', ...(spec.nodeArgs ?? []), spec.script, ...(spec.args ?? [])], {
       cwd: spec.cwd,
       env: spec.env,
       stdio: ['ignore', fd, fd],

@@ -12,14 +12,14 @@ import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import type { AuthContext } from '../http/auth.js';
 import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
-import type { ProjectScope } from '../ledger/service.js';
-import { LedgerService, newId } from '../ledger/service.js';
+import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
 import type { PlanService, Reservation } from '../plans/service.js';
 import { projectKeys } from '../redis/keys.js';
 import { ScriptStatus } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
+import { newGatewayId } from './ids.js';
 import type { GatewayModel, ModelCache } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { UpstreamClient } from './upstream.js';
@@ -115,7 +115,7 @@ export class GatewayService {
     if (!model.upstreamKey) throw new ApiError('byok_key_required');
     if (stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
 
-    const transactionId = newId('gw');
+    const transactionId = newGatewayId('gw');
     const idempotencyKey = headerValue(req, 'idempotency-key');
     const idemIndex = `${projectKeys(this.deps.prefix, scope.projectId).txIndex}:gwidem`;
     if (idempotencyKey !== undefined) {
@@ -162,35 +162,46 @@ export class GatewayService {
   private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number }): Promise<Call> {
     const startedAt = Date.now();
     const reservation = await this.deps.plans.reserve(c.scope.organizationId);
+    const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
     let ok = false;
     try {
       const prices = c.model.prices;
       const wanted = c.explicitMax ?? c.model.maxOutputTokens;
-      const reply = await this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
-        c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
-        c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0',
+      // Receipts find the customer of a gateway transaction through the project index. The
+      // entry is written beside the hold, in the same round trip (auto-pipelined), instead
+      // of after it: the transaction id is new, and an entry whose transaction does not
+      // exist reads as no receipt, so a failed hold only has to take its entry back.
+      const [held, indexed] = await Promise.allSettled([
+        this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
+          c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
+          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0',
+        ]),
+        this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
       ]);
-      const [status, raw] = reply;
+      if (held.status === 'rejected') throw held.reason;
+      const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
       if (status === ScriptStatus.UsageLimit) throw new ApiError('usage_limit_exceeded');
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
         throw new ApiError('insufficient_balance', { status: 402 });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
-      const held = JSON.parse(raw) as { hold: string; output_tokens: string };
-      // Receipts find the customer of a gateway transaction through the project index.
-      await this.deps.redis.hset(projectKeys(this.deps.prefix, c.scope.projectId).txIndex, c.transactionId, c.customerId);
+      if (indexed.status === 'rejected') throw indexed.reason;
+      const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
       ok = true;
-      return { ...c, startedAt, reservation, hold: Number(held.hold), outputTokens: Number(held.output_tokens), requestBytes: c.rawBytes };
+      return { ...c, startedAt, reservation, hold: Number(hold.hold), outputTokens: Number(hold.output_tokens), requestBytes: c.rawBytes };
     } finally {
-      if (!ok) await this.deps.plans.release(reservation);
+      if (!ok) {
+        await this.deps.plans.release(reservation);
+        await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
+      }
     }
   }
 
   private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
     const p = call.model.prices;
     return {
-      id: newId('usage'),
+      id: newGatewayId('usage'),
       customer_id: call.customerId,
       trace_id: call.traceId,
       wallet: call.wallet,

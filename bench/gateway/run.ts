@@ -1,0 +1,409 @@
+/**
+ * `npm run bench:gateway`: what the model gateway adds to an LLM call, all in one run on
+ * one mock upstream (src/gateway/mock/main.ts, a child process):
+ *
+ * (a) latency at one connection with the mock waiting a fixed 20 ms, the gateway and the
+ *     mock called directly (and the bare proxy, for where the time goes) in interleaved
+ *     rounds (bench/lib/interleaved.ts), whole and streamed answers;
+ * (b) requests/s at many connections with the mock answering at once, through the gateway,
+ *     directly, through a bare Express 5 pass-through proxy (bench/gateway/bare-proxy.ts)
+ *     and through the Portkey gateway (@portkey-ai/gateway, run locally), whole and
+ *     streamed, with CPU per request per process.
+ *
+ * The gateway is the real service: one API process (src/web.ts) and one worker
+ * (workers/main.ts), a paid organization, a model configured through the management API,
+ * funded customers; every call it answers is held, settled and persisted. Every contender's
+ * answer is checked before it is measured, and the gateway's billing is checked after.
+ * Prints markdown tables and writes them to docs/PERFORMANCE.md.
+ *
+ * Knobs (environment): BENCH_DURATION_S (8), BENCH_WARMUP_S (2), BENCH_CONNECTIONS (50),
+ * BENCH_ROUNDS (2), BENCH_LATENCY_SAMPLES (1000), BENCH_API_LOG_LEVEL (info),
+ * BENCH_CPU_PROF_DIR (a V8 CPU profile of the API process goes there), BENCH_WRITE_DOCS
+ * (1; 0 leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sql } from 'slonik';
+import { request } from 'undici';
+import { z } from 'zod';
+import type { Runtime } from '../../src/runtime.js';
+import { matchingProcessesCpu, processCpu, redisCpu, selfCpu, withCpu, type CpuSource } from '../lib/cpu.js';
+import { runInterleaved } from '../lib/interleaved.js';
+import { assertHealthy, runLoad } from '../lib/load.js';
+import { freePort, ProcessGroup, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
+import { deleteByPrefix } from '../lib/redis.js';
+import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
+import { uptime, writeSection } from '../lib/report.js';
+import { checkAnswer, requestBody } from './answers.js';
+import { buildReport, cpuParts, type ContenderName, type CpuPart, type LatencyRun, type Measured } from './report.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..', '..');
+const env = process.env;
+
+const settings = {
+  durationS: Number(env.BENCH_DURATION_S ?? 8),
+  warmupS: Number(env.BENCH_WARMUP_S ?? 2),
+  connections: Number(env.BENCH_CONNECTIONS ?? 50),
+  rounds: Number(env.BENCH_ROUNDS ?? 2),
+  latencySamples: Number(env.BENCH_LATENCY_SAMPLES ?? 1000),
+  latencyRoundSize: 50,
+  latencyWarmup: 50,
+  latencyDelayMs: 20,
+  customers: 8,
+  depositCredits: 1_000_000_000_000,
+  apiLogLevel: env.BENCH_API_LOG_LEVEL ?? 'info',
+  cpuProfDir: env.BENCH_CPU_PROF_DIR,
+  writeDocs: env.BENCH_WRITE_DOCS !== '0',
+  databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
+  startTimeoutMs: 30_000,
+  drainTimeoutMs: 60_000,
+  /** Hard stop for the whole run, setup and cleanup included (a normal run takes about 6 minutes). */
+  runTimeoutMs: 900_000,
+};
+
+/** The model the gateway's project configures, and the mock's model behind it and the others. */
+const gatewayModel = 'bench-chat';
+const upstreamModel = 'gpt-4o-mini';
+/** Credits per million tokens (gpt-4o-mini's list prices), so every call costs something. */
+const prices = { input: 150_000, output: 600_000, cacheRead: 75_000, cacheWrite: 0 };
+
+const command = 'npm run bench:gateway';
+const tag = randomBytes(4).toString('hex');
+const redisPrefix = `bench:${tag}:`;
+const group = new ProcessGroup();
+const logDir = mkdtempSync(join(tmpdir(), 'svc-bench-gw-'));
+let rt: Runtime | undefined;
+let cleaned = false;
+
+/** Stops the children and removes this run's Redis keys; safe to call more than once. */
+async function cleanup(): Promise<void> {
+  if (cleaned) return;
+  cleaned = true;
+  await group.stopAll();
+  if (rt) {
+    const deleted = await deleteByPrefix(rt.redis, redisPrefix).catch((err: Error) => {
+      console.error(`could not delete ${redisPrefix}* keys: ${err.message}`);
+      return 0;
+    });
+    console.log(`removed ${deleted} Redis keys under ${redisPrefix}`);
+    await rt.close().catch(() => undefined);
+  }
+}
+
+process.once('exit', () => group.killAllNow());
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`${signal}: stopping; logs kept in ${logDir}`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+const watchdog = setTimeout(() => {
+  console.error(`bench exceeded ${settings.runTimeoutMs} ms: stopping`);
+  void cleanup().finally(() => process.exit(1));
+}, settings.runTimeoutMs);
+watchdog.unref();
+
+interface Contender {
+  name: ContenderName;
+  origin: string;
+  /** The model named in the request body. */
+  model: string;
+  headers(customer: string): Record<string, string>;
+  /** The process between the client and the mock; none when the mock is called directly. */
+  proc: NodeProcess | null;
+}
+
+async function main(): Promise<void> {
+  const loadBefore = uptime();
+  console.log(`bench:gateway ${tag}; ${loadBefore}`);
+
+  const serviceOptions = {
+    root,
+    group,
+    logDir,
+    databaseUrl: settings.databaseUrl,
+    redisPrefix,
+    apiLogLevel: settings.apiLogLevel,
+    cpuProfDir: settings.cpuProfDir,
+    startTimeoutMs: settings.startTimeoutMs,
+  };
+  const service = await createBenchRuntime(serviceOptions);
+  rt = service.rt;
+  const redis = service.rt.redis;
+  const { api, worker, apiUrl } = await startBenchService(serviceOptions, service);
+
+  const [mockPort, barePort, portkeyPort] = [await freePort(), await freePort(), await freePort()];
+  const upstreamKey = `sk-bench-${randomBytes(12).toString('hex')}`;
+  const mockUrl = `http://127.0.0.1:${mockPort}/v1`;
+  const mock = group.start({
+    name: 'mock',
+    script: join(root, 'src', 'gateway', 'mock', 'main.ts'),
+    env: { ...env, MOCK_UPSTREAM_PORT: String(mockPort), MOCK_UPSTREAM_HOST: '127.0.0.1', MOCK_LATENCY_MS: '0', MOCK_REQUIRE_KEY: upstreamKey },
+    logPath: join(logDir, 'mock.log'),
+  });
+  const bare = group.start({
+    name: 'bare proxy',
+    script: join(here, 'bare-proxy.ts'),
+    env: { ...env, NODE_ENV: 'production', PORT: String(barePort), HOST: '127.0.0.1', UPSTREAM_BASE_URL: mockUrl },
+    logPath: join(logDir, 'bare-proxy.log'),
+  });
+  // Without a Redis connection string Portkey caches nothing and keeps no state between calls.
+  const { REDIS_CONNECTION_STRING: _unused, ...portkeyEnv } = env;
+  const portkey = group.start({
+    name: 'Portkey',
+    script: join(root, 'node_modules', '@portkey-ai', 'gateway', 'build', 'start-server.js'),
+    args: [`--port=${portkeyPort}`, '--headless'],
+    env: { ...portkeyEnv, NODE_ENV: 'production', PORTKEY_HOST: '127.0.0.1' },
+    nodeArgs: ['--import', join(here, 'portkey-preload.ts')],
+    logPath: join(logDir, 'portkey.log'),
+  });
+  console.log(
+    `children: api ${api.pid}, worker ${worker.pid}, mock ${mock.pid}, bare proxy ${bare.pid}, Portkey ${portkey.pid}; logs in ${logDir}`,
+  );
+  for (const [port, proc] of [[mockPort, mock], [barePort, bare], [portkeyPort, portkey]] as const) {
+    await waitForPort(port, settings.startTimeoutMs, proc);
+  }
+
+  const { organizationId, projectId, projectKey } = await createPaidProject(service.rt, `bench gateway ${tag}`);
+  const { secret: adminKey } = await service.rt.keyQueries.insertKey({ organizationId, projectId: null, type: 'admin' });
+  // Through the management API, as a customer of the service would configure it.
+  await callApi(apiUrl, 'PUT', `/v1/admin/projects/${projectId}/models/${gatewayModel}`, adminKey, {
+    provider: 'openai',
+    upstream_base_url: mockUrl,
+    upstream_model: upstreamModel,
+    upstream_api_key: upstreamKey,
+    display_name: 'bench chat model',
+    description: 'the mock upstream',
+    context_window: 128_000,
+    max_output_tokens: 4_096,
+    supports_streaming: true,
+    input_price_per_million_credits: prices.input,
+    output_price_per_million_credits: prices.output,
+    cache_read_price_per_million_credits: prices.cacheRead,
+    cache_write_price_per_million_credits: prices.cacheWrite,
+  });
+  const customers = Array.from({ length: settings.customers }, (_, i) => `bench-${i}`);
+  for (const c of customers) await callApi(apiUrl, 'POST', '/v1/customers/deposit', projectKey, { customer_id: c, amount: settings.depositCredits });
+
+  const json = { 'content-type': 'application/json' };
+  const contenders: Contender[] = [
+    { name: 'direct', origin: `http://127.0.0.1:${mockPort}`, model: upstreamModel, proc: null, headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }) },
+    {
+      name: 'gateway',
+      origin: apiUrl,
+      model: gatewayModel,
+      proc: api,
+      headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
+    },
+    { name: 'bare proxy', origin: `http://127.0.0.1:${barePort}`, model: upstreamModel, proc: bare, headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }) },
+    {
+      name: 'Portkey',
+      origin: `http://127.0.0.1:${portkeyPort}`,
+      model: upstreamModel,
+      proc: portkey,
+      headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}`, 'x-portkey-provider': 'openai', 'x-portkey-custom-host': mockUrl }),
+    },
+  ];
+  const byName = (name: ContenderName) => contenders.find((c) => c.name === name)!;
+
+  console.log('checking every contender answers the mock\'s answer');
+  for (const c of contenders) for (const stream of [false, true]) await verify(c, stream, customers[0]);
+
+  const database = new URL(settings.databaseUrl).pathname.slice(1);
+  const background: CpuSource[] = [
+    processCpu('mock', mock.pid),
+    processCpu('worker', worker.pid),
+    matchingProcessesCpu('postgres', new RegExp(`^postgres: .* ${database} `)),
+    redisCpu('redis', redis),
+    selfCpu('load generator'),
+  ];
+  const billedOps = async () => (await service.rt.plans.organization(organizationId)).billable_ops;
+
+  /** One autocannon run against one contender, with CPU per process and, for the gateway, what it billed. */
+  const measure = async (c: Contender, stream: boolean, round: number): Promise<Measured> => {
+    const body = requestBody(c.model, stream);
+    let seq = 0;
+    const opsBefore = c.name === 'gateway' ? await billedOps() : 0;
+    const sources = c.proc ? [processCpu('proxy', c.proc.pid), ...background] : background;
+    const { result, cpu, wallS } = await withCpu(sources, () =>
+      runLoad({
+        title: `${c.name} ${stream ? 'streamed' : 'whole'} round ${round}`,
+        url: c.origin,
+        connections: settings.connections,
+        durationS: settings.durationS,
+        warmupS: settings.warmupS,
+        requests: [
+          {
+            method: 'POST',
+            path: '/v1/chat/completions',
+            // Every contender gets the same per-request work in the load generator.
+            setupRequest: (req) => ({ ...req, headers: c.headers(customers[seq++ % customers.length]), body }),
+          },
+        ],
+      }),
+    );
+    const load = assertHealthy(result);
+    const m: Measured = { contender: c.name, stream, round, load, cpu: { proxy: 0, ...cpu } as Record<CpuPart, number>, wallS, billed: null };
+    if (c.name === 'gateway') {
+      m.billed = (await billedOps()) - opsBefore;
+      const answered = load.totalWithWarmup - load.non2xx;
+      // Every answered call was settled before its last byte went out; calls cut off when
+      // the load stopped may be billed too (client_aborted), never the reverse.
+      if (m.billed < answered) throw new Error(`${load.title}: ${answered} calls answered but only ${m.billed} billed`);
+    }
+    const perReq = (part: CpuPart) => `${part} ${Math.round((m.cpu[part] / load.totalWithWarmup) * 1e6)}`;
+    console.log(
+      `  ${load.title}: ${Math.round(load.rps)} req/s, p50 ${load.p50Ms.toFixed(2)} ms, p99 ${load.p99Ms.toFixed(2)} ms; ` +
+        `CPU us/req: ${cpuParts.map(perReq).join(', ')}${m.billed !== null ? `; billed ${m.billed}` : ''}`,
+    );
+    return m;
+  };
+
+  console.log(`throughput: ${settings.connections} connections, mock without delay`);
+  const throughput: Measured[] = [];
+  const order: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'Portkey'];
+  for (const stream of [false, true]) {
+    for (let round = 1; round <= settings.rounds; round++) {
+      // Reversed every other round, so that no contender always runs first or last.
+      const names = round % 2 === 1 ? order : [...order].reverse();
+      for (const name of names) throughput.push(await measure(byName(name), stream, round));
+    }
+  }
+
+  const backlogAfterLoad = await outboxBacklog(redis, redisPrefix);
+  // The worker draining a backlog would compete with the latency rounds for the CPU.
+  await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog(redis, redisPrefix)) === 0, settings.drainTimeoutMs, worker);
+
+  console.log(`latency: one connection, mock waiting ${settings.latencyDelayMs} ms, ${settings.latencySamples} samples each`);
+  const latency: LatencyRun[] = [];
+  // Only gateway calls reach the worker, Redis and PostgreSQL during these rounds.
+  const latencySources = [processCpu('api', api.pid), processCpu('bare proxy', bare.pid), ...background.filter((b) => b.name !== 'load generator')];
+  const callsEach = settings.latencySamples + settings.latencyWarmup;
+  for (const stream of [false, true]) {
+    let seq = 0;
+    const { result: results, cpu } = await withCpu(latencySources, () => runInterleaved({
+      contenders: (['gateway', 'direct', 'bare proxy'] as const).map((name) => {
+        const c = byName(name);
+        return {
+          name,
+          origin: c.origin,
+          path: '/v1/chat/completions',
+          // One customer per request in turn, as in the throughput runs.
+          headers: () => c.headers(customers[seq++ % customers.length]),
+          body: requestBody(c.model, stream, settings.latencyDelayMs),
+          check: checkAnswer(stream, upstreamModel),
+        };
+      }),
+      samples: settings.latencySamples,
+      roundSize: settings.latencyRoundSize,
+      warmup: settings.latencyWarmup,
+    }));
+    const perCall = (seconds: number, calls: number) => (seconds / calls) * 1e6;
+    const cpuUs = {
+      api: perCall(cpu.api, callsEach),
+      worker: perCall(cpu.worker, callsEach),
+      postgres: perCall(cpu.postgres, callsEach),
+      redis: perCall(cpu.redis, callsEach),
+      bareProxy: perCall(cpu['bare proxy'], callsEach),
+      mock: perCall(cpu.mock, callsEach * 3),
+    };
+    for (const r of results) {
+      console.log(`  ${stream ? 'streamed' : 'whole'} ${r.name}: p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, max ${r.maxMs.toFixed(2)} ms`);
+    }
+    latency.push({ stream, results, cpuUs });
+  }
+
+  await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog(redis, redisPrefix)) === 0, settings.drainTimeoutMs, worker);
+  const records = await service.rt.db.many(sql.type(z.object({ status: z.string(), n: z.number() }))`
+    SELECT status, count(*)::int8 AS n FROM usage_records WHERE project_id = ${projectId} GROUP BY status`);
+  const usageRecords = Object.fromEntries(records.map((r) => [r.status, r.n]));
+  const opsTotal = await billedOps();
+  const loadAfter = uptime();
+
+  const report = buildReport({
+    command,
+    codeState: codeState(),
+    settings,
+    throughput,
+    latency,
+    usageRecords,
+    opsTotal,
+    backlogAfterLoad,
+    loadBefore,
+    loadAfter,
+  });
+  console.log(`\n${report.markdown}\n`);
+  if (settings.writeDocs) {
+    writeSection(join(root, 'docs', 'PERFORMANCE.md'), 'gateway', report.markdown);
+    console.log('wrote docs/PERFORMANCE.md');
+  }
+  if (!report.billingConsistent) throw new Error('the gateway billed a different number of calls than PostgreSQL recorded (see the report)');
+  if (!report.allMet) console.log('some targets were not met (see the table)');
+}
+
+/** The commit measured, and the tracked files that differed from it when the run started. */
+function codeState(): string {
+  const git = (...args: string[]) => execFileSync('git', args, { cwd: root, encoding: 'utf8' });
+  try {
+    // Porcelain lines are `XY path`; the status letters may begin with a space.
+    const changed = git('status', '--porcelain', '--untracked-files=no').split('\n').filter(Boolean).map((l) => l.slice(3));
+    const commit = git('rev-parse', '--short', 'HEAD').trim();
+    return changed.length === 0 ? `commit ${commit}` : `commit ${commit} with uncommitted changes to ${changed.map((f) => `\`${f}\``).join(', ')}`;
+  } catch {
+    return 'unknown (not a git checkout)';
+  }
+}
+
+async function callApi(origin: string, method: 'PUT' | 'POST', path: string, key: string, body: unknown): Promise<void> {
+  const res = await request(`${origin}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    headersTimeout: 10_000,
+    bodyTimeout: 10_000,
+  });
+  const text = await res.body.text();
+  if (res.statusCode >= 300) throw new Error(`${method} ${path} answered ${res.statusCode}: ${text}`);
+}
+
+/**
+ * One call before measuring: the mock's answer must come back, and the gateway must have
+ * billed it (the cost header, or trailer when streamed), or the run stops here.
+ */
+async function verify(c: Contender, stream: boolean, customer: string): Promise<void> {
+  const res = await request(`${c.origin}/v1/chat/completions`, {
+    method: 'POST',
+    headers: c.headers(customer),
+    body: requestBody(c.model, stream),
+    headersTimeout: 10_000,
+    bodyTimeout: 10_000,
+  });
+  const text = await res.body.text();
+  const what = `${c.name} (${stream ? 'streamed' : 'whole'})`;
+  const problem = checkAnswer(stream, upstreamModel)(res.statusCode, text);
+  if (problem !== null) throw new Error(`${what} did not relay the mock's answer: ${problem}`);
+  if (c.name === 'gateway') {
+    const cost = stream ? res.trailers['x-service-cost-credits'] : res.headers['x-service-cost-credits'];
+    if (!(Number(cost) > 0)) throw new Error(`${what} answered without a cost (X-Service-Cost-Credits: ${String(cost)})`);
+  }
+  console.log(`  ${what}: ok`);
+}
+
+let failed = false;
+try {
+  await main();
+} catch (err) {
+  failed = true;
+  console.error(err);
+} finally {
+  await cleanup();
+  clearTimeout(watchdog);
+  if (failed) console.error(`logs kept in ${logDir}`);
+  else rmSync(logDir, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);
