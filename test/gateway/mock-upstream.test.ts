@@ -332,6 +332,53 @@ describe('Anthropic messages via @anthropic-ai/sdk', () => {
   });
 });
 
+describe('controls for what the gateway cannot foresee', () => {
+  it('OpenAI n: n answers, whole and streamed, and completion_tokens counts them all', async () => {
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: 'user', content: `hi ${mockDirective({ output_tokens: 4 })}` }];
+    const whole = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages, n: 3 });
+    expect(whole.choices.map((c) => [c.index, c.message.content])).toEqual([0, 1, 2].map((i) => [i, mockOutputText(4)]));
+    expect(whole.usage?.completion_tokens).toBe(12);
+    const texts = ['', '', ''];
+    let usage: OpenAI.CompletionUsage | null | undefined;
+    const stream = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages, n: 3, stream: true, stream_options: { include_usage: true } });
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) texts[c.index] += c.delta.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(texts).toEqual([mockOutputText(4), mockOutputText(4), mockOutputText(4)]);
+    expect(usage?.completion_tokens).toBe(12);
+  });
+
+  it('input_tokens replaces the counted input in both formats', async () => {
+    const o = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: `x ${mockDirective({ input_tokens: 5000 })}` }] });
+    expect(o.usage?.prompt_tokens).toBe(5000);
+    const a = await anthropic.messages.create({ model: 'claude-haiku-5-5', max_tokens: 10, messages: [{ role: 'user', content: `x ${mockDirective({ input_tokens: 700 })}` }] });
+    expect(a.usage.input_tokens).toBe(700);
+  });
+
+  it('no_usage=1: no usage in a JSON answer nor in a stream that asked for it', async () => {
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: 'user', content: `x ${mockDirective({ no_usage: 1 })}` }];
+    const whole = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages });
+    expect(whole.usage).toBeUndefined();
+    let sawUsage = false;
+    let text = '';
+    const stream = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages, stream: true, stream_options: { include_usage: true } });
+    for await (const chunk of stream) {
+      if (chunk.usage) sawUsage = true;
+      text += chunk.choices[0]?.delta.content ?? '';
+    }
+    expect(sawUsage).toBe(false);
+    expect(text).toBe(mockOutputText(12));
+    const events: string[] = [];
+    const a = await anthropic.messages.create({ model: 'claude-haiku-5-5', max_tokens: 10, stream: true, messages: [{ role: 'user', content: `x ${mockDirective({ no_usage: 1 })}` }] });
+    for await (const e of a) {
+      events.push(e.type);
+      if (e.type === 'message_delta') expect((e as { usage?: unknown }).usage).toBeUndefined();
+    }
+    expect(events).toContain('message_stop');
+  });
+});
+
 describe('latency controls', () => {
   it('latency_ms delays the response; chunk_delay_ms spaces the events', async () => {
     let t0 = Date.now();

@@ -47,6 +47,10 @@ export type MockFailMode = number | 'timeout' | 'reset' | 'invalid' | 'midstream
 /** Per-request controls, from `x-mock-<key>` headers or `[[mock key=value ...]]` directives in message text. */
 export interface MockControls {
   output_tokens?: number;
+  /** Input tokens reported instead of the counted ones (images, documents, tools: what the count skips). */
+  input_tokens?: number;
+  /** 1: no usage anywhere (an OpenAI-compatible server that ignores stream_options, a broken one). */
+  no_usage?: number;
   cache_read_tokens?: number;
   cache_write_tokens?: number;
   latency_ms?: number;
@@ -59,7 +63,7 @@ const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const DEFAULT_OUTPUT_TOKENS = 12;
 const MIDSTREAM_TOKENS = 3;
 const SYSTEM_FINGERPRINT = 'fp_mock0a1b2c3';
-const NUMERIC_KEYS = ['output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'latency_ms', 'chunk_delay_ms'] as const;
+const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'latency_ms', 'chunk_delay_ms'] as const;
 type NumericKey = (typeof NUMERIC_KEYS)[number];
 const FAIL_WORDS = new Set(['timeout', 'reset', 'invalid', 'midstream']);
 const MODELS = ['gpt-4o-mini', 'gpt-4.1-mini', 'gpt-4o', 'claude-haiku-5-5', 'claude-sonnet-5-5', 'claude-opus-5-5', 'claude-haiku-4-5', 'claude-sonnet-4-5'];
@@ -234,7 +238,11 @@ function anthropicErrorBody(status: number, requestId: string, message?: string)
 interface Plan {
   model: string;
   input: number;
+  /** Output tokens of each answer. */
   output: number;
+  /** Answers generated (OpenAI `n`); usage counts the output of all of them. */
+  answers: number;
+  usage: boolean;
   cacheRead: number;
   cacheWrite: number;
   truncated: boolean;
@@ -244,10 +252,11 @@ interface Plan {
 
 function openaiUsage(p: Plan) {
   const prompt = p.input + p.cacheRead;
+  const completion = p.output * p.answers;
   return {
     prompt_tokens: prompt,
-    completion_tokens: p.output,
-    total_tokens: prompt + p.output,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
     prompt_tokens_details: { cached_tokens: p.cacheRead, audio_tokens: 0 },
     completion_tokens_details: {
       reasoning_tokens: 0,
@@ -264,15 +273,13 @@ function openaiJson(p: Plan): string {
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
     model: p.model,
-    choices: [
-      {
-        index: 0,
-        message: { role: 'assistant', content: mockOutputText(p.output), refusal: null, annotations: [] },
-        logprobs: null,
-        finish_reason: p.truncated ? 'length' : 'stop',
-      },
-    ],
-    usage: openaiUsage(p),
+    choices: Array.from({ length: p.answers }, (_, index) => ({
+      index,
+      message: { role: 'assistant', content: mockOutputText(p.output), refusal: null, annotations: [] },
+      logprobs: null,
+      finish_reason: p.truncated ? 'length' : 'stop',
+    })),
+    ...(p.usage ? { usage: openaiUsage(p) } : {}),
     service_tier: 'default',
     system_fingerprint: SYSTEM_FINGERPRINT,
   });
@@ -284,14 +291,18 @@ function openaiEvents(p: Plan): { events: string[]; preamble: number } {
     `data: {"id":"chatcmpl-${base62(29)}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},` +
     `"model":${JSON.stringify(p.model)},"service_tier":"default","system_fingerprint":"${SYSTEM_FINGERPRINT}","choices":`;
   const tail = p.includeUsage ? ',"usage":null}\n\n' : '}\n\n';
-  const choice = (delta: string, finish: string | null) =>
-    `[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish === null ? 'null' : `"${finish}"`}}]`;
-  const events: string[] = [head + choice('{"role":"assistant","content":"","refusal":null}', null) + tail];
-  for (let i = 1; i <= p.output; i++) {
-    events.push(head + choice(`{"content":"${i === 1 ? '' : ' '}tok${i}"}`, null) + tail);
+  const choice = (index: number, delta: string, finish: string | null) =>
+    `[{"index":${index},"delta":${delta},"logprobs":null,"finish_reason":${finish === null ? 'null' : `"${finish}"`}}]`;
+  const events: string[] = [];
+  // Each answer in turn, as OpenAI may send them (the index tells them apart).
+  for (let a = 0; a < p.answers; a++) {
+    events.push(head + choice(a, '{"role":"assistant","content":"","refusal":null}', null) + tail);
+    for (let i = 1; i <= p.output; i++) {
+      events.push(head + choice(a, `{"content":"${i === 1 ? '' : ' '}tok${i}"}`, null) + tail);
+    }
+    events.push(head + choice(a, '{}', p.truncated ? 'length' : 'stop') + tail);
   }
-  events.push(head + choice('{}', p.truncated ? 'length' : 'stop') + tail);
-  if (p.includeUsage) events.push(head + '[],"usage":' + JSON.stringify(openaiUsage(p)) + '}\n\n');
+  if (p.includeUsage && p.usage) events.push(head + '[],"usage":' + JSON.stringify(openaiUsage(p)) + '}\n\n');
   events.push('data: [DONE]\n\n');
   return { events, preamble: 1 };
 }
@@ -319,7 +330,7 @@ function anthropicMessage(p: Plan, streamingStart: boolean) {
     stop_details: null,
     container: null,
     diagnostics: null,
-    usage: anthropicUsage(p, streamingStart ? Math.min(1, p.output) : p.output),
+    ...(p.usage ? { usage: anthropicUsage(p, streamingStart ? Math.min(1, p.output) : p.output) } : {}),
   };
 }
 
@@ -345,12 +356,16 @@ function anthropicEvents(p: Plan): { events: string[]; preamble: number } {
       JSON.stringify({
         type: 'message_delta',
         delta: { stop_reason: p.truncated ? 'max_tokens' : 'end_turn', stop_sequence: null, stop_details: null, container: null },
-        usage: {
-          input_tokens: p.input,
-          cache_creation_input_tokens: p.cacheWrite,
-          cache_read_input_tokens: p.cacheRead,
-          output_tokens: p.output,
-        },
+        ...(p.usage
+          ? {
+              usage: {
+                input_tokens: p.input,
+                cache_creation_input_tokens: p.cacheWrite,
+                cache_read_input_tokens: p.cacheRead,
+                output_tokens: p.output,
+              },
+            }
+          : {}),
       }),
     ),
   );
@@ -551,8 +566,10 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     const streamOptions = b.stream_options as { include_usage?: unknown } | null | undefined;
     const plan: Plan = {
       model: b.model,
-      input: countInputTokens(format, body),
+      input: controls.input_tokens ?? countInputTokens(format, body),
       output,
+      answers: !isAnthropic && isInt(b.n) && b.n > 1 ? b.n : 1,
+      usage: controls.no_usage !== 1,
       cacheRead: controls.cache_read_tokens ?? 0,
       cacheWrite: isAnthropic ? controls.cache_write_tokens ?? 0 : 0,
       truncated: max !== undefined && wanted > max,
