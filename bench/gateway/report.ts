@@ -15,6 +15,9 @@ export type CpuPart = (typeof cpuParts)[number];
 
 export const targets = { addedP50Ms: 1.5, addedP99Ms: 5, vsPortkey: 3, vsBareProxy: 0.6 };
 
+/** Steal above this share during a measurement gets a warning in the report. */
+export const steal_share_warning = 0.1;
+
 export interface Measured {
   contender: ContenderName;
   stream: boolean;
@@ -23,6 +26,8 @@ export interface Measured {
   /** CPU seconds per part while the measurement (warmup included) ran. */
   cpu: Record<CpuPart, number>;
   wallS: number;
+  /** Share of the machine's CPU time the hypervisor took meanwhile (bench/lib/cpu.ts stealShare). */
+  steal: number;
   /** Plan operations the gateway counted during the run (gateway only). */
   billed: number | null;
 }
@@ -32,6 +37,8 @@ export interface LatencyRun {
   stream: boolean;
   results: LatencySummary[];
   cpuUs: { api: number; worker: number; postgres: number; redis: number; bareProxy: number; mock: number };
+  /** Share of the machine's CPU time the hypervisor took meanwhile. */
+  steal: number;
 }
 
 export interface ReportInput {
@@ -60,6 +67,7 @@ export interface ReportInput {
 }
 
 const answerName = (stream: boolean) => (stream ? 'streamed' : 'whole');
+const percent = (share: number) => (Number.isFinite(share) ? `${Math.round(share * 100)}%` : '-');
 
 /** A contender's runs of one kind of answer, summed over the rounds. */
 function combined(all: Measured[], name: ContenderName, stream: boolean) {
@@ -71,6 +79,7 @@ function combined(all: Measured[], name: ContenderName, stream: boolean) {
     rps: sum((m) => m.load.rps) / runs.length,
     p50Ms: sum((m) => m.load.p50Ms) / runs.length,
     p99Ms: sum((m) => m.load.p99Ms) / runs.length,
+    steal: sum((m) => m.steal) / runs.length,
     /** CPU microseconds per request, warmup included. */
     cpuUs: (part: CpuPart) => (sum((m) => m.cpu[part]) / requests) * 1e6,
     proxyCores: sum((m) => m.cpu.proxy) / sum((m) => m.wallS),
@@ -85,9 +94,13 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
 
   const latencyRows: Cell[][] = [];
   const latencyCpuRows: Cell[][] = [];
-  for (const { stream, results, cpuUs } of r.latency) {
+  for (const { stream, results, cpuUs, steal } of r.latency) {
     const gatewayTotal = cpuUs.api + cpuUs.worker + cpuUs.postgres + cpuUs.redis;
-    latencyCpuRows.push([answerName(stream), ...[cpuUs.api, cpuUs.worker, cpuUs.postgres, cpuUs.redis, gatewayTotal, cpuUs.bareProxy, cpuUs.mock].map(fmt.int)]);
+    latencyCpuRows.push([
+      answerName(stream),
+      ...[cpuUs.api, cpuUs.worker, cpuUs.postgres, cpuUs.redis, gatewayTotal, cpuUs.bareProxy, cpuUs.mock].map(fmt.int),
+      percent(steal),
+    ]);
     const direct = results.find((x) => x.name === 'direct')!;
     const gateway = results.find((x) => x.name === 'gateway')!;
     for (const x of results) {
@@ -114,6 +127,7 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
         fmt.ms(c.p50Ms),
         fmt.ms(c.p99Ms),
         name === 'gateway' ? '-' : fmt.ratio(gateway.rps / c.rps),
+        percent(c.steal),
       ]);
       const parts = cpuParts.map((p) => (p === 'proxy' && name === 'direct' ? '-' : fmt.int(c.cpuUs(p))));
       const total = cpuParts.reduce((sum, p) => sum + c.cpuUs(p), 0);
@@ -134,6 +148,8 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
   // Every call that was charged has one settled or client_aborted record and one plan operation.
   const billingConsistent = settled + aborted === r.opsTotal;
 
+  const steals = [...r.throughput.map((x) => x.steal), ...r.latency.map((x) => x.steal)];
+  const stealMax = Math.max(...steals);
   const m = machineInfo();
   const markdown = [
     '## Model gateway (`npm run bench:gateway`)',
@@ -145,6 +161,9 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     '',
     `- load before: \`${r.loadBefore}\``,
     `- load after: \`${r.loadAfter}\``,
+    ...(stealMax > steal_share_warning
+      ? [`- the hypervisor took up to ${percent(stealMax)} of this VM's CPU time during a measurement (steal column): such numbers say more about the host than about the code`]
+      : []),
     '',
     markdownTable(
       ['target', 'measured', 'verdict'],
@@ -157,14 +176,16 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     markdownTable(['answer', 'contender', 'samples', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'added p50 ms', 'added p99 ms'], latencyRows),
     '',
     'CPU microseconds per call during those rounds (warmup included): the gateway\'s API process, and the worker, PostgreSQL and Redis, ' +
-      'which only gateway calls use then; the bare proxy process; the mock, per call of any contender:',
+      'which only gateway calls use then (their polling included); the bare proxy process; the mock, per call of any contender; ' +
+      'and the steal meanwhile:',
     '',
-    markdownTable(['answer', 'gateway API', 'worker', 'PostgreSQL', 'Redis', 'gateway total', 'bare proxy', 'mock'], latencyCpuRows),
+    markdownTable(['answer', 'gateway API', 'worker', 'PostgreSQL', 'Redis', 'gateway total', 'bare proxy', 'mock', 'steal'], latencyCpuRows),
     '',
     `Requests/s at ${s.connections} connections, the mock answering at once; ${s.rounds} rounds of ${s.durationS} s after a ${s.warmupS} s warmup ` +
-      'per contender (the order reversed every other round); req/s and percentiles are the means of the rounds:',
+      'per contender (the order reversed every other round); req/s, percentiles and steal (the share of the machine\'s CPU time ' +
+      'the hypervisor gave to other guests meanwhile) are the means of the rounds:',
     '',
-    markdownTable(['answer', 'contender', 'req/s', 'req/s per round', 'p50 ms', 'p99 ms', 'gateway ÷ this'], throughputRows),
+    markdownTable(['answer', 'contender', 'req/s', 'req/s per round', 'p50 ms', 'p99 ms', 'gateway ÷ this', 'steal'], throughputRows),
     '',
     'CPU microseconds per request, by process, over the rounds (warmup included; Redis and PostgreSQL are shared, ' +
       "so other clients' work is counted too); proxy cores = the proxy's CPU seconds per second:",

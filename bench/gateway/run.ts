@@ -31,7 +31,7 @@ import { sql } from 'slonik';
 import { request } from 'undici';
 import { z } from 'zod';
 import type { Runtime } from '../../src/runtime.js';
-import { matchingProcessesCpu, processCpu, redisCpu, selfCpu, withCpu, type CpuSource } from '../lib/cpu.js';
+import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stealShare, withCpu, type CpuSource } from '../lib/cpu.js';
 import { runInterleaved } from '../lib/interleaved.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, ProcessGroup, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
@@ -120,7 +120,9 @@ interface Contender {
 
 async function main(): Promise<void> {
   const loadBefore = uptime();
-  console.log(`bench:gateway ${tag}; ${loadBefore}`);
+  // Read before the children start: the code they run is the code of this moment.
+  const code = codeState();
+  console.log(`bench:gateway ${tag}; ${loadBefore}; ${code}`);
 
   const serviceOptions = {
     root,
@@ -230,6 +232,7 @@ async function main(): Promise<void> {
     let seq = 0;
     const opsBefore = c.name === 'gateway' ? await billedOps() : 0;
     const sources = c.proc ? [processCpu('proxy', c.proc.pid), ...background] : background;
+    const ticks = machineTicks();
     const { result, cpu, wallS } = await withCpu(sources, () =>
       runLoad({
         title: `${c.name} ${stream ? 'streamed' : 'whole'} round ${round}`,
@@ -247,8 +250,9 @@ async function main(): Promise<void> {
         ],
       }),
     );
+    const steal = stealShare(ticks, machineTicks());
     const load = assertHealthy(result);
-    const m: Measured = { contender: c.name, stream, round, load, cpu: { proxy: 0, ...cpu } as Record<CpuPart, number>, wallS, billed: null };
+    const m: Measured = { contender: c.name, stream, round, load, cpu: { proxy: 0, ...cpu } as Record<CpuPart, number>, wallS, steal, billed: null };
     if (c.name === 'gateway') {
       m.billed = (await billedOps()) - opsBefore;
       const answered = load.totalWithWarmup - load.non2xx;
@@ -259,7 +263,7 @@ async function main(): Promise<void> {
     const perReq = (part: CpuPart) => `${part} ${Math.round((m.cpu[part] / load.totalWithWarmup) * 1e6)}`;
     console.log(
       `  ${load.title}: ${Math.round(load.rps)} req/s, p50 ${load.p50Ms.toFixed(2)} ms, p99 ${load.p99Ms.toFixed(2)} ms; ` +
-        `CPU us/req: ${cpuParts.map(perReq).join(', ')}${m.billed !== null ? `; billed ${m.billed}` : ''}`,
+        `CPU us/req: ${cpuParts.map(perReq).join(', ')}; steal ${Math.round(steal * 100)}%${m.billed !== null ? `; billed ${m.billed}` : ''}`,
     );
     return m;
   };
@@ -286,6 +290,7 @@ async function main(): Promise<void> {
   const callsEach = settings.latencySamples + settings.latencyWarmup;
   for (const stream of [false, true]) {
     let seq = 0;
+    const ticks = machineTicks();
     const { result: results, cpu } = await withCpu(latencySources, () => runInterleaved({
       contenders: (['gateway', 'direct', 'bare proxy'] as const).map((name) => {
         const c = byName(name);
@@ -303,6 +308,7 @@ async function main(): Promise<void> {
       roundSize: settings.latencyRoundSize,
       warmup: settings.latencyWarmup,
     }));
+    const steal = stealShare(ticks, machineTicks());
     const perCall = (seconds: number, calls: number) => (seconds / calls) * 1e6;
     const cpuUs = {
       api: perCall(cpu.api, callsEach),
@@ -315,7 +321,8 @@ async function main(): Promise<void> {
     for (const r of results) {
       console.log(`  ${stream ? 'streamed' : 'whole'} ${r.name}: p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, max ${r.maxMs.toFixed(2)} ms`);
     }
-    latency.push({ stream, results, cpuUs });
+    console.log(`  steal ${Math.round(steal * 100)}%`);
+    latency.push({ stream, results, cpuUs, steal });
   }
 
   await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog(redis, redisPrefix)) === 0, settings.drainTimeoutMs, worker);
@@ -327,7 +334,7 @@ async function main(): Promise<void> {
 
   const report = buildReport({
     command,
-    codeState: codeState(),
+    codeState: code,
     settings,
     throughput,
     latency,

@@ -97,3 +97,30 @@ export async function withCpu<T>(sources: CpuSource[], work: () => Promise<T>): 
   sources.forEach((s, i) => (cpu[s.name] = cpuDelta(before[i], after[i])));
   return { result, cpu, wallS };
 }
+
+/** Clock ticks of all CPUs since boot (/proc/stat): all of them, and those stolen by the hypervisor. */
+export interface MachineTicks {
+  total: number;
+  steal: number;
+}
+
+/** NaN fields off Linux. */
+export function machineTicks(): MachineTicks {
+  try {
+    // cpu user nice system idle iowait irq softirq steal guest guest_nice; guest time is
+    // already counted in user.
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 9).map(Number);
+    return { total: fields.reduce((a, b) => a + b, 0), steal: fields[7] };
+  } catch {
+    return { total: Number.NaN, steal: Number.NaN };
+  }
+}
+
+/**
+ * The share of a VM's CPU time the hypervisor gave to others between two readings: a
+ * process that was runnable then simply did not run, which shows as latency and lost
+ * throughput that no code change explains.
+ */
+export function stealShare(before: MachineTicks, after: MachineTicks): number {
+  return (after.steal - before.steal) / (after.total - before.total);
+}
