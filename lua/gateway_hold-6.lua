@@ -12,6 +12,8 @@
 -- ARGV[10] '1' when the client set the output limit (never lowered), else '0'
 -- ARGV[11] hold TTL, seconds: released when never settled (a dead API process)
 -- ARGV[12] '0' when the plan's limit is reached
+-- ARGV[13] answers the upstream generates (OpenAI `n`, integer >= 1): each may use the
+--          output limit, so the output bound is that many times the limit
 --
 -- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries};
 -- status OK, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT.
@@ -26,24 +28,21 @@ local out_wanted = tonumber(ARGV[9])
 local out_fixed = ARGV[10] == '1'
 local ttl_seconds = tonumber(ARGV[11])
 local admitted = ARGV[12] ~= '0'
+local answers = tonumber(ARGV[13]) or 1
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
 if not customer_exists() then return { E_CUSTOMER_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
-local available = 0
-for _, r in ipairs(redis.call('HVALS', K_src)) do
-  local s = decode_source(r)
-  if s.w == wallet and is_active(s, now) then available = available + (s.t - s.u - s.f) end
-end
+local available = wallet_available(wallet, now)
 
-local function out_cost(tokens) return math.ceil(tokens * out_price / 1000000) end
+local function out_cost(tokens) return math.ceil(tokens * answers * out_price / 1000000) end
 
 local out_tokens = out_wanted
 if input_bound + out_cost(out_tokens) > available then
   if out_fixed or out_price == 0 then return { E_INSUFFICIENT, '', auto_consumed, ttl_entries_written } end
-  out_tokens = math.floor((available - input_bound) * 1000000 / out_price)
+  out_tokens = math.floor((available - input_bound) * 1000000 / (out_price * answers))
   if out_tokens < 1 then return { E_INSUFFICIENT, '', auto_consumed, ttl_entries_written } end
 end
 local hold = input_bound + out_cost(out_tokens)

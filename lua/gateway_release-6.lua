@@ -5,7 +5,9 @@
 -- ARGV[5]  gateway transaction id
 -- ARGV[6]  usage record, JSON (opaque here)
 --
--- Returns {OK or E_NO_CONSUMABLE, '', auto-consumed, TTL entries}.
+-- Returns {status, '', auto-consumed, TTL entries}; status OK, REPLAY (released by the API
+-- before), E_NO_CONSUMABLE (no such call, or settled) or E_ACCOUNT_NOT_FOUND (a source of
+-- the hold is missing; nothing changed).
 
 --@include customer
 
@@ -18,10 +20,14 @@ local auto_consumed = expire_due(now)
 local raw = redis.call('HGET', K_tx, txid)
 if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 local tx = cjson.decode(raw)
-if tx.k ~= 'gateway' or tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+if tx.k ~= 'gateway' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+if tx.st == 'released' and tx.by == 'api' then return { REPLAY, '', auto_consumed, ttl_entries_written } end
+if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 
-for _, h in ipairs(tx.holds) do
-  local s = load_source(h.account_id)
+local sources = load_hold_sources(tx.holds)
+if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
+for i, h in ipairs(tx.holds) do
+  local s = sources[i]
   s.f = s.f - tonumber(h.amount)
   save_source(s)
 end

@@ -1,6 +1,10 @@
--- Settles a gateway call: consumes its exact cost from the hold (never more than the
--- hold), returns the rest, and writes the call's GATEWAY ledger entry carrying the usage
--- record for the workers. A cost of 0 writes the usage record only.
+-- Settles a gateway call: charges its exact cost from its hold first, and what the hold
+-- does not cover (an answer dearer than the bound could foresee, or a hold that its TTL
+-- released during a very long call) from the wallet's available credits, as far as they
+-- go: a wallet never goes below zero. Returns the rest of the hold and writes the call's
+-- GATEWAY ledger entry, carrying the usage record for the workers; a call that cost
+-- nothing gets its entry too (amount 0): a settled call is a billable operation.
+-- Idempotent: a settled call answers its stored result.
 --
 -- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  gateway transaction id (held by gateway_hold-6.lua)
@@ -8,8 +12,11 @@
 -- ARGV[7]  usage record, JSON (opaque here; persisted by the workers)
 -- ARGV[8]  model id (the entry's description)
 --
--- Returns {status, JSON {cost, returned, details, balance_after}, auto-consumed, TTL
--- entries}; status OK or E_NO_CONSUMABLE (no live hold: it was released by its TTL).
+-- Returns {status, JSON {transaction_id, cost, shortfall, returned, reserved, details,
+-- balance_after, settled_at}, auto-consumed, TTL entries}; `cost` is what was charged and
+-- `shortfall` what the wallet could not pay of the call's cost. Status OK, REPLAY (settled
+-- before: the stored result), E_NO_CONSUMABLE (no such call, or released by the API) or
+-- E_ACCOUNT_NOT_FOUND (a source of the hold is missing; nothing changed).
 
 --@include customer
 
@@ -24,32 +31,65 @@ local auto_consumed = expire_due(now)
 local raw = redis.call('HGET', K_tx, txid)
 if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 local tx = cjson.decode(raw)
-if tx.k ~= 'gateway' or tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
-
-local held = tonumber(tx.a)
-local charged = math.min(cost, held)
-local left = charged
-local details = {}
-for _, h in ipairs(tx.holds) do
-  local s = load_source(h.account_id)
-  local n = tonumber(h.amount)
-  local take = math.min(left, n)
-  s.f = s.f - n
-  s.u = s.u + take
-  save_source(s)
-  left = left - take
-  if take > 0 then table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = N(take) }) end
+if tx.k ~= 'gateway' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+if tx.st == 'settled' then return { REPLAY, tx.r, auto_consumed, ttl_entries_written } end
+local live = tx.st == 'frozen'
+if not live and not (tx.st == 'released' and tx.by == 'ttl') then
+  return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written }
 end
 
-local balance = 0
-for _, r in ipairs(redis.call('HVALS', K_src)) do
-  local s = decode_source(r)
-  if s.w == tx.w and is_active(s, now) then balance = balance + (s.t - s.u - s.f) end
+-- Charged per source, in the order first charged.
+local taken, order = {}, {}
+local function take_from(s, amount)
+  if amount <= 0 then return end
+  if not taken[s.id] then
+    taken[s.id] = { credit_type = s.w, amount = 0 }
+    table.insert(order, s.id)
+  end
+  taken[s.id].amount = taken[s.id].amount + amount
+end
+
+local held = 0
+local from_hold = 0
+if live then
+  local sources = load_hold_sources(tx.holds)
+  if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
+  held = tonumber(tx.a)
+  from_hold = math.min(cost, held)
+  local left = from_hold
+  for i, h in ipairs(tx.holds) do
+    local s = sources[i]
+    local n = tonumber(h.amount)
+    local take = math.min(left, n)
+    s.f = s.f - n
+    s.u = s.u + take
+    save_source(s)
+    take_from(s, take)
+    left = left - take
+  end
+end
+
+-- draw() sees the same active, available credits as wallet_available(), so it can pay
+-- `beyond` in full.
+local beyond = math.max(0, math.min(cost - from_hold, wallet_available(tx.w, now)))
+if beyond > 0 then
+  local picks = draw(beyond, { [tx.w] = true }, now)
+  for _, p in ipairs(picks) do
+    p.source.u = p.source.u + p.take
+    save_source(p.source)
+    take_from(p.source, p.take)
+  end
+end
+local charged = from_hold + beyond
+
+local details = {}
+for _, id in ipairs(order) do
+  table.insert(details, { account_id = id, credit_type = taken[id].credit_type, amount = N(taken[id].amount) })
 end
 
 local result = cjson.encode({
-  transaction_id = txid, cost = N(charged), returned = N(held - charged), reserved = tx.a,
-  details = details, balance_after = N(balance), settled_at = N(now),
+  transaction_id = txid, cost = N(charged), shortfall = N(cost - charged), returned = N(held - from_hold),
+  reserved = tx.a, details = details, balance_after = N(wallet_available(tx.w, now)), settled_at = N(now),
 })
 tx.st = 'settled'
 tx.r = result
@@ -57,10 +97,10 @@ redis.call('HSET', K_tx, txid, cjson.encode(tx))
 redis.call('ZREM', K_ttl, txid)
 
 write_entry({
-  type = (charged > 0 and 'GATEWAY') or 'USAGE',
+  type = 'GATEWAY',
   transaction_id = txid,
   amount = N(charged),
-  returned_amount = N(held - charged),
+  returned_amount = N(held - from_hold),
   wallet = tx.w,
   details = details,
   reason = cjson.null,

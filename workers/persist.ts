@@ -20,9 +20,13 @@ export const dirty_pop_count = 64;
  */
 export const persist_batch_grow_below = 256;
 export const persist_batch_wait_ms = 40;
+/** Pause after a failed pass, or a pass in which a customer's entries were refused. */
+export const persist_retry_wait_ms = 1_000;
 
 export class PersistLoop {
   private running = false;
+  /** A customer of the last pass could not be persisted (see run()). */
+  private customerFailed = false;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
 
@@ -53,7 +57,13 @@ export class PersistLoop {
         moved = await this.pass();
       } catch (err) {
         this.logger.error({ err }, 'persist pass failed; retrying');
-        await this.sleep(1_000);
+        await this.sleep(persist_retry_wait_ms);
+      }
+      // A customer whose entries PostgreSQL refused went back to the dirty set: without a
+      // pause the loop would retry it at once, forever, while the refusal lasts.
+      if (this.customerFailed) {
+        this.customerFailed = false;
+        await this.sleep(persist_retry_wait_ms);
       }
       // A short wait after a small pass lets the next batch grow: one transaction for
       // many entries costs PostgreSQL far less than many transactions of one.
@@ -92,6 +102,7 @@ export class PersistLoop {
           moved += await this.drain(base);
         } catch (inner) {
           this.logger.error({ err: inner, customer: base }, 'persisting a customer failed; will retry');
+          this.customerFailed = true;
           await this.redis.sadd(dirty, base).catch(() => undefined);
         }
       }

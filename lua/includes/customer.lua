@@ -96,6 +96,16 @@ local function is_active(s, now)
   return (s.s == nil or s.s <= now) and (s.e == nil or s.e > now)
 end
 
+-- Credits of `wallet` available now: active sources, less what is used and frozen.
+local function wallet_available(wallet, now)
+  local available = 0
+  for _, r in ipairs(redis.call('HVALS', K_src)) do
+    local s = decode_source(r)
+    if s.w == wallet and is_active(s, now) then available = available + (s.t - s.u - s.f) end
+  end
+  return available
+end
+
 local function next_seq()
   return redis.call('HINCRBY', K_meta, 'seq', 1)
 end

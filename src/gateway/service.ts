@@ -17,7 +17,7 @@ import { walletNameSchema } from '../ledger/schemas.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
 import type { PlanService, Reservation } from '../plans/service.js';
 import { projectKeys } from '../redis/keys.js';
-import { ScriptStatus } from '../redis/scripts.js';
+import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
 import { newGatewayId } from './ids.js';
 import type { GatewayModel, ModelCache } from './models.js';
@@ -28,6 +28,16 @@ export type Endpoint = 'chat.completions' | 'messages';
 
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
+/** Request bytes per input token when the upstream sent no count (a rough English average). */
+export const request_bytes_per_token_estimate = 4;
+/** OpenAI's own limit on `n`. */
+export const answers_max = 128;
+/**
+ * Tries of a settlement whose reply did not come (a timeout, a dropped connection). The
+ * script is idempotent, so a retry of one that did apply answers its stored result.
+ */
+export const settle_attempts_max = 3;
+export const settle_retry_pause_ms = 100;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -55,11 +65,15 @@ interface Call {
   model: GatewayModel;
   stream: boolean;
   transactionId: string;
+  /** Answers asked of the upstream (OpenAI `n`). */
+  answers: number;
   startedAt: number;
   reservation: Reservation;
   hold: number;
   outputTokens: number;
   requestBytes: number;
+  /** A settlement was sent: the call may be billed even if no reply came. */
+  settleTried?: boolean;
 }
 
 function headerValue(req: Request, name: string): string | undefined {
@@ -93,6 +107,11 @@ export class GatewayService {
     if (explicitMax !== null && (!Number.isInteger(explicitMax) || explicitMax < 1)) {
       throw new ApiError('invalid_request', { param: 'max_tokens', message: 'the output token limit must be a positive integer' });
     }
+    // OpenAI's `n`: that many answers, each up to the output limit, all billed.
+    const answers = format === 'openai' && body.n !== undefined && body.n !== null ? body.n : 1;
+    if (typeof answers !== 'number' || !Number.isInteger(answers) || answers < 1 || answers > answers_max) {
+      throw new ApiError('invalid_request', { param: 'n', message: `n must be an integer from 1 to ${answers_max}` });
+    }
 
     const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : headerValue(req, 'x-service-customer');
     if (!customerId) throw new ApiError('customer_required');
@@ -116,10 +135,13 @@ export class GatewayService {
     if (stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
 
     const transactionId = newGatewayId('gw');
+    // Keys are the customer's own: one customer's key never blocks, nor reveals the call
+    // of, another customer of the project (customer-scoped keys reach end users).
     const idempotencyKey = headerValue(req, 'idempotency-key');
     const idemIndex = `${projectKeys(this.deps.prefix, scope.projectId).txIndex}:gwidem`;
-    if (idempotencyKey !== undefined) {
-      const first = await this.claimIdempotencyKey(idemIndex, idempotencyKey, transactionId);
+    const idemField = idempotencyKey === undefined ? undefined : JSON.stringify([customerId, idempotencyKey]);
+    if (idemField !== undefined) {
+      const first = await this.claimIdempotencyKey(idemIndex, idemField, transactionId);
       if (first !== transactionId) {
         throw new ApiError('idempotency_key_reused', { extra: { transaction_id: first } });
       }
@@ -128,7 +150,7 @@ export class GatewayService {
     let call: Call | undefined;
     let settled: boolean;
     try {
-      call = await this.hold({ auth, scope, endpoint, format, customerId, wallet, traceId, model, stream, transactionId, explicitMax, rawBytes });
+      call = await this.hold({ auth, scope, endpoint, format, customerId, wallet, traceId, model, stream, transactionId, explicitMax, answers, rawBytes });
       res.setHeader('X-Service-Transaction-Id', transactionId);
       if (traceId !== null) res.setHeader('X-Service-Trace-Id', traceId);
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
@@ -138,12 +160,15 @@ export class GatewayService {
         ? await this.relayStream(req, res, call, upstreamBody.body, upstreamBody.clientWantsUsage)
         : await this.relayWhole(req, res, call, upstreamBody.body);
     } catch (err) {
-      if (idempotencyKey !== undefined && !(call && res.headersSent)) await this.freeIdempotencyKey(idemIndex, idempotencyKey);
+      // The key is freed only when nothing can have been billed: no answer went out and
+      // no settlement was tried (one whose reply was lost may have charged the call).
+      if (idemField !== undefined && !(call && (res.headersSent || call.settleTried))) await this.freeIdempotencyKey(idemIndex, idemField);
       throw err;
     }
-    // An upstream HTTP error relayed as it is, or a stream the upstream broke off, was
-    // answered without an error of ours but billed nothing: the same key may retry it.
-    if (!settled && idempotencyKey !== undefined) await this.freeIdempotencyKey(idemIndex, idempotencyKey);
+    // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
+    // any answer, was answered without an error of ours but billed nothing: the same key
+    // may retry it.
+    if (!settled && idemField !== undefined) await this.freeIdempotencyKey(idemIndex, idemField);
   }
 
   /** Nothing was billed under this key: the same key may retry. */
@@ -174,7 +199,7 @@ export class GatewayService {
       const [held, indexed] = await Promise.allSettled([
         this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
           c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
-          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0',
+          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers,
         ]),
         this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
       ]);
@@ -226,19 +251,34 @@ export class GatewayService {
     };
   }
 
+  /**
+   * Charges the call (lua/gateway_settle-6.lua): its cost from the hold, and what the hold
+   * does not cover from the wallet's available credits as far as they go. A settlement
+   * whose reply was lost is sent again: the script answers a settled call with its stored
+   * result, so the call is charged once. A settled call counts as a billable operation
+   * whatever it cost.
+   */
   private async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number): Promise<SettleResult> {
     const cost = costOf(usage, call.model.prices);
     const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
-    const reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, [call.transactionId, cost, JSON.stringify(record), call.model.id]);
-    if (reply[0] !== ScriptStatus.Ok) {
-      // The hold was released by its TTL while the call ran: the call is not billed, and
-      // the plan operation is given back.
-      this.deps.logger.error({ transactionId: call.transactionId }, 'gateway hold gone at settlement; call not billed');
-      await this.deps.plans.release(call.reservation);
-      return { cost: 0, returned: 0, reserved: call.hold, balanceAfter: 0 };
+    const args = [call.transactionId, cost, JSON.stringify(record), call.model.id];
+    call.settleTried = true;
+    let reply: ScriptReply | undefined;
+    for (let attempt = 1; reply === undefined; attempt++) {
+      try {
+        reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
+      } catch (err) {
+        if (attempt >= settle_attempts_max) throw err;
+        this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
+        await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
+      }
     }
-    const r = JSON.parse(reply[1]) as { cost: string; returned: string; reserved: string; balance_after: string };
-    if (Number(r.cost) === 0) await this.deps.plans.release(call.reservation);
+    if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
+    if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
+    const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
+    if (Number(r.shortfall) > 0) {
+      this.deps.logger.warn({ transactionId: call.transactionId, cost, shortfall: Number(r.shortfall) }, 'gateway call cost more than the wallet held; charged what it had');
+    }
     return { cost: Number(r.cost), returned: Number(r.returned), reserved: Number(r.reserved), balanceAfter: Number(r.balance_after) };
   }
 
@@ -349,9 +389,10 @@ export class GatewayService {
       }
     } catch (err) {
       res.off('close', onClose);
+      // The client left before the first event: the upstream read the prompt all the same.
       if (clientGone) {
-        await this.release(call, upstream.status);
-        return false;
+        await this.settleEstimate(call, relay, 'client_aborted', upstream.status);
+        return true;
       }
       await this.release(call, upstream.status);
       throw upstreamError(err);
@@ -390,28 +431,46 @@ export class GatewayService {
       res.off('close', onClose);
     }
 
-    const usage = relay.usage();
+    // The client left: the input and the output already relayed are charged (estimated).
     if (clientGone) {
-      // The client left: charge the input and the output already relayed (estimated).
-      const estimate: Usage = {
-        input: usage?.input ?? Math.ceil(call.requestBytes / 4),
-        cacheRead: usage?.cacheRead ?? 0,
-        cacheWrite: usage?.cacheWrite ?? 0,
-        output: relay.relayedOutputEstimate(),
-      };
-      await this.settle(call, estimate, 'client_aborted', true, upstream.status);
+      await this.settleEstimate(call, relay, 'client_aborted', upstream.status);
       return true;
     }
-    if (upstreamFailed || usage === null || !relay.usageComplete() || relay.invalid() || relay.error() !== null || !relay.sawTerminal()) {
+    const usage = relay.usage();
+    const exact = !upstreamFailed && usage !== null && relay.usageComplete() && !relay.invalid() && relay.error() === null && relay.sawTerminal();
+    let settled: SettleResult;
+    if (exact) {
+      settled = await this.settle(call, usage, 'settled', false, upstream.status);
+    } else if (relay.relayedOutputEstimate() > 0) {
+      // The client has (part of) an answer but the upstream gave no usage for it (it broke
+      // off, or it ignores stream_options): charged as estimated, not served for free.
+      settled = await this.settleEstimate(call, relay, 'settled', upstream.status);
+    } else {
       await this.release(call, upstream.status);
       res.end();
       return false;
     }
-    const settled = await this.settle(call, usage, 'settled', false, upstream.status);
     res.addTrailers(this.billingHeaders(settled));
     res.end();
     return true;
   }
+
+  /**
+   * Settles what a stream that did not end with complete usage is estimated to have cost:
+   * the upstream's counts where it sent them, else the request's size for the input, and
+   * at least the output relayed to the client.
+   */
+  private settleEstimate(call: Call, relay: StreamRelay, status: 'settled' | 'client_aborted', upstreamStatus: number): Promise<SettleResult> {
+    const usage = relay.usage();
+    const estimate: Usage = {
+      input: usage?.input ?? Math.ceil(call.requestBytes / request_bytes_per_token_estimate),
+      cacheRead: usage?.cacheRead ?? 0,
+      cacheWrite: usage?.cacheWrite ?? 0,
+      output: Math.max(relay.relayedOutputEstimate(), usage?.output ?? 0),
+    };
+    return this.settle(call, estimate, status, true, upstreamStatus);
+  }
+
 }
 
 async function readAll(body: AsyncIterable<unknown>): Promise<Buffer> {

@@ -243,8 +243,8 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
  * the customer's current Redis keys:
  * - gateway holds of calls in flight (gateway_hold-6.lua writes no entry), with their
  *   frozen credits and TTL;
- * - records of gateway calls that moved no money (released, or settled at cost 0: their
- *   USAGE entries become usage records, not ledger entries);
+ * - records of gateway calls released unbilled (their USAGE entries become usage records,
+ *   not ledger entries);
  * - the fields of a settled gateway call that its GATEWAY entry does not carry (holds,
  *   TTL), which no script reads once the call is settled;
  * - entry numbers taken by USAGE entries: meta.seq only has to stay above the ledger's.
@@ -267,7 +267,8 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
       out.tx[id] = JSON.stringify({ ...tx, ...(JSON.parse(ledger) as StoredTransaction) });
       continue;
     }
-    if (tx.st === 'settled' && Number((JSON.parse(tx.r ?? '{}') as { cost?: string }).cost ?? 0) > 0) continue;
+    // A settled call is in the ledger (its GATEWAY entry, amount 0 included): not carried.
+    if (tx.st === 'settled') continue;
     out.tx[id] = raw;
     if (tx.st !== 'frozen') continue;
     for (const h of tx.holds ?? []) {
