@@ -96,6 +96,9 @@ export async function createRuntime(config: Config, logger = createLogger(config
         await plans.record(scope.organizationId || (await plans.organizationOfProject(scope.projectId)), n);
       },
     },
+    onScheduleError(err, transactionId) {
+      logger.error({ err, transactionId }, 'TTL expiry job not queued; the sweeper will settle the freeze when due');
+    },
     async scheduleExpiry(scope, customerId, transactionId, atMs) {
       // The delay is in wall-clock time; a test clock offset is not a real wait.
       const delay = Math.max(0, atMs - clock.offsetMs() - Date.now());

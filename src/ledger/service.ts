@@ -63,6 +63,8 @@ export interface BillableOps {
 export interface LedgerHooks {
   /** A freeze with a TTL was applied: make sure it settles on time. */
   scheduleExpiry?(scope: ProjectScope, customerId: string, transactionId: string, atMs: number): Promise<void>;
+  /** The expiry job of an applied freeze could not be queued (the sweeper covers it). */
+  onScheduleError?(err: unknown, transactionId: string): void;
   billable?: BillableOps;
 }
 
@@ -237,7 +239,11 @@ export class LedgerService {
     const result = this.outcome(reply, input.customerId, 'transaction_id');
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
-      await this.hooks.scheduleExpiry(scope, input.customerId, input.transactionId, at);
+      // The freeze applied: its answer must not become an error. Without the job the TTL
+      // still settles: lazily in the customer's next script, or by the sweeper.
+      await this.hooks.scheduleExpiry(scope, input.customerId, input.transactionId, at).catch((err: unknown) => {
+        this.hooks.onScheduleError?.(err, input.transactionId);
+      });
     }
     return result;
   }

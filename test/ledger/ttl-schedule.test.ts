@@ -1,0 +1,39 @@
+/**
+ * A TTL freeze whose expiry job cannot be queued (the queue is down) still answers with
+ * its result, not an error: the freeze applied. The TTL settles all the same, by the
+ * sweeper (or lazily in the customer's next script).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sweep } from '../../workers/sweep.js';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
+
+let svc: TestService;
+let p: TestProject;
+
+beforeAll(async () => {
+  svc = await startTestService({ workers: true });
+  p = await svc.project('B');
+});
+afterAll(() => svc.close());
+
+describe('a TTL freeze whose expiry job cannot be queued', () => {
+  it('answers 200 and is released by the sweeper when due', async () => {
+    expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c1', amount: 100 } })).status).toBe(200);
+    const queue = svc.rt.ledgerQueue;
+    const add = queue.add.bind(queue);
+    queue.add = () => Promise.reject(new Error('queue unreachable'));
+    try {
+      const freeze = await svc.call('POST', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: 'f1', amount: 40, release_after_seconds: 1 } });
+      expect(freeze.status).toBe(200);
+      expect(freeze.body).toMatchObject({ frozen_amount: 40, is_idempotent_replay: false });
+    } finally {
+      queue.add = add;
+    }
+    svc.rt.clock.advance(2_000);
+    const t = await svc.rt.redis.time();
+    const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + svc.rt.clock.offsetMs();
+    await sweep(svc.rt.redis, svc.rt.config.REDIS_PREFIX, svc.rt.ledger, nowMs);
+    const ledger = await svc.call('GET', '/v1/customers/c1/ledger?type=UNFREEZE', { key: p.projectKey });
+    expect(ledger.body.data).toEqual([expect.objectContaining({ transaction_id: 'f1', amount: 40, reason: 'ttl_release' })]);
+  });
+});
