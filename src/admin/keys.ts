@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
-import { newId } from '../ledger/service.js';
+import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
 import { publishKeyChange } from '../keys/store.js';
 import type { PlanService } from '../plans/service.js';

@@ -2,7 +2,7 @@
 import { sql, type DatabasePool, type FragmentSqlToken } from 'slonik';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
-import { newId } from '../ledger/service.js';
+import { newId } from '../ids.js';
 
 export const projectRow = z.object({
   id: z.string(),

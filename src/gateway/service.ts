@@ -19,7 +19,7 @@ import type { PlanService, Reservation } from '../plans/service.js';
 import { projectKeys } from '../redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
-import { newGatewayId } from './ids.js';
+import { newId } from '../ids.js';
 import type { GatewayModel, ModelCache } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { UpstreamClient } from './upstream.js';
@@ -134,7 +134,7 @@ export class GatewayService {
     if (!model.upstreamKey) throw new ApiError('byok_key_required');
     if (stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
 
-    const transactionId = newGatewayId('gw');
+    const transactionId = newId('gw');
     // Keys are the customer's own: one customer's key never blocks, nor reveals the call
     // of, another customer of the project (customer-scoped keys reach end users).
     const idempotencyKey = headerValue(req, 'idempotency-key');
@@ -226,7 +226,7 @@ export class GatewayService {
   private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
     const p = call.model.prices;
     return {
-      id: newGatewayId('usage'),
+      id: newId('usage'),
       customer_id: call.customerId,
       trace_id: call.traceId,
       wallet: call.wallet,

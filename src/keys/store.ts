@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { displayPrefix, generateSecret, hashesEqual, hashSecret, type KeyType } from './secrets.js';
-import { newId } from '../ledger/service.js';
+import { newId } from '../ids.js';
 
 export const keyRecordRow = z.object({
   id: z.string(),

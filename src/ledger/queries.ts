@@ -64,7 +64,8 @@ export function createLedgerQueries(pool: DatabasePool) {
       });
       return pool.transaction(async (tx) => {
         // Customers and sources first: ledger entries reference them.
-        for (const e of sorted) await insertSideRecords(tx, e);
+        for (const e of sorted) await insertCustomerAndSource(tx, e);
+        await insertUsageRecords(tx, sorted.filter((e) => e.usage !== undefined));
         const rows = sorted.filter(isLedgerEntry).map((e) => {
           const pub = outboxEntryToPublic(e);
           return [
@@ -110,24 +111,32 @@ export const usageRecordSchema = z.object({
 });
 export type UsageRecordInput = z.infer<typeof usageRecordSchema>;
 
-async function insertUsageRecord(tx: CommonQueryMethods, e: OutboxEntry): Promise<void> {
-  const u = usageRecordSchema.parse(JSON.parse(e.usage!));
-  const r = JSON.parse(e.result) as { cost?: string; returned?: string; reserved?: string; details?: unknown; balance_after?: string };
-  const reserved = Number(r.reserved ?? e.returned_amount ?? 0);
+/** The usage records that gateway entries carry, in one multi-row insert. */
+async function insertUsageRecords(tx: CommonQueryMethods, entries: OutboxEntry[]): Promise<void> {
+  if (entries.length === 0) return;
+  const rows = entries.map((e) => {
+    const u = usageRecordSchema.parse(JSON.parse(e.usage!));
+    const r = JSON.parse(e.result) as { reserved?: string; balance_after?: string };
+    const reserved = Number(r.reserved ?? e.returned_amount ?? 0);
+    return [
+      u.id, e.project_id, e.customer_id, e.transaction_id, u.trace_id, u.wallet, u.model, u.endpoint, u.stream, u.status,
+      u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, u.usage_estimated, Number(e.amount), u.latency_ms,
+      JSON.stringify(u.prices), reserved, Number(e.returned_amount ?? reserved), JSON.stringify(toDetails(e.details)),
+      r.balance_after === undefined ? null : Number(r.balance_after), u.upstream_status, new Date(Number(e.at)).toISOString(),
+    ];
+  });
   await tx.query(sql.unsafe`
     INSERT INTO usage_records (id, project_id, customer_id, transaction_id, trace_id, wallet, model, endpoint, stream, status,
       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, latency_ms, prices,
       reserved_credits, returned_credits, details, balance_after_credits, upstream_status, created_at)
-    VALUES (${u.id}, ${e.project_id}, ${e.customer_id}, ${e.transaction_id}, ${u.trace_id}, ${u.wallet}, ${u.model}, ${u.endpoint},
-      ${u.stream}, ${u.status}, ${u.input_tokens}, ${u.output_tokens}, ${u.cache_read_tokens}, ${u.cache_write_tokens},
-      ${u.usage_estimated}, ${Number(e.amount)}, ${u.latency_ms}, ${sql.jsonb(u.prices)}, ${reserved},
-      ${Number(e.returned_amount ?? reserved)}, ${sql.jsonb(toDetails(e.details) as unknown as never)},
-      ${r.balance_after === undefined ? null : Number(r.balance_after)}, ${u.upstream_status}, ${sql.timestamp(new Date(Number(e.at)))})
+    SELECT * FROM ${sql.unnest(rows, [
+      'text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'bool', 'text', 'int8', 'int8', 'int8', 'int8', 'bool', 'int8',
+      'int4', 'jsonb', 'int8', 'int8', 'jsonb', 'int8', 'int4', 'timestamptz',
+    ])}
     ON CONFLICT (project_id, transaction_id) DO NOTHING`);
 }
 
-async function insertSideRecords(tx: CommonQueryMethods, e: OutboxEntry): Promise<void> {
-  if (e.usage !== undefined) await insertUsageRecord(tx, e);
+async function insertCustomerAndSource(tx: CommonQueryMethods, e: OutboxEntry): Promise<void> {
   if (e.type !== 'DEPOSIT' || !e.x) return;
   const customer = e.x.customer as { created_at: string; name: string | null; email: string | null; metadata: string | null } | null;
   if (customer) {

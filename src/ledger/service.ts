@@ -3,12 +3,13 @@
  * project-scope binding of its identifier. Nothing here decides what a concurrent request
  * could invalidate; the scripts decide.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
 import { customerKeys, dirtySetKey, projectKeys, scriptKeys, type CustomerKeys } from '../redis/keys.js';
 import { ScriptStatus, type CustomerScriptName, type Scripts, type ScriptReply } from '../redis/scripts.js';
 import type { Clock } from './clock.js';
+import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 
 export interface ProjectScope {
@@ -82,13 +83,16 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
   [ScriptStatus.AccountNotFound]: 'billing_account_not_found',
 };
 
+/**
+ * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
+ * the way are counted in reply[3]): nothing for the workers to persist.
+ */
+const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire']);
+
 export function requestHash(parts: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
 }
 
-export function newId(prefix: string): string {
-  return `${prefix}_${randomBytes(12).toString('base64url')}`;
-}
 
 export class LedgerService {
   /** Outboxes written since the last SADD to the dirty set (markDirty). */
@@ -127,7 +131,7 @@ export class LedgerService {
     const k = this.keys(scope, customerId);
     const entryId = newId('le');
     const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args]);
-    if (reply[0] === ScriptStatus.Ok || reply[3] > 0) this.markDirty(k.base);
+    if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name))) this.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) await this.hooks.billable.record(scope, reply[2]);
     return reply;
   }
