@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
-import { publishKeyChange } from '../keys/store.js';
+import { publishKeyChange, type KeyCache } from '../keys/store.js';
 import type { PlanService } from '../plans/service.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 
@@ -59,6 +59,8 @@ export class KeyAdmin {
     private readonly redis: Redis,
     private readonly prefix: string,
     private readonly plans: Pick<PlanService, 'limitsOf'>,
+    /** This process's key cache: dropped from directly, without waiting for its own message. */
+    private readonly cache: Pick<KeyCache, 'forget'>,
   ) {}
 
   /**
@@ -112,6 +114,7 @@ export class KeyAdmin {
       RETURNING ${keyColumns}, secret_hash`);
     if (!row) return null;
     const { secret_hash, ...key } = row;
+    this.cache.forget(secret_hash);
     await publishKeyChange(this.redis, this.prefix, secret_hash);
     return key;
   }

@@ -148,7 +148,13 @@ export function adminRoutes(rt: Runtime): Router {
   const r = Router();
   const admin = createAdminQueries(rt.db);
   const models = rt.modelQueries;
-  const keys = new KeyAdmin(rt.db, rt.redis, rt.config.REDIS_PREFIX, rt.plans);
+  const keys = new KeyAdmin(rt.db, rt.redis, rt.config.REDIS_PREFIX, rt.plans, rt.keyCache);
+  // This process forgets at once; the others when the message reaches them.
+  const projectChanged = async (projectId: string) => {
+    rt.keyCache.forgetProject(projectId);
+    rt.models.forgetProject(projectId);
+    await publishProjectChange(rt.redis, rt.config.REDIS_PREFIX, projectId);
+  };
 
   const orgOf = (res: Response) => authOf(res).key.organization_id;
 
@@ -194,7 +200,7 @@ export function adminRoutes(rt: Runtime): Router {
     const project = await admin.updateProject(orgOf(res), String(req.params.project_id), patch);
     if (!project) throw new ApiError('not_found', { message: 'project not found' });
     // API processes cache key records with their project's contract and rate limit.
-    await publishProjectChange(rt.redis, rt.config.REDIS_PREFIX, project.id);
+    await projectChanged(project.id);
     res.json(projectEntry(project));
   });
 
@@ -249,7 +255,7 @@ export function adminRoutes(rt: Runtime): Router {
     const input = strictBody(req, modelPutSchema);
     const { model, created } = await models.upsertModel(project.id, modelId, input);
     // Gateway processes cache models per project and drop them on this message.
-    await publishProjectChange(rt.redis, rt.config.REDIS_PREFIX, project.id);
+    await projectChanged(project.id);
     res.status(created ? 201 : 200).json(adminModelEntry(model));
   });
 

@@ -32,10 +32,16 @@ export class ModelCache {
   async subscribe(subscriber: Redis, prefix: string): Promise<void> {
     const channel = projectChannel(prefix);
     subscriber.on('message', (ch: string, projectId: string) => {
-      if (ch !== channel) return;
-      for (const key of this.entries.keys()) if (key.startsWith(`${projectId}\n`)) this.entries.delete(key);
+      if (ch === channel) this.forgetProject(projectId);
     });
+    // Pub/sub delivers at most once: after a reconnection, forget what may have changed.
+    subscriber.on('ready', () => this.entries.clear());
     await subscriber.subscribe(channel);
+  }
+
+  /** Drops the cached models of a project. */
+  forgetProject(projectId: string): void {
+    for (const key of this.entries.keys()) if (key.startsWith(`${projectId}\n`)) this.entries.delete(key);
   }
 
   async get(projectId: string, modelId: string): Promise<GatewayModel | null> {

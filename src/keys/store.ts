@@ -96,9 +96,19 @@ export class KeyCache {
         this.entries.delete(message);
         return;
       }
-      for (const [hash, e] of this.entries) if (e.record?.project_id === message) this.entries.delete(hash);
+      this.forgetProject(message);
     });
     await subscriber.subscribe(keys, projectChannel(prefix));
+  }
+
+  /** Drops the cached keys of a project (its contract or rate limit changed). */
+  forgetProject(projectId: string): void {
+    for (const [hash, e] of this.entries) if (e.record?.project_id === projectId) this.entries.delete(hash);
+  }
+
+  /** Drops a key's cached record (a revocation made by this process). */
+  forget(secretHash: Buffer): void {
+    this.entries.delete(secretHash.toString('hex'));
   }
 
   /**
