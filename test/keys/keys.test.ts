@@ -9,6 +9,8 @@ import { hashSecret } from '../../src/keys/secrets.js';
 import { publishKeyChange, publishProjectChange } from '../../src/keys/store.js';
 import { startTestService, type TestService } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
+import { createRuntime } from '../../src/runtime.js';
+import { listen } from '../../src/server.js';
 
 let svc: TestService;
 
@@ -101,5 +103,39 @@ describe('rate limits', () => {
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(60);
     expect((await svc.call('GET', '/v1/customers/none', { key: other.projectKey })).status).toBe(404);
+  });
+
+  it('two API processes share one budget: together they never admit more than the limit', async () => {
+    // 300 a minute: each process takes 3 tokens at a time from Redis.
+    const p = await svc.project();
+    await svc.rt.db.query(sql.unsafe`UPDATE projects SET rate_limit_per_minute = 300 WHERE id = ${p.projectId}`);
+    await publishProjectChange(svc.rt.redis, svc.rt.config.REDIS_PREFIX, p.projectId);
+    await new Promise((r) => setTimeout(r, 50));
+    const other = await createRuntime(svc.rt.config);
+    const server = await listen(other, 0, '127.0.0.1');
+    try {
+      const urls = [svc.url, server.url];
+      let admitted = 0;
+      let refusedInARow = 0;
+      // Both processes alike, four requests in flight, until both refuse.
+      for (let round = 0; round < 200 && refusedInARow < 8; round++) {
+        const statuses = await Promise.all([0, 1, 2, 3].map((i) => get(`${urls[i % 2]}/v1/customers/none`, p.projectKey).then((r) => r.status)));
+        for (const status of statuses) {
+          expect([404, 429]).toContain(status);
+          if (status === 404) {
+            admitted++;
+            refusedInARow = 0;
+          } else {
+            refusedInARow++;
+          }
+        }
+      }
+      expect(admitted).toBeLessThanOrEqual(300);
+      // Tokens a process took and had not used when the other ran out: fewer than a chunk each.
+      expect(admitted).toBeGreaterThanOrEqual(300 - 2 * 2);
+    } finally {
+      await server.close();
+      await other.close();
+    }
   });
 });
