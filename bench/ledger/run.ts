@@ -23,7 +23,7 @@ import { loadConfig } from '../../src/config/index.js';
 import { migrate } from '../../src/db/migrate.js';
 import { heartbeatKey } from '../../src/health.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
-import { matchingProcessesCpu, processCpu, redisCpu, selfCpu, withCpu, type CpuSource } from '../lib/cpu.js';
+import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stealShare, withCpu, type CpuSource } from '../lib/cpu.js';
 import { assertHealthy, pickConnections, runLoad, type LoadOptions, type LoadSummary } from '../lib/load.js';
 import { runPaced, type PacedOptions } from '../lib/paced.js';
 import { freePort, ProcessGroup, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
@@ -102,20 +102,27 @@ interface Measured {
   /** CPU seconds per part while the measurement (warmup included) ran. */
   cpu: Record<CpuPart, number>;
   wallS: number;
+  /** Share of the machine's CPU time the hypervisor took meanwhile (bench/lib/cpu.ts). */
+  steal: number;
 }
+
+/** Above this steal share a measurement says more about the host than about the code. */
+const steal_share_warning = 0.1;
 
 let background: CpuSource[] = [];
 
 /** Runs one load and counts the CPU every part of the system used meanwhile. */
 async function measure(server: NodeProcess, run: () => Promise<LoadSummary>): Promise<Measured> {
   const sources = [processCpu('server', server.pid), ...background];
+  const ticks = machineTicks();
   const { result, cpu, wallS } = await withCpu(sources, run);
+  const steal = stealShare(ticks, machineTicks());
   const load = assertHealthy(result);
-  const m: Measured = { load, cpu: cpu as Record<CpuPart, number>, wallS };
+  const m: Measured = { load, cpu: cpu as Record<CpuPart, number>, wallS, steal };
   const perReq = (part: CpuPart) => `${part} ${fmt.int((m.cpu[part] / load.totalWithWarmup) * 1e6)}`;
   console.log(
     `  ${load.title}: ${fmt.int(load.rps)} req/s, p50 ${fmt.ms(load.p50Ms)} ms, p99 ${fmt.ms(load.p99Ms)} ms; ` +
-      `CPU us/req: ${cpuParts.map(perReq).join(', ')}`,
+      `CPU us/req: ${cpuParts.map(perReq).join(', ')}; steal ${Math.round(steal * 100)}%`,
   );
   return m;
 }
@@ -394,10 +401,10 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
   const cpuRow = (name: string, m: Measured): Cell[] => {
     const per = (part: CpuPart) => (m.cpu[part] / m.load.totalWithWarmup) * 1e6;
     const total = cpuParts.reduce((sum, part) => sum + per(part), 0);
-    return [name, ...cpuParts.map((part) => fmt.int(per(part))), fmt.int(total), (m.cpu.server / m.wallS).toFixed(2)];
+    return [name, ...cpuParts.map((part) => fmt.int(per(part))), fmt.int(total), (m.cpu.server / m.wallS).toFixed(2), `${Math.round(m.steal * 100)}%`];
   };
   const cpu = markdownTable(
-    ['measurement', 'server', 'worker', 'PostgreSQL', 'Redis', 'load generator', 'total', 'server cores'],
+    ['measurement', 'server', 'worker', 'PostgreSQL', 'Redis', 'load generator', 'total', 'server cores', 'steal'],
     [
       cpuRow('hello-world, run 1', r.hello1),
       cpuRow('hello-world, run 2', r.hello2),
@@ -407,6 +414,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
     ],
   );
   const trials = r.trials.map((t) => `${t.connections}: ${fmt.int(t.rps)} req/s`).join(', ');
+  const stealMax = Math.max(...[r.hello1, r.hello2, r.deduct, r.pair, r.halfPaced, r.halfAutocannon].map((x) => x.steal));
   const m = machineInfo();
   const markdown = [
     '## Ledger API (`npm run bench:ledger`)',
@@ -419,6 +427,9 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
     '',
     `- load before: \`${r.loadBefore}\``,
     `- load after: \`${r.loadAfter}\``,
+    ...(stealMax > steal_share_warning
+      ? [`- the hypervisor took up to ${Math.round(stealMax * 100)}% of this VM's CPU time during a measurement (steal column): such numbers say more about the host than about the code`]
+      : []),
     '',
     results,
     '',
