@@ -23,19 +23,16 @@
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'slonik';
 import { request } from 'undici';
 import { z } from 'zod';
-import type { Runtime } from '../../src/runtime.js';
 import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stealShare, withCpu, type CpuSource } from '../lib/cpu.js';
 import { runInterleaved } from '../lib/interleaved.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
-import { freePort, ProcessGroup, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
-import { deleteByPrefix } from '../lib/redis.js';
+import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
+import { createBenchRun } from '../lib/run.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
 import { checkAnswer, requestBody } from './answers.js';
@@ -73,40 +70,8 @@ const upstreamModel = 'gpt-4o-mini';
 const prices = { input: 150_000, output: 600_000, cacheRead: 75_000, cacheWrite: 0 };
 
 const command = 'npm run bench:gateway';
-const tag = randomBytes(4).toString('hex');
-const redisPrefix = `bench:${tag}:`;
-const group = new ProcessGroup();
-const logDir = mkdtempSync(join(tmpdir(), 'svc-bench-gw-'));
-let rt: Runtime | undefined;
-let cleaned = false;
-
-/** Stops the children and removes this run's Redis keys; safe to call more than once. */
-async function cleanup(): Promise<void> {
-  if (cleaned) return;
-  cleaned = true;
-  await group.stopAll();
-  if (rt) {
-    const deleted = await deleteByPrefix(rt.redis, redisPrefix).catch((err: Error) => {
-      console.error(`could not delete ${redisPrefix}* keys: ${err.message}`);
-      return 0;
-    });
-    console.log(`removed ${deleted} Redis keys under ${redisPrefix}`);
-    await rt.close().catch(() => undefined);
-  }
-}
-
-process.once('exit', () => group.killAllNow());
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    console.error(`${signal}: stopping; logs kept in ${logDir}`);
-    void cleanup().finally(() => process.exit(130));
-  });
-}
-const watchdog = setTimeout(() => {
-  console.error(`bench exceeded ${settings.runTimeoutMs} ms: stopping`);
-  void cleanup().finally(() => process.exit(1));
-}, settings.runTimeoutMs);
-watchdog.unref();
+const run = createBenchRun({ logDirPrefix: 'svc-bench-gw-', runTimeoutMs: settings.runTimeoutMs });
+const { tag, redisPrefix, group, logDir } = run;
 
 interface Contender {
   name: ContenderName;
@@ -135,7 +100,7 @@ async function main(): Promise<void> {
     startTimeoutMs: settings.startTimeoutMs,
   };
   const service = await createBenchRuntime(serviceOptions);
-  rt = service.rt;
+  run.runtime = service.rt;
   const redis = service.rt.redis;
   const { api, worker, apiUrl } = await startBenchService(serviceOptions, service);
 
@@ -401,16 +366,4 @@ async function verify(c: Contender, stream: boolean, customer: string): Promise<
   console.log(`  ${what}: ok`);
 }
 
-let failed = false;
-try {
-  await main();
-} catch (err) {
-  failed = true;
-  console.error(err);
-} finally {
-  await cleanup();
-  clearTimeout(watchdog);
-  if (failed) console.error(`logs kept in ${logDir}`);
-  else rmSync(logDir, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+await run.finish(main);

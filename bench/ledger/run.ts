@@ -11,23 +11,15 @@
  * BENCH_CPU_PROF_DIR (writes V8 CPU profiles of the API and the worker there), BENCH_WRITE_DOCS (1; 0
  * leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL.
  */
-import { execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
-import { createAdminQueries } from '../../src/admin/queries.js';
-import { loadConfig } from '../../src/config/index.js';
-import { migrate } from '../../src/db/migrate.js';
-import { heartbeatKey } from '../../src/health.js';
-import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stealShare, withCpu, type CpuSource } from '../lib/cpu.js';
 import { assertHealthy, pickConnections, runLoad, type LoadOptions, type LoadSummary } from '../lib/load.js';
 import { runPaced, type PacedOptions } from '../lib/paced.js';
-import { freePort, ProcessGroup, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
-import { deleteByPrefix, scanKeys } from '../lib/redis.js';
+import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
+import { createBenchRun } from '../lib/run.js';
+import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
 import { fmt, machineInfo, markdownTable, uptime, writeSection, type Cell } from '../lib/report.js';
 import { runScriptOnly, type ScriptOnlyResult } from './script-only.js';
 
@@ -58,40 +50,8 @@ const settings = {
 const targets = { deductRatio: 0.7, pairRatio: 0.35, halfRateP99Ms: 10 };
 
 const command = 'npm run bench:ledger';
-const tag = randomBytes(4).toString('hex');
-const redisPrefix = `bench:${tag}:`;
-const group = new ProcessGroup();
-const logDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-let rt: Runtime | undefined;
-let cleaned = false;
-
-/** Stops the children and removes this run's Redis keys; safe to call more than once. */
-async function cleanup(): Promise<void> {
-  if (cleaned) return;
-  cleaned = true;
-  await group.stopAll();
-  if (rt) {
-    const deleted = await deleteByPrefix(rt.redis, redisPrefix).catch((err: Error) => {
-      console.error(`could not delete ${redisPrefix}* keys: ${err.message}`);
-      return 0;
-    });
-    console.log(`removed ${deleted} Redis keys under ${redisPrefix}`);
-    await rt.close().catch(() => undefined);
-  }
-}
-
-process.once('exit', () => group.killAllNow());
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    console.error(`${signal}: stopping; logs kept in ${logDir}`);
-    void cleanup().finally(() => process.exit(130));
-  });
-}
-const watchdog = setTimeout(() => {
-  console.error(`bench exceeded ${settings.runTimeoutMs} ms: stopping`);
-  void cleanup().finally(() => process.exit(1));
-}, settings.runTimeoutMs);
-watchdog.unref();
+const run = createBenchRun({ logDirPrefix: 'svc-bench-', runTimeoutMs: settings.runTimeoutMs });
+const { tag, redisPrefix, group, logDir } = run;
 
 /** Where CPU time is counted during a measurement; `server` is the process under load. */
 const cpuParts = ['server', 'worker', 'postgres', 'redis', 'load generator'] as const;
@@ -127,14 +87,6 @@ async function measure(server: NodeProcess, run: () => Promise<LoadSummary>): Pr
   return m;
 }
 
-async function outboxBacklog(): Promise<number> {
-  let pending = 0;
-  await scanKeys(rt!.redis, `${redisPrefix}c:*:outbox`, async (key) => {
-    pending += await rt!.redis.xlen(key);
-  });
-  return pending;
-}
-
 async function post(url: string, key: string, body: unknown): Promise<{ status: number; body: unknown }> {
   const res = await fetch(url, {
     method: 'POST',
@@ -154,50 +106,29 @@ async function main(): Promise<void> {
   const loadBefore = uptime();
   console.log(`bench:ledger ${tag}; ${loadBefore}`);
 
-  // ensure-services.sh starts Redis/PostgreSQL when stopped and creates the database.
-  execFileSync('bash', [join(root, 'scripts', 'ensure-services.sh')], { env: { ...env, DATABASE_URL: settings.databaseUrl }, stdio: 'inherit' });
-  await migrate(settings.databaseUrl);
-
-  const [helloPort, apiPort] = [await freePort(), await freePort()];
-  const serviceEnv: NodeJS.ProcessEnv = {
-    ...env,
-    NODE_ENV: 'production',
-    HOST: '127.0.0.1',
-    DATABASE_URL: settings.databaseUrl,
-    REDIS_PREFIX: redisPrefix,
-    QUEUE_PREFIX: `${redisPrefix}q`,
-    LOG_LEVEL: settings.apiLogLevel,
-    SVC_CLOCK_CONTROL: '0',
-    // Production refuses to start without one; this run stores no upstream keys.
-    SVC_MASTER_KEY: randomBytes(32).toString('hex'),
-    // The per-key limit (60,000/min by default) would turn this run into 429s; the limiter
-    // still runs on every request.
-    RATE_LIMIT_PER_MINUTE: String(1_000_000_000),
+  const serviceOptions = {
+    root,
+    group,
+    logDir,
+    databaseUrl: settings.databaseUrl,
+    redisPrefix,
+    apiLogLevel: settings.apiLogLevel,
+    cpuProfDir: settings.cpuProfDir,
+    startTimeoutMs: settings.startTimeoutMs,
   };
-  rt = await createRuntime(loadConfig(serviceEnv, { PORT: apiPort, LOG_LEVEL: 'warn' }));
+  const bench = await createBenchRuntime(serviceOptions);
+  const { rt } = bench;
+  run.runtime = rt;
 
+  const helloPort = await freePort();
   const hello = group.start({
     name: 'hello',
     script: join(root, 'bench', 'hello', 'server.ts'),
     env: { ...env, NODE_ENV: 'production', PORT: String(helloPort), HOST: '127.0.0.1' },
     logPath: join(logDir, 'hello.log'),
   });
-  // Files are named by pid and thread (the tsx loader thread writes one too).
-  const profile = settings.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${settings.cpuProfDir}`] : [];
-  const api = group.start({
-    name: 'api',
-    script: join(root, 'src', 'web.ts'),
-    env: { ...serviceEnv, PORT: String(apiPort) },
-    logPath: join(logDir, 'api.log'),
-    nodeArgs: profile,
-  });
-  const worker = group.start({
-    name: 'worker',
-    script: join(root, 'workers', 'main.ts'),
-    env: serviceEnv,
-    logPath: join(logDir, 'worker.log'),
-    nodeArgs: profile,
-  });
+  const { api, worker, apiUrl } = await startBenchService(serviceOptions, bench);
+  await waitForPort(helloPort, settings.startTimeoutMs, hello);
   console.log(`children: hello pid ${hello.pid}, api pid ${api.pid}, worker pid ${worker.pid}; logs in ${logDir}`);
   const database = new URL(settings.databaseUrl).pathname.slice(1);
   background = [
@@ -206,17 +137,8 @@ async function main(): Promise<void> {
     redisCpu('redis', rt.redis),
     selfCpu('load generator'),
   ];
-  await waitForPort(helloPort, settings.startTimeoutMs, hello);
-  await waitForPort(apiPort, settings.startTimeoutMs, api);
-  await waitUntil('the worker heartbeat', async () => (await rt!.redis.exists(heartbeatKey(redisPrefix))) === 1, settings.startTimeoutMs, worker);
 
-  const admin = createAdminQueries(rt.db);
-  const org = await admin.createOrganization(`bench ${tag}`);
-  // A paid plan: the free plan's hard limit (50,000 operations) would refuse most of the run.
-  await rt.plans.setPlan(org.id, 'pro_50m');
-  const project = await admin.createProject(org.id, 'bench', 'B');
-  const { secret: key } = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: project.id, type: 'project', name: 'bench' });
-  const apiUrl = `http://127.0.0.1:${apiPort}`;
+  const { projectKey: key } = await createPaidProject(rt, `bench ${tag}`);
   const customers = Array.from({ length: settings.customers }, (_, i) => `bench-${i}`);
   for (const c of customers) await expectOk(`${apiUrl}/v1/customers/deposit`, key, { customer_id: c, amount: settings.depositCredits });
   // One of each call before measuring, so a broken setup fails here and not as 4xx "throughput".
@@ -269,7 +191,7 @@ async function main(): Promise<void> {
   console.log('measuring');
   const hello1 = await measure(hello, () => runLoad(helloLoad(connections, 'hello-world POST /hello (1)')));
   const deduct = await measure(api, () => runLoad(deductLoad('POST /v1/billing/deduct')));
-  const backlogAfterDeduct = await outboxBacklog();
+  const backlogAfterDeduct = await outboxBacklog(rt.redis, redisPrefix);
   const pair = await measure(api, () =>
     runLoad({
       title: 'freeze + consume',
@@ -312,8 +234,8 @@ async function main(): Promise<void> {
   console.log(`  ${fmt.int(scriptOnly.opsPerSecond)} ops/s, Redis ${scriptOnly.redisBusy.toFixed(2)} cores, ${scriptOnly.failures} failures`);
 
   const drainStart = performance.now();
-  const backlogAtEnd = await outboxBacklog();
-  await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog()) === 0, settings.drainTimeoutMs, worker);
+  const backlogAtEnd = await outboxBacklog(rt.redis, redisPrefix);
+  await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog(rt.redis, redisPrefix)) === 0, settings.drainTimeoutMs, worker);
   const drainS = (performance.now() - drainStart) / 1000;
   const loadAfter = uptime();
 
@@ -447,16 +369,4 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
   return { markdown, allMet: checks.deduct && checks.pair && checks.half };
 }
 
-let failed = false;
-try {
-  await main();
-} catch (err) {
-  failed = true;
-  console.error(err);
-} finally {
-  await cleanup();
-  clearTimeout(watchdog);
-  if (failed) console.error(`logs kept in ${logDir}`);
-  else rmSync(logDir, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+await run.finish(main);

@@ -14,7 +14,7 @@ import { planIds } from '../plans/catalogue.js';
 import { reconcile } from '../reconcile/reconcile.js';
 import type { Runtime } from '../runtime.js';
 import { KeyAdmin, keyEntry } from './keys.js';
-import { adminModelEntry, createModelQueries, modelIdSchema, price_per_million_credits_max, token_count_max, upstream_key_chars_max } from './models.js';
+import { adminModelEntry, modelIdSchema, price_per_million_credits_max, token_count_max, upstream_key_chars_max } from './models.js';
 import {
   createAdminQueries,
   decodeCursor,

@@ -11,11 +11,6 @@ import { startTestService, type ApiResponse, type TestProject, type TestService 
 type Variant = 'A' | 'B';
 type Body = Record<string, unknown>;
 type Op = 'deduct' | 'freeze' | 'consume' | 'unfreeze';
-interface Detail {
-  account_id: string;
-  credit_type: string;
-  amount: number;
-}
 
 let svc: TestService;
 const projects = {} as Record<Variant, TestProject>;

@@ -1,0 +1,83 @@
+/**
+ * The frame of a bench run: a random tag and Redis key prefix, the child processes, a log
+ * folder, and one cleanup (children stopped, this run's Redis keys removed, never
+ * FLUSHALL) whatever ends the run: its end, an error, Ctrl-C or the watchdog.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Runtime } from '../../src/runtime.js';
+import { ProcessGroup } from './processes.js';
+import { deleteByPrefix } from './redis.js';
+
+export interface BenchRun {
+  tag: string;
+  /** Every Redis key of the run starts with it. */
+  redisPrefix: string;
+  group: ProcessGroup;
+  /** Child logs; kept when the run fails. */
+  logDir: string;
+  /** The bench's own runtime, once made: cleanup deletes the keys through it and closes it. */
+  runtime: Runtime | undefined;
+  /** Runs the bench, cleans up, and exits the process (1 when it threw). */
+  finish(main: () => Promise<void>): Promise<never>;
+}
+
+export function createBenchRun(opts: { logDirPrefix: string; runTimeoutMs: number }): BenchRun {
+  const tag = randomBytes(4).toString('hex');
+  let cleaned = false;
+  const run: BenchRun = {
+    tag,
+    redisPrefix: `bench:${tag}:`,
+    group: new ProcessGroup(),
+    logDir: mkdtempSync(join(tmpdir(), opts.logDirPrefix)),
+    runtime: undefined,
+    async finish(main) {
+      let failed = false;
+      try {
+        await main();
+      } catch (err) {
+        failed = true;
+        console.error(err);
+      } finally {
+        await cleanup();
+        clearTimeout(watchdog);
+        if (failed) console.error(`logs kept in ${run.logDir}`);
+        else rmSync(run.logDir, { recursive: true, force: true });
+      }
+      process.exit(failed ? 1 : 0);
+    },
+  };
+
+  /** Stops the children and removes this run's Redis keys; safe to call more than once. */
+  async function cleanup(): Promise<void> {
+    if (cleaned) return;
+    cleaned = true;
+    await run.group.stopAll();
+    const rt = run.runtime;
+    if (rt) {
+      const deleted = await deleteByPrefix(rt.redis, run.redisPrefix).catch((err: Error) => {
+        console.error(`could not delete ${run.redisPrefix}* keys: ${err.message}`);
+        return 0;
+      });
+      console.log(`removed ${deleted} Redis keys under ${run.redisPrefix}`);
+      await rt.close().catch(() => undefined);
+    }
+  }
+
+  process.once('exit', () => run.group.killAllNow());
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      console.error(`${signal}: stopping; logs kept in ${run.logDir}`);
+      void cleanup().finally(() => process.exit(130));
+    });
+  }
+  const watchdog = setTimeout(() => {
+    console.error(`bench exceeded ${opts.runTimeoutMs} ms: stopping`);
+    void cleanup().finally(() => process.exit(1));
+  }, opts.runTimeoutMs);
+  watchdog.unref();
+
+  return run;
+}
