@@ -164,3 +164,14 @@ describe('a settlement whose reply is lost', () => {
     }
   });
 });
+
+describe('after all of the above', () => {
+  it('Redis and the ledger in PostgreSQL agree: reconcile finds no drift', async () => {
+    await env.svc.drained();
+    const report = await env.svc.call('POST', `/v1/admin/projects/${env.p.projectId}/reconcile`, { key: env.p.adminKey, body: {} });
+    expect(report.status).toBe(200);
+    expect(report.body.customers_checked).toBeGreaterThanOrEqual(8);
+    expect(report.body.errors).toEqual([]);
+    expect(report.body.drift).toEqual([]);
+  });
+});
