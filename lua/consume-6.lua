@@ -40,20 +40,7 @@ if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_writ
 
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
-local left = amount
-local details = {}
-for i, h in ipairs(tx.holds) do
-  local s = sources[i]
-  local held = tonumber(h.amount)
-  local take = math.min(left, held)
-  s.f = s.f - held
-  s.u = s.u + take
-  save_source(s)
-  left = left - take
-  if take > 0 then
-    table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = N(take) })
-  end
-end
+local details = consume_holds(tx.holds, sources, amount)
 
 local returned = frozen - amount
 tx.st = 'consumed'

@@ -38,54 +38,37 @@ if not live and not (tx.st == 'released' and tx.by == 'ttl') then
   return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written }
 end
 
--- Charged per source, in the order first charged.
-local taken, order = {}, {}
-local function take_from(s, amount)
-  if amount <= 0 then return end
-  if not taken[s.id] then
-    taken[s.id] = { credit_type = s.w, amount = 0 }
-    table.insert(order, s.id)
-  end
-  taken[s.id].amount = taken[s.id].amount + amount
-end
-
 local held = 0
 local from_hold = 0
+local details = {}
 if live then
   local sources = load_hold_sources(tx.holds)
   if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
   held = tonumber(tx.a)
   from_hold = math.min(cost, held)
-  local left = from_hold
-  for i, h in ipairs(tx.holds) do
-    local s = sources[i]
-    local n = tonumber(h.amount)
-    local take = math.min(left, n)
-    s.f = s.f - n
-    s.u = s.u + take
-    save_source(s)
-    take_from(s, take)
-    left = left - take
-  end
+  details = consume_holds(tx.holds, sources, from_hold)
 end
 
 -- draw() sees the same active, available credits as wallet_available(), so it can pay
--- `beyond` in full.
+-- `beyond` in full. A source charged from the hold and beyond it is one detail item.
 local beyond = math.max(0, math.min(cost - from_hold, wallet_available(tx.w, now)))
 if beyond > 0 then
+  local index = {}
+  for i, d in ipairs(details) do index[d.account_id] = i end
   local picks = draw(beyond, { [tx.w] = true }, now)
   for _, p in ipairs(picks) do
     p.source.u = p.source.u + p.take
     save_source(p.source)
-    take_from(p.source, p.take)
+    local i = index[p.source.id]
+    if i then
+      details[i].amount = N(tonumber(details[i].amount) + p.take)
+    else
+      table.insert(details, { account_id = p.source.id, credit_type = p.source.w, amount = N(p.take) })
+      index[p.source.id] = #details
+    end
   end
 end
 local charged = from_hold + beyond
-
-local details = {}
-for _, id in ipairs(order) do
-  table.insert(details, { account_id = id, credit_type = taken[id].credit_type, amount = N(taken[id].amount) })
-end
 
 local result = cjson.encode({
   transaction_id = txid, cost = N(charged), shortfall = N(cost - charged), returned = N(held - from_hold),

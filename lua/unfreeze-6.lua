@@ -25,13 +25,7 @@ if tx.st ~= 'frozen' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entr
 
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
-local details = {}
-for i, h in ipairs(tx.holds) do
-  local s = sources[i]
-  s.f = s.f - tonumber(h.amount)
-  save_source(s)
-  table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })
-end
+local details = release_holds(tx.holds, sources)
 
 tx.st = 'unfrozen'
 tx.by = 'api'

@@ -32,7 +32,7 @@ import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stea
 import { runInterleaved } from '../lib/interleaved.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
-import { createBenchRun } from '../lib/run.js';
+import { benchEnvSettings, createBenchRun } from '../lib/run.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
 import { checkAnswer, requestBody } from './answers.js';
@@ -53,10 +53,7 @@ const settings = {
   latencyDelayMs: 20,
   customers: 8,
   depositCredits: 1_000_000_000_000,
-  apiLogLevel: env.BENCH_API_LOG_LEVEL ?? 'info',
-  cpuProfDir: env.BENCH_CPU_PROF_DIR,
-  writeDocs: env.BENCH_WRITE_DOCS !== '0',
-  databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
+  ...benchEnvSettings(env),
   startTimeoutMs: 30_000,
   drainTimeoutMs: 60_000,
   /** Hard stop for the whole run, setup and cleanup included (a normal run takes about 6 minutes). */

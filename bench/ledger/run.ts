@@ -18,7 +18,7 @@ import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stea
 import { assertHealthy, pickConnections, runLoad, type LoadOptions, type LoadSummary } from '../lib/load.js';
 import { runPaced, type PacedOptions } from '../lib/paced.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
-import { createBenchRun } from '../lib/run.js';
+import { benchEnvSettings, createBenchRun } from '../lib/run.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
 import { fmt, machineInfo, markdownTable, uptime, writeSection, type Cell } from '../lib/report.js';
 import { runScriptOnly, type ScriptOnlyResult } from './script-only.js';
@@ -34,10 +34,7 @@ const settings = {
   pickWarmupS: 1,
   customers: 8,
   depositCredits: 1_000_000_000_000,
-  apiLogLevel: env.BENCH_API_LOG_LEVEL ?? 'info',
-  cpuProfDir: env.BENCH_CPU_PROF_DIR,
-  writeDocs: env.BENCH_WRITE_DOCS !== '0',
-  databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
+  ...benchEnvSettings(env),
   scriptOnlyMs: 3_000,
   scriptOnlyBatch: 100,
   scriptOnlyInFlight: 2,

@@ -11,6 +11,16 @@ import type { Runtime } from '../../src/runtime.js';
 import { ProcessGroup } from './processes.js';
 import { deleteByPrefix } from './redis.js';
 
+/** The knobs every bench reads from the environment (docs/PERFORMANCE.md). */
+export function benchEnvSettings(env: NodeJS.ProcessEnv = process.env) {
+  return {
+    apiLogLevel: env.BENCH_API_LOG_LEVEL ?? 'info',
+    cpuProfDir: env.BENCH_CPU_PROF_DIR,
+    writeDocs: env.BENCH_WRITE_DOCS !== '0',
+    databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
+  };
+}
+
 export interface BenchRun {
   tag: string;
   /** Every Redis key of the run starts with it. */

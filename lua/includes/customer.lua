@@ -92,6 +92,39 @@ local function load_hold_sources(holds)
   return sources
 end
 
+-- Ends a transaction's holds, their sources loaded by load_hold_sources: every held credit
+-- leaves `frozen`, and the first `amount` of them, in hold order (soonest expiry first, as
+-- drawn), become used; the rest return to available. Returns the detail items of what was
+-- used.
+local function consume_holds(holds, sources, amount)
+  local left = amount
+  local details = {}
+  for i, h in ipairs(holds) do
+    local s = sources[i]
+    local held = tonumber(h.amount)
+    local take = math.min(left, held)
+    s.f = s.f - held
+    s.u = s.u + take
+    save_source(s)
+    left = left - take
+    if take > 0 then table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = N(take) }) end
+  end
+  return details
+end
+
+-- Ends a transaction's holds with nothing used: their credits return to available.
+-- Returns the detail items of what was released.
+local function release_holds(holds, sources)
+  local details = {}
+  for i, h in ipairs(holds) do
+    local s = sources[i]
+    s.f = s.f - tonumber(h.amount)
+    save_source(s)
+    table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })
+  end
+  return details
+end
+
 local function is_active(s, now)
   return (s.s == nil or s.s <= now) and (s.e == nil or s.e > now)
 end
@@ -147,27 +180,20 @@ local function settle_ttl(txid, tx, now)
     -- ledger entry, so their release writes none either.
     local sources = load_hold_sources(tx.holds)
     if sources == nil then return nil end
-    for i, h in ipairs(tx.holds) do
-      local s = sources[i]
-      s.f = s.f - tonumber(h.amount)
-      save_source(s)
-    end
+    release_holds(tx.holds, sources)
     tx.st = 'released'
     tx.by = 'ttl'
     redis.call('HSET', K_tx, txid, cjson.encode(tx))
     return 0
   end
-  local details = {}
   local consumed = tx.ttlk == 'consume'
   local sources = load_hold_sources(tx.holds)
   if sources == nil then return nil end
-  for i, h in ipairs(tx.holds) do
-    local s = sources[i]
-    local n = tonumber(h.amount)
-    s.f = s.f - n
-    if consumed then s.u = s.u + n end
-    save_source(s)
-    table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })
+  local details
+  if consumed then
+    details = consume_holds(tx.holds, sources, tonumber(tx.a))
+  else
+    details = release_holds(tx.holds, sources)
   end
   local at = N(now)
   if consumed then
