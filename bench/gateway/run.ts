@@ -33,7 +33,7 @@ import { runInterleaved } from '../lib/interleaved.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
+import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
 import { checkAnswer, requestBody } from './answers.js';
 import { buildReport, cpuParts, type ContenderName, type CpuPart, type LatencyRun, type Measured } from './report.js';
@@ -86,16 +86,7 @@ async function main(): Promise<void> {
   const code = codeState();
   console.log(`bench:gateway ${tag}; ${loadBefore}; ${code}`);
 
-  const serviceOptions = {
-    root,
-    group,
-    logDir,
-    databaseUrl: settings.databaseUrl,
-    redisPrefix,
-    apiLogLevel: settings.apiLogLevel,
-    cpuProfDir: settings.cpuProfDir,
-    startTimeoutMs: settings.startTimeoutMs,
-  };
+  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix };
   const service = await createBenchRuntime(serviceOptions);
   run.runtime = service.rt;
   const redis = service.rt.redis;

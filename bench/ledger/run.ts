@@ -19,7 +19,7 @@ import { assertHealthy, pickConnections, runLoad, type LoadOptions, type LoadSum
 import { runPaced, type PacedOptions } from '../lib/paced.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService } from '../lib/service.js';
+import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { fmt, machineInfo, markdownTable, uptime, writeSection, type Cell } from '../lib/report.js';
 import { runScriptOnly, type ScriptOnlyResult } from './script-only.js';
 
@@ -103,16 +103,7 @@ async function main(): Promise<void> {
   const loadBefore = uptime();
   console.log(`bench:ledger ${tag}; ${loadBefore}`);
 
-  const serviceOptions = {
-    root,
-    group,
-    logDir,
-    databaseUrl: settings.databaseUrl,
-    redisPrefix,
-    apiLogLevel: settings.apiLogLevel,
-    cpuProfDir: settings.cpuProfDir,
-    startTimeoutMs: settings.startTimeoutMs,
-  };
+  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix };
   const bench = await createBenchRuntime(serviceOptions);
   const { rt } = bench;
   run.runtime = rt;
