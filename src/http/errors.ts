@@ -35,6 +35,7 @@ const outcome_unknown_message =
 
 export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
   let apiError: ApiError;
+  const backend = backendFailure(err);
   if (err instanceof ApiError) {
     apiError = err;
   } else if ((err as { type?: string }).type === 'entity.too.large') {
@@ -45,9 +46,9 @@ export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
     // What Express and body-parser refuse before a route runs: a malformed path
     // encoding, an unsupported Content-Encoding or charset, an aborted body.
     apiError = new ApiError('invalid_request', { message: (err as Error).message });
-  } else if (backendFailure(err) !== null) {
+  } else if (backend !== null) {
     req.log?.error({ err }, 'backing service unavailable');
-    apiError = new ApiError('service_unavailable', backendFailure(err) === 'unknown' ? { message: outcome_unknown_message } : {});
+    apiError = new ApiError('service_unavailable', backend === 'unknown' ? { message: outcome_unknown_message } : {});
   } else {
     req.log?.error({ err }, 'unhandled error');
     apiError = new ApiError('server_error');
