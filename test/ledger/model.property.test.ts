@@ -23,8 +23,13 @@
  * of the model's time (so a drift that did break the margins fails as a timestamp, not as
  * a wrong balance).
  *
+ * Seeds: CI runs a fixed seed (ci_seed), so a red run is red again on a re-run and a
+ * change in outcome means a change in the code. `npm run test:soak` (SOAK=1) draws a
+ * random seed, prints it, and runs many more cases. The property fails when fewer runs
+ * were executed than asked (a time limit that interrupts it is not a pass).
+ *
  * Reproduce a failure with FC_SEED=<seed> (and FC_PATH=<path> to skip straight to the
- * shrunk case); FC_RUNS changes the number of runs; MODEL_TRACE=1 prints every run's
+ * shrunk case; fast-check prints both); FC_RUNS changes the number of runs; MODEL_TRACE=1 prints every run's
  * requests and answers, MODEL_STATS=1 how often each outcome happened.
  */
 import { randomBytes } from 'node:crypto';
@@ -45,7 +50,14 @@ const customer_count = 3;
 const ledger_page_size = 7;
 const drain_timeout_ms = 10_000;
 
-const num_runs = Number(process.env.FC_RUNS ?? 25);
+const soak = process.env.SOAK === '1';
+/** The seed CI runs: any fixed number; changing it is a deliberate act. */
+const ci_seed = 20_260_801;
+const num_runs = Number(process.env.FC_RUNS ?? (soak ? 400 : 25));
+/** The property's own budget: the asked runs take about 5 s on an idle machine, so CI has room for a busy one. */
+const property_timeout_ms = soak ? Math.max(600_000, num_runs * 3_000) : 150_000;
+/** Shrinking a failure stops here, so that the report (seed, path, counterexample) comes before vitest's timeout. */
+const shrink_deadline_ms = property_timeout_ms - 30_000;
 const commands_max = 40;
 
 // ---------------------------------------------------------------------------------------
@@ -792,17 +804,17 @@ describe('wallet ledger against its reference model', () => {
 
   it('random command sequences match the model', async () => {
     const outcomes = new Map<string, number>();
-    const seed = process.env.FC_SEED === undefined ? Date.now() ^ randomBytes(4).readInt32LE() : Number(process.env.FC_SEED);
-    try {
-      await fc.assert(
-        fc.asyncProperty(runArb, (cmds) => runScenario(cmds, outcomes)),
-        // A failure is shrunk for at most a few minutes (each attempt is a whole run against the service).
-        { numRuns: num_runs, seed, path: process.env.FC_PATH, interruptAfterTimeLimit: 180_000 },
-      );
-    } catch (e) {
-      console.error(`model-based ledger property failed; reproduce with FC_SEED=${seed}`);
-      throw e;
-    }
+    const seed = process.env.FC_SEED !== undefined ? Number(process.env.FC_SEED) : soak ? Date.now() ^ randomBytes(4).readInt32LE() : ci_seed;
+    if (soak) console.log(`model-based ledger property: ${num_runs} runs, seed ${seed}`);
+    const details = await fc.check(
+      fc.asyncProperty(runArb, (cmds) => runScenario(cmds, outcomes)),
+      { numRuns: num_runs, seed, path: process.env.FC_PATH, interruptAfterTimeLimit: shrink_deadline_ms },
+    );
+    // fast-check's report names the seed and the path of the shrunk counterexample.
+    if (details.failed) throw new Error(await fc.asyncDefaultReportMessage(details));
+    // An interrupted property reports success with the runs it managed: that is not a pass.
+    expect(details.interrupted, `interrupted after ${details.numRuns} of ${num_runs} runs (seed ${seed})`).toBe(false);
+    expect(details.numRuns, `seed ${seed}`).toBe(num_runs);
     if (process.env.MODEL_STATS) console.log(`outcomes of ${num_runs} runs (seed ${seed}): ${stableJson(Object.fromEntries(outcomes))}`);
     if (num_runs >= 25 && process.env.FC_PATH === undefined) {
       // The generator must keep reaching the interesting states, or the property proves little.
@@ -812,5 +824,5 @@ describe('wallet ledger against its reference model', () => {
         expect(outcomes.has(o), `outcome ${o} never happened (seed ${seed}): ${stableJson(Object.fromEntries(outcomes))}`).toBe(true);
       }
     }
-  }, 240_000);
+  }, property_timeout_ms);
 });
