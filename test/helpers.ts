@@ -39,6 +39,24 @@ export interface ApiResponse {
   headers: Headers;
 }
 
+/** Pause between two checks of a condition in waitFor. */
+export const poll_interval_ms = 20;
+
+/**
+ * Polls `cond` until it returns a truthy value, and returns that value; fails after
+ * `timeoutMs` with `what` in the message. Tests wait for conditions with this, never
+ * with a fixed sleep, which is either too short on a busy machine or wasted on an idle one.
+ */
+export async function waitFor<T>(cond: () => T | Promise<T>, timeoutMs: number, what = 'a condition'): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await cond();
+    if (v) return v as NonNullable<T>;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, poll_interval_ms));
+  }
+}
+
 export function testConfig(overrides: Partial<Config> = {}): Config {
   const tag = randomBytes(4).toString('hex');
   return loadConfig(

@@ -1,0 +1,92 @@
+/**
+ * The scheduled sweeper (workers/sweep.ts, a BullMQ job scheduler) is the only thing that
+ * persists an outbox nobody marked dirty (an API killed between its script and its SADD)
+ * and that settles an overdue TTL freeze whose expire job was lost. Each test breaks the
+ * normal path first (removes the dirty mark, removes the expire job), then starts the
+ * workers with a short sweep interval and waits for the sweeper to do the work.
+ */
+import { sql } from 'slonik';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dirtySetKey } from '../../src/redis/keys.js';
+import { startWorkers } from '../../workers/index.js';
+import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+
+const sweep_interval_ms = 200;
+const sweep_timeout_ms = 15_000;
+
+let svc: TestService;
+let p: TestProject;
+
+beforeAll(async () => {
+  // No workers here: each test starts them once its outbox or freeze is in the state to sweep.
+  svc = await startTestService({ config: { SWEEP_INTERVAL_MS: sweep_interval_ms } });
+  p = await svc.project('B');
+});
+afterAll(() => svc?.close());
+
+const scope = () => ({ projectId: p.projectId, organizationId: p.organizationId });
+
+async function post(path: string, body: Record<string, unknown>) {
+  const res = await svc.call('POST', path, { key: p.projectKey, body });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body;
+}
+
+/** Starts workers for the duration of `fn`. */
+async function withWorkers(fn: () => Promise<void>): Promise<void> {
+  const workers = await startWorkers(svc.rt);
+  try {
+    await fn();
+  } finally {
+    await workers.stop();
+  }
+}
+
+describe('the sweeper', () => {
+  it('persists the entries of an outbox that nobody marked dirty', async () => {
+    const customer = 'unmarked';
+    const keys = svc.rt.ledger.keys(scope(), customer);
+    const dirty = dirtySetKey(svc.rt.config.REDIS_PREFIX);
+    await post('/v1/customers/deposit', { customer_id: customer, amount: 1_000 });
+    await post('/v1/billing/freeze', { customer_id: customer, transaction_id: 'unmarked-1', amount: 300 });
+    // The API marks the outbox dirty in the same round trip as its script; take the mark away.
+    await waitFor(async () => (await svc.rt.redis.sismember(dirty, keys.base)) === 1, 5_000, 'the dirty mark');
+    await svc.rt.redis.srem(dirty, keys.base);
+    expect(await svc.rt.redis.xlen(keys.outbox)).toBe(2);
+
+    await withWorkers(async () => {
+      // The persist loop only drains marked outboxes: the entries reach PostgreSQL only when the sweeper marks this one again.
+      await waitFor(async () => (await svc.rt.redis.xlen(keys.outbox)) === 0, sweep_timeout_ms, 'the sweeper to persist the outbox');
+    });
+    const rows = await svc.rt.db.any(
+      sql.unsafe`SELECT type, amount::text AS amount FROM ledger_entries WHERE project_id = ${p.projectId} AND customer_id = ${customer} ORDER BY seq`,
+    );
+    expect(rows.map((r) => [r.type, r.amount])).toEqual([['DEPOSIT', '1000'], ['FREEZE', '300']]);
+  });
+
+  it('settles an overdue TTL freeze whose expire job is missing', async () => {
+    const customer = 'lost-expiry';
+    const keys = svc.rt.ledger.keys(scope(), customer);
+    await post('/v1/customers/deposit', { customer_id: customer, amount: 1_000 });
+    await post('/v1/billing/freeze', { customer_id: customer, transaction_id: 'lost-expiry-1', amount: 400, release_after_seconds: 60 });
+    const jobs = (await svc.rt.ledgerQueue.getJobs(['delayed', 'waiting'])).filter((j) => j.name === 'expire' && j.data.customerId === customer);
+    expect(jobs).toHaveLength(1);
+    await jobs[0].remove();
+    // Past the TTL, and nobody touches the customer (any script would settle it lazily).
+    svc.rt.clock.advance(61_000);
+    expect(await svc.rt.redis.zcard(keys.ttl)).toBe(1);
+
+    await withWorkers(async () => {
+      await waitFor(async () => (await svc.rt.redis.zcard(keys.ttl)) === 0, sweep_timeout_ms, 'the sweeper to settle the freeze');
+      await waitFor(async () => (await svc.rt.redis.xlen(keys.outbox)) === 0, sweep_timeout_ms, 'the workers to persist the outbox');
+    });
+    const ledger = await svc.call('GET', `/v1/customers/${customer}/ledger?limit=10`, { key: p.projectKey });
+    expect(ledger.body.data.map((e: { type: string; amount: number; reason: string | null }) => [e.type, e.amount, e.reason])).toEqual([
+      ['UNFREEZE', 400, 'ttl_release'],
+      ['FREEZE', 400, null],
+      ['DEPOSIT', 1_000, null],
+    ]);
+    const balance = await svc.call('GET', `/v1/customers/${customer}/balance`, { key: p.projectKey });
+    expect(balance.body).toMatchObject({ total: 1_000, used: 0, frozen: 0, available: 1_000 });
+  });
+});
