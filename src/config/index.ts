@@ -27,7 +27,12 @@ const schema = z.object({
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(60_000),
   /** How long an upstream may take to answer headers, and between body chunks. */
   UPSTREAM_TIMEOUT_MS: z.coerce.number().int().min(100).default(120_000),
-  KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(60_000),
+  /**
+   * How long an API process serves a key record from its cache before reading it again:
+   * the bound on a revocation whose Redis message was lost (revocations are promised
+   * everywhere within 1 s).
+   */
+  KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(1_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),

@@ -57,6 +57,12 @@ export function createKeyQueries(pool: DatabasePool) {
     findByHash(hash: Buffer): Promise<KeyRecord | null> {
       return pool.maybeOne(sql.type(keyRecordRow)`${selectKey} WHERE k.secret_hash = ${sql.binary(hash)}`);
     },
+    /** The records of those of the hashes that exist, in one query (the cache's background refresh). */
+    findByHashes(hashes: readonly Buffer[]): Promise<readonly KeyRecord[]> {
+      const hexes = hashes.map((h) => h.toString('hex'));
+      return pool.any(sql.type(keyRecordRow)`
+        ${selectKey} WHERE k.secret_hash = ANY (SELECT decode(h, 'hex') FROM unnest(${sql.array(hexes, 'text')}) AS h)`);
+    },
   };
 }
 
@@ -75,40 +81,89 @@ export async function publishProjectChange(redis: Redis, prefix: string, project
   await redis.publish(projectChannel(prefix), projectId);
 }
 
+interface CacheEntry {
+  record: KeyRecord | null;
+  /** When the read that produced the record started: the record is at least this fresh. */
+  readAt: number;
+  /** A background refresh of this entry is queued or running. */
+  refreshing?: boolean;
+}
+
+/** Reads of one key that restart because an invalidation landed while they ran, at most. */
+const read_attempts_max = 5;
+/** Background refreshes wait this long to be read together in one query. */
+const refresh_batch_ms = 50;
+/** After PostgreSQL failed, cached records are served without waiting on it for this long. */
+const unavailable_backoff_ms = 1_000;
+
+/**
+ * Key records by secret hash, so that a request does not cost a PostgreSQL query. Three
+ * things bound how long a revoked key keeps working:
+ * - a revocation or project change published on Redis drops the entries at once;
+ * - every such invalidation bumps a generation, and a read from PostgreSQL that was in
+ *   flight meanwhile may have read the row before the change, so it is not cached and is
+ *   read again (otherwise it would put the old row back after the message cleared it);
+ * - no entry serves longer than `ttlMs` after its read started (1 s by default), which
+ *   covers a pub/sub message that never arrived. From half that age a busy key is read
+ *   again in the background, batched with the others, so requests do not wait for it.
+ */
 export class KeyCache {
-  private readonly entries = new Map<string, { record: KeyRecord | null; until: number }>();
+  private readonly entries = new Map<string, CacheEntry>();
+  private readonly reads = new Map<string, Promise<KeyRecord | null>>();
+  private readonly due = new Map<string, { hash: Buffer; entry: CacheEntry }>();
+  private generation = 0;
+  private refreshTimer: NodeJS.Timeout | null = null;
+  private unavailableUntil = 0;
 
   constructor(
-    private readonly queries: KeyQueries,
+    private readonly queries: Pick<KeyQueries, 'findByHash' | 'findByHashes'>,
     private readonly ttlMs: number,
   ) {}
 
   /**
    * Listens for key and project changes on a dedicated subscriber connection. Pub/sub
    * delivers at most once: a message published while the connection was down is lost, so
-   * every (re)connection forgets the whole cache.
+   * every reconnection forgets the whole cache. ioredis reports `ready` once it has sent
+   * its own SUBSCRIBE again, before Redis confirmed it, so the cache is forgotten a second
+   * time once a subscription of ours is confirmed: from then on no message is missed.
    */
   async subscribe(subscriber: Redis, prefix: string): Promise<void> {
     const keys = revocationChannel(prefix);
-    subscriber.on('ready', () => this.entries.clear());
-    subscriber.on('message', (channel: string, message: string) => {
-      if (channel === keys) {
-        this.entries.delete(message);
-        return;
-      }
-      this.forgetProject(message);
+    const channels = [keys, projectChannel(prefix)];
+    subscriber.on('ready', () => {
+      this.forgetAll();
+      subscriber.subscribe(...channels).then(
+        () => this.forgetAll(),
+        // The connection dropped again: its next `ready` repeats this.
+        () => undefined,
+      );
     });
-    await subscriber.subscribe(keys, projectChannel(prefix));
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel === keys) this.forgetHex(message);
+      else if (channels.includes(channel)) this.forgetProject(message);
+    });
+    await subscriber.subscribe(...channels);
   }
 
   /** Drops the cached keys of a project (its contract or rate limit changed). */
   forgetProject(projectId: string): void {
+    this.generation++;
     for (const [hash, e] of this.entries) if (e.record?.project_id === projectId) this.entries.delete(hash);
   }
 
   /** Drops a key's cached record (a revocation made by this process). */
   forget(secretHash: Buffer): void {
-    this.entries.delete(secretHash.toString('hex'));
+    this.forgetHex(secretHash.toString('hex'));
+  }
+
+  private forgetHex(hex: string): void {
+    this.generation++;
+    this.entries.delete(hex);
+  }
+
+  private forgetAll(): void {
+    this.generation++;
+    this.entries.clear();
   }
 
   /**
@@ -119,19 +174,79 @@ export class KeyCache {
   async lookup(key: string): Promise<KeyRecord | null> {
     const hash = hashSecret(key);
     const hex = hash.toString('hex');
+    const now = Date.now();
     const hit = this.entries.get(hex);
-    if (hit && hit.until > Date.now()) return hit.record;
-    let record: KeyRecord | null;
-    try {
-      record = await this.queries.findByHash(hash);
-    } catch (err) {
-      if (hit) return hit.record;
-      throw err;
+    if (hit && (now - hit.readAt < this.ttlMs || now < this.unavailableUntil)) {
+      if (now - hit.readAt >= this.ttlMs / 2) this.refreshLater(hex, hash, hit);
+      return hit.record;
     }
-    if (record && !hashesEqual(record.secret_hash, hash)) return null;
-    if (this.entries.size > 100_000) this.entries.clear();
-    this.entries.set(hex, { record, until: Date.now() + this.ttlMs });
-    return record;
+    // Concurrent lookups of one key share one read.
+    let read = this.reads.get(hex);
+    if (!read) {
+      read = this.read(hash, hex).finally(() => this.reads.delete(hex));
+      this.reads.set(hex, read);
+    }
+    return read;
   }
 
+  private async read(hash: Buffer, hex: string): Promise<KeyRecord | null> {
+    for (let attempt = 1; ; attempt++) {
+      const generation = this.generation;
+      const readAt = Date.now();
+      let record: KeyRecord | null;
+      try {
+        record = await this.queries.findByHash(hash);
+      } catch (err) {
+        this.unavailableUntil = Date.now() + unavailable_backoff_ms;
+        const stale = this.entries.get(hex);
+        if (stale) return stale.record;
+        throw err;
+      }
+      if (record && !hashesEqual(record.secret_hash, hash)) return null;
+      if (generation === this.generation) {
+        this.store(hex, { record, readAt });
+        return record;
+      }
+      // Read again: the row may predate the change. After a few tries (changes keep
+      // coming), answer with the newest read without caching it.
+      if (attempt === read_attempts_max) return record;
+    }
+  }
+
+  private store(hex: string, entry: CacheEntry): void {
+    if (this.entries.size > 100_000) this.entries.clear();
+    this.entries.set(hex, entry);
+  }
+
+  private refreshLater(hex: string, hash: Buffer, entry: CacheEntry): void {
+    if (entry.refreshing || this.reads.has(hex)) return;
+    entry.refreshing = true;
+    this.due.set(hex, { hash, entry });
+    this.refreshTimer ??= setTimeout(() => void this.refresh(), refresh_batch_ms).unref();
+  }
+
+  /** Reads every entry due for a refresh in one query; what an invalidation overtook is dropped. */
+  private async refresh(): Promise<void> {
+    this.refreshTimer = null;
+    const batch = [...this.due];
+    this.due.clear();
+    const generation = this.generation;
+    const readAt = Date.now();
+    let rows: readonly KeyRecord[];
+    try {
+      rows = await this.queries.findByHashes(batch.map(([, d]) => d.hash));
+    } catch {
+      // The entries age until a lookup reads them itself and meets the error, which that
+      // lookup handles; there is nothing to do here.
+      this.unavailableUntil = Date.now() + unavailable_backoff_ms;
+      for (const [, d] of batch) d.entry.refreshing = false;
+      return;
+    }
+    const byHex = new Map(rows.map((r) => [r.secret_hash.toString('hex'), r]));
+    for (const [hex, d] of batch) {
+      d.entry.refreshing = false;
+      if (generation !== this.generation || this.entries.get(hex) !== d.entry) continue;
+      this.entries.set(hex, { record: byHex.get(hex) ?? null, readAt });
+    }
+  }
 }

@@ -160,12 +160,12 @@ describe('revoking keys', () => {
     let other: Runtime | null = null;
     let server: RunningServer | null = null;
     try {
-      other = await createRuntime(svc.rt.config);
+      // A minute-long cache there, so only the revocation message can explain a prompt 401.
+      other = await createRuntime({ ...svc.rt.config, KEY_CACHE_TTL_MS: 60_000 });
       server = await listen(other, 0, '127.0.0.1');
       const made = await createKey(p, { type: 'project' });
       const viaOther = () => fetch(`${server!.url}/v1/customers/nobody/balance`, { headers: { authorization: `Bearer ${made.body.key}` } });
       expect((await viaOther()).status).toBe(404); // cached there as active for KEY_CACHE_TTL_MS
-      expect(svc.rt.config.KEY_CACHE_TTL_MS).toBeGreaterThanOrEqual(60_000);
       await revokeKey(p, made.body.id);
       await expect.poll(async () => (await viaOther()).status, { timeout: 2_000, interval: 20 }).toBe(401);
     } finally {
