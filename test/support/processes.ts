@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 
+/** A port that was free a moment ago, for servers that cannot bind port 0 and report it (redis-server). */
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
@@ -24,35 +25,65 @@ export interface ServiceProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/** pino's numeric levels, to keep in output() only the lines the caller asked for. */
+const log_levels: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Number.POSITIVE_INFINITY };
+const start_timeout_ms = 20_000;
+
+/**
+ * Starts `src/web.ts` or `workers/main.ts` as a child process. An API binds port 0 and
+ * reports the port the kernel gave it in its "API listening" log line, so two tests can
+ * never race for a port picked in advance. That line is logged at info, so the child
+ * logs at info at least; output() keeps only the lines at the level the caller asked for
+ * (`LOG_LEVEL` in `env`, warn by default).
+ */
 export async function spawnService(entry: 'src/web.ts' | 'workers/main.ts', env: Record<string, string>): Promise<ServiceProcess> {
-  const port = entry === 'src/web.ts' ? await freePort() : 0;
+  const wanted = log_levels[env.LOG_LEVEL ?? 'warn'] ?? log_levels.warn;
+  const childLevel = wanted <= log_levels.info ? (env.LOG_LEVEL ?? 'info') : 'info';
   const child = spawn(process.execPath, ['--import', 'tsx', entry], {
-    env: { ...process.env, LOG_LEVEL: 'warn', ...env, PORT: String(port) },
+    env: { ...process.env, ...env, LOG_LEVEL: childLevel, PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
-  child.stdout!.on('data', (d) => (out += d));
+  let reportPort: (port: number) => void = () => undefined;
+  const reported = new Promise<number>((resolve) => (reportPort = resolve));
+  let partial = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    const lines = (partial + chunk).split('\n');
+    partial = lines.pop()!;
+    for (const line of lines) {
+      let record: { level?: number; msg?: string; port?: number } | null = null;
+      try {
+        record = JSON.parse(line);
+      } catch {
+        // not a log record: keep it as it is
+      }
+      if (record?.msg === 'API listening' && typeof record.port === 'number') reportPort(record.port);
+      if (record === null || (record.level ?? log_levels.fatal) >= wanted) out += `${line}\n`;
+    }
+  });
   child.stderr!.on('data', (d) => (out += d));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const url = `http://127.0.0.1:${port}`;
+  let port = 0;
   if (entry === 'src/web.ts') {
-    const deadline = Date.now() + 20_000;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`web process exited: ${out}`);
-      try {
-        if ((await fetch(`${url}/health`)).status > 0) break;
-      } catch {
-        // not listening yet
-      }
-      if (Date.now() > deadline) throw new Error(`web process did not start: ${out}`);
-      await new Promise((r) => setTimeout(r, 100));
+    let timer: NodeJS.Timeout | undefined;
+    const failed = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`web process did not report its port within ${start_timeout_ms} ms: ${out}`)), start_timeout_ms);
+      void exited.then(() => reject(new Error(`web process exited: ${out}`)));
+    });
+    try {
+      port = await Promise.race([reported, failed]);
+    } catch (e) {
+      child.kill('SIGKILL');
+      throw e;
+    } finally {
+      clearTimeout(timer);
     }
   }
   return {
     child,
     port,
-    url,
-    output: () => out,
+    url: `http://127.0.0.1:${port}`,
+    output: () => out + partial,
     async kill(signal = 'SIGKILL') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       await exited;
