@@ -88,9 +88,9 @@ describe('rate limits', () => {
   it('refuses a key over its project limit with 429 and Retry-After, other keys unaffected', async () => {
     const p = await svc.project();
     const other = await svc.project();
+    // No request has used the key yet, so no process caches its project: the limit holds from the first request.
     await svc.rt.db.query(sql.unsafe`UPDATE projects SET rate_limit_per_minute = 5 WHERE id = ${p.projectId}`);
     await publishProjectChange(svc.rt.redis, svc.rt.config.REDIS_PREFIX, p.projectId);
-    await new Promise((r) => setTimeout(r, 50));
     const statuses: number[] = [];
     let last;
     for (let i = 0; i < 7; i++) {
@@ -108,9 +108,9 @@ describe('rate limits', () => {
   it('two API processes share one budget: together they never admit more than the limit', async () => {
     // 300 a minute: each process takes 3 tokens at a time from Redis.
     const p = await svc.project();
+    // As above: nothing caches the new project yet, so no wait for the publication is needed.
     await svc.rt.db.query(sql.unsafe`UPDATE projects SET rate_limit_per_minute = 300 WHERE id = ${p.projectId}`);
     await publishProjectChange(svc.rt.redis, svc.rt.config.REDIS_PREFIX, p.projectId);
-    await new Promise((r) => setTimeout(r, 50));
     const other = await createRuntime(svc.rt.config);
     const server = await listen(other, 0, '127.0.0.1');
     try {
