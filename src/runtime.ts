@@ -90,10 +90,15 @@ export async function createRuntime(config: Config, logger = createLogger(config
     billable: {
       async reserve(scope) {
         const r = await plans.reserve(scope.organizationId);
-        return { admitted: r.admitted, release: () => plans.release(r) };
+        // A reservation neither committed nor given back counts when its deadline passes.
+        const settle = (how: 'commit' | 'release') => () =>
+          plans[how](r).catch((err: unknown) => logger.warn({ err, organizationId: scope.organizationId }, `plan reservation ${how} failed; it counts at its deadline`));
+        return { admitted: r.admitted, refusal: r.admitted ? null : plans.refusal(r), commit: settle('commit'), release: settle('release') };
       },
-      async record(scope, n) {
-        await plans.record(scope.organizationId || (await plans.organizationOfProject(scope.projectId)), n);
+      record(scope, n) {
+        (async () => plans.record(scope.organizationId || (await plans.organizationOfProject(scope.projectId)), n))().catch((err: unknown) => {
+          logger.error({ err, projectId: scope.projectId, operations: n }, 'TTL auto-consumes not counted for the plan');
+        });
       },
     },
     onScheduleError(err, transactionId) {

@@ -15,7 +15,7 @@ import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
-import type { PlanService, Reservation } from '../plans/service.js';
+import { gateway_reservation_ms, type PlanService, type Reservation } from '../plans/service.js';
 import { projectKeys } from '../redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
@@ -38,6 +38,13 @@ export const answers_max = 128;
  */
 export const settle_attempts_max = 3;
 export const settle_retry_pause_ms = 100;
+/**
+ * Tries of a hold release sent in the background (a hold whose outcome was not known when
+ * the call failed), with pauses doubling from release_retry_pause_ms up to 5 s: about 20 s
+ * in all. Past them the hold's TTL releases it.
+ */
+export const release_attempts_max = 8;
+export const release_retry_pause_ms = 100;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -186,11 +193,13 @@ export class GatewayService {
 
   private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number }): Promise<Call> {
     const startedAt = Date.now();
-    const reservation = await this.deps.plans.reserve(c.scope.organizationId);
+    const reservation = await this.deps.plans.reserve(c.scope.organizationId, gateway_reservation_ms);
     const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
     let ok = false;
     try {
       const prices = c.model.prices;
+    // True once the hold may exist: its script applied, or its reply was lost.
+    let holdMayExist = false;
       const wanted = c.explicitMax ?? c.model.maxOutputTokens;
       // Receipts find the customer of a gateway transaction through the project index. The
       // entry is written beside the hold, in the same round trip (auto-pipelined), instead
@@ -205,8 +214,9 @@ export class GatewayService {
       ]);
       if (held.status === 'rejected') throw held.reason;
       const [status, raw] = held.value;
+      holdMayExist = held.status === 'rejected' || held.value[0] === ScriptStatus.Ok;
       if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
-      if (status === ScriptStatus.UsageLimit) throw new ApiError('usage_limit_exceeded');
+      if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
         throw new ApiError('insufficient_balance', { status: 402 });
       }
@@ -217,14 +227,55 @@ export class GatewayService {
       return { ...c, startedAt, reservation, hold: Number(hold.hold), outputTokens: Number(hold.output_tokens), requestBytes: c.rawBytes };
     } finally {
       if (!ok) {
-        await this.deps.plans.release(reservation);
+        await this.count(reservation, 'release');
         await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
       }
     }
+        // The call fails, but a hold may be frozen: release it once Redis answers (the
+        // release is idempotent), instead of leaving it to its one-hour TTL while a retry
+        // of the client freezes more.
+        if (holdMayExist) {
+          const call: Call = { ...c, startedAt, reservation, hold: 0, outputTokens: 0, requestBytes: c.rawBytes };
+          this.releaseLater(call.scope, call.customerId, call.transactionId, this.failedRecord(call, null));
+        }
   }
 
   private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
     const p = call.model.prices;
+  /** Commits or gives back a plan reservation; a failure is logged (it counts at its deadline). */
+  private async count(r: Reservation, how: 'commit' | 'release'): Promise<void> {
+    await this.deps.plans[how](r).catch((err: unknown) => this.deps.logger.warn({ err }, `plan reservation ${how} failed; it counts at its deadline`));
+  }
+
+  /**
+   * Releases a hold in the background, with bounded retries: for a hold whose outcome was
+   * unknown when its call failed. The release script is idempotent (a hold that does not
+   * exist, or was settled or released, stays as it is), so a release that did apply and
+   * is sent again changes nothing.
+   */
+  private releaseLater(scope: ProjectScope, customerId: string, transactionId: string, record: string): void {
+    void (async () => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.deps.ledger.run('gateway_release', scope, customerId, [transactionId, record]);
+          return;
+        } catch (err) {
+          if (attempt >= release_attempts_max) {
+            this.deps.logger.error({ err, transactionId }, 'gateway hold not released; its TTL releases it');
+            return;
+          }
+          await new Promise((resolve) => setTimeout(resolve, Math.min(release_retry_pause_ms * 2 ** (attempt - 1), 5_000)));
+        }
+      }
+    })();
+  }
+
+  /** The usage record of a call that is not billed, as JSON for the release script. */
+  private failedRecord(call: Call, upstreamStatus: number | null): string {
+    const zero: Usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
+    return JSON.stringify(this.usageRecord(call, 'failed', zero, 0, false, upstreamStatus));
+  }
+
     return {
       id: newId('usage'),
       customer_id: call.customerId,
@@ -256,24 +307,29 @@ export class GatewayService {
    * does not cover from the wallet's available credits as far as they go. A settlement
    * whose reply was lost is sent again: the script answers a settled call with its stored
    * result, so the call is charged once. A settled call counts as a billable operation
-   * whatever it cost.
+   * whatever it cost: its plan reservation is committed once it settled, or may have.
    */
-  private async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number): Promise<SettleResult> {
+  private async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
     const cost = costOf(usage, call.model.prices);
     const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
     const args = [call.transactionId, cost, JSON.stringify(record), call.model.id];
     call.settleTried = true;
     let reply: ScriptReply | undefined;
-    for (let attempt = 1; reply === undefined; attempt++) {
-      try {
-        reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
-      } catch (err) {
-        if (attempt >= settle_attempts_max) throw err;
-        this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
-        await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
+    try {
+      for (let attempt = 1; reply === undefined; attempt++) {
+        try {
+          reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
+        } catch (err) {
+          if (attempt >= settle_attempts_max) throw err;
+          this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
+          await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
+        }
       }
     }
     if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
+    } finally {
+      const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
+      await this.count(call.reservation, mayHaveSettled ? 'commit' : 'release');
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
     const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
     if (Number(r.shortfall) > 0) {
@@ -282,12 +338,19 @@ export class GatewayService {
     return { cost: Number(r.cost), returned: Number(r.returned), reserved: Number(r.reserved), balanceAfter: Number(r.balance_after) };
   }
 
-  /** Gives the hold back: the call is not billed (upstream error, timeout, bad answer). */
+  /**
+   * Gives the hold back: the call is not billed (upstream error, timeout, bad answer). A
+   * release without an answer is sent again in the background.
+   */
   private async release(call: Call, upstreamStatus: number | null): Promise<void> {
-    const zero: Usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
-    const record = this.usageRecord(call, 'failed', zero, 0, false, upstreamStatus);
-    await this.deps.ledger.run('gateway_release', call.scope, call.customerId, [call.transactionId, JSON.stringify(record)]);
-    await this.deps.plans.release(call.reservation);
+    const record = this.failedRecord(call, upstreamStatus);
+    await this.count(call.reservation, 'release');
+    try {
+      await this.deps.ledger.run('gateway_release', call.scope, call.customerId, [call.transactionId, record]);
+    } catch (err) {
+      this.releaseLater(call.scope, call.customerId, call.transactionId, record);
+      throw err;
+    }
   }
 
   private billingHeaders(s: SettleResult): Record<string, string> {
@@ -302,6 +365,11 @@ export class GatewayService {
 
   private async send(req: Request, call: Call, body: Record<string, unknown>, signal: AbortSignal) {
     try {
+  /**
+   * Sends the call upstream. Null when the client left before the upstream answered: the
+   * call is then settled as aborted (the request went out, and the provider bills the
+   * input it read).
+   */
       return await this.deps.upstream.send(
         { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey! },
         body,
@@ -310,21 +378,51 @@ export class GatewayService {
     } catch (err) {
       await this.release(call, null);
       throw upstreamError(err);
+      if (signal.aborted) {
+        await this.settleAborted(call, null, null);
+        return null;
+      }
     }
   }
 
   /** Relays a whole answer; true when the call was settled, false when its hold was released. */
   private async relayWhole(req: Request, res: Response, call: Call, body: Record<string, unknown>): Promise<boolean> {
+  /**
+   * Settles a call whose client left before its answer was relayed: in full when the
+   * upstream's usage came, else its input estimated from the request's size (CONTRACT.md
+   * section 4 bills an aborted stream the same way).
+   */
+  private settleAborted(call: Call, usage: Usage | null, upstreamStatus: number | null): Promise<SettleResult> {
+    const estimate: Usage = { input: Math.ceil(call.requestBytes / request_bytes_per_token_estimate), output: 0, cacheRead: 0, cacheWrite: 0 };
+    return this.settle(call, usage ?? estimate, 'client_aborted', usage === null, upstreamStatus);
+  }
+
     const abort = new AbortController();
-    const onClose = () => abort.abort();
+    let clientGone = false;
+    const onClose = () => {
+      if (!res.writableFinished) {
+        clientGone = true;
+        abort.abort();
+      }
+    };
     res.once('close', onClose);
-    const upstream = await this.send(req, call, body, abort.signal);
+    let upstream: NonNullable<Awaited<ReturnType<GatewayService['send']>>>;
     let bytes: Buffer;
     try {
-      bytes = await readAll(upstream.body);
-    } catch (err) {
-      await this.release(call, upstream.status);
-      throw upstreamError(err);
+      const sent = await this.send(req, call, body, abort.signal);
+      if (sent === null) return true;
+      upstream = sent;
+      try {
+        bytes = await readAll(upstream.body);
+      } catch (err) {
+        // The client left while the answer was coming: the upstream did the work.
+        if (clientGone && upstream.status < 400) {
+          await this.settleAborted(call, null, upstream.status);
+          return true;
+        }
+        await this.release(call, upstream.status);
+        throw upstreamError(err);
+      }
     } finally {
       res.off('close', onClose);
     }
@@ -344,7 +442,9 @@ export class GatewayService {
       await this.release(call, upstream.status);
       throw new ApiError('upstream_error', { message: 'the upstream answered without a valid response body or usage' });
     }
-    const settled = await this.settle(call, usage, 'settled', false, upstream.status);
+    // A client that left as the whole answer arrived is billed it in full.
+    const settled = await this.settle(call, usage, clientGone ? 'client_aborted' : 'settled', false, upstream.status);
+    if (clientGone) return true;
     res.set(this.billingHeaders(settled));
     res.status(upstream.status).type(contentType).send(bytes);
     return true;
@@ -364,6 +464,10 @@ export class GatewayService {
     const upstream = await this.send(req, call, body, abort.signal);
     if (upstream.status >= 400) {
       const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
+    if (upstream === null) {
+      res.off('close', onClose);
+      return true;
+    }
       await this.release(call, upstream.status);
       res.off('close', onClose);
       res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
@@ -485,3 +589,5 @@ function upstreamError(err: unknown): ApiError {
   if (kind === 'timeout') return new ApiError('upstream_timeout');
   return new ApiError('upstream_error');
 }
+  // The model's own configuration is at fault, not the provider: the message says what.
+  if (kind === 'refused') return new ApiError('upstream_error', { message: (err as Error).message });

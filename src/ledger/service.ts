@@ -55,10 +55,18 @@ export interface OpResult {
 
 /** Plan accounting of billable operations (src/plans/service.ts). */
 export interface BillableOps {
-  /** Counts one operation ahead; `admitted` false once the plan's hard limit is reached. */
-  reserve(scope: ProjectScope): Promise<{ admitted: boolean; release(): Promise<void> }>;
-  /** Counts TTL auto-consumes that a script applied on the way. */
-  record(scope: ProjectScope, n: number): Promise<void>;
+  /**
+   * Reserves one operation ahead; `admitted` false when the plan's hard limit refuses it,
+   * and then `refusal` is the error to answer. `commit` (the operation applied, or may
+   * have) and `release` (it did not) never reject: a reservation that neither reaches
+   * counts once its deadline passes.
+   */
+  reserve(scope: ProjectScope): Promise<{ admitted: boolean; refusal: ApiError | null; commit(): Promise<void>; release(): Promise<void> }>;
+  /**
+   * Counts TTL auto-consumes that a script applied on the way. Never throws: the script
+   * applied, so its answer must not become an error; the count is retried, then logged.
+   */
+  record(scope: ProjectScope, n: number): void;
 }
 
 export interface LedgerHooks {
@@ -132,7 +140,7 @@ export class LedgerService {
     const entryId = newId('le');
     const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args]);
     if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name))) this.markDirty(k.base);
-    if (reply[2] > 0 && this.hooks.billable) await this.hooks.billable.record(scope, reply[2]);
+    if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
   }
 
@@ -140,8 +148,8 @@ export class LedgerService {
    * Runs a billable script (deduct, consume) under a plan reservation. `lookup` (binding
    * or finding the transaction's customer) goes out in the same round trip as the
    * reservation: neither needs the other's answer. The last script argument tells the
-   * script whether the plan admits a new operation; the reservation is given back unless
-   * the operation applied now.
+   * script whether the plan admits a new operation; the reservation is committed when the
+   * operation applied now (or may have), and given back otherwise.
    */
   private async runBillable(
     name: 'deduct' | 'consume',
@@ -159,10 +167,9 @@ export class LedgerService {
       return { reply, customerId: customer.value };
     } finally {
       // Given back only when the script answered that nothing applied. Without an answer
-      // (a lost reply) it may have applied: the count stays, one too high at worst, never
-      // too low.
+      // (a lost reply) it may have applied: it counts, one too high at worst, never too low.
       const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : customer.status === 'rejected' || reserved.status === 'rejected';
-      if (reservation && notApplied) await reservation.release();
+      if (reservation) await (notApplied ? reservation.release() : reservation.commit());
     }
   }
 
@@ -172,6 +179,7 @@ export class LedgerService {
    */
   private outcome(reply: ScriptReply, customerId: string, idParam?: string): OpResult {
     const [status, raw, autoConsumed] = reply;
+      if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
     if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
       return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
     }

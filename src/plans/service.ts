@@ -2,13 +2,16 @@
  * Plan accounting: billable operations (successful deduct and consume, TTL auto-consumes,
  * settled gateway calls) counted per organization and billing period in Redis, exact
  * under concurrency because the count and the limit check are one script
- * (lua/plan_reserve-2.lua). The counter is seeded from PostgreSQL's ledger when absent
- * (a new period, or a Redis rebuilt from PostgreSQL), so the count survives Redis.
+ * (lua/plan_reserve-3.lua). An operation reserves its count while it runs (pending) and
+ * commits it once applied, so an operation in flight never refuses one that fits. The
+ * counter is seeded from PostgreSQL's ledger when absent (a new period, or a Redis rebuilt
+ * from PostgreSQL), so the count survives Redis.
  */
 import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
+import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import type { Scripts } from '../redis/scripts.js';
 import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
@@ -23,10 +26,38 @@ const orgRow = z.object({
 });
 type OrgRow = z.infer<typeof orgRow>;
 
+/**
+ * How long a ledger operation's reservation stays pending before it counts as applied: a
+ * deduct or consume script answers in milliseconds, so only a process that died holds it
+ * this long.
+ */
+export const ledger_reservation_ms = 30_000;
+/**
+ * The same for a gateway call, which holds its reservation for the whole upstream call. A
+ * call still running past it is counted already; its settlement then adds nothing.
+ */
+export const gateway_reservation_ms = 600_000;
+/**
+ * How long a reservation waits when the limit is within reach only of operations in
+ * flight: their outcome decides it. Past it the answer is 429 with Retry-After.
+ */
+export const pending_wait_ms = 3_000;
+export const pending_retry_after_seconds = 1;
+/** Tries of recording operations counted without a reservation (TTL auto-consumes). */
+export const record_attempts_max = 5;
+
 export interface Reservation {
   /** False when the plan's hard limit is reached: only replays may go on. */
   admitted: boolean;
+  /**
+   * Not admitted because operations in flight may use the rest of the limit and did not
+   * finish within pending_wait_ms: a retry shortly may succeed.
+   */
+  undecided: boolean;
   counterKey: string;
+  pendingKey: string;
+  /** The pending set's member of an admitted reservation. */
+  member: string | null;
 }
 
 /** The plan in force at `nowMs`: a pending downgrade applies from its period on. */
@@ -52,7 +83,7 @@ export class PlanService {
 
   private keys(orgId: string, periodStartMs: number) {
     const tag = `${this.prefix}o:{${encodeURIComponent(orgId)}}`;
-    return { plan: `${tag}:plan`, counter: `${tag}:ops:${periodStartMs}` };
+    return { plan: `${tag}:plan`, counter: `${tag}:ops:${periodStartMs}`, pending: `${tag}:ops:${periodStartMs}:pending` };
   }
 
   private loadOrg(orgId: string): Promise<OrgRow> {
@@ -86,21 +117,39 @@ export class PlanService {
 
   private async currentKeys(orgId: string) {
     const now = this.nowMs();
-    const period = periodAt(await this.anchorOf(orgId), now);
-    return { now, period, ...this.keys(orgId, period.startMs) };
+    const anchor = await this.anchorOf(orgId);
+    const period = periodAt(anchor, now);
+    return { now, anchor, period, ...this.keys(orgId, period.startMs) };
   }
 
-  /** Writes the plan limits to Redis and the period's count, from PostgreSQL, when absent. */
-  private async seed(orgId: string, period: { startMs: number; endMs: number }, k: { plan: string; counter: string }): Promise<void> {
-    const org = await this.loadOrg(orgId);
-    await this.writePlanHash(org, k.plan);
-    const count = await this.db.oneFirst(sql.type(z.object({ n: z.number() }))`
-      SELECT count(*)::int8 AS n FROM ledger_entries e JOIN projects p ON p.id = e.project_id
-      WHERE p.organization_id = ${orgId} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY')
-        AND e.created_at >= ${sql.timestamp(new Date(period.startMs))} AND e.created_at < ${sql.timestamp(new Date(period.endMs))}`);
-    // Kept a while past the period so the last period's count can still be read.
-    const ttlSeconds = Math.ceil((period.endMs - period.startMs) / 1000) + 40 * 86_400;
-    await this.redis.set(k.counter, count, 'EX', ttlSeconds, 'NX');
+  /**
+   * Writes the plan limits to Redis and the period's count, from PostgreSQL, when absent.
+   * Without PostgreSQL a new period still starts, at 0, when this Redis holds the plan and
+   * the previous period's count: it has counted the organization without a break, and no
+   * operation of the new period can have been counted elsewhere (a reservation needs the
+   * counter). Otherwise the error stands (503: nothing known to count from).
+   */
+  private async seed(orgId: string, k: Awaited<ReturnType<PlanService['currentKeys']>>): Promise<void> {
+    const { period } = k;
+    let count: number;
+    try {
+      const org = await this.loadOrg(orgId);
+      await this.writePlanHash(org, k.plan);
+      count = await this.db.oneFirst(sql.type(z.object({ n: z.number() }))`
+        SELECT count(*)::int8 AS n FROM ledger_entries e JOIN projects p ON p.id = e.project_id
+        WHERE p.organization_id = ${orgId} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY')
+          AND e.created_at >= ${sql.timestamp(new Date(period.startMs))} AND e.created_at < ${sql.timestamp(new Date(period.endMs))}`);
+    } catch (err) {
+      const previous = this.keys(orgId, periodAt(k.anchor, period.startMs - 1).startMs).counter;
+      if (period.startMs <= k.anchor || (await this.redis.exists(k.plan, previous)) < 2) throw err;
+      count = 0;
+    }
+    await this.redis.set(k.counter, count, 'EX', this.counterTtlSeconds(period), 'NX');
+  }
+
+  /** Kept a while past the period so the last period's count can still be read. */
+  private counterTtlSeconds(period: { startMs: number; endMs: number }): number {
+    return Math.ceil((period.endMs - period.startMs) / 1000) + 40 * 86_400;
   }
 
   private async writePlanHash(org: OrgRow, key: string): Promise<void> {
@@ -111,28 +160,74 @@ export class PlanService {
     await tx.exec();
   }
 
-  /** Counts one billable operation before it is applied (see Reservation). */
-  async reserve(orgId: string): Promise<Reservation> {
-    for (let attempt = 0; ; attempt++) {
+  /**
+   * Reserves one billable operation before it is applied (see Reservation). When only
+   * operations in flight stand between the count and the limit, it asks again until they
+   * have finished (committed or given back) or pending_wait_ms has passed.
+   * `reservationMs`: how long the reservation stays pending before it counts as applied.
+   */
+  async reserve(orgId: string, reservationMs = ledger_reservation_ms): Promise<Reservation> {
+    const member = `1:${newId('rsv')}`;
+    const waitUntil = Date.now() + pending_wait_ms;
+    let seeded = false;
+    for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
       const k = await this.currentKeys(orgId);
-      const [status] = await this.scripts.runOther<[number, number]>('plan_reserve', [k.plan, k.counter], [k.now, 1]);
-      if (status === 0) return { admitted: true, counterKey: k.counter };
-      if (status === 1) return { admitted: false, counterKey: k.counter };
-      if (attempt > 0) throw new Error('plan counter could not be seeded');
-      await this.seed(orgId, k.period, k);
+      const [status] = await this.scripts.runOther<[number, number, number]>('plan_reserve', [k.plan, k.counter, k.pending], [k.now, member, k.now + reservationMs]);
+      const r = { counterKey: k.counter, pendingKey: k.pending };
+      if (status === 0) return { ...r, admitted: true, undecided: false, member };
+      if (status === 1) return { ...r, admitted: false, undecided: false, member: null };
+      if (status === 2) {
+        if (seeded) throw new Error('plan counter could not be seeded');
+        await this.seed(orgId, k);
+        seeded = true;
+        continue;
+      }
+      const left = waitUntil - Date.now();
+      if (left <= 0) return { ...r, admitted: false, undecided: true, member: null };
+      await new Promise((resolve) => setTimeout(resolve, Math.min(pause, left)));
     }
   }
 
-  /** Gives back a reservation whose operation did not apply (error or replay). */
-  async release(r: Reservation): Promise<void> {
-    if (r.admitted) await this.redis.decrby(r.counterKey, 1);
+  /** The operation of a reservation applied, or may have (a lost reply): it counts. */
+  async commit(r: Reservation): Promise<void> {
+    if (r.member !== null) await this.scripts.runOther('plan_commit', [r.counterKey, r.pendingKey], [r.member]);
   }
 
-  /** Counts operations that happened without a reservation (TTL auto-consumes). */
+  /**
+   * Gives back a reservation whose operation did not apply (error or replay). One whose
+   * deadline passed was counted already and stays counted: one too many, never too few.
+   */
+  async release(r: Reservation): Promise<void> {
+    if (r.member !== null) await this.redis.zrem(r.pendingKey, r.member);
+  }
+
+  /** The error for a reservation that was not admitted. */
+  refusal(r: Reservation): ApiError {
+    if (!r.undecided) return new ApiError('usage_limit_exceeded');
+    return new ApiError('usage_limit_exceeded', {
+      message: 'operations in flight may reach the monthly transaction limit of the Free plan; retrying shortly may succeed',
+      headers: { 'Retry-After': String(pending_retry_after_seconds) },
+    });
+  }
+
+  /**
+   * Counts operations that happened without a reservation (TTL auto-consumes): one member
+   * of weight n in the pending set, scored 0, so that the next reservation (or read of the
+   * count) folds it into `used`. It needs neither the counter nor PostgreSQL, and sending
+   * it again after a lost reply adds the same member: counted once.
+   */
   async record(orgId: string, n: number): Promise<void> {
     const k = await this.currentKeys(orgId);
-    if (!(await this.redis.exists(k.counter))) await this.seed(orgId, k.period, k);
-    await this.redis.incrby(k.counter, n);
+    const member = `${n}:${newId('rec')}`;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await Promise.all([this.redis.zadd(k.pending, 0, member), this.redis.expire(k.pending, this.counterTtlSeconds(k.period))]);
+        return;
+      } catch (err) {
+        if (attempt >= record_attempts_max) throw err;
+        await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** attempt));
+      }
+    }
   }
 
   /** Changes the plan: an upgrade at once, a downgrade from the next period. */
@@ -154,10 +249,12 @@ export class PlanService {
   /** GET /v1/admin/organization. */
   async organization(orgId: string) {
     const k = await this.currentKeys(orgId);
-    if (!(await this.redis.exists(k.counter))) await this.seed(orgId, k.period, k);
+    if (!(await this.redis.exists(k.counter))) await this.seed(orgId, k);
     const org = await this.loadOrg(orgId);
     const plan = plans[effectivePlan(org, k.now)];
-    const billable = Number(await this.redis.get(k.counter));
+    // Recorded operations (and reservations past their deadline) are folded in first;
+    // reservations in flight are not counted yet.
+    const [, billable] = await this.scripts.runOther<[number, number, number]>('plan_reserve', [k.plan, k.counter, k.pending], [k.now, '', 0]);
     const overage = plan.includedOps === null || plan.hardLimit ? 0 : Math.max(0, billable - plan.includedOps);
     const pendingStill = org.pending_plan !== null && org.pending_from !== null && org.pending_from > k.now;
     return {
