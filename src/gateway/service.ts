@@ -196,10 +196,10 @@ export class GatewayService {
     const reservation = await this.deps.plans.reserve(c.scope.organizationId, gateway_reservation_ms);
     const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
     let ok = false;
-    try {
-      const prices = c.model.prices;
     // True once the hold may exist: its script applied, or its reply was lost.
     let holdMayExist = false;
+    try {
+      const prices = c.model.prices;
       const wanted = c.explicitMax ?? c.model.maxOutputTokens;
       // Receipts find the customer of a gateway transaction through the project index. The
       // entry is written beside the hold, in the same round trip (auto-pipelined), instead
@@ -212,9 +212,9 @@ export class GatewayService {
         ]),
         this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
       ]);
+      holdMayExist = held.status === 'rejected' || held.value[0] === ScriptStatus.Ok;
       if (held.status === 'rejected') throw held.reason;
       const [status, raw] = held.value;
-      holdMayExist = held.status === 'rejected' || held.value[0] === ScriptStatus.Ok;
       if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
@@ -229,8 +229,6 @@ export class GatewayService {
       if (!ok) {
         await this.count(reservation, 'release');
         await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
-      }
-    }
         // The call fails, but a hold may be frozen: release it once Redis answers (the
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
         // of the client freezes more.
@@ -238,10 +236,10 @@ export class GatewayService {
           const call: Call = { ...c, startedAt, reservation, hold: 0, outputTokens: 0, requestBytes: c.rawBytes };
           this.releaseLater(call.scope, call.customerId, call.transactionId, this.failedRecord(call, null));
         }
+      }
+    }
   }
 
-  private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
-    const p = call.model.prices;
   /** Commits or gives back a plan reservation; a failure is logged (it counts at its deadline). */
   private async count(r: Reservation, how: 'commit' | 'release'): Promise<void> {
     await this.deps.plans[how](r).catch((err: unknown) => this.deps.logger.warn({ err }, `plan reservation ${how} failed; it counts at its deadline`));
@@ -276,6 +274,8 @@ export class GatewayService {
     return JSON.stringify(this.usageRecord(call, 'failed', zero, 0, false, upstreamStatus));
   }
 
+  private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
+    const p = call.model.prices;
     return {
       id: newId('usage'),
       customer_id: call.customerId,
@@ -325,11 +325,11 @@ export class GatewayService {
           await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
         }
       }
-    }
-    if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
     } finally {
       const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
       await this.count(call.reservation, mayHaveSettled ? 'commit' : 'release');
+    }
+    if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
     const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
     if (Number(r.shortfall) > 0) {
@@ -363,30 +363,28 @@ export class GatewayService {
     };
   }
 
-  private async send(req: Request, call: Call, body: Record<string, unknown>, signal: AbortSignal) {
-    try {
   /**
    * Sends the call upstream. Null when the client left before the upstream answered: the
    * call is then settled as aborted (the request went out, and the provider bills the
    * input it read).
    */
+  private async send(req: Request, call: Call, body: Record<string, unknown>, signal: AbortSignal) {
+    try {
       return await this.deps.upstream.send(
         { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey! },
         body,
         { stream: call.stream, signal, anthropicVersion: call.format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined },
       );
     } catch (err) {
-      await this.release(call, null);
-      throw upstreamError(err);
       if (signal.aborted) {
         await this.settleAborted(call, null, null);
         return null;
       }
+      await this.release(call, null);
+      throw upstreamError(err);
     }
   }
 
-  /** Relays a whole answer; true when the call was settled, false when its hold was released. */
-  private async relayWhole(req: Request, res: Response, call: Call, body: Record<string, unknown>): Promise<boolean> {
   /**
    * Settles a call whose client left before its answer was relayed: in full when the
    * upstream's usage came, else its input estimated from the request's size (CONTRACT.md
@@ -397,6 +395,8 @@ export class GatewayService {
     return this.settle(call, usage ?? estimate, 'client_aborted', usage === null, upstreamStatus);
   }
 
+  /** Relays a whole answer; true when the call was settled, false when its hold was released. */
+  private async relayWhole(req: Request, res: Response, call: Call, body: Record<string, unknown>): Promise<boolean> {
     const abort = new AbortController();
     let clientGone = false;
     const onClose = () => {
@@ -462,12 +462,12 @@ export class GatewayService {
     };
     res.once('close', onClose);
     const upstream = await this.send(req, call, body, abort.signal);
-    if (upstream.status >= 400) {
-      const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
     if (upstream === null) {
       res.off('close', onClose);
       return true;
     }
+    if (upstream.status >= 400) {
+      const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
       await this.release(call, upstream.status);
       res.off('close', onClose);
       res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
@@ -587,7 +587,7 @@ function upstreamError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   const kind = (err as { kind?: string }).kind;
   if (kind === 'timeout') return new ApiError('upstream_timeout');
-  return new ApiError('upstream_error');
-}
   // The model's own configuration is at fault, not the provider: the message says what.
   if (kind === 'refused') return new ApiError('upstream_error', { message: (err as Error).message });
+  return new ApiError('upstream_error');
+}

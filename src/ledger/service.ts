@@ -164,6 +164,7 @@ export class LedgerService {
       if (customer.status === 'rejected') throw customer.reason;
       if (reserved.status === 'rejected') throw reserved.reason;
       reply = await this.run(name, scope, customer.value, [...args, reservation && !reservation.admitted ? '0' : '1']);
+      if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
       return { reply, customerId: customer.value };
     } finally {
       // Given back only when the script answered that nothing applied. Without an answer
@@ -179,7 +180,6 @@ export class LedgerService {
    */
   private outcome(reply: ScriptReply, customerId: string, idParam?: string): OpResult {
     const [status, raw, autoConsumed] = reply;
-      if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
     if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
       return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
     }
