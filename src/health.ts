@@ -1,10 +1,19 @@
 /**
  * GET /health: 200 while money operations can be served (Redis answers), `degraded` when
- * PostgreSQL is down or the workers lag behind the outbox (no heartbeat, or entries older
- * than outbox_lag_degraded_ms waiting); 503 only without Redis.
+ * PostgreSQL is down, the workers lag behind the outbox (no heartbeat, or entries older
+ * than outbox_lag_degraded_ms waiting), or Redis is being recovered after a restart
+ * (src/redis/generation.ts); 503 only without Redis.
+ *
+ * `warnings` says what an operator should fix and does not change the status: a Redis
+ * whose persistence can lose acknowledged writes (anything but AOF with
+ * `appendfsync always`, which is fine on a development machine and not in production),
+ * customers whose entries the persist loop set aside, ledger anomalies a repair kept.
  */
+import type { Redis } from 'ioredis';
 import type { Runtime } from './runtime.js';
 import { customerKeysFromBase, dirtySetKey } from './redis/keys.js';
+import { anomaliesKey } from './reconcile/reconcile.js';
+import { setAsideKey } from '../workers/persist.js';
 import { sql } from 'slonik';
 
 export const worker_heartbeat_stale_ms = 15_000;
@@ -13,6 +22,42 @@ export const outbox_lag_degraded_ms = 30_000;
 /** Dirty outboxes looked at to measure the lag. */
 export const outbox_lag_sample_size = 100;
 export const heartbeatKey = (prefix: string) => `${prefix}worker:heartbeat`;
+
+/** How long a Redis's persistence settings are cached (CONFIG GET is not free). */
+export const durability_cache_ms = 2_000;
+
+/** What a Redis crash can lose: `always` nothing acknowledged; `everysec` about a second; `no` and `off` more. */
+export type RedisDurability = 'always' | 'everysec' | 'no' | 'off' | 'unknown';
+
+const durabilityCache = new WeakMap<Redis, { atMs: number; value: RedisDurability }>();
+
+/**
+ * Reads appendonly and appendfsync with CONFIG GET; `unknown` when CONFIG is disabled or
+ * renamed (managed Redis services often do): the operator then has to know.
+ */
+async function redisDurability(redis: Redis): Promise<RedisDurability> {
+  const cached = durabilityCache.get(redis);
+  if (cached && Date.now() - cached.atMs < durability_cache_ms) return cached.value;
+  let value: RedisDurability;
+  try {
+    const [aof, fsync] = await Promise.all([redis.config('GET', 'appendonly'), redis.config('GET', 'appendfsync')]);
+    const read = (pair: unknown) => (Array.isArray(pair) ? String(pair[1] ?? '') : '');
+    const fsyncValue = read(fsync);
+    value = read(aof) !== 'yes' ? 'off' : fsyncValue === 'always' || fsyncValue === 'everysec' || fsyncValue === 'no' ? fsyncValue : 'unknown';
+  } catch {
+    value = 'unknown';
+  }
+  durabilityCache.set(redis, { atMs: Date.now(), value });
+  return value;
+}
+
+const durability_warnings: Record<RedisDurability, string | null> = {
+  always: null,
+  everysec: 'Redis runs with appendfsync everysec: a Redis crash can lose the last second of acknowledged operations; production needs appendfsync always (docs/OPERATIONS.md)',
+  no: 'Redis runs with appendfsync no: a Redis crash can lose acknowledged operations; production needs appendfsync always (docs/OPERATIONS.md)',
+  off: 'Redis runs without AOF (appendonly no): a Redis crash loses what the workers had not yet copied to PostgreSQL; fine for development, production needs appendonly yes with appendfsync always (docs/OPERATIONS.md)',
+  unknown: 'Redis persistence could not be read (CONFIG is disabled): make sure it runs with appendonly yes and appendfsync always (docs/OPERATIONS.md)',
+};
 
 async function check<T>(fn: () => Promise<T>, timeoutMs = 1_000): Promise<{ ok: true; value: T } | { ok: false; error: string }> {
   let timer: NodeJS.Timeout | undefined;
@@ -39,7 +84,21 @@ export async function health(rt: Runtime) {
       const info = await rt.redis.info('persistence');
       const aof = /aof_enabled:(\d)/.exec(info)?.[1] === '1';
       const rdbSaves = /rdb_last_save_time/.test(info);
-      return { aof_enabled: aof, rdb: rdbSaves };
+      const [durability, setAside, anomalies] = await Promise.all([
+        redisDurability(rt.redis),
+        rt.redis.hlen(setAsideKey(prefix)),
+        rt.redis.hlen(anomaliesKey(prefix)),
+      ]);
+      return {
+        aof_enabled: aof,
+        rdb: rdbSaves,
+        redis_durability: durability,
+        // The generation guard: false while this Redis is checked against PostgreSQL.
+        verified: rt.generation.verified,
+        run_id: rt.generation.runId,
+        persist_set_aside: setAside,
+        ledger_anomalies: anomalies,
+      };
     }),
     check(() => rt.db.oneFirst(sql.unsafe`SELECT 1`)),
     check(async () => {
@@ -61,13 +120,28 @@ export async function health(rt: Runtime) {
   const workersLag =
     queue.ok &&
     (queue.value.worker_heartbeat_age_ms === null || queue.value.worker_heartbeat_age_ms > worker_heartbeat_stale_ms || queue.value.outbox_lag_ms > outbox_lag_degraded_ms);
-  const status = !redis.ok ? 'down' : !postgres.ok || !queue.ok || workersLag ? 'degraded' : 'ok';
+  const recovering = redis.ok && !redis.value.verified;
+  const status = !redis.ok ? 'down' : !postgres.ok || !queue.ok || workersLag || recovering ? 'degraded' : 'ok';
+  const warnings: string[] = [];
+  if (redis.ok) {
+    const w = durability_warnings[redis.value.redis_durability];
+    if (w) warnings.push(w);
+    if (recovering) warnings.push('Redis restarted: money operations wait until what it may have forgotten is restored from PostgreSQL');
+    if (redis.value.persist_set_aside > 0) {
+      warnings.push(`${redis.value.persist_set_aside} customers' entries clash with the ledger and are set aside: run npm run reconcile -- --repair (docs/OPERATIONS.md)`);
+    }
+    if (redis.value.ledger_anomalies > 0) {
+      warnings.push(`${redis.value.ledger_anomalies} customers have ledger anomalies kept by a repair (entries written on a Redis that had forgotten others): see docs/OPERATIONS.md`);
+    }
+  }
   return {
     httpStatus: redis.ok ? 200 : 503,
     body: {
       status,
+      warnings,
       checks: {
-        redis: redis.ok ? { status: 'ok', ...redis.value } : { status: 'down', error: redis.error },
+        // Redis answers: `ok`; `generation` says whether money operations may use it yet.
+        redis: redis.ok ? { status: 'ok', generation: recovering ? 'recovering' : 'verified', ...redis.value } : { status: 'down', error: redis.error },
         postgres: postgres.ok ? { status: 'ok' } : { status: 'down', error: postgres.error },
         queue: queue.ok ? { status: workersLag ? 'lagging' : 'ok', ...queue.value } : { status: 'down', error: queue.error },
       },

@@ -13,6 +13,8 @@ import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { createRedis } from './redis/client.js';
+import { RedisGeneration } from './redis/generation.js';
+import { recoverForgotten } from './reconcile/recovery.js';
 import { registerScripts } from './redis/scripts.js';
 import { PlanService } from './plans/service.js';
 import { createModelQueries, type ModelQueries } from './admin/models.js';
@@ -50,6 +52,8 @@ export interface Runtime {
   usageQueries: UsageQueries;
   upstream: UpstreamClient;
   gateway: GatewayService;
+  /** The Redis generation guard: money operations wait until this Redis is verified. */
+  generation: RedisGeneration;
   /** Connections opened lazily by parts that need their own (subscribers, BullMQ). */
   extraConnection(): Redis;
   close(): Promise<void>;
@@ -84,7 +88,16 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const db = await createDb(config.DATABASE_URL);
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
-  const scripts = registerScripts(redis);
+  const ledgerQueries = createLedgerQueries(db);
+  const generation = new RedisGeneration(redis, {
+    prefix: config.REDIS_PREFIX,
+    logger,
+    recover: async () => {
+      await recoverForgotten({ config, redis, db, ledgerQueries, ledgerQueue, clock, logger }, config.REDIS_RECOVERY_WINDOW_MS);
+    },
+  });
+  // Every script call checks the guard right before it is sent.
+  const scripts = generation.guardScripts(registerScripts(redis));
   const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock);
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     billable: {
@@ -101,6 +114,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
         });
       },
     },
+    ready: () => generation.ready(),
     onScheduleError(err, transactionId) {
       logger.error({ err, transactionId }, 'TTL expiry job not queued; the sweeper will settle the freeze when due');
     },
@@ -147,7 +161,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     clock,
     ledger,
     plans,
-    ledgerQueries: createLedgerQueries(db),
+    ledgerQueries,
     keyQueries,
     keyCache,
     ledgerQueue,
@@ -156,8 +170,10 @@ export async function createRuntime(config: Config, logger = createLogger(config
     usageQueries: createUsageQueries(db),
     upstream,
     gateway,
+    generation,
     extraConnection,
     async close() {
+      generation.close();
       await ledgerQueue.close();
       await upstream.close();
       // A pool that lost connections while PostgreSQL was away fails to end them; the

@@ -6,6 +6,9 @@
 import { Worker } from 'bullmq';
 import { heartbeatKey } from '../src/health.js';
 import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
+import { projectRecorder } from '../src/reconcile/recovery.js';
+import { reconcile } from '../src/reconcile/reconcile.js';
+import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { sweep } from './sweep.js';
 
@@ -16,7 +19,18 @@ export interface Workers {
 
 export async function startWorkers(rt: Runtime): Promise<Workers> {
   const { config, logger } = rt;
-  const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger);
+  const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger, {
+    isReady: () => rt.generation.verified,
+    recordProjects: projectRecorder(rt),
+    // A customer whose entries clash with the ledger's seq: renumbered and rebuilt by
+    // reconcile's repair (docs/OPERATIONS.md, "The wedge").
+    async repairSeqClash(base) {
+      const ids = parseCustomerBase(config.REDIS_PREFIX, base);
+      if (!ids) throw new Error(`not a customer key base: ${base}`);
+      const report = await reconcile(rt, { repair: true, customers: [ids] });
+      if (report.errors.length > 0) throw new Error(report.errors[0].message);
+    },
+  });
   persist.start();
 
   const worker = new Worker<LedgerJobData>(

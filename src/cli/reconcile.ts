@@ -28,6 +28,8 @@ function describe(report: ReconcileReport, repair: boolean): string {
   }
   if (repair) lines.push(`repaired ${report.customers_repaired} customers`);
   for (const e of report.errors) lines.push(`  could not check ${e.project_id} ${e.customer_id}: ${e.message}`);
+  // Kept rather than lost: an operator reads these (docs/OPERATIONS.md, "Anomalies").
+  for (const a of report.anomalies) lines.push(`  anomaly ${a.project_id} ${a.customer_id}: ${a.message}`);
   return lines.join('\n');
 }
 

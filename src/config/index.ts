@@ -35,6 +35,11 @@ const schema = z.object({
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(1_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),
+  /**
+   * How far back the recovery after a Redis restart looks for customers whose ledger is
+   * ahead of Redis (src/reconcile/recovery.ts); older losses need `reconcile --repair`.
+   */
+  REDIS_RECOVERY_WINDOW_MS: z.coerce.number().int().min(1).default(24 * 3_600_000),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
 });
 

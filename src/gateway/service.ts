@@ -102,6 +102,8 @@ export class GatewayService {
   ) {}
 
   async handle(req: Request, res: Response, auth: AuthContext, endpoint: Endpoint, rawBytes: number): Promise<void> {
+    // The Redis generation guard, before any command of the call (src/redis/generation.ts).
+    await this.deps.ledger.ready();
     const body = req.body as Record<string, unknown>;
     const format: WireFormat = endpoint === 'messages' ? 'anthropic' : 'openai';
     const { scope } = auth;

@@ -75,6 +75,11 @@ export interface LedgerHooks {
   /** The expiry job of an applied freeze could not be queued (the sweeper covers it). */
   onScheduleError?(err: unknown, transactionId: string): void;
   billable?: BillableOps;
+  /**
+   * Resolves when money operations may touch Redis, else throws 503 service_unavailable
+   * (the Redis generation guard, src/redis/generation.ts).
+   */
+  ready?(): Promise<void>;
 }
 
 const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
@@ -128,6 +133,15 @@ export class LedgerService {
       this.dirty.clear();
       this.redis.sadd(dirtySetKey(this.prefix), ...members).catch(() => undefined);
     });
+  }
+
+  /**
+   * Waits for the Redis generation guard: the entry point of every money operation calls
+   * it before its first command, so that not even an index binding reaches a Redis that
+   * may have forgotten acknowledged writes.
+   */
+  async ready(): Promise<void> {
+    await this.hooks.ready?.();
   }
 
   keys(scope: ProjectScope, customerId: string): CustomerKeys {
@@ -202,6 +216,7 @@ export class LedgerService {
   }
 
   async deposit(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
+    await this.ready();
     if (input.idempotencyKey !== null) {
       const owner = await this.bind(projectKeys(this.prefix, scope.projectId).depositIndex, input.idempotencyKey, input.customerId);
       if (owner !== input.customerId) throw new ApiError('transaction_conflict', { param: 'idempotency_key' });
@@ -234,12 +249,14 @@ export class LedgerService {
   }
 
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
+    await this.ready();
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
     const { reply } = await this.runBillable('deduct', scope, this.bindTransaction(scope, input), this.drawArgs(input, hash));
     return this.outcome(reply, input.customerId, 'transaction_id');
   }
 
   async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
+    await this.ready();
     await this.bindTransaction(scope, input);
     const hash = requestHash([
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
@@ -272,6 +289,7 @@ export class LedgerService {
     scope: ProjectScope,
     input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
   ): Promise<OpResult> {
+    await this.ready();
     const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
     const { reply, customerId } = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
     return this.outcome(reply, customerId);
@@ -281,6 +299,7 @@ export class LedgerService {
     scope: ProjectScope,
     input: { transactionId: string; customerId: string | null; description: string | null },
   ): Promise<OpResult> {
+    await this.ready();
     const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
     const reply = await this.run('unfreeze', scope, owner, [input.transactionId, input.description ?? '']);
     return this.outcome(reply, owner);

@@ -92,6 +92,19 @@ export interface FoldedCustomer {
 /** Entries that do not fold: a gap in the ledger or an entry kind this fold does not know. */
 export class FoldError extends Error {}
 
+/**
+ * How to fold a ledger that holds entries written on a Redis that had forgotten earlier
+ * ones (a seq clash, renumbered after PostgreSQL's last entry: src/reconcile/reconcile.ts).
+ * From `lenientFromSeq` on, an entry that contradicts the entries before it (it settles a
+ * freeze that is no longer frozen, or repeats a transaction id) does not fail the fold: it
+ * is kept, folded as far as it moved money, and described in `anomalies`. Sources drawn
+ * beyond their total (a shortfall) are described there in every fold.
+ */
+export interface FoldOptions {
+  lenientFromSeq?: number;
+  anomalies?: string[];
+}
+
 function str(n: number): string {
   // The scripts format with '%.0f'; every amount and time is an integer below 2^53.
   if (!Number.isSafeInteger(n)) throw new FoldError(`not an integer amount: ${n}`);
@@ -114,7 +127,7 @@ function needString(e: EntryRow, field: string): string {
   return v;
 }
 
-export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]): FoldedCustomer {
+export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[], opts: FoldOptions = {}): FoldedCustomer {
   const sources = new Map<string, StoredSource>();
   const txs = new Map<string, StoredTransaction>();
   const dep: Record<string, string> = {};
@@ -130,12 +143,23 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const add = (s: StoredSource, field: 'u' | 'f', delta: number) => {
     s[field] = str(Number(s[field]) + delta);
   };
-  const frozenTx = (e: EntryRow): StoredTransaction => {
+  const lenient = (e: EntryRow) => opts.lenientFromSeq !== undefined && e.seq >= opts.lenientFromSeq;
+  const anomaly = (message: string) => opts.anomalies?.push(message);
+  /** The frozen transaction an entry settles; null for a stale settlement folded leniently. */
+  const frozenTx = (e: EntryRow): StoredTransaction | null => {
     const tx = txs.get(e.transaction_id);
     if (!tx || tx.k !== 'freeze' || tx.st !== 'frozen') {
-      throw new FoldError(`${e.type} entry seq ${e.seq} settles ${e.transaction_id}, which is not frozen`);
+      if (!lenient(e)) throw new FoldError(`${e.type} entry seq ${e.seq} settles ${e.transaction_id}, which is not frozen`);
+      anomaly(`${e.type} entry seq ${e.seq} settles ${e.transaction_id}, which an earlier entry had already settled (written on a Redis that had forgotten it)`);
+      return null;
     }
     return tx;
+  };
+  /** A transaction id applied a second time on a Redis that had forgotten the first. */
+  const repeated = (e: EntryRow): boolean => {
+    if (!txs.has(e.transaction_id) || !lenient(e)) return false;
+    anomaly(`${e.type} entry seq ${e.seq} applied transaction ${e.transaction_id} again (written on a Redis that had forgotten the first; the first result is kept for replays)`);
+    return true;
   };
 
   const ordered = [...entries].sort((a, b) => a.seq - b.seq);
@@ -149,15 +173,23 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         sources.set(s.id, s);
         srcSeq = Math.max(srcSeq, Number(s.q));
         const ik = e.extra?.ik;
-        if (typeof ik === 'string') dep[ik] = JSON.stringify({ h: needString(e, 'h'), r: result });
+        if (typeof ik === 'string' && dep[ik] !== undefined && lenient(e)) {
+          anomaly(`DEPOSIT entry seq ${e.seq} credited idempotency key ${ik} again (written on a Redis that had forgotten the first; the first result is kept for replays)`);
+        } else if (typeof ik === 'string') {
+          dep[ik] = JSON.stringify({ h: needString(e, 'h'), r: result });
+        }
         break;
       }
       case 'DEDUCT': {
         for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
+        if (repeated(e)) break;
         txs.set(e.transaction_id, { k: 'deduct', st: 'done', h: needString(e, 'h'), a: str(e.amount), r: result });
         break;
       }
       case 'FREEZE': {
+        // A repeated freeze only held funds that the first freeze's settlement decides
+        // about: its holds are not kept, so they cannot stay frozen for ever.
+        if (repeated(e)) break;
         const holds = holdsOf(e);
         for (const d of holds) add(source(e, d.account_id), 'f', Number(d.amount));
         const tx: StoredTransaction = { k: 'freeze', st: 'frozen', h: needString(e, 'h'), a: str(e.amount), holds, w: e.wallet, r: result };
@@ -173,6 +205,11 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
       }
       case 'CONSUME': {
         const tx = frozenTx(e);
+        if (tx === null) {
+          // The stale consume charged the customer what its details say: kept as used.
+          for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
+          break;
+        }
         if (e.reason === 'ttl_consume') {
           // settle_ttl: every hold becomes used.
           for (const h of tx.holds ?? []) {
@@ -203,6 +240,8 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
       }
       case 'UNFREEZE': {
         const tx = frozenTx(e);
+        // A stale release of funds an earlier entry already settled moves nothing.
+        if (tx === null) break;
         for (const h of tx.holds ?? []) add(source(e, h.account_id), 'f', -Number(h.amount));
         const byTtl = e.reason === 'ttl_release';
         tx.st = byTtl ? 'released' : 'unfrozen';
@@ -232,7 +271,11 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   if (srcSeq > 0) meta.src_seq = str(srcSeq);
 
   const src: Record<string, string> = {};
-  for (const s of sources.values()) src[s.id] = encodeSource(s);
+  for (const s of sources.values()) {
+    const over = Number(s.u) + Number(s.f) - Number(s.t);
+    if (over > 0) anomaly(`source ${s.id} is drawn ${over} credits beyond its total (a shortfall)`);
+    src[s.id] = encodeSource(s);
+  }
   const tx: Record<string, string> = {};
   for (const [id, t] of txs) tx[id] = JSON.stringify(t);
   return { meta, src, tx, dep, ttl };

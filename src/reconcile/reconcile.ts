@@ -11,17 +11,25 @@
  * fails when any of the keys changed after the WATCH, so neither the comparison nor the
  * rewrite can mix states from before and after a concurrent operation; such a customer
  * is simply tried again after a short random pause.
+ *
+ * A customer whose outbox entries clash with PostgreSQL's sequence numbers (Redis forgot
+ * entries PostgreSQL has, then wrote new ones under the same numbers: the wedge) is
+ * folded with those entries renumbered after PostgreSQL's last; `repair` inserts them so
+ * renumbered and rebuilds the customer from the whole ledger. See docs/OPERATIONS.md.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { PersistLoop } from '../../workers/persist.js';
+import { isSeqClash, PersistLoop, setAsideKey } from '../../workers/persist.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
 import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
 import type { ExpireJob, Runtime } from '../runtime.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
+
+/** Redis hash: customer key base -> JSON list of the anomalies its last repair found (/health counts them). */
+export const anomaliesKey = (prefix: string) => `${prefix}ledger:anomalies`;
 
 /** Tries per customer when concurrent operations keep changing its keys. */
 export const attempts_max = 10;
@@ -51,8 +59,17 @@ export interface ReconcileReport {
   customers_with_drift: number;
   customers_repaired: number;
   drift: DriftItem[];
-  /** Customers that could not be checked (their ledger does not fold, or they kept changing). */
-  errors: { project_id: string; customer_id: string; message: string }[];
+  /**
+   * Customers that could not be checked. `permanent`: their ledger does not fold (trying
+   * again changes nothing); otherwise a store failed or the keys kept changing.
+   */
+  errors: { project_id: string; customer_id: string; message: string; permanent: boolean }[];
+  /**
+   * What a fold found and kept rather than fail on: entries written on a Redis that had
+   * forgotten earlier ones (renumbered after PostgreSQL's last), settlements or repeats
+   * they made, and sources drawn beyond their total (shortfalls).
+   */
+  anomalies: { project_id: string; customer_id: string; message: string }[];
 }
 
 export type ReconcileRuntime = Pick<Runtime, 'config' | 'redis' | 'db' | 'ledgerQueries' | 'ledgerQueue' | 'clock' | 'logger'>;
@@ -115,6 +132,8 @@ interface Snapshot {
   ttl: Record<string, number>;
   /** Entries not in PostgreSQL yet: acknowledged operations all the same. */
   outbox: OutboxEntry[];
+  /** The stream ids of `outbox`, in the same order. */
+  outboxIds: string[];
 }
 
 async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
@@ -128,7 +147,7 @@ async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
   ];
   const ttl: Record<string, number> = {};
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
-  return { meta, src, tx, dep, ttl, outbox: stream.map(([, fields]) => parseOutboxEntry(fields[1])) };
+  return { meta, src, tx, dep, ttl, outbox: stream.map(([, fields]) => parseOutboxEntry(fields[1])), outboxIds: stream.map(([id]) => id) };
 }
 
 /** An outbox entry as the ledger row it becomes (outboxEntryToPublic and insertEntries). */
@@ -150,7 +169,8 @@ function outboxRow(e: OutboxEntry & { type: LedgerEntryType }): IdentifiedEntry 
 
 /**
  * The customer and ledger as of the snapshot: PostgreSQL plus the outbox (an entry in
- * both counts once). A customer whose creating deposit is still in the outbox takes its
+ * both counts once, as PostgreSQL holds it: a renumbered entry keeps its old number in
+ * the outbox until it is trimmed). A customer whose creating deposit is still in the outbox takes its
  * profile from that deposit, as the persist loop will.
  */
 function ledgerAsOfSnapshot(row: CustomerRow | null, stored: IdentifiedEntry[], outbox: OutboxEntry[]): { customer: CustomerRow | null; entries: EntryRow[] } {
@@ -158,7 +178,7 @@ function ledgerAsOfSnapshot(row: CustomerRow | null, stored: IdentifiedEntry[], 
   let customer = row;
   for (const e of outbox) {
     if (!isLedgerEntry(e)) continue;
-    byId.set(e.id, outboxRow(e));
+    if (!byId.has(e.id)) byId.set(e.id, outboxRow(e));
     const created = e.x?.customer as { created_at: string; name: string | null; email: string | null; metadata: string | null } | null | undefined;
     if (customer === null && created) {
       customer = {
@@ -294,6 +314,28 @@ async function scheduleExpiry(rt: ReconcileRuntime, job: ExpireJob, atMs: number
   });
 }
 
+/**
+ * The wedge: outbox entries not in PostgreSQL (by id) whose seq PostgreSQL already holds
+ * for other entries. Redis forgot those entries and numbered new ones from where it had
+ * stopped. Every pending ledger entry is then renumbered, in outbox order, after
+ * PostgreSQL's last seq: the entries Redis forgot stay as they were acknowledged, and the
+ * ones written on the stale state (acknowledged too) follow them. Null when nothing clashes.
+ */
+function renumberClashes(
+  stored: IdentifiedEntry[],
+  outbox: OutboxEntry[],
+): { renumbered: Map<string, OutboxEntry>; firstSeq: number; clashingSeqs: number[] } | null {
+  const storedIds = new Set(stored.map((e) => e.id));
+  const storedSeqs = new Set(stored.map((e) => e.seq));
+  const pending = outbox.filter((e) => isLedgerEntry(e) && !storedIds.has(e.id));
+  const clashingSeqs = pending.filter((e) => storedSeqs.has(Number(e.seq))).map((e) => Number(e.seq));
+  if (clashingSeqs.length === 0) return null;
+  const last = stored.reduce((max, e) => Math.max(max, e.seq), 0);
+  const renumbered = new Map<string, OutboxEntry>();
+  pending.forEach((e, i) => renumbered.set(e.id, { ...e, seq: String(last + 1 + i) }));
+  return { renumbered, firstSeq: last + 1, clashingSeqs };
+}
+
 function globEscape(s: string): string {
   return s.replace(/[*?[\]\\]/g, '\\$&');
 }
@@ -316,6 +358,7 @@ async function redisCustomerBases(redis: Redis, prefix: string, projectId: strin
 
 interface CustomerOutcome {
   drift: DriftItem[];
+  anomalies: string[];
   /** The customer's keys were rewritten from the fold. */
   rewritten: boolean;
   /** The state folded from PostgreSQL alone; null when PostgreSQL has no such customer. */
@@ -333,13 +376,18 @@ interface CustomerOutcome {
  * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
-  ctx: { conn: Redis; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries> },
+  ctx: { conn: Redis; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries'] },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
 ): Promise<CustomerOutcome> {
   const k = customerKeysFromBase(base);
-  await ctx.persist.drain(base);
+  try {
+    await ctx.persist.drain(base);
+  } catch (err) {
+    // A seq clash is handled below; anything else stops this customer.
+    if (!isSeqClash(err)) throw err;
+  }
   for (let attempt = 0; attempt < attempts_max; attempt++) {
     if (attempt > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * attempt));
     await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox);
@@ -348,32 +396,58 @@ async function reconcileKeys(
       ctx.queries.entries(ids.projectId, ids.customerId),
     ]);
     const snap = await readSnapshot(ctx.conn, k);
-    const ledger = ledgerAsOfSnapshot(row, stored, snap.outbox);
-    const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries);
+    const clash = renumberClashes(stored, snap.outbox);
+    const outbox = snap.outbox.map((e) => clash?.renumbered.get(e.id) ?? e);
+    const ledger = ledgerAsOfSnapshot(row, stored, outbox);
+    const anomalies: string[] = [];
+    const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { lenientFromSeq: clash?.firstSeq, anomalies });
     const expected = folded === null ? null : withRedisOnlyState(folded, snap);
     const drift = compare(ids, snap, expected);
+    if (clash) {
+      anomalies.unshift(`${clash.renumbered.size} entries written on a Redis that had forgotten entries in PostgreSQL, renumbered from seq ${clash.firstSeq}`);
+      drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field: 'ledger.seq', redis: clash.clashingSeqs, expected: `renumbered from ${clash.firstSeq}` });
+    }
     const rewrite = repair && expected !== null && drift.length > 0;
+    // The renumbered entries go to PostgreSQL before the rewrite that trims them from the
+    // outbox: should the EXEC fail, the next attempt finds them in PostgreSQL by id.
+    if (rewrite && clash) await ctx.ledgerQueries.insertEntries([...clash.renumbered.values()]);
     const m = ctx.conn.multi();
     if (rewrite) queueRewrite(m, k, expected);
+    if (rewrite && clash) {
+      const trimmed = snap.outboxIds.filter((_, i) => clash.renumbered.has(snap.outbox[i].id));
+      if (trimmed.length > 0) m.xdel(k.outbox, ...trimmed);
+    }
     // Null: a watched key changed, so the snapshot may not match the ledger read.
-    if ((await m.exec()) !== null) return { drift, rewritten: rewrite, folded };
+    if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded };
   }
   throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);
 }
 
-export async function reconcile(rt: ReconcileRuntime, opts: { projectId?: string; repair: boolean }): Promise<ReconcileReport> {
+/**
+ * Checks (and with `repair` rewrites) every customer of the prefix, of one project, or
+ * only the `customers` given (the recovery after a Redis restart, the persist loop's
+ * repair of a clashing customer).
+ */
+export async function reconcile(
+  rt: ReconcileRuntime,
+  opts: { projectId?: string; repair: boolean; customers?: { projectId: string; customerId: string }[] },
+): Promise<ReconcileReport> {
   const prefix = rt.config.REDIS_PREFIX;
   const queries = createReconcileQueries(rt.db);
   const persist = new PersistLoop(rt.redis, rt.ledgerQueries, prefix, 0, rt.logger);
-  const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [] };
+  const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] };
 
   const customers = new Map<string, { projectId: string; customerId: string }>();
-  for (const row of await queries.customerIds(opts.projectId ?? null)) {
-    customers.set(customerBase(prefix, row.project_id, row.id), { projectId: row.project_id, customerId: row.id });
-  }
-  for (const base of await redisCustomerBases(rt.redis, prefix, opts.projectId ?? null)) {
-    const ids = parseCustomerBase(prefix, base);
-    if (ids && !customers.has(base)) customers.set(base, ids);
+  if (opts.customers) {
+    for (const ids of opts.customers) customers.set(customerBase(prefix, ids.projectId, ids.customerId), ids);
+  } else {
+    for (const row of await queries.customerIds(opts.projectId ?? null)) {
+      customers.set(customerBase(prefix, row.project_id, row.id), { projectId: row.project_id, customerId: row.id });
+    }
+    for (const base of await redisCustomerBases(rt.redis, prefix, opts.projectId ?? null)) {
+      const ids = parseCustomerBase(prefix, base);
+      if (ids && !customers.has(base)) customers.set(base, ids);
+    }
   }
 
   const organizations = new Map<string, string | null>();
@@ -385,12 +459,18 @@ export async function reconcile(rt: ReconcileRuntime, opts: { projectId?: string
       report.customers_checked++;
       let outcome: CustomerOutcome;
       try {
-        outcome = await reconcileKeys({ conn, persist, queries }, base, ids, opts.repair);
+        outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries }, base, ids, opts.repair);
       } catch (err) {
         await conn.unwatch().catch(() => undefined);
-        if (!(err instanceof FoldError)) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
-        report.errors.push({ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message });
+        const permanent = err instanceof FoldError;
+        if (!permanent) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
+        report.errors.push({ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message, permanent });
         continue;
+      }
+      for (const message of outcome.anomalies) report.anomalies.push({ project_id: ids.projectId, customer_id: ids.customerId, message });
+      if (opts.repair && outcome.rewritten && outcome.anomalies.length > 0) {
+        rt.logger.error({ ...ids, anomalies: outcome.anomalies }, 'reconcile kept ledger anomalies; see docs/OPERATIONS.md');
+        await rt.redis.hset(anomaliesKey(prefix), base, JSON.stringify({ at: new Date().toISOString(), anomalies: outcome.anomalies }));
       }
 
       const { folded } = outcome;
@@ -407,6 +487,7 @@ export async function reconcile(rt: ReconcileRuntime, opts: { projectId?: string
         if (d.field === 'depidx') await rt.redis.hset(depositIndex, d.idempotency_key!, ids.customerId);
       }
       if (outcome.rewritten) {
+        await rt.redis.hdel(setAsideKey(prefix), base);
         if (!organizations.has(ids.projectId)) organizations.set(ids.projectId, await queries.organizationOf(ids.projectId));
         const organizationId = organizations.get(ids.projectId) ?? '';
         for (const [transactionId, atMs] of Object.entries(folded.ttl)) {

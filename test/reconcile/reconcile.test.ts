@@ -104,7 +104,7 @@ afterAll(() => svc.close());
 describe('reconcile', () => {
   it('finds no drift between Redis and the state folded from PostgreSQL', async () => {
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
-    expect(report).toEqual({ customers_checked: 2, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [] });
+    expect(report).toEqual({ customers_checked: 2, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] });
   });
 
   it('reports exactly the drift made in Redis, and --repair restores balances and replays', async () => {

@@ -1,0 +1,55 @@
+/**
+ * What runs when a Redis generation is new (src/redis/generation.ts): finds the customers
+ * whose ledger in PostgreSQL is ahead of this Redis and rebuilds them from it, so that
+ * the operations Redis forgot are back (balances, stored results for replays, the
+ * project indexes, TTL jobs) before any money operation runs.
+ *
+ * Which customers: those of the projects this Redis prefix serves (recorded by the
+ * persist loop in redis_prefix_projects: several prefixes share a database) with entries
+ * persisted in the last `windowMs`, whose PostgreSQL max(seq) is above the Redis meta
+ * `seq`. A customer Redis lost longer ago than the window is left to
+ * `npm run reconcile -- --repair`, the full scan (docs/OPERATIONS.md). On a fresh Redis
+ * and an empty ledger this is one query that finds nothing.
+ */
+import { sql } from 'slonik';
+import { z } from 'zod';
+import { customerKeys } from '../redis/keys.js';
+import { reconcile, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
+
+const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq: z.number() });
+
+export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number): Promise<ReconcileReport | null> {
+  const prefix = rt.config.REDIS_PREFIX;
+  const rows = await rt.db.any(sql.type(aheadRow)`
+    SELECT e.project_id, e.customer_id, max(e.seq) AS seq
+    FROM redis_prefix_projects p
+    JOIN ledger_entries e ON e.project_id = p.project_id
+    WHERE p.prefix = ${prefix} AND e.persisted_at > now() - make_interval(secs => ${windowMs / 1000})
+    GROUP BY e.project_id, e.customer_id`);
+  if (rows.length === 0) return null;
+  const seqs = await Promise.all(rows.map((r) => rt.redis.hget(customerKeys(prefix, r.project_id, r.customer_id).meta, 'seq')));
+  const ahead = rows.filter((r, i) => Number(seqs[i] ?? 0) < r.seq).map((r) => ({ projectId: r.project_id, customerId: r.customer_id }));
+  if (ahead.length === 0) return null;
+  rt.logger.warn({ customers: ahead.length }, 'Redis is behind the ledger in PostgreSQL; rebuilding those customers');
+  const report = await reconcile(rt, { repair: true, customers: ahead });
+  // A store that failed half way: the whole recovery runs again (what was repaired is no
+  // longer behind). A ledger that does not fold stays an error to read; retrying would not help.
+  const transient = report.errors.filter((e) => !e.permanent);
+  if (transient.length > 0) throw new Error(`recovery failed for ${transient.length} customers: ${transient[0].message}`);
+  for (const e of report.errors) rt.logger.error({ ...e }, 'recovery could not rebuild a customer; run reconcile');
+  return report;
+}
+
+/** Records that this prefix serves these projects (once per process and project). */
+export function projectRecorder(rt: Pick<ReconcileRuntime, 'db' | 'config'>): (projectIds: string[]) => Promise<void> {
+  const known = new Set<string>();
+  return async (projectIds) => {
+    const fresh = [...new Set(projectIds)].filter((id) => !known.has(id));
+    if (fresh.length === 0) return;
+    await rt.db.query(sql.unsafe`
+      INSERT INTO redis_prefix_projects (prefix, project_id)
+      SELECT ${rt.config.REDIS_PREFIX}, id FROM ${sql.unnest([...fresh.map((id) => [id])], ['text'])} AS t(id)
+      ON CONFLICT DO NOTHING`);
+    for (const id of fresh) known.add(id);
+  };
+}
