@@ -2,19 +2,22 @@
  * Service processes for the crash test: the API (`src/web.ts`) and a worker
  * (`workers/main.ts`) run as real child processes, started with `node --import tsx` so
  * that SIGKILL hits the service itself and not a wrapper, and killed without warning.
+ * The API binds port 0 and this reads the port it reports in its "API listening" log
+ * line, so each restart gets a port nobody else holds.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 const projectRoot = fileURLToPath(new URL('../..', import.meta.url));
 
-/** Lines of a process's stderr kept for failure messages. */
+/** Lines of a process's stderr (and error log lines) kept for failure messages. */
 export const output_lines_max = 50;
 
 export class ServiceProcess {
   private child: ChildProcess | null = null;
   private readonly lines: string[] = [];
+  /** The API's port while it listens; null while it starts or is down. */
+  port: number | null = null;
   /** Every child this object started, for the final cleanup. */
   private static readonly all = new Set<ChildProcess>();
 
@@ -28,20 +31,42 @@ export class ServiceProcess {
     if (this.child) throw new Error(`${this.name} is already running`);
     // Also when the test process ends without reaching afterAll.
     if (ServiceProcess.all.size === 0) process.once('exit', ServiceProcess.killAll);
-    const child = spawn(process.execPath, ['--import', 'tsx', this.script], { cwd: projectRoot, env: this.env, stdio: ['ignore', 'ignore', 'pipe'] });
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
-      this.lines.push(...chunk.split('\n').filter(Boolean));
+    const child = spawn(process.execPath, ['--import', 'tsx', this.script], { cwd: projectRoot, env: { ...this.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const keep = (text: string) => {
+      this.lines.push(text);
       this.lines.splice(0, Math.max(0, this.lines.length - output_lines_max));
+    };
+    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => chunk.split('\n').filter(Boolean).forEach(keep));
+    let partial = '';
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      const lines = (partial + chunk).split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) {
+        if (line.includes('"API listening"')) this.port = (JSON.parse(line) as { port: number }).port;
+        else if (/"level":(50|60)/.test(line)) keep(line);
+      }
     });
     ServiceProcess.all.add(child);
     child.once('exit', () => ServiceProcess.all.delete(child));
     this.child = child;
   }
 
+  /** Resolves with the port once the API reports it listens. */
+  async listening(timeoutMs: number): Promise<number> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.port === null) {
+      if (!this.running) throw new Error(`${this.name} is not running:\n${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`${this.name} did not report its port:\n${this.stderr}`);
+      await sleep(20);
+    }
+    return this.port;
+  }
+
   /** kill -9, and wait until the process is gone. */
   async kill(): Promise<void> {
     const child = this.child;
     this.child = null;
+    this.port = null;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const gone = new Promise((resolve) => child.once('exit', resolve));
     child.kill('SIGKILL');
@@ -49,7 +74,7 @@ export class ServiceProcess {
   }
 
   get running(): boolean {
-    return this.child !== null && this.child.exitCode === null;
+    return this.child !== null && this.child.exitCode === null && this.child.signalCode === null;
   }
 
   get stderr(): string {
@@ -60,14 +85,6 @@ export class ServiceProcess {
   static killAll(): void {
     for (const child of ServiceProcess.all) child.kill('SIGKILL');
   }
-}
-
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
