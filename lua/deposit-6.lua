@@ -14,8 +14,9 @@
 -- ARGV[15] description, '' for none
 -- ARGV[16] source (account) id to create
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY, E_CONFLICT
--- or E_INVALID_EXPIRES. Result amounts are strings, times ms strings.
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY, E_CONFLICT,
+-- E_INVALID_EXPIRES or E_DEPOSIT_LIMIT (the customer's deposits would pass 2^53 - 1 credits). Result
+-- amounts are strings, times ms strings.
 
 --@include customer
 
@@ -46,6 +47,19 @@ if expires_ms ~= nil and (expires_ms <= now or (starts_ms ~= nil and expires_ms 
   return { E_INVALID_EXPIRES, '', auto_consumed, ttl_entries_written }
 end
 
+-- One pass over the sources: the sum of every source's total (a bound on every sum kept of
+-- this customer, which must stay exact) and the wallet's total of sources active now.
+local deposited = 0
+local wallet_total = 0
+for _, r in ipairs(redis.call('HVALS', K_src)) do
+  local s = decode_source(r)
+  deposited = deposited + s.t
+  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
+end
+if deposited + amount > CREDITS_SUM_MAX then
+  return { E_DEPOSIT_LIMIT, '', auto_consumed, ttl_entries_written }
+end
+
 local created = nil
 if not customer_exists() then
   local function opt(arg) if string.sub(arg, 1, 1) == '1' then return string.sub(arg, 2) end return nil end
@@ -62,11 +76,7 @@ local source = { id = source_id, w = wallet, l = label, q = seq, t = amount, u =
 save_source(source)
 
 -- The wallet's total after the deposit: sources of this wallet that are active now.
-local wallet_total = 0
-for _, r in ipairs(redis.call('HVALS', K_src)) do
-  local s = decode_source(r)
-  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
-end
+if is_active(source, now) then wallet_total = wallet_total + amount end
 
 local record_id = entry_id_base
 local details = { { account_id = source_id, credit_type = wallet, amount = N(amount) } }

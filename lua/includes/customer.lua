@@ -37,10 +37,16 @@ local E_EXCEEDS_FROZEN = 17
 local E_INVALID_EXPIRES = 18
 local E_USAGE_LIMIT = 19
 local E_ACCOUNT_NOT_FOUND = 20
+local E_DEPOSIT_LIMIT = 21
 
 local function N(n)
   return string.format('%.0f', n)
 end
+
+-- 2^53 - 1, the largest integer that Lua and JS doubles hold exactly. The deposit script
+-- keeps the sum of a customer's source totals at most this, so every sum made of them is
+-- exact (src/ledger/amounts.ts, credits_sum_max).
+local CREDITS_SUM_MAX = 9007199254740991
 
 local function now_ms()
   local t = redis.call('TIME')

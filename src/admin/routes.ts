@@ -3,11 +3,12 @@
  * keys only. Every route is scoped to the admin key's organization: another
  * organization's project, key or model reads as 404 not_found.
  */
-import { Router, type Request, type Response } from 'express';
+import type { Request, Response, Router } from 'express';
+import { exactRouter } from '../http/router.js';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { jsonBody, parseWith } from '../http/validate.js';
+import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { publishProjectChange } from '../keys/store.js';
 import { identifierSchema, readTimestamp } from '../ledger/schemas.js';
 import { planIds } from '../plans/catalogue.js';
@@ -101,19 +102,21 @@ const listQuery = z.object({
 });
 
 /**
- * A JSON object body with only the schema's fields: an unknown field (a typo such as
- * `upstreamApiKey`) is 400 naming it, instead of being dropped while the request succeeds.
+ * A JSON object body with only the schema's fields, and no query parameter: an unknown
+ * field (a typo such as `upstreamApiKey`) is 400 naming it, instead of being dropped while
+ * the request succeeds.
  */
 function strictBody<T extends z.AnyZodObject | z.ZodEffects<z.AnyZodObject>>(req: Request, schema: T, { optional = false } = {}): z.infer<T> {
+  onlyQuery(req);
   const absent = req.body === undefined || req.body === null || req.headers['content-length'] === '0';
   const body = optional && absent ? {} : jsonBody(req);
   const shape = schema instanceof z.ZodEffects ? schema.innerType().shape : (schema as z.AnyZodObject).shape;
-  const unknown = Object.keys(body).find((f) => !Object.hasOwn(shape, f));
-  if (unknown !== undefined) throw new ApiError('invalid_request', { param: unknown, message: `unknown field ${unknown}` });
+  onlyFields(body, Object.keys(shape));
   return parseWith(schema, body);
 }
 
 function pageRequest(req: Request): PageRequest {
+  onlyQuery(req, Object.keys(listQuery.shape));
   const q = parseWith(listQuery, req.query);
   return { limit: q.limit, after: q.cursor === undefined ? null : decodeCursor(q.cursor) };
 }
@@ -145,7 +148,7 @@ function modelIdParam(req: Request): string {
 }
 
 export function adminRoutes(rt: Runtime): Router {
-  const r = Router();
+  const r = exactRouter();
   const admin = createAdminQueries(rt.db);
   const models = rt.modelQueries;
   const keys = new KeyAdmin(rt.db, rt.redis, rt.config.REDIS_PREFIX, rt.plans, rt.keyCache);
@@ -166,7 +169,8 @@ export function adminRoutes(rt: Runtime): Router {
 
   r.use('/v1/admin', requireKeyType('admin'));
 
-  r.get('/v1/admin/organization', async (_req, res) => {
+  r.get('/v1/admin/organization', async (req, res) => {
+    onlyQuery(req);
     res.json(await rt.plans.organization(orgOf(res)));
   });
 
@@ -192,6 +196,7 @@ export function adminRoutes(rt: Runtime): Router {
   });
 
   r.get('/v1/admin/projects/:project_id', async (req, res) => {
+    onlyQuery(req);
     res.json(projectEntry(await projectOr404(req, res)));
   });
 
@@ -238,6 +243,7 @@ export function adminRoutes(rt: Runtime): Router {
   });
 
   r.post('/v1/admin/projects/:project_id/keys/:key_id/revoke', async (req, res) => {
+    strictBody(req, z.object({}), { optional: true });
     const project = await projectOr404(req, res);
     const key = await keys.revoke(project.id, String(req.params.key_id));
     if (!key) throw new ApiError('not_found', { message: 'key not found' });

@@ -4,35 +4,37 @@
  * customer's outbox is drained so that its row exists; Redis, the copy the API reads,
  * second. A crash between the two leaves drift that reconcile repairs from PostgreSQL.
  */
-import { Router } from 'express';
+import type { Router } from 'express';
+import { exactRouter } from '../http/router.js';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { jsonBody, parseWith } from '../http/validate.js';
+import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
 import { PersistLoop } from '../../workers/persist.js';
 import type { DatabasePool } from 'slonik';
 
-const patchSchema = z
-  .object({
-    name: z.string().max(256).nullable().optional(),
-    email: z.string().max(320).email().nullable().optional(),
-    metadata: z.record(z.unknown()).nullable().optional(),
-  })
-  .strict();
+const patchSchema = z.object({
+  name: z.string().max(256).nullable().optional(),
+  email: z.string().max(320).email().nullable().optional(),
+  metadata: z.record(z.unknown()).nullable().optional(),
+});
 
 export function profileRoutes(deps: { ledger: LedgerService; redis: Redis; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
-  const r = Router();
+  const r = exactRouter();
   const customers = createCustomerQueries(deps.db);
   const outbox = new PersistLoop(deps.redis, deps.ledgerQueries, deps.prefix, 0, deps.logger);
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
     const id = String(req.params.customer_id);
-    const patch = parseWith(patchSchema, jsonBody(req));
+    onlyQuery(req);
+    const body = jsonBody(req);
+    onlyFields(body, Object.keys(patchSchema.shape));
+    const patch = parseWith(patchSchema, body);
     const { scope } = authOf(res);
     const k = deps.ledger.keys(scope, id);
     if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');

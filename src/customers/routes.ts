@@ -2,12 +2,13 @@
  * Reads of a customer: profile and wallets, balance summary, ledger pages; and PATCH of
  * the profile. A customer-scoped key reads only its own customer.
  */
-import { Router, type Response } from 'express';
+import type { Response, Router } from 'express';
+import { exactRouter } from '../http/router.js';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { parseWith } from '../http/validate.js';
+import { onlyQuery, parseWith } from '../http/validate.js';
 import { isLedgerEntry, outboxEntryToPublic, parseOutboxEntry, type LedgerEntry } from '../ledger/entries.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { isActive, type CustomerView, type LedgerService } from '../ledger/service.js';
@@ -77,7 +78,7 @@ function decodeCursor(cursor: string): number {
 
 export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; queries: LedgerQueries }): Router {
   const { ledger, redis, queries } = deps;
-  const r = Router();
+  const r = exactRouter();
   const readers = requireKeyType('project', 'customer');
 
   /** The customer id of the path, checked against a customer-scoped key's binding. */
@@ -94,6 +95,7 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
   }
 
   r.get('/v1/customers/:customer_id', readers, async (req, res) => {
+    onlyQuery(req);
     const id = String(req.params.customer_id);
     const view = await viewOr404(res, id);
     const { wallets } = walletsOf(view);
@@ -108,6 +110,7 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
   });
 
   r.get('/v1/customers/:customer_id/balance', readers, async (req, res) => {
+    onlyQuery(req);
     const id = String(req.params.customer_id);
     const view = await viewOr404(res, id);
     const { wallets, totals } = walletsOf(view);
@@ -119,6 +122,7 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
 
   r.get('/v1/customers/:customer_id/ledger', readers, async (req, res) => {
     const id = customerParam(res, String(req.params.customer_id));
+    onlyQuery(req, Object.keys(ledgerQuery.shape));
     const q = parseWith(ledgerQuery, req.query);
     const { scope } = authOf(res);
     const k = ledger.keys(scope, id);

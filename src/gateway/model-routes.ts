@@ -2,12 +2,13 @@
  * GET /v1/models: the project's active models (CONTRACT.md section 5); a customer-scoped
  * key with an allowed_models list sees only those. Not billed, needs no customer.
  */
-import { Router } from 'express';
+import type { Router } from 'express';
+import { exactRouter } from '../http/router.js';
 import { modelEntry, type ModelQueries } from '../admin/models.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 
 export function modelRoutes(models: ModelQueries): Router {
-  const r = Router();
+  const r = exactRouter();
   r.get('/v1/models', requireKeyType('project', 'customer'), async (_req, res) => {
     const { key, scope } = authOf(res);
     const rows = await models.listActiveModels(scope.projectId);

@@ -1,5 +1,5 @@
 /** zod at the edge: the first issue becomes invalid_request with `param`. */
-import type { Request } from 'express';
+import express, { type Request, type RequestHandler } from 'express';
 import type { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 
@@ -44,4 +44,126 @@ export function jsonBody(req: Request): Record<string, unknown> {
     throw new ApiError('invalid_request', { param, message: `${param ?? 'body'}: strings must not contain U+0000 or unpaired surrogates` });
   }
   return body as Record<string, unknown>;
+}
+
+/**
+ * A JSON body parser that records how many bytes it read (`bodyBytes`). Every JSON parser
+ * of the API is one of these, so whichever parser read a body, a gateway hold is bounded
+ * by the bytes of that same body.
+ */
+export function measuredJson(limit: number): RequestHandler {
+  return express.json({
+    limit,
+    strict: false,
+    type: ['application/json', 'application/*+json'],
+    verify: (req, _res, buf) => {
+      (req as unknown as { bodyBytes: number }).bodyBytes = buf.length;
+    },
+  });
+}
+
+/**
+ * The bytes of the parsed JSON body. A body that some parser read without measuring it
+ * would bound a hold by nothing, so it is an error rather than 0.
+ */
+export function bodyBytes(req: Request): number {
+  const n = (req as unknown as { bodyBytes?: number }).bodyBytes;
+  if (n !== undefined) return n;
+  if ((req as unknown as { _body?: boolean })._body) throw new Error('a JSON body was parsed without measuring its bytes');
+  return 0;
+}
+
+/**
+ * Fields a caller likely sent for another one: the identifier of another kind of
+ * operation, a name from another API, a unit or wallet field of the other contract variant.
+ * Only those the endpoint reads are suggested.
+ */
+const mixUps: Record<string, string[]> = {
+  transaction_id: ['idempotency_key'],
+  idempotency_key: ['transaction_id'],
+  request_id: ['idempotency_key', 'transaction_id'],
+  user: ['customer_id'],
+  user_id: ['customer_id'],
+  account_id: ['customer_id'],
+  expiry: ['expires_at'],
+  expiration: ['expires_at'],
+  expire_at: ['expires_at'],
+  expires_in: ['expires_at'],
+  start: ['starts_at'],
+  start_at: ['starts_at'],
+  ttl: ['release_after_seconds', 'consume_after_seconds'],
+  ttl_seconds: ['release_after_seconds', 'consume_after_seconds'],
+  expires_after_seconds: ['release_after_seconds', 'consume_after_seconds'],
+  wallet: ['credit_type', 'credit_types'],
+  wallets: ['credit_types', 'wallet'],
+  credit_type: ['wallet', 'credit_types'],
+  credit_types: ['wallet', 'credit_type'],
+  label: ['source'],
+  memo: ['description'],
+  note: ['description'],
+  reason: ['description'],
+  since: ['from'],
+  until: ['to'],
+  page_size: ['limit'],
+  after: ['cursor'],
+  before: ['cursor'],
+};
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = row;
+  }
+  return prev[b.length];
+}
+
+/** The allowed field(s) a caller most likely meant by `name`, or none. */
+export function suggestField(name: string, allowed: readonly string[]): string[] {
+  const known = new Set(allowed);
+  const lower = name.toLowerCase();
+  // A known mix-up first, then the unit fields of the other amount (amount_usd for
+  // actual_amount_usd and back), then the same name in another case or separator style.
+  const listed = [...(mixUps[lower] ?? []), `actual_${lower}`, lower.replace(/^actual_/, '')].filter((f) => f !== name && known.has(f));
+  if (listed.length > 0) return [...new Set(listed)].slice(0, 2);
+  const squash = (s: string) => s.toLowerCase().replace(/[^a-z0-9]/g, '');
+  const same = allowed.find((f) => squash(f) === squash(name));
+  if (same !== undefined) return [same];
+  // The name without its suffix: `customer` for customer_id, `expires` for expires_at.
+  const longer = allowed.filter((f) => f.startsWith(`${lower}_`));
+  if (longer.length === 1) return longer;
+  // A typo: the nearest field within a third of the name's length (two edits at most).
+  const within = Math.min(2, Math.floor(name.length / 3));
+  let best: string | null = null;
+  let bestDistance = within + 1;
+  for (const f of allowed) {
+    const d = editDistance(lower, f);
+    if (d < bestDistance) [best, bestDistance] = [f, d];
+  }
+  return best === null ? [] : [best];
+}
+
+/**
+ * Refuses a field the endpoint does not read: a misspelt or misplaced field would
+ * otherwise be dropped while the request succeeds (a retry keyed by a field the endpoint
+ * ignores pays twice). `allowed` is every field the endpoint reads or answers with an
+ * error of its own; `suggest`, the ones worth suggesting (default: all of `allowed`).
+ */
+export function onlyFields(
+  values: Record<string, unknown>,
+  allowed: readonly string[],
+  opts: { where?: 'body' | 'query'; suggest?: readonly string[] } = {},
+): void {
+  const unknown = Object.keys(values).find((f) => !allowed.includes(f));
+  if (unknown === undefined) return;
+  const what = opts.where === 'query' ? 'unknown query parameter' : 'unknown field';
+  const meant = suggestField(unknown, opts.suggest ?? allowed);
+  const message = meant.length > 0 ? `${what} ${unknown}; did you mean ${meant.join(' or ')}?` : `${what} ${unknown}`;
+  throw new ApiError('invalid_request', { param: unknown, message });
+}
+
+/** Refuses a query parameter the endpoint does not read (none, when `allowed` is empty). */
+export function onlyQuery(req: Request, allowed: readonly string[] = []): void {
+  onlyFields(req.query as Record<string, unknown>, allowed, { where: 'query' });
 }

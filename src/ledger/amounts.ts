@@ -7,6 +7,18 @@ import { ApiError } from '../errors/catalogue.js';
 export const CREDITS_PER_USD = 1_000_000;
 export const amount_credits_max = 1_000_000_000_000_000; // 10^15 per operation
 
+/**
+ * 2^53 - 1: the most a customer's deposits may add up to (the totals of all its sources,
+ * expired and not yet started ones included). Every sum the service keeps (a wallet's or
+ * the customer's total, used, frozen, available; a draw's eligible funds) is at most that
+ * sum, so each stays exact in Lua and JS doubles. The deposit script checks it atomically.
+ */
+export const credits_sum_max = Number.MAX_SAFE_INTEGER;
+
+export const deposit_limit_message =
+  `the customer's deposits would add up to more than ${credits_sum_max} credits ` +
+  `(${shiftDecimal(credits_sum_max, 6)} USD), the most this service keeps exact; nothing was deposited`;
+
 export type Variant = 'A' | 'B';
 
 /** Scale (decimal places) from a unit to credits. */
@@ -51,6 +63,20 @@ function numberField(body: Record<string, unknown>, field: string): number {
   return v;
 }
 
+/** Unit-suffixed amount fields: Variant A's, answered 400 unsupported_amount_field in B. */
+const unit_fields = ['amount_usd', 'amount_cents', 'amount_credits', 'actual_amount_usd', 'actual_amount_cents', 'actual_amount_credits'];
+
+/**
+ * The amount fields a request may carry, for the unknown-field check: `reads`, those
+ * readAmount reads in this variant; `refused`, those it refuses with an error of its own
+ * (the other variant's unit fields in B).
+ */
+export function amountFields(variant: Variant, opts: { consume?: boolean } = {}): { reads: string[]; refused: string[] } {
+  if (variant === 'B') return { reads: ['amount'], refused: [...unit_fields, 'actual_amount'] };
+  const prefix = opts.consume ? 'actual_amount' : 'amount';
+  return { reads: [`${prefix}_usd`, `${prefix}_cents`, `${prefix}_credits`, prefix], refused: [] };
+}
+
 /**
  * Reads the amount of a deposit, deduct or freeze (`prefix` 'amount') or of a consume
  * (`prefix` 'actual_amount' in A, 'amount' in B). `required` false lets B's consume omit
@@ -58,9 +84,8 @@ function numberField(body: Record<string, unknown>, field: string): number {
  */
 export function readAmount(body: Record<string, unknown>, variant: Variant, opts: { consume?: boolean } = {}): number | null {
   const prefix = variant === 'A' && opts.consume ? 'actual_amount' : 'amount';
-  const unitFields = ['amount_usd', 'amount_cents', 'amount_credits', 'actual_amount_usd', 'actual_amount_cents', 'actual_amount_credits'];
   if (variant === 'B') {
-    const suffixed = unitFields.find((f) => body[f] !== undefined) ?? (body.actual_amount !== undefined ? 'actual_amount' : undefined);
+    const suffixed = unit_fields.find((f) => body[f] !== undefined) ?? (body.actual_amount !== undefined ? 'actual_amount' : undefined);
     if (suffixed) throw new ApiError('unsupported_amount_field', { param: suffixed });
     if (body.amount === undefined || body.amount === null) {
       if (opts.consume) return null;

@@ -1,22 +1,47 @@
 /** POST /v1/customers/deposit and /v1/billing/{deduct,freeze,consume,unfreeze}. */
-import { Router, type Response } from 'express';
+import type { Request, Response, Router } from 'express';
+import { exactRouter } from '../http/router.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { jsonBody, parseWith } from '../http/validate.js';
-import { readAmount } from './amounts.js';
-import { depositSchema, drawSchema, readDepositWallet, readTtl, readWalletFilter, readWindow, settleSchema } from './schemas.js';
+import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
+import { ApiError } from '../errors/catalogue.js';
+import {
+  depositSchema,
+  drawSchema,
+  ledgerFields,
+  readDepositWallet,
+  readTtl,
+  readWalletFilter,
+  readWindow,
+  settleSchema,
+  type LedgerOp,
+} from './schemas.js';
+import { amountFields, readAmount, type Variant } from './amounts.js';
 import type { LedgerService, OpResult } from './service.js';
 
 function send(res: Response, result: OpResult, extra: Record<string, unknown> = {}): void {
   res.status(200).json({ ...result.body, ...extra, is_idempotent_replay: result.replay });
 }
 
+/**
+ * The JSON body of a ledger operation, refused when the request carries a query parameter
+ * (none of these endpoints reads one) or a body field the operation does not read in this
+ * variant.
+ */
+function operationBody(req: Request, op: LedgerOp, variant: Variant): Record<string, unknown> {
+  onlyQuery(req);
+  const body = jsonBody(req);
+  const { reads, allowed } = ledgerFields(op, variant);
+  onlyFields(body, allowed, { suggest: reads });
+  return body;
+}
+
 export function ledgerRoutes(ledger: LedgerService): Router {
-  const r = Router();
+  const r = exactRouter();
   const projectOnly = requireKeyType('project');
 
   r.post('/v1/customers/deposit', projectOnly, async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = jsonBody(req);
+    const body = operationBody(req, 'deposit', variant);
     const fields = parseWith(depositSchema, body);
     const amount = readAmount(body, variant)!;
     const wallet = readDepositWallet(body, variant);
@@ -33,13 +58,18 @@ export function ledgerRoutes(ledger: LedgerService): Router {
       email: fields.email ?? undefined,
       metadata: fields.metadata ?? undefined,
       description: fields.description ?? null,
+    }).catch((err: unknown) => {
+      // The deposit limit names `amount`; a Variant A caller may have used a unit field.
+      if (!(err instanceof ApiError && err.code === 'invalid_amount')) throw err;
+      const given = amountFields(variant).reads.find((f) => body[f] != null) ?? 'amount';
+      throw new ApiError('invalid_amount', { param: given, message: err.message });
     });
     send(res, result, { wallet: result.body.credit_type });
   });
 
   r.post('/v1/billing/deduct', projectOnly, async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = jsonBody(req);
+    const body = operationBody(req, 'deduct', variant);
     const fields = parseWith(drawSchema, body);
     const amount = readAmount(body, variant)!;
     const wallets = readWalletFilter(body, variant);
@@ -56,7 +86,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
 
   r.post('/v1/billing/freeze', projectOnly, async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = jsonBody(req);
+    const body = operationBody(req, 'freeze', variant);
     const fields = parseWith(drawSchema, body);
     const amount = readAmount(body, variant)!;
     const wallets = readWalletFilter(body, variant);
@@ -75,7 +105,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
 
   r.post('/v1/billing/consume', projectOnly, async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = jsonBody(req);
+    const body = operationBody(req, 'consume', variant);
     const fields = parseWith(settleSchema, body);
     const amount = readAmount(body, variant, { consume: true });
     const result = await ledger.consume(scope, {
@@ -88,8 +118,8 @@ export function ledgerRoutes(ledger: LedgerService): Router {
   });
 
   r.post('/v1/billing/unfreeze', projectOnly, async (req, res) => {
-    const { scope } = authOf(res);
-    const fields = parseWith(settleSchema, jsonBody(req));
+    const { variant, scope } = authOf(res);
+    const fields = parseWith(settleSchema, operationBody(req, 'unfreeze', variant));
     const result = await ledger.unfreeze(scope, {
       transactionId: fields.transaction_id,
       customerId: fields.customer_id ?? null,

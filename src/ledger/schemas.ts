@@ -1,7 +1,7 @@
 /** Request fields shared by the ledger endpoints, read per contract variant. */
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
-import type { Variant } from './amounts.js';
+import { amountFields, type Variant } from './amounts.js';
 
 export const walletNameSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'wallet names are 1-64 characters of A-Z a-z 0-9 _ . : -');
 export const identifierSchema = z.string().min(1).max(256);
@@ -123,4 +123,34 @@ export function readTtl(body: Record<string, unknown>, parse: <T extends z.ZodTy
   if (t.release_after_seconds != null) return { kind: 'release' as const, seconds: t.release_after_seconds };
   if (t.consume_after_seconds != null) return { kind: 'consume' as const, seconds: t.consume_after_seconds };
   return null;
+}
+
+export type LedgerOp = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unfreeze';
+
+/**
+ * The body fields of a ledger endpoint in a contract variant, for the unknown-field check:
+ * `reads`, what the endpoint reads; `allowed`, those plus the fields the readers above
+ * refuse with a message of their own (the other variant's wallet and amount fields).
+ */
+export function ledgerFields(op: LedgerOp, variant: Variant): { reads: string[]; allowed: string[] } {
+  const common: Record<LedgerOp, string[]> = {
+    deposit: [...Object.keys(depositSchema.shape), 'starts_at', 'expires_at'],
+    deduct: Object.keys(drawSchema.shape),
+    freeze: [...Object.keys(drawSchema.shape), ...Object.keys(freezeTtlSchema.shape)],
+    consume: Object.keys(settleSchema.shape),
+    unfreeze: Object.keys(settleSchema.shape),
+  };
+  const amounts = op === 'unfreeze' ? { reads: [], refused: [] } : amountFields(variant, { consume: op === 'consume' });
+  const wallets =
+    op === 'deposit'
+      ? variant === 'A'
+        ? { reads: ['credit_type'], refused: ['wallet'] }
+        : { reads: ['wallet', 'credit_type'], refused: [] }
+      : op === 'deduct' || op === 'freeze'
+        ? variant === 'A'
+          ? { reads: ['credit_types'], refused: ['wallet'] }
+          : { reads: ['wallet', 'credit_type'], refused: ['credit_types'] }
+        : { reads: [], refused: [] };
+  const reads = [...common[op], ...amounts.reads, ...wallets.reads];
+  return { reads, allowed: [...reads, ...amounts.refused, ...wallets.refused] };
 }

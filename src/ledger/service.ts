@@ -11,6 +11,7 @@ import { ScriptStatus, type CustomerScriptName, type Scripts, type ScriptReply }
 import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
+import { deposit_limit_message } from './amounts.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -94,6 +95,7 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
   [ScriptStatus.InvalidExpires]: 'invalid_expires_at',
   [ScriptStatus.UsageLimit]: 'usage_limit_exceeded',
   [ScriptStatus.AccountNotFound]: 'billing_account_not_found',
+  [ScriptStatus.DepositLimit]: 'invalid_amount',
 };
 
 /**
@@ -199,6 +201,7 @@ export class LedgerService {
     }
     const code = statusErrors[status as ScriptStatus];
     if (!code) throw new Error(`unexpected script status ${status}`);
+    if (status === ScriptStatus.DepositLimit) throw new ApiError(code, { param: 'amount', message: deposit_limit_message });
     const param = status === ScriptStatus.Conflict ? idParam : status === ScriptStatus.InvalidExpires ? 'expires_at' : undefined;
     throw new ApiError(code, { param });
   }

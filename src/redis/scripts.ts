@@ -27,6 +27,7 @@ export enum ScriptStatus {
   InvalidExpires = 18,
   UsageLimit = 19,
   AccountNotFound = 20,
+  DepositLimit = 21,
 }
 
 export const customerScriptNames = [

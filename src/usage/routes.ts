@@ -3,12 +3,13 @@
  * only its own customer's calls. A receipt is readable as soon as its call answered: until
  * the workers copy it to PostgreSQL it is read from the customer's outbox.
  */
-import { Router } from 'express';
+import type { Router } from 'express';
+import { exactRouter } from '../http/router.js';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { parseWith } from '../http/validate.js';
+import { onlyQuery, parseWith } from '../http/validate.js';
 import { creditsToUsd } from '../ledger/amounts.js';
 import { parseOutboxEntry, toDetails } from '../ledger/entries.js';
 import { usageRecordSchema } from '../ledger/queries.js';
@@ -44,11 +45,14 @@ function decodeCursor(cursor: string): { createdAtMs: number; id: string } {
 }
 
 export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; redis: Redis; prefix: string }): Router {
-  const r = Router();
+  const r = exactRouter();
   const readers = requireKeyType('project', 'customer');
 
   r.get('/v1/usage', readers, async (req, res) => {
     const { key, scope } = authOf(res);
+    // An unknown filter (`customer` for customer_id) would widen the list to every
+    // customer's records instead of narrowing it.
+    onlyQuery(req, Object.keys(usageQuery.shape));
     const q = parseWith(usageQuery, req.query);
     let customerId = q.customer_id;
     if (key.type === 'customer') {
@@ -74,6 +78,7 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
   });
 
   r.get('/v1/billing/receipts/:transaction_id', readers, async (req, res) => {
+    onlyQuery(req);
     const { key, scope } = authOf(res);
     const transactionId = String(req.params.transaction_id);
     const owner = await deps.redis.hget(projectKeys(deps.prefix, scope.projectId).txIndex, transactionId);

@@ -567,7 +567,8 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
         await post(v, 'freeze', { customer_id: id, transaction_id: txid, amount_cents: 50 });
         const before = await state(v, id);
         expectError(await post(v, 'consume', { transaction_id: txid }), 400, 'invalid_amount');
-        expectError(await post(v, 'consume', { transaction_id: txid, amount_credits: 10 }), 400, 'invalid_amount');
+        // A deposit's amount field on a consume is no amount of it: an unknown field.
+        expectError(await post(v, 'consume', { transaction_id: txid, amount_credits: 10 }), 400, 'invalid_request', 'amount_credits');
         expectError(await post(v, 'consume', { transaction_id: txid, actual_amount_usd: 0.1, actual_amount_cents: 10 }), 400, 'invalid_amount');
         expectError(await post(v, 'consume', { transaction_id: txid, actual_amount_usd: 0.0000001 }), 400, 'invalid_amount', 'actual_amount_usd');
         expect(await state(v, id)).toEqual(before);
