@@ -55,9 +55,11 @@ describe('billable operations', () => {
 });
 
 describe('the Free plan hard limit', () => {
-  it('admits exactly the remaining operations when two API processes race at the limit', async () => {
+  it('admits exactly the remaining operations when two API processes race at the limit, failing operations among them', async () => {
     const p = await svc.project();
     for (const c of ['r1', 'r2', 'r3', 'r4']) await fund(p, c);
+    // r5 cannot pay: its deducts reserve a place, fail, and must not take one of the 7.
+    await fund(p, 'r5', 1);
     await setCount(p, 50_000 - 7);
     const env = {
       REDIS_PREFIX: svc.rt.config.REDIS_PREFIX,
@@ -67,18 +69,26 @@ describe('the Free plan hard limit', () => {
     };
     const apis: ServiceProcess[] = await Promise.all([spawnService('src/web.ts', env), spawnService('src/web.ts', env)]);
     try {
+      // Five operations of a third process are in flight when the race starts, and fail
+      // 300 ms into it; every third request is r5's, which fails too. Neither may take one
+      // of the 7 places: requests that only fit if they fail wait for them.
+      const inFlight = await Promise.all(Array.from({ length: 5 }, () => svc.rt.plans.reserve(p.organizationId)));
+      expect(inFlight.every((r) => r.admitted)).toBe(true);
+      setTimeout(() => void Promise.all(inFlight.map((r) => svc.rt.plans.release(r))), 300);
       const results = await Promise.all(
-        Array.from({ length: 30 }, (_, i) =>
-          fetch(`${apis[i % 2].url}/v1/billing/deduct`, {
+        Array.from({ length: 45 }, (_, i) => {
+          const failing = i % 3 === 0;
+          return fetch(`${apis[i % 2].url}/v1/billing/deduct`, {
             method: 'POST',
             headers: { authorization: `Bearer ${p.projectKey}`, 'content-type': 'application/json' },
-            body: JSON.stringify({ customer_id: `r${(i % 4) + 1}`, transaction_id: `race-${i}`, amount: 1 }),
-          }).then(async (r) => ({ status: r.status, body: (await r.json()) as { error?: { code: string; type: string } } })),
-        ),
+            body: JSON.stringify({ customer_id: failing ? 'r5' : `r${(i % 4) + 1}`, transaction_id: `race-${i}`, amount: failing ? 1_000 : 1 }),
+          }).then(async (r) => ({ failing, status: r.status, body: (await r.json()) as { error?: { code: string; type: string } } }));
+        }),
       );
       expect(results.filter((r) => r.status === 200)).toHaveLength(7);
-      const refused = results.filter((r) => r.status !== 200);
-      expect(refused).toHaveLength(23);
+      for (const r of results.filter((x) => x.failing)) expect(r.status).not.toBe(200);
+      const refused = results.filter((r) => !r.failing && r.status !== 200);
+      expect(refused).toHaveLength(30 - 7);
       for (const r of refused) expect(r.body.error).toMatchObject({ code: 'usage_limit_exceeded', type: 'too_many_requests' });
       expect(await ops(p)).toBe(50_000);
     } finally {
