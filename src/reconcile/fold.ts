@@ -93,15 +93,15 @@ export interface FoldedCustomer {
 export class FoldError extends Error {}
 
 /**
- * How to fold a ledger that holds entries written on a Redis that had forgotten earlier
- * ones (a seq clash, renumbered after PostgreSQL's last entry: src/reconcile/reconcile.ts).
- * From `lenientFromSeq` on, an entry that contradicts the entries before it (it settles a
- * freeze that is no longer frozen, or repeats a transaction id) does not fail the fold: it
- * is kept, folded as far as it moved money, and described in `anomalies`. Sources drawn
- * beyond their total (a shortfall) are described there in every fold.
+ * `anomalies` collects what the fold kept rather than failed on. An entry written on a
+ * Redis that had forgotten earlier ones (a seq clash, renumbered after PostgreSQL's last
+ * entry by src/reconcile/reconcile.ts, which marks it with `extra.renumbered_from`) may
+ * contradict the entries before it: it settles a freeze that is no longer frozen, or
+ * applies a transaction id or deposit key again. It does not fail the fold: it is kept,
+ * folded as far as it moved money, and described. Sources drawn beyond their total (a
+ * shortfall) are described too.
  */
 export interface FoldOptions {
-  lenientFromSeq?: number;
   anomalies?: string[];
 }
 
@@ -143,7 +143,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const add = (s: StoredSource, field: 'u' | 'f', delta: number) => {
     s[field] = str(Number(s[field]) + delta);
   };
-  const lenient = (e: EntryRow) => opts.lenientFromSeq !== undefined && e.seq >= opts.lenientFromSeq;
+  const lenient = (e: EntryRow) => e.extra?.renumbered_from !== undefined;
   const anomaly = (message: string) => opts.anomalies?.push(message);
   /** The frozen transaction an entry settles; null for a stale settlement folded leniently. */
   const frozenTx = (e: EntryRow): StoredTransaction | null => {

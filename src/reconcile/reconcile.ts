@@ -319,7 +319,9 @@ async function scheduleExpiry(rt: ReconcileRuntime, job: ExpireJob, atMs: number
  * for other entries. Redis forgot those entries and numbered new ones from where it had
  * stopped. Every pending ledger entry is then renumbered, in outbox order, after
  * PostgreSQL's last seq: the entries Redis forgot stay as they were acknowledged, and the
- * ones written on the stale state (acknowledged too) follow them. Null when nothing clashes.
+ * ones written on the stale state (acknowledged too) follow them, marked with
+ * `renumbered_from` (their number in Redis) so that every later fold knows what they are.
+ * Null when nothing clashes.
  */
 function renumberClashes(
   stored: IdentifiedEntry[],
@@ -332,7 +334,7 @@ function renumberClashes(
   if (clashingSeqs.length === 0) return null;
   const last = stored.reduce((max, e) => Math.max(max, e.seq), 0);
   const renumbered = new Map<string, OutboxEntry>();
-  pending.forEach((e, i) => renumbered.set(e.id, { ...e, seq: String(last + 1 + i) }));
+  pending.forEach((e, i) => renumbered.set(e.id, { ...e, seq: String(last + 1 + i), x: { ...(e.x ?? {}), renumbered_from: e.seq } }));
   return { renumbered, firstSeq: last + 1, clashingSeqs };
 }
 
@@ -400,7 +402,7 @@ async function reconcileKeys(
     const outbox = snap.outbox.map((e) => clash?.renumbered.get(e.id) ?? e);
     const ledger = ledgerAsOfSnapshot(row, stored, outbox);
     const anomalies: string[] = [];
-    const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { lenientFromSeq: clash?.firstSeq, anomalies });
+    const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { anomalies });
     const expected = folded === null ? null : withRedisOnlyState(folded, snap);
     const drift = compare(ids, snap, expected);
     if (clash) {
