@@ -229,7 +229,7 @@ export class GatewayService {
       return { ...c, startedAt, reservation, hold: Number(hold.hold), outputTokens: Number(hold.output_tokens), requestBytes: c.rawBytes };
     } finally {
       if (!ok) {
-        await this.count(reservation, 'release');
+        this.count(reservation, 'release');
         await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
         // The call fails, but a hold may be frozen: release it once Redis answers (the
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
@@ -242,9 +242,13 @@ export class GatewayService {
     }
   }
 
-  /** Commits or gives back a plan reservation; a failure is logged (it counts at its deadline). */
-  private async count(r: Reservation, how: 'commit' | 'release'): Promise<void> {
-    await this.deps.plans[how](r).catch((err: unknown) => this.deps.logger.warn({ err }, `plan reservation ${how} failed; it counts at its deadline`));
+  /**
+   * Commits or gives back a plan reservation, without waiting for the answer: the call's
+   * response never waits on it, and a failure is logged (the reservation counts at its
+   * deadline).
+   */
+  private count(r: Reservation, how: 'commit' | 'release'): void {
+    this.deps.plans[how](r).catch((err: unknown) => this.deps.logger.warn({ err }, `plan reservation ${how} failed; it counts at its deadline`));
   }
 
   /**
@@ -329,7 +333,7 @@ export class GatewayService {
       }
     } finally {
       const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
-      await this.count(call.reservation, mayHaveSettled ? 'commit' : 'release');
+      this.count(call.reservation, mayHaveSettled ? 'commit' : 'release');
     }
     if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
@@ -346,7 +350,7 @@ export class GatewayService {
    */
   private async release(call: Call, upstreamStatus: number | null): Promise<void> {
     const record = this.failedRecord(call, upstreamStatus);
-    await this.count(call.reservation, 'release');
+    this.count(call.reservation, 'release');
     try {
       await this.deps.ledger.run('gateway_release', call.scope, call.customerId, [call.transactionId, record]);
     } catch (err) {

@@ -186,7 +186,8 @@ export class LedgerService {
       // Given back only when the script answered that nothing applied. Without an answer
       // (a lost reply) it may have applied: it counts, one too high at worst, never too low.
       const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : customer.status === 'rejected' || reserved.status === 'rejected';
-      if (reservation) await (notApplied ? reservation.release() : reservation.commit());
+      // Not awaited: the answer does not wait on the count (neither rejects).
+      if (reservation) void (notApplied ? reservation.release() : reservation.commit());
     }
   }
 
