@@ -15,7 +15,9 @@ import { startMockUpstream } from './gateway/mock/server.js';
 
 const credentialsFile = '.demo-credentials.json';
 
-const config = loadConfig();
+// The demo's models call the mock upstream on 127.0.0.1, which the gateway refuses unless
+// private upstreams are allowed; the environment can still say otherwise.
+const config = loadConfig({ UPSTREAM_ALLOW_PRIVATE: '1', ...process.env });
 await migrate(config.DATABASE_URL);
 const rt = await createRuntime(config);
 // The demo models' provider. Its address is stored with the models, so it keeps its port.

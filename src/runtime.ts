@@ -151,7 +151,11 @@ export async function createRuntime(config: Config, logger = createLogger(config
       },
     };
   });
-  const upstream = new UpstreamClient({ headersTimeoutMs: config.UPSTREAM_TIMEOUT_MS, bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS });
+  const upstream = new UpstreamClient({
+    headersTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
+    bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
+    allowPrivate: config.UPSTREAM_ALLOW_PRIVATE,
+  });
   const gateway = new GatewayService({ ledger, plans, models, upstream, redis, prefix: config.REDIS_PREFIX, logger });
   return {
     config,

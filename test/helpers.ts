@@ -60,7 +60,8 @@ export async function waitFor<T>(cond: () => T | Promise<T>, timeoutMs: number, 
 export function testConfig(overrides: Partial<Config> = {}): Config {
   const tag = randomBytes(4).toString('hex');
   return loadConfig(
-    { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', SVC_CLOCK_CONTROL: '1' },
+    // The mock upstreams of the tests listen on 127.0.0.1.
+    { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', SVC_CLOCK_CONTROL: '1', UPSTREAM_ALLOW_PRIVATE: '1' },
     { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `tq${tag}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5, ...overrides },
   );
 }

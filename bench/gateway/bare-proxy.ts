@@ -17,7 +17,8 @@ const host = process.env.HOST ?? '127.0.0.1';
 const upstreamBaseUrl = process.env.UPSTREAM_BASE_URL;
 if (!upstreamBaseUrl) throw new Error('UPSTREAM_BASE_URL is required');
 
-const upstream = new UpstreamClient();
+// The bench's mock upstream listens on 127.0.0.1; this proxy relays only to the URL the bench gives it.
+const upstream = new UpstreamClient({ allowPrivate: true });
 const app = express();
 app.disable('x-powered-by');
 app.set('etag', false);

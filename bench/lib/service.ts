@@ -62,6 +62,8 @@ export async function createBenchRuntime(o: BenchServiceOptions): Promise<BenchR
     // The per-key limit (60,000/min by default) would turn a run into 429s; the limiter
     // still runs on every request.
     RATE_LIMIT_PER_MINUTE: String(1_000_000_000),
+    // The bench's mock upstream listens on 127.0.0.1.
+    UPSTREAM_ALLOW_PRIVATE: '1',
   };
   const rt = await createRuntime(loadConfig(env, { LOG_LEVEL: 'warn' }));
   return { rt, env };

@@ -259,6 +259,9 @@ export function adminRoutes(rt: Runtime): Router {
     const project = await projectOr404(req, res);
     const modelId = modelIdParam(req);
     const input = strictBody(req, modelPutSchema);
+    // An upstream on the service's own network would let a project admin reach it (SSRF).
+    const refused = await rt.upstream.baseUrlRefusal(input.upstream_base_url);
+    if (refused !== null) throw new ApiError('invalid_request', { param: 'upstream_base_url', message: refused });
     const { model, created } = await models.upsertModel(project.id, modelId, input);
     // Gateway processes cache models per project and drop them on this message.
     await projectChanged(project.id);

@@ -28,6 +28,12 @@ const schema = z.object({
   /** How long an upstream may take to answer headers, and between body chunks. */
   UPSTREAM_TIMEOUT_MS: z.coerce.number().int().min(100).default(120_000),
   /**
+   * Lets models call upstreams on loopback, private and link-local addresses. Off, such
+   * a `upstream_base_url` is refused (SSRF); the demo and the tests turn it on for the
+   * mock upstream on 127.0.0.1.
+   */
+  UPSTREAM_ALLOW_PRIVATE: bool.default('0'),
+  /**
    * How long an API process serves a key record from its cache before reading it again:
    * the bound on a revocation whose Redis message was lost (revocations are promised
    * everywhere within 1 s).

@@ -6,9 +6,12 @@
  * answer 502 `upstream_error` or 504 `upstream_timeout`. HTTP errors of the upstream are
  * not failures here: they come back with their status, headers and body untouched.
  */
+import { lookup as dnsLookup } from 'node:dns';
+import type { LookupFunction } from 'node:net';
 import type { Readable } from 'node:stream';
 import { Pool } from 'undici';
 import type { WireFormat } from './adapters.js';
+import { literalHostRefusal, private_address_code, publicOnlyLookup, upstreamUrlRefusal } from './private-network.js';
 
 export interface UpstreamTarget {
   format: WireFormat;
@@ -29,14 +32,17 @@ export interface UpstreamResponse {
  * - `timeout`: connecting, waiting for the headers, or waiting between body bytes took too long.
  * - `aborted`: the caller's signal aborted the call.
  * - `invalid`: the upstream's answer is not valid HTTP or is larger than the limit.
+ * - `refused`: the upstream's address is private (src/gateway/private-network.ts) and
+ *   private addresses are not allowed; no connection was made. The message says why.
  */
-export type UpstreamErrorKind = 'unreachable' | 'timeout' | 'aborted' | 'invalid';
+export type UpstreamErrorKind = 'unreachable' | 'timeout' | 'aborted' | 'invalid' | 'refused';
 
 export class UpstreamError extends Error {
   readonly kind: UpstreamErrorKind;
 
   constructor(kind: UpstreamErrorKind, cause: unknown) {
-    super(`upstream ${kind}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    const detail = cause instanceof Error ? cause.message : String(cause);
+    super(kind === 'refused' ? detail : `upstream ${kind}: ${detail}`, { cause });
     this.name = 'UpstreamError';
     this.kind = kind;
   }
@@ -58,6 +64,7 @@ export function upstreamErrorKind(err: unknown): UpstreamErrorKind {
   // Node reports a failed connect to every address of a name as an AggregateError.
   const code = typeof e?.code === 'string' ? e.code : Array.isArray(e?.errors) ? (e.errors[0] as { code?: unknown })?.code : undefined;
   if (typeof code === 'string') {
+    if (code === private_address_code) return 'refused';
     if (TIMEOUT_CODES.has(code)) return 'timeout';
     if (code === 'UND_ERR_ABORTED' || code === 'ABORT_ERR') return 'aborted';
     if (INVALID_CODES.has(code) || code.startsWith('HPE_')) return 'invalid';
@@ -76,6 +83,14 @@ export interface UpstreamClientOptions {
   connections?: number;
   /** Largest response body accepted, in bytes. */
   responseBytesMax?: number;
+  /**
+   * Allows upstreams on loopback, private and link-local addresses
+   * (`UPSTREAM_ALLOW_PRIVATE`): the demo's and the tests' mock upstream. Off, such an
+   * upstream is refused before any connection, after DNS resolution.
+   */
+  allowPrivate?: boolean;
+  /** Resolves upstream host names (dns.lookup); tests pass their own. */
+  lookup?: LookupFunction;
 }
 
 const DEFAULTS = {
@@ -84,6 +99,8 @@ const DEFAULTS = {
   bodyTimeoutMs: 300_000,
   connections: 256,
   responseBytesMax: 64 * 1024 * 1024,
+  allowPrivate: false,
+  lookup: dnsLookup,
 } satisfies Required<UpstreamClientOptions>;
 
 export class UpstreamClient {
@@ -93,6 +110,15 @@ export class UpstreamClient {
 
   constructor(opts: UpstreamClientOptions = {}) {
     this.opts = { ...DEFAULTS, ...opts };
+  }
+
+  /**
+   * Why a model may not have this `upstream_base_url` (a private address, or a name that
+   * resolves to one), or null when it may. Checked when a model is created or changed;
+   * `send` checks again at every connection.
+   */
+  async baseUrlRefusal(baseUrl: string): Promise<string | null> {
+    return this.opts.allowPrivate ? null : upstreamUrlRefusal(baseUrl, this.opts.lookup);
   }
 
   /**
@@ -118,6 +144,9 @@ export class UpstreamClient {
       headers['x-api-key'] = target.apiKey;
       headers['anthropic-version'] = opts.anthropicVersion ?? ANTHROPIC_VERSION_DEFAULT;
     }
+    // A connection to a literal address makes no lookup, so the lookup's check cannot see it.
+    const refused = this.opts.allowPrivate ? null : literalHostRefusal(url);
+    if (refused !== null) throw new UpstreamError('refused', Object.assign(new Error(refused), { code: private_address_code }));
     try {
       const res = await this.pool(url.origin).request({
         method: 'POST',
@@ -149,7 +178,10 @@ export class UpstreamClient {
     if (!pool) {
       pool = new Pool(origin, {
         connections: this.opts.connections,
-        connect: { timeout: this.opts.connectTimeoutMs },
+        connect: {
+          timeout: this.opts.connectTimeoutMs,
+          lookup: this.opts.allowPrivate ? this.opts.lookup : publicOnlyLookup(this.opts.lookup),
+        },
         headersTimeout: this.opts.headersTimeoutMs,
         bodyTimeout: this.opts.bodyTimeoutMs,
         maxResponseSize: this.opts.responseBytesMax,

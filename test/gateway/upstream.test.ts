@@ -1,8 +1,9 @@
 /**
  * UpstreamClient against the mock upstream: the request each format gets, upstream HTTP
  * errors relayed untouched, failures classified by kind (unreachable, timeout, aborted),
- * errors on the body stream, and connection reuse counted at a TCP proxy in front of the
- * mock.
+ * errors on the body stream, connection reuse counted at a TCP proxy in front of the
+ * mock, and private addresses refused after DNS resolution (a resolver passed to the
+ * client maps public-looking names to 127.0.0.1).
  */
 import net from 'node:net';
 import type { Readable } from 'node:stream';
@@ -10,16 +11,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { StreamRelay } from '../../src/gateway/adapters.js';
 import { mockDirective, mockOutputText, startMockUpstream, type MockControls, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { publicOnlyLookup } from '../../src/gateway/private-network.js';
 import { ANTHROPIC_VERSION_DEFAULT, UpstreamClient, UpstreamError, type UpstreamTarget } from '../../src/gateway/upstream.js';
 
 const KEY = 'sk-upstream-test';
+/** The mock listens on 127.0.0.1, which a client refuses unless private upstreams are allowed. */
+const onLoopback = { allowPrivate: true };
 
 let mock: MockUpstream;
 let client: UpstreamClient;
 
 beforeAll(async () => {
   mock = await startMockUpstream({ requireKey: KEY });
-  client = new UpstreamClient({ headersTimeoutMs: 2_000, bodyTimeoutMs: 2_000 });
+  client = new UpstreamClient({ ...onLoopback, headersTimeoutMs: 2_000, bodyTimeoutMs: 2_000 });
 });
 
 afterAll(async () => {
@@ -172,7 +176,7 @@ describe('failures by kind', () => {
   });
 
   it('no headers within headersTimeoutMs is a timeout', async () => {
-    const quick = new UpstreamClient({ headersTimeoutMs: 150 });
+    const quick = new UpstreamClient({ ...onLoopback, headersTimeoutMs: 150 });
     const started = Date.now();
     const err = await failure(quick.send(target('openai'), body('openai', { fail: 'timeout' }), { stream: false }));
     expect(err).toBeInstanceOf(UpstreamError);
@@ -183,7 +187,7 @@ describe('failures by kind', () => {
   });
 
   it('a stream that stalls longer than bodyTimeoutMs fails on the body with kind timeout', async () => {
-    const quick = new UpstreamClient({ bodyTimeoutMs: 150 });
+    const quick = new UpstreamClient({ ...onLoopback, bodyTimeoutMs: 150 });
     const res = await quick.send(target('anthropic'), body('anthropic', { chunk_delay_ms: 5_000 }, { stream: true }), { stream: true });
     expect(res.status).toBe(200);
     expect(await failure(readAll(res.body))).toMatchObject({ kind: 'timeout' });
@@ -226,7 +230,7 @@ describe('failures by kind', () => {
 describe('connections', () => {
   it('sequential calls to one upstream share a kept-alive connection', async () => {
     const proxy = await countingProxy();
-    const pooled = new UpstreamClient();
+    const pooled = new UpstreamClient(onLoopback);
     try {
       for (let i = 0; i < 20; i++) {
         const stream = i % 2 === 0;
@@ -239,7 +243,7 @@ describe('connections', () => {
       expect(proxy.connections()).toBeLessThanOrEqual(2);
       // A second client has its own pool, hence its own connection.
       const before = proxy.connections();
-      const other = new UpstreamClient();
+      const other = new UpstreamClient(onLoopback);
       await readAll((await other.send(target('openai', proxy.url), body('openai', {}), { stream: false })).body);
       await other.close();
       expect(proxy.connections()).toBe(before + 1);
@@ -247,5 +251,85 @@ describe('connections', () => {
       await pooled.close();
       await proxy.close();
     }
+  });
+});
+
+/** A resolver that answers these names with these addresses, and ENOTFOUND otherwise. */
+function resolver(names: Record<string, string[]>): net.LookupFunction {
+  return (hostname, options, callback) => {
+    const all = (names[hostname] ?? []).map((address) => ({ address, family: net.isIP(address) }));
+    if (all.length === 0) return callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' }), '');
+    if (options.all) return callback(null, all);
+    return callback(null, all[0].address, all[0].family);
+  };
+}
+
+describe('private addresses', () => {
+  const names = resolver({
+    'api.example.test': ['127.0.0.1'],
+    'mixed.example.test': ['93.184.215.14', '10.0.0.7'],
+    'metadata.example.test': ['::ffff:169.254.169.254'],
+    'public.example.test': ['93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c'],
+  });
+
+  it('a public-looking name that resolves to 127.0.0.1 is refused at connect time, and no connection is made', async () => {
+    const proxy = await countingProxy();
+    const port = new URL(proxy.url).port;
+    const guarded = new UpstreamClient({ lookup: names });
+    try {
+      for (const [format, stream] of [['openai', false], ['anthropic', true]] as const) {
+        const err = await failure(guarded.send(target(format, `http://api.example.test:${port}/v1`), body(format, {}), { stream }));
+        expect(err).toBeInstanceOf(UpstreamError);
+        expect(err).toMatchObject({
+          kind: 'refused',
+          message: 'upstream_base_url points at api.example.test (resolves to 127.0.0.1), a loopback address; the gateway calls only public addresses (set UPSTREAM_ALLOW_PRIVATE=1 to allow private ones)',
+        });
+      }
+      // A literal address makes no lookup; it is refused all the same.
+      expect(await failure(guarded.send(target('openai', proxy.url), body('openai', {}), { stream: false }))).toMatchObject({ kind: 'refused' });
+      expect(proxy.connections()).toBe(0);
+
+      // With private upstreams allowed, the same name reaches the mock as before.
+      const allowed = new UpstreamClient({ ...onLoopback, lookup: names });
+      const res = await allowed.send(target('openai', `http://api.example.test:${port}/v1`), body('openai', { output_tokens: 2 }), { stream: false });
+      expect(res.status).toBe(200);
+      await readAll(res.body);
+      await allowed.close();
+      expect(proxy.connections()).toBe(1);
+    } finally {
+      await guarded.close();
+      await proxy.close();
+    }
+  });
+
+  it('the connect-time lookup refuses a name when any of its addresses is private, in either lookup mode', async () => {
+    const lookup = publicOnlyLookup(names);
+    const resolve = (host: string, all: boolean) =>
+      new Promise<unknown>((done) => lookup(host, { all }, (err, address, family) => done(err ? { code: (err as { code?: string }).code } : { address, family })));
+    for (const all of [true, false]) {
+      expect(await resolve('mixed.example.test', all)).toEqual({ code: 'ERR_UPSTREAM_PRIVATE_ADDRESS' });
+      expect(await resolve('metadata.example.test', all)).toEqual({ code: 'ERR_UPSTREAM_PRIVATE_ADDRESS' });
+      expect(await resolve('nowhere.example.test', all)).toEqual({ code: 'ENOTFOUND' });
+    }
+    expect(await resolve('public.example.test', false)).toEqual({ address: '93.184.215.14', family: 4 });
+    expect(await resolve('public.example.test', true)).toEqual({
+      address: [
+        { address: '93.184.215.14', family: 4 },
+        { address: '2606:2800:21f:cb07:6820:80da:af6b:8b2c', family: 6 },
+      ],
+      family: undefined,
+    });
+  });
+
+  it('a base URL whose name resolves to a private address is refused when the model is configured', async () => {
+    const guarded = new UpstreamClient({ lookup: names });
+    expect(await guarded.baseUrlRefusal('https://api.example.test/v1')).toMatch(/^upstream_base_url points at api\.example\.test \(resolves to 127\.0\.0\.1\), a loopback address/);
+    expect(await guarded.baseUrlRefusal('https://mixed.example.test/v1')).toMatch(/resolves to 10\.0\.0\.7\), a private address/);
+    expect(await guarded.baseUrlRefusal('https://metadata.example.test/v1')).toMatch(/a link-local \(cloud metadata\) address/);
+    expect(await guarded.baseUrlRefusal('https://public.example.test/v1')).toBeNull();
+    // Not resolvable now: accepted, and checked again at every connection.
+    expect(await guarded.baseUrlRefusal('https://nowhere.example.test/v1')).toBeNull();
+    expect(await new UpstreamClient({ ...onLoopback, lookup: names }).baseUrlRefusal('https://api.example.test/v1')).toBeNull();
+    await guarded.close();
   });
 });

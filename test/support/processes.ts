@@ -40,7 +40,8 @@ export async function spawnService(entry: 'src/web.ts' | 'workers/main.ts', env:
   const wanted = log_levels[env.LOG_LEVEL ?? 'warn'] ?? log_levels.warn;
   const childLevel = wanted <= log_levels.info ? (env.LOG_LEVEL ?? 'info') : 'info';
   const child = spawn(process.execPath, ['--import', 'tsx', entry], {
-    env: { ...process.env, ...env, LOG_LEVEL: childLevel, PORT: '0' },
+    // The mock upstreams of the tests listen on 127.0.0.1.
+    env: { ...process.env, UPSTREAM_ALLOW_PRIVATE: '1', ...env, LOG_LEVEL: childLevel, PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
