@@ -172,3 +172,13 @@ describe('a gateway call in flight at the Free limit', () => {
     }
   });
 });
+
+describe('after all of the above', () => {
+  it('Redis and the ledger in PostgreSQL agree: reconcile finds no drift', async () => {
+    await env.svc.drained();
+    const report = await env.svc.call('POST', `/v1/admin/projects/${env.p.projectId}/reconcile`, { key: env.p.adminKey, body: {} });
+    expect(report.status).toBe(200);
+    expect(report.body.errors).toEqual([]);
+    expect(report.body.drift).toEqual([]);
+  });
+});
