@@ -58,13 +58,15 @@ function ipv6Groups(address: string): number[] {
 
 /**
  * The IPv4 address an IPv6 address carries and routes to: IPv4-mapped (`::ffff:a.b.c.d`),
- * NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`). Null for any other.
+ * IPv4-translated (`::ffff:0:a.b.c.d`), NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`).
+ * Null for any other.
  */
 function embeddedIpv4(address: string): string | null {
   const g = ipv6Groups(address);
   const v4 = (hi: number, lo: number) => `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`;
   const zeros = (from: number, to: number) => g.slice(from, to).every((x) => x === 0);
   if (zeros(0, 5) && g[5] === 0xffff) return v4(g[6], g[7]);
+  if (zeros(0, 4) && g[4] === 0xffff && g[5] === 0) return v4(g[6], g[7]);
   if (g[0] === 0x64 && g[1] === 0xff9b && zeros(2, 6)) return v4(g[6], g[7]);
   if (g[0] === 0x2002) return v4(g[1], g[2]);
   return null;

@@ -54,11 +54,16 @@ const refused = [
   'http://0x7f000001/v1',
   'http://0x7f.0.0.1/v1',
   'http://0177.0.0.1/v1',
+  'http://017700000001/v1',
+  'http://127.0.0.1./v1',
+  'http://%31%32%37.0.0.1/v1',
+  'http://\u2460\u2461\u2466.0.0.1/v1',
   // loopback, IPv6 and IPv4-mapped IPv6
   'http://[::1]/v1',
   'http://[0:0:0:0:0:0:0:1]/v1',
   'http://[::ffff:127.0.0.1]/v1',
   'http://[::ffff:7f00:1]/v1',
+  'http://[::ffff:0:127.0.0.1]/v1',
   // localhost names (RFC 6761), whatever DNS says
   'http://localhost/v1',
   'http://localhost./v1',
