@@ -13,21 +13,28 @@ interface Pair {
   upstream: net.Socket;
   /** Replies from Redis are discarded instead of forwarded. */
   swallowing: boolean;
-  /** Scripts sent while replies are swallowed, whose replies have not come yet. */
+  /** Money scripts sent while replies are swallowed, whose replies have not come yet. */
   scriptsSent: number;
 }
 
 /** A script call in RESP: the command name as a bulk string. */
-const script_command = /\r\neval(sha)?\r\n/gi;
+const script_command = /\r\neval(sha)?\r\n/i;
+/** A money script names its customer's outbox stream among its keys, once. */
+const outbox_key = /:outbox\r\n/g;
 
 export class RedisProxy {
   private server: net.Server | null = null;
   private readonly pairs = new Set<Pair>();
   /** Replies swallowed so far, in bytes: a drop that swallowed nothing proves nothing. */
   swallowedBytes = 0;
-  /** Scripts that reached Redis while replies were swallowed, and whose reply data came back and was swallowed. */
+  /**
+   * Money scripts (the ones that name a customer's outbox) that reached Redis while
+   * replies were swallowed, and whose reply data came back and was swallowed.
+   */
   swallowedScripts = 0;
   port = 0;
+  /** A drop waits for the next money script to begin. */
+  private armed = false;
 
   /** `target` is the Redis unix socket path. */
   constructor(private readonly target: string) {}
@@ -53,7 +60,14 @@ export class RedisProxy {
       upstream.destroy();
     };
     client.on('data', (chunk: Buffer) => {
-      if (pair.swallowing) pair.scriptsSent += chunk.toString('latin1').match(script_command)?.length ?? 0;
+      const text = this.armed || pair.swallowing ? chunk.toString('latin1') : '';
+      const scripts = script_command.test(text) ? (text.match(outbox_key)?.length ?? 0) : 0;
+      if (this.armed && scripts > 0) {
+        // The drop begins with this money script: it reaches Redis, its reply will not.
+        this.armed = false;
+        for (const p of this.pairs) p.swallowing = true;
+      }
+      if (pair.swallowing) pair.scriptsSent += scripts;
       upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
@@ -74,19 +88,18 @@ export class RedisProxy {
   }
 
   /**
-   * Swallows every reply while requests still reach Redis, for at least `minMs` and
-   * until the reply of at least one script was swallowed (or `maxMs`), then cuts every
-   * connection that was open when the drop began.
+   * Waits (up to `maxWaitMs`) for the next money script a client sends, lets it reach
+   * Redis, and from that moment swallows every reply on every connection for `ms`; then
+   * cuts the connections. Without a money script in time, the drop begins anyway.
    */
-  async dropReplies(minMs: number, maxMs: number): Promise<void> {
-    const victims = [...this.pairs];
-    for (const p of victims) p.swallowing = true;
-    const before = this.swallowedScripts;
-    const startedAt = Date.now();
-    while (Date.now() - startedAt < minMs || (this.swallowedScripts === before && Date.now() - startedAt < maxMs)) {
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
-    for (const p of victims) {
+  async dropReplies(ms: number, maxWaitMs: number): Promise<void> {
+    this.armed = true;
+    const deadline = Date.now() + maxWaitMs;
+    while (this.armed && Date.now() < deadline) await sleep(2);
+    this.armed = false;
+    for (const p of this.pairs) p.swallowing = true;
+    await sleep(ms);
+    for (const p of [...this.pairs]) {
       p.client.destroy();
       p.upstream.destroy();
     }
@@ -109,3 +122,5 @@ export class RedisProxy {
     await this.refuse();
   }
 }
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
