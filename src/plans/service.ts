@@ -217,10 +217,13 @@ export class PlanService {
    * it again after a lost reply adds the same member: counted once.
    */
   async record(orgId: string, n: number): Promise<void> {
-    const k = await this.currentKeys(orgId);
     const member = `${n}:${newId('rec')}`;
+    // The period is fixed by the first try that learns it, so that every try adds the
+    // same member to the same set.
+    let k: Awaited<ReturnType<PlanService['currentKeys']>> | undefined;
     for (let attempt = 1; ; attempt++) {
       try {
+        k ??= await this.currentKeys(orgId);
         await Promise.all([this.redis.zadd(k.pending, 0, member), this.redis.expire(k.pending, this.counterTtlSeconds(k.period))]);
         return;
       } catch (err) {
