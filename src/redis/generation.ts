@@ -37,7 +37,8 @@ export const verify_wait_ms = 2_000;
 export const recoveredMarkerKey = (prefix: string, runId: string) => `${prefix}recovered:${runId}`;
 export const recoveryLockKey = (prefix: string) => `${prefix}recovery:lock`;
 
-const unverified_message = 'Redis restarted and is being checked against the ledger in PostgreSQL; nothing was applied: retry shortly';
+const unverified_message =
+  'Redis is unreachable, or restarted and is being checked against the ledger in PostgreSQL; nothing was applied: retry shortly';
 
 export interface GenerationOptions {
   prefix: string;
