@@ -40,19 +40,29 @@ export class AofRedis {
     }
   }
 
-  private ping(): Promise<boolean> {
-    return new Promise((resolve) => {
+  private async ping(): Promise<boolean> {
+    return (await this.command('PING').catch(() => '')).startsWith('+PONG');
+  }
+
+  /** Sends one inline command on a connection of its own; resolves with the first reply line. */
+  command(line: string): Promise<string> {
+    return new Promise((resolve, reject) => {
       const s = net.connect(this.socket);
       let reply = '';
-      s.setTimeout(1_000, () => s.destroy());
-      s.on('connect', () => s.write('PING\r\n'));
+      s.setTimeout(1_000, () => s.destroy(new Error(`${line}: no reply`)));
+      s.on('connect', () => s.write(`${line}\r\n`));
       s.on('data', (d) => {
         reply += d;
         if (reply.includes('\r\n')) s.end();
       });
-      s.on('error', () => resolve(false));
-      s.on('close', () => resolve(reply.startsWith('+PONG')));
+      s.on('error', reject);
+      s.on('close', () => resolve(reply.split('\r\n')[0]));
     });
+  }
+
+  /** How many keys Redis holds: after a restart, what it read back from its append-only file. */
+  async keys(): Promise<number> {
+    return Number((await this.command('DBSIZE')).slice(1));
   }
 
   /** kill -9, and wait until the process is gone. */
