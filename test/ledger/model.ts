@@ -2,8 +2,9 @@
  * Reference model of the wallet ledger for the model-based property test
  * (model.property.test.ts): Variant B (integer credits), written from
  * shared/spec/service-spec.md, shared/spec/CONTRACT.md and docs/API.md, not from the Lua
- * scripts. It has no Redis, HTTP or clock of its own: time moves only when the test says
- * so, and every result is a function of the state and the request.
+ * scripts. It has no Redis, HTTP or clock of its own: the test sets the instant each
+ * request ran at (setNow), and every result is a function of the state, the request and
+ * that instant.
  *
  * What it models:
  * - Sources with validity windows: a source counts and can be drawn from only while
@@ -20,8 +21,8 @@
  * Ids the service invents (source account ids, deposit record ids) are named here after
  * the request that created them (`src:<n>`, `rec:<n>`); the test maps the real ids onto
  * these names from the responses. Times the service stamps with its own clock are
- * returned as `approx(ms)`: the service runs a few milliseconds behind or ahead of the
- * model's clock, so the test accepts a small window there.
+ * returned as `approx(ms)`: when the test knows only a window in which a request ran,
+ * the stamp may be later than the instant the model was set to.
  */
 
 export const default_wallet = 'credits';
@@ -212,8 +213,28 @@ export class LedgerModel {
     return this.state.now;
   }
 
-  advance(ms: number): void {
-    this.state.now += ms;
+  /** Moves the model to the instant a request ran at. Time never goes back. */
+  setNow(ms: number): void {
+    if (ms < this.state.now) throw new Error(`model time cannot go back from ${this.state.now} to ${ms}`);
+    this.state.now = ms;
+  }
+
+  /**
+   * The instants in (from, to] at which an outcome can change: a source's starts_at (it
+   * counts from that instant on) and expires_at (it stops counting at that instant), a
+   * frozen transaction's TTL deadline (due from that instant on), and the window of the
+   * deposit `req` would create. Between two of them every answer is the same, so a request
+   * known only to have run somewhere in (from, to] needs to be tried at these instants only.
+   */
+  boundaries(from: number, to: number, req?: LedgerRequest, customerId?: string): number[] {
+    const all: number[] = [];
+    for (const [id, c] of Object.entries(this.state.customers)) {
+      if (customerId !== undefined && id !== customerId) continue;
+      for (const s of c.sources) all.push(s.startsAt ?? from, s.expiresAt ?? from);
+      for (const tx of Object.values(c.txs)) if (tx.state === 'frozen' && tx.ttl) all.push(tx.ttl.dueAt);
+    }
+    if (req?.op === 'deposit') all.push(readTime(req.body, 'starts_at') ?? from, readTime(req.body, 'expires_at') ?? from);
+    return [...new Set(all.filter((b) => b > from && b <= to))].sort((a, b) => a - b);
   }
 
   /** The customer an operation on this request runs its script on, when known. */
@@ -544,6 +565,8 @@ export class LedgerModel {
   /** A key that is equal for two models in the same state, whatever the order of keys and entries. */
   fingerprint(): string {
     const s = structuredClone(this.state);
+    // Worlds that differ only in when the last request ran have the same future: the next one runs later than both.
+    s.now = 0;
     for (const c of Object.values(s.customers)) c.entries = c.entries.map(stableJson).sort() as unknown as ModelEntry[];
     return stableJson(s);
   }
