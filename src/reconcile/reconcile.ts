@@ -44,7 +44,9 @@ export interface DriftItem {
   /**
    * What differs: `customer` (missing on one side), `meta.<field>`, `source` (missing on
    * one side) or `source.<field>`, `transaction` or `transaction.<field>`, `deposit` or
-   * `deposit.<field>`, `ttl`, `txidx`, `depidx`.
+   * `deposit.<field>`, `ttl`, `txidx`, `depidx`, or `ledger.seq` (outbox entries whose
+   * numbers PostgreSQL already holds for others: `redis` lists them, `expected` says
+   * where they are renumbered from).
    */
   field: string;
   source?: string;
@@ -170,8 +172,8 @@ function outboxRow(e: OutboxEntry & { type: LedgerEntryType }): IdentifiedEntry 
 /**
  * The customer and ledger as of the snapshot: PostgreSQL plus the outbox (an entry in
  * both counts once, as PostgreSQL holds it: a renumbered entry keeps its old number in
- * the outbox until it is trimmed). A customer whose creating deposit is still in the outbox takes its
- * profile from that deposit, as the persist loop will.
+ * the outbox until it is trimmed). A customer whose creating deposit is still in the
+ * outbox takes its profile from that deposit, as the persist loop will.
  */
 function ledgerAsOfSnapshot(row: CustomerRow | null, stored: IdentifiedEntry[], outbox: OutboxEntry[]): { customer: CustomerRow | null; entries: EntryRow[] } {
   const byId = new Map(stored.map((e) => [e.id, e]));
