@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
-import { recoveredMarkerKey } from '../../src/redis/generation.js';
+import { recoveredMarkerKey, recoveryLockKey } from '../../src/redis/generation.js';
+import { projectKeys } from '../../src/redis/keys.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { ownRedis, type OwnRedis } from './own-redis.js';
 
@@ -114,5 +115,34 @@ describe('Redis restarted from an older snapshot', () => {
 
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
     expect(report).toMatchObject({ customers_checked: 3, customers_with_drift: 0, drift: [], errors: [], anomalies: [] });
+  }, 60_000);
+
+  it('sends nothing for money while the new generation is unverified, and serves once it is', async () => {
+    await apply('deposit dave', '/v1/customers/deposit', { customer_id: 'dave', amount: 100, idempotency_key: 'dep-dave' });
+    const prefix = svc.rt.config.REDIS_PREFIX;
+    const direct = new Redis(redis.url);
+    try {
+      // Another process holds the recovery and has not finished: this one must wait.
+      const runId = svc.rt.generation.runId!;
+      await direct.set(recoveryLockKey(prefix), 'another process', 'PX', 60_000);
+      await direct.del(recoveredMarkerKey(prefix, runId));
+      await direct.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      await waitFor(async () => (await svc.call('GET', '/health')).body.checks?.redis?.generation === 'recovering', 10_000, 'the guard to drop');
+
+      const refused = await post('/v1/billing/deduct', { customer_id: 'dave', transaction_id: 'dv1', amount: 10 });
+      expect([refused.status, refused.body.error.code, refused.body.error.message]).toEqual([503, 'service_unavailable', expect.stringMatching(/nothing was applied/)]);
+      // Nothing reached Redis: not even the transaction's binding.
+      expect(await direct.hexists(projectKeys(prefix, p.projectId).txIndex, 'dv1')).toBe(0);
+      const health = await svc.call('GET', '/health');
+      expect([health.body.status, health.body.checks.redis.verified]).toEqual(['degraded', false]);
+
+      await direct.del(recoveryLockKey(prefix));
+      await waitFor(async () => (await svc.call('GET', '/health')).body.checks?.redis?.generation === 'verified', 10_000, 'the guard to verify');
+      expect(await direct.exists(recoveredMarkerKey(prefix, runId))).toBe(1);
+      await apply('deduct dv1', '/v1/billing/deduct', { customer_id: 'dave', transaction_id: 'dv1', amount: 10 });
+      expect(await balance('dave')).toEqual({ total: 100, used: 10, frozen: 0, available: 90 });
+    } finally {
+      direct.disconnect();
+    }
   }, 60_000);
 });
