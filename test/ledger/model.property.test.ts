@@ -2,7 +2,7 @@
  * Model-based property test of the wallet ledger: random command sequences (deposits with
  * validity windows and idempotency keys, deducts, freezes with TTLs, consumes, unfreezes,
  * replays, conflicting reuses of ids, clock moves and concurrent batches) run against the
- * real service (Variant B, over HTTP) and against the reference model in ./model.ts.
+ * real service (over HTTP) and against the reference model in ./model.ts.
  *
  * After every command the HTTP status, error code and success body must be the model's;
  * the customers the command touched must read back (GET /v1/customers/{id}) as the model
@@ -14,14 +14,19 @@
  * test keeps every model state ("world") that some serial order of the batch explains,
  * and drops the worlds later observations contradict. A step fails when no world is left.
  *
- * Time: scripts read Redis TIME plus the test clock offset, so the service runs a few
- * milliseconds ahead of the model's clock (real time passes between requests). Model time
- * moves on a 10 s grid and the test re-aligns the service clock to it at every move.
- * Source windows start and end, and TTLs run out, 5 s past a grid point, so a drift under
- * 5 s never changes an outcome; the test moves both clocks one grid step whenever the
- * drift exceeds 2 s, and every service timestamp is checked to be within a few seconds
- * of the model's time (so a drift that did break the margins fails as a timestamp, not as
- * a wrong balance).
+ * Processes: two API processes (runtimes with their own connections and servers) share
+ * one Redis prefix; each request and read goes to one of them, chosen by the run.
+ *
+ * Time: scripts read Redis TIME plus the test clock offset, so the instant a request runs
+ * at is known only to lie between two reads of that clock, one before it is sent and one
+ * after its answer, unless the answer is a fresh success stamped with its own instant
+ * (deducted_at, frozen_at, consumed_at, unfrozen_at, a balance's as_of), which is exact.
+ * The model is set to that instant; otherwise each world is tried at the start of the
+ * window and at every instant inside it where an outcome changes (a window bound, a TTL
+ * deadline: model.boundaries), and the worlds that explain the answer are kept. So the
+ * generator can put source windows exactly at, 1 ms before and 1 ms after the instant the
+ * deposit runs, and clock moves aim at TTL deadlines and window bounds: a balance read
+ * there shows whether the service counted the instant on the right side, exactly.
  *
  * Seeds: CI runs a fixed seed (ci_seed), so a red run is red again on a re-run and a
  * change in outcome means a change in the code. `npm run test:soak` (SOAK=1) draws a
@@ -29,14 +34,14 @@
  * were executed than asked (a time limit that interrupts it is not a pass).
  *
  * Reproduce a failure with FC_SEED=<seed> (and FC_PATH=<path> to skip straight to the
- * shrunk case; fast-check prints both); FC_RUNS changes the number of runs; MODEL_TRACE=1 prints every run's
- * requests and answers, MODEL_STATS=1 how often each outcome happened.
+ * shrunk case; fast-check prints both); FC_RUNS changes the number of runs; MODEL_TRACE=1
+ * prints every run's requests and answers, MODEL_STATS=1 how often each outcome happened.
  */
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
-import { LedgerModel, isApprox, stableJson, type Expected, type LedgerRequest, type ModelEntry, type Tallies } from './model.js';
+import { LedgerModel, default_wallet, isApprox, stableJson, type Expected, type LedgerRequest, type ModelEntry, type Tallies, type Variant } from './model.js';
 
 /** The step of long clock moves and of far source windows. */
 const grid_ms = 10_000;
@@ -47,7 +52,8 @@ const process_count = 2;
 /** Reads that approach an instant the clock moves to, at most. */
 const probe_tries_max = 4;
 const worlds_max = 200;
-const wallet_names = ['credits', 'promo', 'bonus'] as const;
+/** Wallet names by index; index 0 is the variant's default wallet. */
+const wallet_names: Record<Variant, readonly string[]> = { A: [default_wallet.A, 'promo', 'bonus'], B: [default_wallet.B, 'promo', 'bonus'] };
 const customer_count = 3;
 const ledger_page_size = 7;
 const drain_timeout_ms = 10_000;
@@ -89,6 +95,8 @@ interface DrawCmd {
   tx: number | 'fresh';
   amount: number;
   wallet: number | null;
+  /** Variant A: the filter names the next wallet too. */
+  also: boolean;
   business: boolean;
   /** Freeze TTL of slot x 10 + 5 seconds. */
   ttl: { kind: 'release' | 'consume'; slot: number } | null;
@@ -169,6 +177,7 @@ const drawArb = (k: 'deduct' | 'freeze'): fc.Arbitrary<DrawCmd> =>
     tx: fc.oneof({ weight: 3, arbitrary: fc.constant('fresh' as const) }, { weight: 2, arbitrary: fc.integer({ min: 0, max: 4 }) }),
     amount: drawAmountArb,
     wallet: nullOr(3, fc.integer({ min: 0, max: 2 }), 2),
+    also: fc.boolean(),
     business: fc.boolean(),
     ttl: k === 'freeze' ? nullOr(1, fc.record({ kind: fc.constantFrom('release' as const, 'consume' as const), slot: fc.integer({ min: 0, max: 6 }) })) : fc.constant(null),
   });
@@ -208,14 +217,19 @@ const cmdArb: fc.Arbitrary<Cmd> = fc.oneof(
  * states), then up to commands_max random commands. Customer 2 is funded only by chance.
  */
 interface Run {
+  variant: Variant;
   cmds: Cmd[];
   /** Chooses the API process of each request (and read). */
   via: number;
 }
 
 const runArb: fc.Arbitrary<Run> = fc
-  .tuple(fc.integer({ min: 300, max: 3000 }), fc.integer({ min: 300, max: 3000 }), fc.array(cmdArb, { minLength: 1, maxLength: commands_max, size: 'max' }), fc.nat())
-  .map(([a, b, cmds, via]) => ({
+  .tuple(
+    fc.integer({ min: 300, max: 3000 }), fc.integer({ min: 300, max: 3000 }), fc.array(cmdArb, { minLength: 1, maxLength: commands_max, size: 'max' }), fc.nat(),
+    fc.constantFrom('A' as const, 'B' as const),
+  )
+  .map(([a, b, cmds, via, variant]) => ({
+    variant,
     cmds: [
       { k: 'deposit', c: 0, amount: a, wallet: 0, alias: false, key: null, starts: null, expires: null },
       { k: 'deposit', c: 1, amount: b, wallet: 1, alias: false, key: null, starts: null, expires: null },
@@ -300,6 +314,30 @@ function stampOf(op: LedgerRequest['op'] | 'balance', res: ApiResponse): number 
   return Number.isNaN(t) ? null : t;
 }
 
+/** `credits` / 10^places as an exact decimal string. */
+function shiftDecimal(credits: number, places: number): string {
+  const digits = String(credits).padStart(places + 1, '0');
+  return places === 0 ? digits : `${digits.slice(0, -places)}.${digits.slice(-places)}`;
+}
+
+/**
+ * The body as sent: Variant B as the model reads it; Variant A with the amount (credits)
+ * written in one of its unit fields, chosen by `pick` (`actual_amount*` for a consume, the
+ * legacy field without a suffix in cents). An amount that is not a positive integer of
+ * credits goes in the credits field, which refuses it as the model does.
+ */
+function wireBody(req: LedgerRequest, variant: Variant, pick: number): Record<string, unknown> {
+  const body = { ...req.body };
+  if (variant === 'B' || body.amount === undefined) return body;
+  const credits = body.amount as number;
+  delete body.amount;
+  const prefix = req.op === 'consume' ? 'actual_amount' : 'amount';
+  const units = [['_usd', 6], ['_cents', 4], ['_credits', 0], ['', 4]] as const;
+  const [suffix, places] = Number.isSafeInteger(credits) && credits > 0 ? units[pick % units.length] : units[2];
+  body[`${prefix}${suffix}`] = places === 0 ? credits : Number(shiftDecimal(credits, places));
+  return body;
+}
+
 function outcomeLabel(req: LedgerRequest, res: ApiResponse): string {
   if (res.status === 200) return `${req.op}:${res.body.is_idempotent_replay ? 'replay' : 'ok'}`;
   return `${req.op}:${res.body?.error?.code ?? res.status}`;
@@ -340,12 +378,14 @@ class Scenario {
     private readonly prefix: string,
     private readonly outcomes: Map<string, number>,
     private readonly via: number,
+    private readonly variant: Variant,
   ) {
     this.customers = Array.from({ length: customer_count }, (_, i) => `${prefix}-c${i}`);
   }
 
   async run(cmds: Cmd[]): Promise<void> {
-    this.worlds = [LedgerModel.start(await this.serviceNow())];
+    this.worlds = [LedgerModel.start(await this.serviceNow(), this.variant)];
+    this.count(`variant:${this.variant}`);
     for (const [i, cmd] of cmds.entries()) {
       this.trace.push(`#${i} ${stableJson(cmd)}`);
       const touched = cmd.k === 'clock' ? await this.moveClock(cmd) : await this.send(cmd.k === 'batch' ? cmd.cmds : [cmd]);
@@ -430,7 +470,9 @@ class Scenario {
     switch (cmd.k) {
       case 'deposit': {
         const body: Record<string, unknown> = { customer_id: this.customer(cmd.c), amount: cmd.amount };
-        if (cmd.wallet !== 0 || cmd.alias) body[cmd.alias ? 'credit_type' : 'wallet'] = wallet_names[cmd.wallet];
+        const names = wallet_names[this.variant];
+        // A names the wallet with credit_type only; B with wallet or (alias) credit_type.
+        if (cmd.wallet !== 0 || cmd.alias) body[cmd.alias || this.variant === 'A' ? 'credit_type' : 'wallet'] = names[cmd.wallet];
         if (cmd.key !== null) body.idempotency_key = `${p}-k${cmd.key}`;
         const at = (t: { steps: number; ms: number }) => new Date(base + t.steps * grid_ms + t.ms).toISOString();
         if (cmd.starts !== null) body.starts_at = at(cmd.starts);
@@ -444,7 +486,9 @@ class Scenario {
           transaction_id: cmd.tx === 'fresh' ? `${p}-f${no}` : `${p}-t${cmd.tx}`,
           amount: cmd.amount,
         };
-        if (cmd.wallet !== null) body.wallet = wallet_names[cmd.wallet];
+        const names = wallet_names[this.variant];
+        if (cmd.wallet !== null && this.variant === 'B') body.wallet = names[cmd.wallet];
+        if (cmd.wallet !== null && this.variant === 'A') body.credit_types = cmd.also ? [names[cmd.wallet], names[(cmd.wallet + 1) % names.length]] : [names[cmd.wallet]];
         if (cmd.business) body.business_type = 'TASK';
         if (cmd.ttl) body[`${cmd.ttl.kind}_after_seconds`] = cmd.ttl.slot * 10 + 5;
         return { op: cmd.k, body };
@@ -462,7 +506,8 @@ class Scenario {
         const body: Record<string, unknown> = { transaction_id: txid };
         if (cmd.k === 'consume') {
           const frozen = typeof origin?.body.amount === 'number' && Number.isInteger(origin.body.amount) ? origin.body.amount : 50;
-          const amounts = { all: undefined, exact: frozen, part: Math.max(1, Math.floor(frozen / 2)), over: frozen + 1, invalid: 0 };
+          // Variant A must name the amount: its `all` names the whole freeze.
+          const amounts = { all: this.variant === 'A' ? frozen : undefined, exact: frozen, part: Math.max(1, Math.floor(frozen / 2)), over: frozen + 1, invalid: 0 };
           if (amounts[cmd.amount] !== undefined) body.amount = amounts[cmd.amount];
         }
         const owner = origin?.body.customer_id ?? this.customer(0);
@@ -510,9 +555,11 @@ class Scenario {
       if (req.op === 'deduct') for (const f of ['release_after_seconds', 'consume_after_seconds']) delete b[f];
       if (req.op === 'unfreeze') delete b.amount;
       if (req.op === 'deposit') {
-        const current = (b.wallet ?? b.credit_type ?? 'credits') as (typeof wallet_names)[number];
+        const names = wallet_names[this.variant];
+        const current = String(b.wallet ?? b.credit_type ?? names[0]);
         delete b.credit_type;
-        b.wallet = wallet_names[(wallet_names.indexOf(current) + 1) % wallet_names.length];
+        delete b.wallet;
+        b[this.variant === 'A' ? 'credit_type' : 'wallet'] = names[(names.indexOf(current) + 1) % names.length];
       }
     } else if (req.op === 'deduct' || req.op === 'freeze') {
       if (b.business_type === undefined) b.business_type = 'ORDER';
@@ -543,12 +590,13 @@ class Scenario {
       if (id !== null) touched.add(id);
     }
     const paths: Record<string, string> = { deposit: '/v1/customers/deposit', deduct: '/v1/billing/deduct', freeze: '/v1/billing/freeze', consume: '/v1/billing/consume', unfreeze: '/v1/billing/unfreeze' };
-    const answers = await Promise.all(sent.map((s) => this.next().call('POST', paths[s.req.op], { key: this.project.projectKey, body: s.req.body })));
+    const wire = sent.map((s) => wireBody(s.req, this.variant, s.no + this.via));
+    const answers = await Promise.all(sent.map((s, i) => this.next().call('POST', paths[s.req.op], { key: this.project.projectKey, body: wire[i] })));
     const hi = await this.serviceNow();
     this.history.push(...sent);
     for (const [i, s] of sent.entries()) {
       const res = answers[i];
-      this.trace.push(`   ${s.req.op} ${stableJson(s.req.body)} -> ${res.status} ${stableJson(res.body)}`);
+      this.trace.push(`   ${s.req.op} ${stableJson(wire[i])} -> ${res.status} ${stableJson(res.body)}`);
       this.count(outcomeLabel(s.req, res));
       s.applied = res.status === 200 && res.body.is_idempotent_replay === false;
       if (s.req.op === 'deposit' && res.status === 200 && res.body.is_idempotent_replay === false) {
@@ -815,14 +863,16 @@ class Scenario {
 
 /** The API processes: the first with the workers, the others on its Redis prefix and queue. */
 let services: TestService[];
-let project: TestProject;
+/** A project of each contract variant; a run uses one of them. */
+const projects = {} as Record<Variant, TestProject>;
 let runNo = 0;
 
 beforeAll(async () => {
   const first = await startTestService({ workers: true });
   const shared = { REDIS_PREFIX: first.rt.config.REDIS_PREFIX, QUEUE_PREFIX: first.rt.config.QUEUE_PREFIX };
   services = [first, ...(await Promise.all(Array.from({ length: process_count - 1 }, () => startTestService({ config: shared }))))];
-  project = await first.project('B');
+  projects.A = await first.project('A');
+  projects.B = await first.project('B');
 });
 afterAll(async () => {
   // The first service removes the shared prefix's keys, once the others are closed.
@@ -836,8 +886,8 @@ afterAll(async () => {
 /** Runs one command sequence on fresh customers and ids; `outcomes` collects what happened. */
 async function runScenario(run: Run | Cmd[], outcomes = new Map<string, number>()): Promise<void> {
   const prefix = `m${++runNo}${randomBytes(3).toString('hex')}`;
-  const { cmds, via } = Array.isArray(run) ? { cmds: run, via: 0 } : run;
-  await new Scenario(services, project, prefix, outcomes, via).run(cmds);
+  const { cmds, via, variant } = Array.isArray(run) ? { cmds: run, via: 0, variant: 'B' as const } : run;
+  await new Scenario(services, projects[variant], prefix, outcomes, via, variant).run(cmds);
 }
 
 describe('wallet ledger against its reference model', () => {
@@ -848,7 +898,7 @@ describe('wallet ledger against its reference model', () => {
       k: 'deposit', c, amount, wallet: 0, alias: false, key: null, starts: null, expires: null, ...more,
     });
     const draw = (k: 'deduct' | 'freeze', tx: number | 'fresh', amount: number, more: Partial<DrawCmd> = {}): DrawCmd => ({
-      k, c: 0, tx, amount, wallet: null, business: false, ttl: null, ...more,
+      k, c: 0, tx, amount, wallet: null, also: false, business: false, ttl: null, ...more,
     });
     const settle = (k: 'consume' | 'unfreeze', tx: number, more: Partial<SettleCmd> = {}): SettleCmd => ({
       k, target: pool(tx), amount: 'all', scope: 'none', ...more,
@@ -935,7 +985,7 @@ describe('wallet ledger against its reference model', () => {
       // The generator must keep reaching the interesting states, or the property proves little.
       // (Rarer outcomes are the scripted sequence's job.)
       for (const o of ['deposit:ok', 'deposit:transaction_conflict', 'deduct:ok', 'deduct:transaction_conflict', 'freeze:ok', 'freeze:transaction_conflict',
-        'consume:ok', 'consume:customer_scope_mismatch', 'consume:no_consumable_freeze_records', 'unfreeze:no_unfreezable_records', 'batch']) {
+        'consume:ok', 'consume:customer_scope_mismatch', 'consume:no_consumable_freeze_records', 'unfreeze:no_unfreezable_records', 'batch', 'variant:A', 'variant:B']) {
         expect(outcomes.has(o), `outcome ${o} never happened (seed ${seed}): ${stableJson(Object.fromEntries(outcomes))}`).toBe(true);
       }
       // Requests stamped within 1 ms of an instant where an outcome changes (about twenty in 25 runs).

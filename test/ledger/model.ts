@@ -1,10 +1,16 @@
 /**
  * Reference model of the wallet ledger for the model-based property test
- * (model.property.test.ts): Variant B (integer credits), written from
+ * (model.property.test.ts), of both contract variants, written from
  * shared/spec/service-spec.md, shared/spec/CONTRACT.md and docs/API.md, not from the Lua
  * scripts. It has no Redis, HTTP or clock of its own: the test sets the instant each
  * request ran at (setNow), and every result is a function of the state, the request and
  * that instant.
+ *
+ * Requests carry amounts as integer credits in `amount` (a consume's too); the test writes
+ * them in one of Variant A's unit fields when it sends them. Wallets follow the variant: A
+ * names a deposit's wallet with `credit_type` (default `default`) and filters draws with
+ * `credit_types`, B uses `wallet` or its alias `credit_type` (default `credits`); A's
+ * consume must name its amount.
  *
  * What it models:
  * - Sources with validity windows: a source counts and can be drawn from only while
@@ -25,7 +31,9 @@
  * the stamp may be later than the instant the model was set to.
  */
 
-export const default_wallet = 'credits';
+export type Variant = 'A' | 'B';
+/** The wallet a deposit without one goes to, per contract variant. */
+export const default_wallet: Record<Variant, string> = { A: 'default', B: 'credits' };
 export const amount_max = 1_000_000_000_000_000;
 
 /** HTTP status of each error code the ledger operations answer (CONTRACT section 2, spec Errors). */
@@ -168,8 +176,9 @@ function readAmount(body: Record<string, unknown>, optional: boolean): number | 
   return v;
 }
 
-/** Variant B names one wallet with `wallet` or its deprecated alias `credit_type`. */
-function readWallet(body: Record<string, unknown>): string | null {
+/** Variant A names a deposit's wallet with `credit_type`; B with `wallet` or its deprecated alias `credit_type`. */
+function readWallet(body: Record<string, unknown>, variant: Variant): string | null {
+  if (variant === 'A') return (body.credit_type as string | undefined) ?? null;
   const wallet = (body.wallet as string | undefined) ?? null;
   const alias = (body.credit_type as string | undefined) ?? null;
   if (wallet !== null && alias !== null && wallet !== alias) throw new Reject('invalid_request');
@@ -199,14 +208,17 @@ function text(body: Record<string, unknown>, field: string): string | null {
 }
 
 export class LedgerModel {
-  constructor(readonly state: ModelState) {}
+  constructor(
+    readonly state: ModelState,
+    readonly variant: Variant,
+  ) {}
 
-  static start(nowMs: number): LedgerModel {
-    return new LedgerModel({ now: nowMs, customers: {}, txIndex: {}, depositIndex: {} });
+  static start(nowMs: number, variant: Variant = 'B'): LedgerModel {
+    return new LedgerModel({ now: nowMs, customers: {}, txIndex: {}, depositIndex: {} }, variant);
   }
 
   clone(): LedgerModel {
-    return new LedgerModel(structuredClone(this.state));
+    return new LedgerModel(structuredClone(this.state), this.variant);
   }
 
   get now(): number {
@@ -266,7 +278,7 @@ export class LedgerModel {
   private deposit(body: Record<string, unknown>, requestNo: number): Expected {
     const customerId = String(body.customer_id);
     const amount = readAmount(body, false)!;
-    const wallet = readWallet(body) ?? default_wallet;
+    const wallet = readWallet(body, this.variant) ?? default_wallet[this.variant];
     const startsAt = readTime(body, 'starts_at');
     const expiresAt = readTime(body, 'expires_at');
     // The order of the two times is a property of the request alone: rejected before the key binds.
@@ -318,7 +330,9 @@ export class LedgerModel {
     const customerId = String(body.customer_id);
     const txid = String(body.transaction_id);
     const amount = readAmount(body, false)!;
-    const wallet = readWallet(body);
+    // The wallet filter: A names a list (`credit_types`), B one wallet.
+    const named = this.variant === 'A' ? ((body.credit_types as string[] | undefined) ?? null) : readWallet(body, 'B') === null ? null : [readWallet(body, 'B')!];
+    const filter = named === null ? null : [...new Set(named)].sort();
     const ttl = kind === 'freeze' ? readTtl(body) : null;
     const businessType = text(body, 'business_type');
     const description = text(body, 'description');
@@ -327,20 +341,21 @@ export class LedgerModel {
     const c = this.state.customers[customerId];
     if (!c) throw new Reject('customer_not_found');
 
-    const params = JSON.stringify([amount, wallet, businessType, description, ttl]);
+    const params = JSON.stringify([amount, filter, businessType, description, ttl]);
     const prior = c.txs[txid];
     if (prior) {
       if (prior.kind !== kind || prior.params !== params) throw new Reject('transaction_conflict');
       return { status: 200, body: { ...prior.result, is_idempotent_replay: true } };
     }
 
-    const details = this.pick(c, amount, wallet);
+    const details = this.pick(c, amount, filter);
     for (const d of details) {
       const s = c.sources.find((x) => x.id === d.account_id)!;
       if (kind === 'deduct') s.used += d.amount;
       else s.frozen += d.amount;
     }
-    const entryWallet = wallet ?? (details.every((d) => d.credit_type === details[0].credit_type) ? details[0].credit_type : null);
+    // A filter of one wallet names it; otherwise the entry names the wallet drawn from, or none when the draw spans several.
+    const entryWallet = named !== null && named.length === 1 ? named[0] : details.every((d) => d.credit_type === details[0].credit_type) ? details[0].credit_type : null;
     const now = this.state.now;
     const result: Record<string, unknown> =
       kind === 'deduct'
@@ -362,7 +377,7 @@ export class LedgerModel {
   }
 
   /** Chooses the funds for `amount`: active sources of the filter, soonest expiry, then oldest. */
-  private pick(c: Customer, amount: number, wallet: string | null): Detail[] {
+  private pick(c: Customer, amount: number, filter: string[] | null): Detail[] {
     const now = this.state.now;
     let availableAll = 0;
     let availableSelected = 0;
@@ -371,13 +386,13 @@ export class LedgerModel {
       const available = s.total - s.used - s.frozen;
       if (available <= 0 || !isActive(s, now)) continue;
       availableAll += available;
-      if (wallet === null || s.wallet === wallet) {
+      if (filter === null || filter.includes(s.wallet)) {
         availableSelected += available;
         eligible.push(s);
       }
     }
     if (availableSelected < amount) {
-      throw new Reject(wallet !== null && availableAll >= amount ? 'insufficient_balance_in_selected_credit_types' : 'insufficient_balance');
+      throw new Reject(filter !== null && availableAll >= amount ? 'insufficient_balance_in_selected_credit_types' : 'insufficient_balance');
     }
     eligible.sort((a, b) => {
       if (a.expiresAt !== b.expiresAt) {
@@ -411,7 +426,8 @@ export class LedgerModel {
   }
 
   private consume(body: Record<string, unknown>): Expected {
-    const requested = readAmount(body, true);
+    // Variant B may omit the amount (the whole freeze); A requires it.
+    const requested = readAmount(body, this.variant === 'B');
     const { c, tx, txid } = this.settleTarget(body, 'no_consumable_freeze_records');
     if (!c || !tx || tx.kind !== 'freeze') throw new Reject('no_consumable_freeze_records');
     const amount = requested ?? tx.amount;
