@@ -40,6 +40,7 @@
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { reconcile } from '../../src/reconcile/reconcile.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { LedgerModel, default_wallet, isApprox, stableJson, type Expected, type LedgerRequest, type ModelEntry, type Tallies, type Variant } from './model.js';
 
@@ -765,6 +766,11 @@ class Scenario {
     }
     await this.drained();
     for (const id of this.customers) await this.checkLedger(id);
+    // The ledger in PostgreSQL folds to what Redis holds: no drift, nothing that does not fold.
+    const report = await reconcile(this.services[0].rt, {
+      repair: false, customers: this.customers.map((customerId) => ({ projectId: this.project.projectId, customerId })),
+    });
+    if (report.drift.length > 0 || report.errors.length > 0) this.fail(`reconcile: ${stableJson({ drift: report.drift, errors: report.errors })}`);
   }
 
   /**
