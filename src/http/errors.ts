@@ -2,21 +2,28 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { ApiError } from '../errors/catalogue.js';
+import { CommandNotSentError } from '../redis/sent.js';
 
 export const notFound: RequestHandler = (req) => {
   throw new ApiError('not_found', { message: `no route for ${req.method} ${req.path}` });
 };
 
 /**
- * Redis or PostgreSQL could not answer. 'unsent': the command never reached it (refused,
- * given up in the offline queue, or no database connection), so nothing was applied.
- * 'unknown': it was sent and no reply came, so it may have applied.
+ * Redis or PostgreSQL could not answer. 'unsent' only with proof that the command never
+ * reached the store, so nothing was applied: a Redis command that failed before it was
+ * written (CommandNotSentError, see src/redis/sent.ts), or a database connection that
+ * could not be opened (slonik's ConnectionError: no query went out). Every other failure
+ * of a store is 'unknown': the command may have been written and applied, and only its
+ * reply was lost. ioredis's own errors (MaxRetriesPerRequestError, "Connection is closed",
+ * "Command timed out") are given to written and unwritten commands alike, so they prove
+ * nothing by themselves.
  */
 function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
   const e = err as { name?: string; message?: string; code?: string };
-  if (err instanceof ConnectionError) return 'unsent';
-  if (e?.name === 'MaxRetriesPerRequestError' || e?.code === 'ECONNREFUSED' || /Stream isn't writeable/.test(e?.message ?? '')) return 'unsent';
-  if (err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError || /Connection is closed|Command timed out/.test(e?.message ?? '')) return 'unknown';
+  if (err instanceof CommandNotSentError || err instanceof ConnectionError) return 'unsent';
+  if (err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError) return 'unknown';
+  if (e?.name === 'MaxRetriesPerRequestError' || e?.code === 'ECONNREFUSED') return 'unknown';
+  if (/Connection is closed|Command timed out|Stream isn't writeable/.test(e?.message ?? '')) return 'unknown';
   return null;
 }
 

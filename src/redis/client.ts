@@ -1,5 +1,6 @@
 /** Redis connections. One shared client per process for commands (auto-pipelined). */
 import { Redis, type RedisOptions } from 'ioredis';
+import { trackWrites } from './sent.js';
 
 /** Connection errors are logged at most this often per connection. */
 export const connection_error_log_interval_ms = 10_000;
@@ -26,6 +27,8 @@ export function createRedis(url: string, opts: RedisOptions = {}, onError?: (err
     autoResendUnfulfilledCommands: false,
     ...opts,
   });
+  // Tells a command that never reached Redis from one whose reply was lost (./sent.ts).
+  trackWrites(redis);
   let lastLoggedMs = 0;
   redis.on('error', (err: Error) => {
     if (Date.now() - lastLoggedMs < connection_error_log_interval_ms) return;

@@ -84,3 +84,15 @@ export function registerScripts(redis: Redis): Scripts {
     runOther: (name, keys, args) => call(name, keys, args),
   };
 }
+
+/**
+ * How a script under lua/ appears on the wire: EVALSHA names it by its SHA1, and ioredis
+ * sends the source itself (EVAL) the first time a connection runs it. Tests find its
+ * call that way.
+ */
+export function scriptSource(name: string): { sha1: string; lua: string } {
+  cached ??= loadScripts();
+  const s = cached.get(name);
+  if (!s) throw new Error(`no Lua script named ${name}`);
+  return { sha1: createHash('sha1').update(s.lua).digest('hex'), lua: s.lua };
+}

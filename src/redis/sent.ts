@@ -1,0 +1,76 @@
+/**
+ * Which Redis commands provably never reached Redis. A command that failed without a
+ * reply may have applied if it was written to the socket: Redis runs what it read even
+ * when the connection drops before the reply goes back. ioredis gives a written command
+ * and one still waiting in its offline queue the same error (MaxRetriesPerRequestError,
+ * "Command timed out", "Connection is closed"), often one shared error object, so the
+ * error alone cannot tell them apart. The proof is taken per command, where ioredis hands
+ * it to the connection: a command that was never written fails with a
+ * CommandNotSentError, and only that error lets the API say "nothing was applied".
+ */
+import type { Command, Redis } from 'ioredis';
+
+/** A Redis command that failed before any byte of it was written to a connection. */
+export class CommandNotSentError extends Error {
+  readonly code?: string;
+
+  constructor(readonly original: Error) {
+    // The same message and code as ioredis's error: callers that read them (BullMQ tells
+    // connection errors apart that way) see no change.
+    super(original.message, { cause: original });
+    this.name = 'CommandNotSentError';
+    this.code = (original as { code?: string }).code;
+  }
+}
+
+const sendState = Symbol('svc.redis.sendState');
+
+interface SendState {
+  /** Written to a connection at least once, or possibly so. */
+  written: boolean;
+  /** Its promise has failed: the caller has its answer. */
+  failed: boolean;
+}
+
+type TrackedCommand = Command & { [sendState]?: SendState };
+
+/** ioredis's offline queue (a denque of `{ command, stream, select }`); private in its typings. */
+interface OfflineQueue {
+  peekBack(): { command: Command } | undefined;
+}
+
+type SendCommand = Redis['sendCommand'];
+
+/**
+ * Follows every command the connection is given. ioredis routes all of them through
+ * `sendCommand` (direct calls, auto-pipelined batches, scripts, the offline queue replayed
+ * on reconnect), which either writes the command or appends it to the offline queue. A
+ * command found at the tail of the offline queue right after that call was not written;
+ * any other outcome counts as written. A command whose promise failed while it was not
+ * written is never written later: ioredis would otherwise replay a command that timed out
+ * in its offline queue once the connection is back, after its caller was told it was not
+ * sent.
+ */
+export function trackWrites(redis: Redis): void {
+  const send: SendCommand = redis.sendCommand.bind(redis);
+  const tracked: SendCommand = (command: TrackedCommand, stream) => {
+    let state = command[sendState];
+    if (state === undefined) {
+      const s: SendState = { written: false, failed: false };
+      state = s;
+      command[sendState] = s;
+      const reject = command.reject;
+      command.reject = (err: Error) => {
+        s.failed = true;
+        reject(s.written ? err : new CommandNotSentError(err));
+      };
+    } else if (state.failed) {
+      return command.promise;
+    }
+    const result = send(command, stream);
+    const offline = (redis as unknown as { offlineQueue?: OfflineQueue }).offlineQueue;
+    if (offline?.peekBack()?.command !== command) state.written = true;
+    return result;
+  };
+  redis.sendCommand = tracked;
+}
