@@ -215,6 +215,7 @@ function kind503(body: any): 'unknown' | 'nothing' | null {
 async function send(key: string, path: string, body: Record<string, unknown>, giveUpAt: number): Promise<{ status: number; body: any } | null> {
   let uncertainBefore = false;
   let refusedBefore = false;
+  let refusal = '';
   for (;;) {
     if (api.port === null) {
       // The API is restarting: nothing is sent until it listens again.
@@ -250,6 +251,7 @@ async function send(key: string, path: string, body: Record<string, unknown>, gi
       } else {
         counts.nothingApplied503++;
         refusedBefore = true;
+        refusal = String(answer.body.error.message);
       }
       answer = null;
     }
@@ -257,7 +259,7 @@ async function send(key: string, path: string, body: Record<string, unknown>, gi
       if (uncertainBefore) counts.retriedAfterUncertainty++;
       if (answer.status === 200 && answer.body.is_idempotent_replay === true) {
         if (uncertainBefore) counts.replaysAfterUncertainty++;
-        else if (refusedBefore) lies.push(`${key}: answered 503 "nothing was applied", then its retry was a replay`);
+        else if (refusedBefore) lies.push(`${key}: answered 503 "${refusal}", then its retry was a replay`);
         else unexpected.push(`${key}: a replay on the first answer`);
       }
       return answer;
@@ -626,19 +628,23 @@ describe('crash safety', () => {
         swallowedScriptReplies: apiProxy.swallowedScripts,
         apiRestartMs,
         keysAfterRedisRestart,
+        unhandledRedisErrors: api.unhandledRedisErrors + worker.unhandledRedisErrors,
       };
       console.log(`crash test: ${JSON.stringify(summary)}`);
+      trace('api errors:', api.stderr, '\nworker errors:', worker.stderr);
 
-      expect(unexpected).toEqual([]);
       expect(lost).toEqual([]);
       expect(appliedTwice).toEqual([]);
       expect(lies).toEqual([]);
       expect(appliedAfterRefusal).toEqual([]);
+      expect(unexpected, api.serverErrors.join('\n')).toEqual([]);
       expect(unexplained).toEqual([]);
       expect(balanceDiff).toEqual([]);
       expect(negative).toEqual([]);
       expect(report).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
       expect(report.customers_checked).toBe(billing_clients + gateway_clients);
+      // Every Redis connection of the service handles its errors, through all the kills.
+      expect({ api: api.unhandledRedisErrors, worker: worker.unhandledRedisErrors }).toEqual({ api: 0, worker: 0 });
       // The run exercised what it claims: failures landed between a script and its
       // reply, the clients' retries with the same ids answered as replays, and there
       // was real load of each kind.

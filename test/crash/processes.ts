@@ -18,6 +18,13 @@ export class ServiceProcess {
   private readonly lines: string[] = [];
   /** The API's port while it listens; null while it starts or is down. */
   port: number | null = null;
+  /**
+   * Lines where ioredis reported an error event nobody listened to, over every run of
+   * this process: a connection without an error listener, which the service must not have.
+   */
+  unhandledRedisErrors = 0;
+  /** The service's own "unhandled error" log lines (its 500s), every one, for failure messages. */
+  readonly serverErrors: string[] = [];
   /** Every child this object started, for the final cleanup. */
   private static readonly all = new Set<ChildProcess>();
 
@@ -36,13 +43,19 @@ export class ServiceProcess {
       this.lines.push(text);
       this.lines.splice(0, Math.max(0, this.lines.length - output_lines_max));
     };
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => chunk.split('\n').filter(Boolean).forEach(keep));
+    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+      for (const line of chunk.split('\n').filter(Boolean)) {
+        if (line.includes('[ioredis] Unhandled error event')) this.unhandledRedisErrors++;
+        keep(line);
+      }
+    });
     let partial = '';
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
       const lines = (partial + chunk).split('\n');
       partial = lines.pop()!;
       for (const line of lines) {
         if (line.includes('"API listening"')) this.port = (JSON.parse(line) as { port: number }).port;
+        else if (line.includes('"msg":"unhandled error"')) this.serverErrors.push(line);
         else if (/"level":(50|60)/.test(line)) keep(line);
       }
     });
