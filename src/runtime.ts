@@ -13,6 +13,7 @@ import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { createRedis } from './redis/client.js';
+import { expiryJobId } from './redis/keys.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
 import { registerScripts } from './redis/scripts.js';
@@ -124,7 +125,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       await ledgerQueue.add(
         'expire',
         { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId },
-        { delay, jobId: `expire:${scope.projectId}:${customerId}:${transactionId}`.replace(/:/g, '|'), removeOnComplete: true, removeOnFail: 1000, attempts: 5, backoff: { type: 'exponential', delay: 500 } },
+        { delay, jobId: expiryJobId(scope.projectId, customerId, transactionId), removeOnComplete: true, removeOnFail: 1000, attempts: 5, backoff: { type: 'exponential', delay: 500 } },
       );
     },
   });

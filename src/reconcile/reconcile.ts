@@ -24,7 +24,7 @@ import { z } from 'zod';
 import { isSeqClash, PersistLoop, setAsideKey } from '../../workers/persist.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
-import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
+import { customerBase, customerKeysFromBase, expiryJobId, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
 import type { ExpireJob, Runtime } from '../runtime.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
 
@@ -308,7 +308,7 @@ async function scheduleExpiry(rt: ReconcileRuntime, job: ExpireJob, atMs: number
   const delay = Math.max(0, atMs - rt.clock.offsetMs() - Date.now());
   await rt.ledgerQueue.add('expire', job, {
     delay,
-    jobId: `expire:${job.projectId}:${job.customerId}:${job.transactionId}`.replace(/:/g, '|'),
+    jobId: expiryJobId(job.projectId, job.customerId, job.transactionId),
     removeOnComplete: true,
     removeOnFail: 1000,
     attempts: 5,

@@ -58,3 +58,13 @@ export function parseCustomerBase(prefix: string, base: string): { projectId: st
   if (colon < 0) return null;
   return { projectId: decodeURIComponent(inner.slice(0, colon)), customerId: decodeURIComponent(inner.slice(colon + 1)) };
 }
+
+/**
+ * The BullMQ job id of a freeze's TTL expiry: one job per transaction, so scheduling it
+ * again (a replay, reconcile) adds nothing. Each part is URI-encoded, which leaves no `|`
+ * and no `:` in it, so the `|`-joined id is injective (two different transactions never
+ * share a job, whatever their ids contain) and has no `:`, which BullMQ refuses in ids.
+ */
+export function expiryJobId(projectId: string, customerId: string, transactionId: string): string {
+  return ['expire', projectId, customerId, transactionId].map(encodeURIComponent).join('|');
+}
