@@ -12,7 +12,7 @@ import { createKeyQueries, KeyCache, type KeyQueries } from './keys/store.js';
 import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
-import { createRedis } from './redis/client.js';
+import { createRedis, throttled } from './redis/client.js';
 import { expiryJobId } from './redis/keys.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
@@ -89,6 +89,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const db = await createDb(config.DATABASE_URL);
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
+  ledgerQueue.on('error', throttled((err) => logger.error({ err }, 'ledger queue error')));
   const ledgerQueries = createLedgerQueries(db);
   const generation = new RedisGeneration(redis, {
     prefix: config.REDIS_PREFIX,

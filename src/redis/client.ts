@@ -29,11 +29,22 @@ export function createRedis(url: string, opts: RedisOptions = {}, onError?: (err
   });
   // Tells a command that never reached Redis from one whose reply was lost (./sent.ts).
   trackWrites(redis);
-  let lastLoggedMs = 0;
-  redis.on('error', (err: Error) => {
-    if (Date.now() - lastLoggedMs < connection_error_log_interval_ms) return;
-    lastLoggedMs = Date.now();
-    onError?.(err);
-  });
+  redis.on('error', throttled((err) => onError?.(err)));
   return redis;
+}
+
+/**
+ * An `error` listener that passes on at most one error per
+ * connection_error_log_interval_ms. For a connection, and for what wraps connections of
+ * its own: a BullMQ Queue or Worker re-emits the errors of its connections (a Worker's
+ * blocking connection is a duplicate that only BullMQ listens to), and an emitter without
+ * a listener has them printed with their stack on every failed reconnect.
+ */
+export function throttled(onError: (err: Error) => void): (err: Error) => void {
+  let lastMs = 0;
+  return (err) => {
+    if (Date.now() - lastMs < connection_error_log_interval_ms) return;
+    lastMs = Date.now();
+    onError(err);
+  };
 }

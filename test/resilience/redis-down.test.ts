@@ -10,9 +10,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type ApiResponse, type TestService } from '../helpers.js';
 import { closedPort } from '../gateway/support.js';
+import { captureConsoleErrors, type ConsoleErrors } from '../support/console-errors.js';
 import { freePort } from '../support/processes.js';
 
 interface OwnRedis {
@@ -24,6 +25,8 @@ let dir: string;
 let port: number;
 let redis: OwnRedis | null = null;
 let svc: TestService | null = null;
+/** Every Redis connection of the service has an `error` listener: nothing unhandled is printed. */
+let consoleErrors: ConsoleErrors;
 
 /** redis-server on `port`, without persistence; resolves once it accepts connections. */
 async function startRedis(): Promise<OwnRedis> {
@@ -58,17 +61,12 @@ async function startRedis(): Promise<OwnRedis> {
 }
 
 beforeAll(async () => {
-  // The service's connections have no 'error' listener, so ioredis prints every failed
-  // reconnect while Redis is down; only those lines are dropped.
-  const consoleError = console.error.bind(console);
-  vi.spyOn(console, 'error').mockImplementation((...args: unknown[]) => {
-    if (typeof args[0] === 'string' && args[0].startsWith('[ioredis] Unhandled error event')) return;
-    consoleError(...args);
-  });
+  consoleErrors = captureConsoleErrors();
   dir = mkdtempSync(join(tmpdir(), 'svc-redis-down-'));
   port = await freePort();
   redis = await startRedis();
-  svc = await startTestService({ config: { REDIS_URL: `redis://127.0.0.1:${port}`, SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
+  // Workers too: their BullMQ connections are among those that must not print errors.
+  svc = await startTestService({ workers: true, config: { REDIS_URL: `redis://127.0.0.1:${port}`, SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
 });
 
 afterAll(async () => {
@@ -77,7 +75,7 @@ afterAll(async () => {
   await svc?.close();
   await redis?.kill();
   rmSync(dir, { recursive: true, force: true });
-  vi.restoreAllMocks();
+  consoleErrors.restore();
 });
 
 function expectUnavailable(label: string, res: ApiResponse): void {
@@ -131,5 +129,6 @@ describe('Redis unreachable', () => {
     expect([health.status, health.body.checks.redis.status]).toEqual([200, 'ok']);
     const again = await s.call('POST', '/v1/customers/deposit', { key, body: { customer_id: 'c3', amount: 5 } });
     expect([again.status, again.body.total_amount]).toEqual([200, 5]);
+    expect(consoleErrors.lines).toEqual([]);
   });
 });

@@ -9,11 +9,12 @@
  * and that one does say nothing was applied.
  */
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { customerKeys } from '../../src/redis/keys.js';
 import { scriptSource } from '../../src/redis/scripts.js';
 import { testConfig, waitFor, type ApiResponse } from '../helpers.js';
 import { OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { captureConsoleErrors, type ConsoleErrors } from '../support/console-errors.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
 const redisUrl = testConfig().REDIS_URL;
@@ -21,11 +22,14 @@ const proxy = TcpProxy.to(redisUrl, 6379);
 let env: GatewayEnv;
 /** Straight to Redis, past the proxy: sees what a script applied while its reply is lost. */
 let direct: Redis;
+/** Cut connections must not leave an error unheard (an emitter without an `error` listener). */
+let consoleErrors: ConsoleErrors;
 
 const nothing_applied = /nothing was applied/;
 const outcome_unknown = /may have been applied: retry it with the same/;
 
 beforeAll(async () => {
+  consoleErrors = captureConsoleErrors();
   await proxy.start();
   direct = new Redis(redisUrl);
   env = await startGatewayEnv({ config: { REDIS_URL: proxy.via(redisUrl) } });
@@ -51,6 +55,11 @@ afterAll(async () => {
   await env?.close();
   direct?.disconnect();
   await proxy.close();
+  consoleErrors?.restore();
+});
+
+afterEach(() => {
+  expect(consoleErrors.lines).toEqual([]);
 });
 
 function post(path: string, body: unknown): Promise<ApiResponse> {
