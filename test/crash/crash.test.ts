@@ -107,6 +107,8 @@ const keysAfterRedisRestart: number[] = [];
 /** How long each API restart took to listen again: the clients' idle time. */
 const apiRestartMs: number[] = [];
 const gatewayAcks: GatewayAck[] = [];
+/** Transaction ids of streamed calls that answered 200 and ended without their billing trailers. */
+const gatewayCut: string[] = [];
 /** `TYPE:id` of requests that may have applied: the client gave up without an answer. */
 const uncertain = new Set<string>();
 /** `TYPE:id` of requests whose last answer was "nothing was applied" and nothing before it was uncertain. */
@@ -124,7 +126,6 @@ const counts = {
   /** Of those, answers that were replays: the first attempt had applied. */
   replaysAfterUncertainty: 0,
   gatewayCalls: 0,
-  gatewayUnsettled: 0,
   redisKills: 0,
   apiKills: 0,
   workerKills: 0,
@@ -381,9 +382,11 @@ function streamCall(customerId: string, idempotencyKey: string, n: number): Prom
 }
 
 /**
- * Streamed gateway calls. A call cut off is retried once with its Idempotency-Key: the
- * service answers 409 when the first attempt may have billed, or relays it again when
- * nothing was billed. A complete stream carries the cost in its trailers.
+ * Streamed gateway calls. A call that failed on the connection or with a 503 is retried
+ * with its Idempotency-Key: the service answers 409 when an earlier attempt may have
+ * billed, or relays it again when nothing was billed. A complete stream carries the cost
+ * in its trailers; one that ends without them was cut after the relay, and whether it was
+ * billed shows in the ledger (the summary counts both).
  */
 async function gatewayClient(i: number, stopAt: number): Promise<void> {
   const customerId = `crash-gw-${i}`;
@@ -421,7 +424,7 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
         const cost = a.trailers['x-service-cost-credits'];
         // A stream that ended without its billing trailers was cut after the relay:
         // whether it settled shows in the ledger, and the key stays taken.
-        if (cost === undefined) counts.gatewayUnsettled++;
+        if (cost === undefined) gatewayCut.push(String(a.headers['x-service-transaction-id']));
         else gatewayAcks.push({ transactionId: String(a.headers['x-service-transaction-id']), cost: Number(cost) });
       } else if (!(a.status === 409 && attempt > 0 && safeJson(a.text)?.error?.code === 'idempotency_key_reused')) {
         unexpected.push(`gateway ${idempotencyKey}: ${a.status} ${a.text.slice(0, 300)}`);
@@ -474,6 +477,9 @@ async function chaos(startedAt: number): Promise<void> {
       apiRestartMs.push(Date.now() - restartedAt);
     } else {
       counts.workerKills++;
+      // Kill while there is something to drain, so the kill can land mid-drain (between
+      // SPOP, INSERT and XDEL); the sweeper finds what it left behind.
+      await until('no outbox held entries', 1_000, async () => (await outboxEntries()) > 0).catch(() => undefined);
       await worker.kill();
       worker.start();
     }
@@ -489,6 +495,12 @@ async function customerBases(suffix: 'outbox' | 'ttl'): Promise<string[]> {
     found.push(...keys);
   } while (cursor !== '0');
   return found;
+}
+
+async function outboxEntries(): Promise<number> {
+  let total = 0;
+  for (const k of await customerBases('outbox')) total += await rt.redis.xlen(k);
+  return total;
 }
 
 /** Polls until `check` holds, or throws with `what` after `timeoutMs`. */
@@ -537,10 +549,7 @@ describe('crash safety', () => {
         for (const k of await customerBases('ttl')) if ((await rt.redis.zcount(k, '-inf', horizon)) > 0) return false;
         return true;
       });
-      await until('outboxes were not drained', 20_000, async () => {
-        for (const k of await customerBases('outbox')) if ((await rt.redis.xlen(k)) > 0) return false;
-        return true;
-      });
+      await until('outboxes were not drained', 20_000, async () => (await outboxEntries()) === 0);
 
       const rows = await rt.db.any(sql.type(ledgerRow)`
         SELECT customer_id, type, transaction_id, amount, returned_amount, reason, extra->>'ik' AS ik
@@ -623,6 +632,8 @@ describe('crash safety', () => {
         appliedTwice: appliedTwice.length,
         lies: lies.length + appliedAfterRefusal.length,
         drift: report.customers_with_drift,
+        gatewayCut: gatewayCut.length,
+        gatewayCutBilled: gatewayCut.filter((tx) => gatewayAmounts.has(tx)).length,
         gatewayHoldsLeft,
         swallowedReplyBytes: apiProxy.swallowedBytes,
         swallowedScriptReplies: apiProxy.swallowedScripts,
