@@ -20,6 +20,11 @@
  * reconcile finds no drift); no negative balance; and more than zero retries after a
  * connection error or an outcome-unknown 503 answered as replays, which proves a failure
  * did land between a script and its reply.
+ *
+ * kill -9 is a crash of the Redis process, not of the machine: what Redis wrote to its
+ * file survives in the page cache even before an fsync, so this test cannot show what
+ * `appendfsync always` adds over `everysec` against a power loss (docs/OPERATIONS.md).
+ * `CRASH_TRACE=1` prints every failure answer and chaos step as it happens.
  */
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
@@ -192,7 +197,7 @@ afterAll(async () => {
   await redisServer?.stop();
 });
 
-/** `CRASH_TRACE=1` prints each failure answer and chaos step as it happens, to read a failing run. */
+/** Prints failure answers and chaos steps as they happen when `CRASH_TRACE=1`, to read a failing run. */
 const trace = process.env.CRASH_TRACE === '1' ? (...parts: unknown[]) => console.log(Date.now() % 100_000, ...parts) : () => undefined;
 
 function apiUrl(): string {
