@@ -20,6 +20,7 @@ import { projectKeys } from '../redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
 import { newId } from '../ids.js';
+import { afterApplied } from '../redis/sent.js';
 import type { GatewayModel, ModelCache } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { UpstreamClient } from './upstream.js';
@@ -172,7 +173,9 @@ export class GatewayService {
       // The key is freed only when nothing can have been billed: no answer went out and
       // no settlement was tried (one whose reply was lost may have charged the call).
       if (idemField !== undefined && !(call && (res.headersSent || call.settleTried))) await this.freeIdempotencyKey(idemIndex, idemField);
-      throw err;
+      // Once the hold applied, a later step that never reached Redis (a settlement or a
+      // release) does not make the call "nothing applied".
+      throw call ? afterApplied(err) : err;
     }
     // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
     // any answer, was answered without an error of ours but billed nothing: the same key

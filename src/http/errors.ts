@@ -2,7 +2,7 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { ApiError } from '../errors/catalogue.js';
-import { CommandNotSentError } from '../redis/sent.js';
+import { CommandNotSentError, OutcomeUnknownError } from '../redis/sent.js';
 
 export const notFound: RequestHandler = (req) => {
   throw new ApiError('not_found', { message: `no route for ${req.method} ${req.path}` });
@@ -14,14 +14,15 @@ export const notFound: RequestHandler = (req) => {
  * written (CommandNotSentError, see src/redis/sent.ts), or a database connection that
  * could not be opened (slonik's ConnectionError: no query went out). Every other failure
  * of a store is 'unknown': the command may have been written and applied, and only its
- * reply was lost. ioredis's own errors (MaxRetriesPerRequestError, "Connection is closed",
+ * reply was lost, or it came after part of the request applied (OutcomeUnknownError).
+ * ioredis's own errors (MaxRetriesPerRequestError, "Connection is closed",
  * "Command timed out") are given to written and unwritten commands alike, so they prove
  * nothing by themselves.
  */
 function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
   const e = err as { name?: string; message?: string; code?: string };
   if (err instanceof CommandNotSentError || err instanceof ConnectionError) return 'unsent';
-  if (err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError) return 'unknown';
+  if (err instanceof OutcomeUnknownError || err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError) return 'unknown';
   if (e?.name === 'MaxRetriesPerRequestError' || e?.code === 'ECONNREFUSED') return 'unknown';
   if (/Connection is closed|Command timed out|Stream isn't writeable/.test(e?.message ?? '')) return 'unknown';
   return null;

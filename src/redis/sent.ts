@@ -9,6 +9,7 @@
  * CommandNotSentError, and only that error lets the API say "nothing was applied".
  */
 import type { Command, Redis } from 'ioredis';
+import { ApiError } from '../errors/catalogue.js';
 
 /** A Redis command that failed before any byte of it was written to a connection. */
 export class CommandNotSentError extends Error {
@@ -21,6 +22,27 @@ export class CommandNotSentError extends Error {
     this.name = 'CommandNotSentError';
     this.code = (original as { code?: string }).code;
   }
+}
+
+/**
+ * A failure after part of the request already applied (a gateway hold), of a later step
+ * that by itself would say nothing was applied. The API answers 503 "outcome unknown".
+ */
+export class OutcomeUnknownError extends Error {
+  constructor(cause: Error) {
+    super(cause.message, { cause });
+    this.name = 'OutcomeUnknownError';
+  }
+}
+
+/**
+ * The error to answer with when `err` ends a request after something of it applied: one
+ * that claims nothing was applied (a command never sent, a 503 refused before sending)
+ * becomes an OutcomeUnknownError; any other error is the request's answer as it is.
+ */
+export function afterApplied(err: unknown): unknown {
+  const claimsNothing = err instanceof CommandNotSentError || (err instanceof ApiError && err.code === 'service_unavailable');
+  return claimsNothing ? new OutcomeUnknownError(err) : err;
 }
 
 const sendState = Symbol('svc.redis.sendState');

@@ -178,6 +178,23 @@ describe('a money script whose reply is lost answers 503 "outcome unknown", and 
   });
 });
 
+describe('a gateway call whose hold applied, and Redis is gone before its settlement', () => {
+  it('answers 503 "outcome unknown": the settlement was never sent, but the hold was', async () => {
+    await env.fund('c-settle', 10_000_000);
+    const answer = env.svc.call('POST', '/v1/chat/completions', {
+      key: env.p.projectKey,
+      headers: { 'x-service-customer': 'c-settle' },
+      body: { model: OPENAI_MODEL, messages: [{ role: 'user', content: 'slow [[mock latency_ms=300]]' }], max_tokens: 5 },
+    });
+    // The upstream has the call: the hold applied and its reply came back.
+    await waitFor(() => env.mock.requests.some((r) => JSON.stringify(r.body).includes('latency_ms=300')), 10_000, 'the upstream call');
+    await proxy.refuse();
+    proxy.cut();
+    expectOutcomeUnknown(await answer);
+    await restore();
+  });
+});
+
 describe('a request made while Redis refuses connections', () => {
   it('answers 503 "nothing was applied", and nothing was', async () => {
     await env.fund('c-refused', 1_000);
