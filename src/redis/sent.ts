@@ -68,10 +68,10 @@ type SendCommand = Redis['sendCommand'];
  * `sendCommand` (direct calls, auto-pipelined batches, scripts, the offline queue replayed
  * on reconnect), which either writes the command or appends it to the offline queue. A
  * command found at the tail of the offline queue right after that call was not written;
- * any other outcome counts as written. A command whose promise failed while it was not
- * written is never written later: ioredis would otherwise replay a command that timed out
- * in its offline queue once the connection is back, after its caller was told it was not
- * sent.
+ * any other outcome counts as written. A command whose promise has failed is never
+ * written afterwards: ioredis would otherwise replay a command that timed out in its
+ * offline queue once the connection is back, after its caller was told it was not sent
+ * (and, on a connection that resends unanswered commands, one its caller gave up on).
  */
 export function trackWrites(redis: Redis): void {
   const send: SendCommand = redis.sendCommand.bind(redis);
@@ -91,7 +91,8 @@ export function trackWrites(redis: Redis): void {
     }
     const result = send(command, stream);
     const offline = (redis as unknown as { offlineQueue?: OfflineQueue }).offlineQueue;
-    if (offline?.peekBack()?.command !== command) state.written = true;
+    // A command refused on the spot (a closed connection) has failed unwritten already.
+    if (!state.failed && offline?.peekBack()?.command !== command) state.written = true;
     return result;
   };
   redis.sendCommand = tracked;
