@@ -7,7 +7,10 @@
  * Which customers: those of the projects this Redis prefix serves (recorded by the
  * persist loop in redis_prefix_projects: several prefixes share a database) with entries
  * persisted in the last `windowMs`, whose PostgreSQL max(seq) is above the Redis meta
- * `seq`. A customer Redis lost longer ago than the window is left to
+ * `seq`. A Redis that lost everything (no persistence, a new instance) has no baseline
+ * marker, and then the window does not apply: every customer of the prefix is checked, so
+ * a customer idle for longer than the window is not left empty. A customer that a Redis
+ * with its baseline lost longer ago than the window is left to
  * `npm run reconcile -- --repair`, the full scan (docs/OPERATIONS.md). On a fresh Redis
  * and an empty ledger this is one query that finds nothing.
  */
@@ -18,14 +21,26 @@ import { reconcile, type ReconcileReport, type ReconcileRuntime } from './reconc
 
 const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq: z.number() });
 
+/** Set once a recovery completed on this Redis; a Redis without it may have lost everything. */
+export const recoveryBaselineKey = (prefix: string) => `${prefix}recovery:baseline`;
+
 export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number): Promise<ReconcileReport | null> {
   const prefix = rt.config.REDIS_PREFIX;
+  const hasBaseline = (await rt.redis.exists(recoveryBaselineKey(prefix))) === 1;
+  const since = hasBaseline ? sql.fragment`AND e.persisted_at > now() - make_interval(secs => ${windowMs / 1000})` : sql.fragment``;
   const rows = await rt.db.any(sql.type(aheadRow)`
     SELECT e.project_id, e.customer_id, max(e.seq) AS seq
     FROM redis_prefix_projects p
     JOIN ledger_entries e ON e.project_id = p.project_id
-    WHERE p.prefix = ${prefix} AND e.persisted_at > now() - make_interval(secs => ${windowMs / 1000})
+    WHERE p.prefix = ${prefix} ${since}
     GROUP BY e.project_id, e.customer_id`);
+  const report = await rebuildAhead(rt, rows);
+  await rt.redis.set(recoveryBaselineKey(prefix), new Date().toISOString());
+  return report;
+}
+
+async function rebuildAhead(rt: ReconcileRuntime, rows: readonly z.infer<typeof aheadRow>[]): Promise<ReconcileReport | null> {
+  const prefix = rt.config.REDIS_PREFIX;
   if (rows.length === 0) return null;
   const seqs = await Promise.all(rows.map((r) => rt.redis.hget(customerKeys(prefix, r.project_id, r.customer_id).meta, 'seq')));
   const ahead = rows.filter((r, i) => Number(seqs[i] ?? 0) < r.seq).map((r) => ({ projectId: r.project_id, customerId: r.customer_id }));
