@@ -21,9 +21,10 @@ export function createRedis(url: string, opts: RedisOptions = {}, onError?: (err
     // A command must not wait forever for a Redis that is gone: the API answers 503.
     commandTimeout: 5_000,
     // A money script whose reply was lost with the connection may have applied; sent again
-    // after a reconnect it would run twice under the same ids. It fails instead (the API
-    // answers 503 and a retry with the same identifiers gets the replay). Commands never
-    // written (the offline queue) are still sent after a reconnect.
+    // after a reconnect it would run twice under the same ids. It fails instead, as soon as
+    // the connection closes (./sent.ts), as "outcome unknown": the API answers 503 and a
+    // retry with the same identifiers gets the replay. Commands never written (the offline
+    // queue) are still sent after a reconnect.
     autoResendUnfulfilledCommands: false,
     ...opts,
   });

@@ -25,8 +25,10 @@ export class CommandNotSentError extends Error {
 }
 
 /**
- * A failure after part of the request already applied (a gateway hold), of a later step
- * that by itself would say nothing was applied. The API answers 503 "outcome unknown".
+ * A failure whose outcome is unknown: a command that was written and whose connection
+ * closed before its reply came, or a failure after part of the request already applied (a
+ * gateway hold) of a later step that by itself would say nothing was applied. The API
+ * answers 503 "outcome unknown".
  */
 export class OutcomeUnknownError extends Error {
   constructor(cause: Error) {
@@ -60,6 +62,14 @@ type TrackedCommand = Command & { [sendState]?: SendState };
 interface OfflineQueue {
   peekBack(): { command: Command } | undefined;
 }
+
+/** ioredis's queue of written commands waiting for their replies; private in its typings. */
+interface CommandQueue {
+  shift(): { command: Command } | undefined;
+}
+
+/** ioredis's message for a closed connection: BullMQ reads it as a connection error. */
+const connection_closed_message = 'Connection is closed.';
 
 type SendCommand = Redis['sendCommand'];
 
@@ -96,4 +106,17 @@ export function trackWrites(redis: Redis): void {
     return result;
   };
   redis.sendCommand = tracked;
+  // A connection that does not resend unanswered commands keeps them in a queue it drops
+  // on its next connect, without failing them: their callers would wait for their
+  // commandTimeout. They were written, so they fail as soon as the connection closes, and
+  // as "outcome unknown". ioredis emits `close` on the next tick after it closed, before
+  // any reconnect can start (that waits for retryStrategy's delay).
+  if (!redis.options.autoResendUnfulfilledCommands) {
+    redis.on('close', () => {
+      const queue = (redis as unknown as { commandQueue?: CommandQueue }).commandQueue;
+      for (let item = queue?.shift(); item !== undefined; item = queue?.shift()) {
+        item.command.reject(new OutcomeUnknownError(new Error(connection_closed_message)));
+      }
+    });
+  }
 }

@@ -2,13 +2,15 @@
  * The per-command proof of src/redis/sent.ts, on one connection made by createRedis and
  * a TCP proxy to the shared Redis: a command that was written and lost its reply never
  * fails as "not sent", whatever error ioredis gives it; one that never left the offline
- * queue does; and one that failed in the offline queue is not written after a reconnect.
+ * queue does; one that failed in the offline queue is not written after a reconnect; and
+ * a written command whose connection closes fails at once as "outcome unknown", instead of
+ * waiting for its commandTimeout.
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createRedis } from '../../src/redis/client.js';
-import { CommandNotSentError } from '../../src/redis/sent.js';
+import { CommandNotSentError, OutcomeUnknownError } from '../../src/redis/sent.js';
 import { testConfig, waitFor } from '../helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -41,7 +43,7 @@ async function connect(opts: { commandTimeout?: number } = {}): Promise<Redis> {
 }
 
 describe('which failed Redis commands are proven unsent', () => {
-  it('a command written before the connection dropped is not, though ioredis fails it like an unsent one', async () => {
+  it('a command written before the connection dropped is not; one still in the offline queue is', async () => {
     const c = await connect();
     proxy.dropReplies();
     const written = c.set(`${prefix}written`, '1').catch((err: unknown) => err);
@@ -51,7 +53,8 @@ describe('which failed Redis commands are proven unsent', () => {
     // Queued while the connection is down: never written.
     const queued = c.set(`${prefix}queued`, '1').catch((err: unknown) => err);
     const [w, q] = await Promise.all([written, queued]);
-    expect((w as Error).name).toBe('MaxRetriesPerRequestError');
+    // Failed when its connection closed, before ioredis's MaxRetriesPerRequestError.
+    expect(w).toBeInstanceOf(OutcomeUnknownError);
     expect(w).not.toBeInstanceOf(CommandNotSentError);
     expect(q).toBeInstanceOf(CommandNotSentError);
     expect((q as CommandNotSentError).original.name).toBe('MaxRetriesPerRequestError');
@@ -74,5 +77,24 @@ describe('which failed Redis commands are proven unsent', () => {
     await waitFor(() => c.status === 'ready', 5_000, 'the connection to be ready again');
     await c.set(`${prefix}after`, '1');
     expect(await direct.get(`${prefix}timed-out`)).toBeNull();
+  });
+
+  it('a written command whose connection closes fails at once as outcome unknown, even when the reconnect succeeds at once', async () => {
+    // The default commandTimeout (5 s): the failure must come from the close, not the timeout.
+    const c = await connect();
+    proxy.dropReplies();
+    const started = Date.now();
+    const written = c.set(`${prefix}in-flight`, '1').catch((err: unknown) => err);
+    await waitFor(async () => (await direct.get(`${prefix}in-flight`)) === '1', 5_000, 'the SET to apply');
+    // Redis answers again before ioredis reconnects: no reconnect fails, so ioredis's
+    // MaxRetriesPerRequestError never comes.
+    proxy.forward();
+    proxy.cut();
+    const err = await written;
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(err).toBeInstanceOf(OutcomeUnknownError);
+    expect(err).not.toBeInstanceOf(CommandNotSentError);
+    await waitFor(() => c.status === 'ready', 5_000, 'the connection to be ready again');
+    expect(await c.get(`${prefix}in-flight`)).toBe('1');
   });
 });
