@@ -314,7 +314,8 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
     if (tx.st === 'settled') continue;
     out.tx[id] = raw;
     if (tx.st !== 'frozen') continue;
-    for (const h of tx.holds ?? []) {
+    // cjson encodes the empty holds of a zero hold (a free model) as {}, not [].
+    for (const h of Array.isArray(tx.holds) ? tx.holds : []) {
       const s = out.src[h.account_id];
       if (s === undefined) continue;
       const source = JSON.parse(s) as StoredSource;

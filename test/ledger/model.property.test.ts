@@ -40,9 +40,14 @@
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
+import { projectKeys } from '../../src/redis/keys.js';
+import { ScriptStatus } from '../../src/redis/scripts.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
-import { LedgerModel, default_wallet, isApprox, stableJson, type Expected, type LedgerRequest, type ModelEntry, type Tallies, type Variant } from './model.js';
+import {
+  LedgerModel, default_wallet, isApprox, stableJson, type Expected, type GatewayAnswer, type LedgerRequest, type ModelEntry, type Tallies, type Variant,
+} from './model.js';
 
 /** The step of long clock moves and of far source windows. */
 const grid_ms = 10_000;
@@ -50,6 +55,8 @@ const grid_ms = 10_000;
 const time_slack_ms = 4_500;
 /** The API processes of a run, on one Redis and prefix; each request goes to one of them at random. */
 const process_count = 2;
+/** The model id a gateway settlement names (the GATEWAY entry's description). */
+const gateway_model = 'gpt-model';
 /** Reads that approach an instant the clock moves to, at most. */
 const probe_tries_max = 4;
 const worlds_max = 200;
@@ -135,12 +142,33 @@ interface ClockCmd {
   to: { pick: number; delta: number } | null;
 }
 
+/**
+ * A gateway call's money step, run through the gateway's scripts the way the gateway runs
+ * them (the HTTP gateway adds an upstream and request parsing, which its own tests cover):
+ * a hold on one wallet, or the settlement or release of one of the run's holds.
+ */
+interface GatewayCmd {
+  k: 'gateway';
+  op: 'hold' | 'settle' | 'release';
+  c: number;
+  wallet: number;
+  /** Hold: input cost bound (credits), output price (credits per million tokens), output tokens wanted, and whether the client fixed them. */
+  input: number;
+  price: number;
+  wanted: number;
+  fixed: boolean;
+  /** Settle and release: one of the run's holds, counted back from the latest. */
+  target: number;
+  /** Settle: the cost against the hold (`beyond`: far more than any wallet here holds). */
+  cost: 'zero' | 'half' | 'exact' | 'over' | 'beyond';
+}
+
 type SingleCmd = DepositCmd | DrawCmd | SettleCmd | ReplayCmd | ConflictCmd;
 interface BatchCmd {
   k: 'batch';
   cmds: SingleCmd[];
 }
-type Cmd = SingleCmd | ClockCmd | BatchCmd;
+type Cmd = SingleCmd | ClockCmd | BatchCmd | GatewayCmd;
 
 const customerArb = fc.constantFrom(0, 0, 0, 0, 1, 1, 1, 2);
 const invalidAmountArb = fc.constantFrom(0, -5, 2.5);
@@ -201,8 +229,22 @@ const singleArb: fc.Arbitrary<SingleCmd> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ k: fc.constant('conflict' as const), back: fc.nat(12), how: fc.constantFrom('amount' as const, 'customer' as const, 'kind' as const, 'business' as const) }) },
 );
 
+const gatewayArb: fc.Arbitrary<GatewayCmd> = fc.record({
+  k: fc.constant('gateway' as const),
+  op: fc.constantFrom('hold' as const, 'hold' as const, 'hold' as const, 'settle' as const, 'settle' as const, 'release' as const),
+  c: customerArb,
+  wallet: fc.constantFrom(0, 0, 1, 2),
+  input: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 200 })),
+  price: fc.constantFrom(0, 100_000, 1_000_000, 2_500_000),
+  wanted: fc.integer({ min: 1, max: 400 }),
+  fixed: fc.constantFrom(false, false, true),
+  target: fc.nat(4),
+  cost: fc.constantFrom('zero' as const, 'half' as const, 'exact' as const, 'over' as const, 'beyond' as const),
+});
+
 const cmdArb: fc.Arbitrary<Cmd> = fc.oneof(
   { weight: 26, arbitrary: singleArb },
+  { weight: 8, arbitrary: gatewayArb },
   { weight: 3, arbitrary: fc.record({ k: fc.constant('clock' as const), steps: fc.integer({ min: 1, max: 12 }), to: fc.constant(null) }) },
   {
     weight: 5,
@@ -315,6 +357,32 @@ function stampOf(op: LedgerRequest['op'] | 'balance', res: ApiResponse): number 
   return Number.isNaN(t) ? null : t;
 }
 
+/**
+ * The JSON of a gateway script with its decimal strings (amounts, times) as numbers, and
+ * empty `details` as [] (cjson encodes an empty list as {}; the gateway reads no details).
+ */
+function numbersIn(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(numbersIn);
+  if (v !== null && typeof v === 'object') {
+    return Object.fromEntries(
+      Object.entries(v).map(([k, x]) => [
+        k,
+        k === 'details' && !Array.isArray(x) ? [] : k === 'transaction_id' || k === 'account_id' || k === 'credit_type' ? x : numbersIn(x),
+      ]),
+    );
+  }
+  return typeof v === 'string' && /^-?\d+$/.test(v) ? Number(v) : v;
+}
+
+/** A usage record as the gateway writes one for its settlement or release (the workers persist it). */
+function usageRecord(customerId: string, wallet: string, status: 'settled' | 'failed', cost: number): string {
+  return JSON.stringify({
+    id: `usage_${randomBytes(8).toString('hex')}`, customer_id: customerId, trace_id: null, wallet, model: gateway_model, endpoint: 'chat.completions',
+    stream: false, status, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, usage_estimated: false,
+    cost_credits: cost, latency_ms: 1, prices: { output_price_per_million_credits: 0 }, upstream_status: null,
+  });
+}
+
 /** `credits` / 10^places as an exact decimal string. */
 function shiftDecimal(credits: number, places: number): string {
   const digits = String(credits).padStart(places + 1, '0');
@@ -368,6 +436,8 @@ class Scenario {
   private requestNo = 0;
   readonly customers: string[];
 
+  /** The run's gateway holds that applied, for settlements and releases to name. */
+  private readonly gatewayHolds: { txid: string; customerId: string; wallet: string; hold: number }[] = [];
   /** Requests and reads sent so far, for choosing their process. */
   private calls = 0;
   /** How long after a clock move the read that follows it runs, last seen (2 ms on an idle machine). */
@@ -389,11 +459,76 @@ class Scenario {
     this.count(`variant:${this.variant}`);
     for (const [i, cmd] of cmds.entries()) {
       this.trace.push(`#${i} ${stableJson(cmd)}`);
-      const touched = cmd.k === 'clock' ? await this.moveClock(cmd) : await this.send(cmd.k === 'batch' ? cmd.cmds : [cmd]);
+      const touched =
+        cmd.k === 'clock' ? await this.moveClock(cmd) : cmd.k === 'gateway' ? await this.gateway(cmd) : await this.send(cmd.k === 'batch' ? cmd.cmds : [cmd]);
       for (const id of touched) await this.checkCustomer(id);
     }
     await this.finalChecks();
     if (process.env.MODEL_TRACE) console.log(`run ${this.prefix}:\n${this.trace.join('\n')}`);
+  }
+
+  /** Runs a gateway hold, settlement or release through the gateway's scripts and keeps the worlds that explain the answer. */
+  private async gateway(cmd: GatewayCmd): Promise<string[]> {
+    const no = ++this.requestNo;
+    let customerId = this.customer(cmd.c);
+    let txid = `${this.prefix}-g${no}`;
+    let args: (string | number)[];
+    let cost = 0;
+    if (cmd.op === 'hold') {
+      args = [txid, wallet_names[this.variant][cmd.wallet], cmd.input, cmd.price, cmd.wanted, cmd.fixed ? '1' : '0', hold_ttl_seconds, '1', 1];
+    } else {
+      let wallet = wallet_names[this.variant][0];
+      if (this.gatewayHolds.length > 0) ({ txid, customerId, wallet } = this.gatewayHolds[this.gatewayHolds.length - 1 - (cmd.target % this.gatewayHolds.length)]);
+      else txid = `${this.prefix}-g-unknown`;
+      const held = this.gatewayHolds.find((h) => h.txid === txid)?.hold ?? 0;
+      cost = { zero: 0, half: Math.floor(held / 2), exact: held, over: held + 37, beyond: 1_000_000_000 }[cmd.cost];
+      const record = usageRecord(customerId, wallet, cmd.op === 'settle' ? 'settled' : 'failed', cost);
+      args = cmd.op === 'settle' ? [txid, cost, record, gateway_model] : [txid, record];
+    }
+    const scope = { projectId: this.project.projectId, organizationId: this.project.organizationId };
+    const via = this.next();
+    // The gateway indexes a hold's transaction for receipts beside the hold, and takes the entry back when the hold fails.
+    const txIndex = projectKeys(via.rt.config.REDIS_PREFIX, scope.projectId).txIndex;
+    if (cmd.op === 'hold') await via.rt.redis.hset(txIndex, txid, customerId);
+    const lo = await this.serviceNow();
+    const [code, raw] = await via.rt.ledger.run(`gateway_${cmd.op}`, scope, customerId, args);
+    const hi = await this.serviceNow();
+    if (cmd.op === 'hold' && code !== ScriptStatus.Ok) await via.rt.redis.hdel(txIndex, txid);
+    const statuses: Record<number, GatewayAnswer['status']> = {
+      [ScriptStatus.Ok]: 'ok', [ScriptStatus.Replay]: 'replay', [ScriptStatus.CustomerNotFound]: 'customer_not_found',
+      [ScriptStatus.Insufficient]: 'insufficient', [ScriptStatus.NoConsumable]: 'no_consumable',
+    };
+    const observed: GatewayAnswer = { status: statuses[code] ?? (`status ${code}` as GatewayAnswer['status']) };
+    if (raw) observed.body = numbersIn(JSON.parse(raw)) as Record<string, unknown>;
+    this.trace.push(`   gateway_${cmd.op} ${customerId} ${stableJson(args)} -> ${stableJson(observed)}`);
+    this.count(`gateway_${cmd.op}:${observed.status}`);
+    if (cmd.op === 'hold' && observed.status === 'ok') this.gatewayHolds.push({ txid, customerId, wallet: String(args[1]), hold: Number(observed.body?.hold) });
+    if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.shortfall) > 0) this.count('gateway_settle:down_to_zero');
+    if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.reserved) > 0 && Number(observed.body?.returned) === 0 && cost > Number(observed.body?.reserved)) {
+      this.count('gateway_settle:beyond_hold');
+    }
+    const stamp = cmd.op === 'settle' && observed.status === 'ok' ? Number(observed.body?.settled_at) : null;
+    if (stamp !== null) this.countBoundaryHit(stamp);
+
+    const next = new Map<string, LedgerModel>();
+    let mismatch = '';
+    for (const w of this.worlds) {
+      for (const t of this.instants(w, lo, hi, stamp)) {
+        const x = w.clone();
+        x.setNow(t);
+        const expected =
+          cmd.op === 'hold'
+            ? x.gatewayHold(customerId, txid, { wallet: String(args[1]), inputBound: cmd.input, outPrice: cmd.price, wanted: cmd.wanted, fixed: cmd.fixed, ttlSeconds: hold_ttl_seconds })
+            : cmd.op === 'settle'
+              ? x.gatewaySettle(customerId, txid, cost, gateway_model)
+              : x.gatewayRelease(customerId, txid);
+        const d = diffValue(expected, this.normalize(observed), 'answer');
+        if (d === null) next.set(x.fingerprint(), x);
+        else mismatch ||= `gateway_${cmd.op} ${customerId} ${stableJson(args)} at ${new Date(t).toISOString()}: ${d}`;
+      }
+    }
+    this.keepWorlds([...next.values()], mismatch || `gateway_${cmd.op} is stamped ${String(stamp)}, outside the window it ran in`);
+    return [customerId];
   }
 
   /** The API process of the next request: the same run sends the same requests to the same processes. */
@@ -849,13 +984,15 @@ class Scenario {
     const t: Tallies = { deposited: 0, used: 0, frozen: 0 };
     for (const e of entries) {
       if (e.type === 'DEPOSIT') t.deposited += e.amount;
-      if (e.type === 'DEDUCT' || e.type === 'CONSUME') t.used += e.amount;
+      if (e.type === 'DEDUCT' || e.type === 'CONSUME' || e.type === 'GATEWAY') t.used += e.amount;
       if (e.type === 'FREEZE') t.frozen += e.amount;
       if (e.type === 'CONSUME') t.frozen -= e.amount + e.returned_amount;
       if (e.type === 'UNFREEZE') t.frozen -= e.amount;
       const detailSum = (e.details as { amount: number }[]).reduce((n, d) => n + d.amount, 0);
       if (detailSum !== e.amount) this.fail(`${id}: entry ${e.id} details sum ${detailSum} != amount ${e.amount}`);
     }
+    // Gateway holds in flight are in Redis only, by design: the ledger has no entry for them.
+    t.frozen += this.worlds[0].openHolds(id);
     const wallets = this.lastWallets.get(id);
     if (wallets) this.checkConservation(id, wallets, t);
   }
@@ -909,6 +1046,9 @@ describe('wallet ledger against its reference model', () => {
     const settle = (k: 'consume' | 'unfreeze', tx: number, more: Partial<SettleCmd> = {}): SettleCmd => ({
       k, target: pool(tx), amount: 'all', scope: 'none', ...more,
     });
+    const gw = (op: GatewayCmd['op'], more: Partial<GatewayCmd> = {}): GatewayCmd => ({
+      k: 'gateway', op, c: 0, wallet: 0, input: 0, price: 0, wanted: 1, fixed: false, target: 0, cost: 'exact', ...more,
+    });
     await runScenario(
       [
         deposit(0, 500, { key: 0, expires: { steps: 3, ms: 5_000 } }),
@@ -953,13 +1093,27 @@ describe('wallet ledger against its reference model', () => {
           cmds: [draw('deduct', 'fresh', 60), draw('freeze', 'fresh', 60), deposit(1, 10, { wallet: 2, key: 1 }), deposit(1, 10, { wallet: 2, key: 1 })],
         },
         { ...draw('deduct', 'fresh', 5), c: 2 },
+        // Gateway: a settlement beyond its hold; a hold its TTL releases, then settled late
+        // down to zero; a release and its replay; a free call's zero hold left in flight
+        // (reconcile once failed on its empty holds, which cjson encodes as {}).
+        gw('hold', { input: 10, price: 1_000_000, wanted: 50 }),
+        gw('settle', { cost: 'over' }),
+        gw('settle', { cost: 'over' }),
+        gw('hold', { c: 1, wallet: 2, input: 3, price: 1_000_000, wanted: 4 }),
+        gw('release'),
+        gw('release'),
+        gw('hold', { input: 5, price: 1_000_000, wanted: 20 }),
+        { k: 'clock', steps: hold_ttl_seconds / (grid_ms / 1_000), to: null },
+        gw('settle', { cost: 'beyond' }),
+        gw('hold', { input: 0, price: 0, wanted: 1 }),
       ],
       outcomes,
     );
     for (const o of ['deposit:replay', 'deposit:transaction_conflict', 'deposit:invalid_expires_at', 'deduct:insufficient_balance_in_selected_credit_types',
       'freeze:insufficient_balance', 'consume:actual_amount_exceeds_frozen_amount', 'consume:ok', 'consume:replay', 'consume:freeze_records_already_consumed',
       'consume:no_consumable_freeze_records', 'consume:customer_scope_mismatch', 'unfreeze:ok', 'unfreeze:replay', 'unfreeze:no_unfreezable_records',
-      'deduct:customer_not_found', 'deduct:transaction_conflict', 'freeze:ok', 'batch', 'ledger:ttl_release', 'ledger:ttl_consume']) {
+      'deduct:customer_not_found', 'deduct:transaction_conflict', 'freeze:ok', 'batch', 'ledger:ttl_release', 'ledger:ttl_consume',
+      'gateway_hold:ok', 'gateway_settle:beyond_hold', 'gateway_settle:replay', 'gateway_settle:down_to_zero', 'gateway_release:ok', 'gateway_release:replay']) {
       expect(outcomes.has(o), `the scripted sequence no longer reaches ${o}: ${stableJson(Object.fromEntries(outcomes))}`).toBe(true);
     }
   });
@@ -982,10 +1136,14 @@ describe('wallet ledger against its reference model', () => {
       { numRuns: num_runs, seed, path: process.env.FC_PATH, interruptAfterTimeLimit: shrink_deadline_ms },
     );
     // fast-check's report names the seed and the path of the shrunk counterexample.
-    if (details.failed) throw new Error(await fc.asyncDefaultReportMessage(details));
+    if (details.failed) {
+      const cause = details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance);
+      throw new Error(`${await fc.asyncDefaultReportMessage(details)}\n\nThe counterexample failed with: ${cause}`);
+    }
     // An interrupted property reports success with the runs it managed: that is not a pass.
     expect(details.interrupted, `interrupted after ${details.numRuns} of ${num_runs} runs (seed ${seed})`).toBe(false);
-    expect(details.numRuns, `seed ${seed}`).toBe(num_runs);
+    // Replaying one path (FC_PATH) runs that case alone.
+    if (process.env.FC_PATH === undefined) expect(details.numRuns, `seed ${seed}`).toBe(num_runs);
     if (process.env.MODEL_STATS) console.log(`outcomes of ${num_runs} runs (seed ${seed}): ${stableJson(Object.fromEntries(outcomes))}`);
     if (num_runs >= 25 && process.env.FC_PATH === undefined) {
       // The generator must keep reaching the interesting states, or the property proves little.

@@ -66,6 +66,12 @@ export function isApprox(v: unknown): v is ApproxTime {
 
 export type Expected = { status: 200; body: Record<string, unknown> } | { status: number; code: ModelErrorCode };
 
+/** What a gateway script answers: its status and, when it has one, its JSON result (amounts as numbers). */
+export interface GatewayAnswer {
+  status: 'ok' | 'replay' | 'customer_not_found' | 'insufficient' | 'no_consumable';
+  body?: Record<string, unknown>;
+}
+
 export type Op = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unfreeze';
 
 /** One HTTP request as the test sends it: the endpoint's operation and its JSON body. */
@@ -82,7 +88,7 @@ export interface Detail {
 
 /** The fields of a ledger entry the model predicts (ids and created_at are the service's). */
 export interface ModelEntry {
-  type: 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE';
+  type: 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
   transaction_id: string;
   amount: number;
   returned_amount: number | null;
@@ -106,10 +112,10 @@ interface Source {
 }
 
 interface Tx {
-  kind: 'deduct' | 'freeze';
+  kind: 'deduct' | 'freeze' | 'gateway';
   params: string;
   amount: number;
-  state: 'done' | 'frozen' | 'consumed' | 'unfrozen' | 'released';
+  state: 'done' | 'frozen' | 'consumed' | 'unfrozen' | 'released' | 'settled';
   holds: Detail[];
   wallet: string | null;
   businessType: string | null;
@@ -498,6 +504,13 @@ export class LedgerModel {
       .filter(([, tx]) => tx.state === 'frozen' && tx.ttl !== null && tx.ttl.dueAt <= this.state.now)
       .sort(([a, x], [b, y]) => x.ttl!.dueAt - y.ttl!.dueAt || (a < b ? -1 : 1));
     for (const [txid, tx] of due) {
+      if (tx.kind === 'gateway') {
+        // A hold that outlived its call is given back, without a ledger entry (it had none).
+        for (const h of tx.holds) c.sources.find((x) => x.id === h.account_id)!.frozen -= h.amount;
+        tx.state = 'released';
+        tx.settledBy = 'ttl';
+        continue;
+      }
       const consumed = tx.ttl!.kind === 'consume';
       for (const h of tx.holds) {
         const s = c.sources.find((x) => x.id === h.account_id)!;
@@ -570,12 +583,117 @@ export class LedgerModel {
     const t: Tallies = { deposited: 0, used: 0, frozen: 0 };
     for (const e of this.entries(customerId)) {
       if (e.type === 'DEPOSIT') t.deposited += e.amount;
-      if (e.type === 'DEDUCT' || e.type === 'CONSUME') t.used += e.amount;
+      if (e.type === 'DEDUCT' || e.type === 'CONSUME' || e.type === 'GATEWAY') t.used += e.amount;
       if (e.type === 'FREEZE') t.frozen += e.amount;
       if (e.type === 'CONSUME') t.frozen -= e.amount + (e.returned_amount ?? 0);
       if (e.type === 'UNFREEZE') t.frozen -= e.amount;
     }
+    // Gateway holds write no entry: what they freeze comes from the state.
+    t.frozen += this.openHolds(customerId);
     return t;
+  }
+
+  /** Credits frozen by the customer's gateway holds in flight. */
+  openHolds(customerId: string): number {
+    const c = this.state.customers[customerId];
+    return c ? Object.values(c.txs).filter((tx) => tx.kind === 'gateway' && tx.state === 'frozen').reduce((n, tx) => n + tx.amount, 0) : 0;
+  }
+
+  private walletAvailable(c: Customer, wallet: string): number {
+    return c.sources.filter((s) => s.wallet === wallet && isActive(s, this.state.now)).reduce((n, s) => n + s.total - s.used - s.frozen, 0);
+  }
+
+  /**
+   * A gateway call's hold (lua/gateway_hold-6.lua, called as the gateway calls it, plan
+   * admitted, one answer): the input bound plus the output the wallet can afford, up to
+   * `wanted` tokens (lowered to what it affords unless `fixed`), frozen from the wallet in
+   * draw order, with a TTL of `ttlSeconds`. No ledger entry.
+   */
+  gatewayHold(customerId: string, txid: string, g: { wallet: string; inputBound: number; outPrice: number; wanted: number; fixed: boolean; ttlSeconds: number }): GatewayAnswer {
+    this.settleDue(customerId);
+    const c = this.state.customers[customerId];
+    if (!c) return { status: 'customer_not_found' };
+    const available = this.walletAvailable(c, g.wallet);
+    const outCost = (tokens: number) => Math.ceil((tokens * g.outPrice) / 1_000_000);
+    let tokens = g.wanted;
+    if (g.inputBound + outCost(tokens) > available) {
+      if (g.fixed || g.outPrice === 0) return { status: 'insufficient' };
+      tokens = Math.floor(((available - g.inputBound) * 1_000_000) / g.outPrice);
+      if (tokens < 1) return { status: 'insufficient' };
+    }
+    const hold = g.inputBound + outCost(tokens);
+    const holds = hold > 0 ? this.pick(c, hold, [g.wallet]) : [];
+    for (const d of holds) c.sources.find((x) => x.id === d.account_id)!.frozen += d.amount;
+    c.txs[txid] = {
+      kind: 'gateway', params: '', amount: hold, state: 'frozen', holds, wallet: g.wallet, businessType: null, result: {},
+      ttl: { kind: 'release', dueAt: this.state.now + g.ttlSeconds * 1000 }, settledBy: null, consumedAmount: null, consumeResult: null, unfreezeResult: null,
+    };
+    return { status: 'ok', body: { hold, output_tokens: tokens, available } };
+  }
+
+  /**
+   * A gateway call's settlement (lua/gateway_settle-6.lua): the cost from the hold, the rest
+   * of the hold back, and what the hold does not cover (all of it when the TTL released the
+   * hold) from the wallet's available credits, down to zero and never below. One GATEWAY
+   * entry, also for a cost of 0. A settled call answers its stored result.
+   */
+  gatewaySettle(customerId: string, txid: string, cost: number, model: string): GatewayAnswer {
+    this.settleDue(customerId);
+    const c = this.state.customers[customerId];
+    const tx = c?.txs[txid];
+    if (!c || !tx || tx.kind !== 'gateway') return { status: 'no_consumable' };
+    if (tx.state === 'settled') return { status: 'replay', body: tx.result };
+    const live = tx.state === 'frozen';
+    if (!live && !(tx.state === 'released' && tx.settledBy === 'ttl')) return { status: 'no_consumable' };
+    const held = live ? tx.amount : 0;
+    const fromHold = Math.min(cost, held);
+    const details: Detail[] = [];
+    let left = fromHold;
+    if (live) {
+      for (const h of tx.holds) {
+        const s = c.sources.find((x) => x.id === h.account_id)!;
+        const take = Math.min(left, h.amount);
+        s.frozen -= h.amount;
+        s.used += take;
+        left -= take;
+        if (take > 0) details.push({ ...h, amount: take });
+      }
+    }
+    const wallet = tx.wallet!;
+    const beyond = Math.max(0, Math.min(cost - fromHold, this.walletAvailable(c, wallet)));
+    if (beyond > 0) {
+      for (const p of this.pick(c, beyond, [wallet])) {
+        c.sources.find((x) => x.id === p.account_id)!.used += p.amount;
+        const same = details.find((d) => d.account_id === p.account_id);
+        if (same) same.amount += p.amount;
+        else details.push(p);
+      }
+    }
+    const charged = fromHold + beyond;
+    tx.state = 'settled';
+    tx.result = {
+      transaction_id: txid, cost: charged, shortfall: cost - charged, returned: held - fromHold, reserved: tx.amount, details,
+      balance_after: this.walletAvailable(c, wallet), settled_at: this.state.now,
+    };
+    c.entries.push({
+      type: 'GATEWAY', transaction_id: txid, amount: charged, returned_amount: held - fromHold, wallet, details,
+      reason: null, business_type: 'TOKEN_USAGE', description: model,
+    });
+    return { status: 'ok', body: tx.result };
+  }
+
+  /** A failed gateway call (lua/gateway_release-6.lua): the hold back, no ledger entry; a repeat is a replay. */
+  gatewayRelease(customerId: string, txid: string): GatewayAnswer {
+    this.settleDue(customerId);
+    const c = this.state.customers[customerId];
+    const tx = c?.txs[txid];
+    if (!c || !tx || tx.kind !== 'gateway') return { status: 'no_consumable' };
+    if (tx.state === 'released' && tx.settledBy === 'api') return { status: 'replay' };
+    if (tx.state !== 'frozen') return { status: 'no_consumable' };
+    for (const h of tx.holds) c.sources.find((x) => x.id === h.account_id)!.frozen -= h.amount;
+    tx.state = 'released';
+    tx.settledBy = 'api';
+    return { status: 'ok' };
   }
 
   /** A key that is equal for two models in the same state, whatever the order of keys and entries. */
