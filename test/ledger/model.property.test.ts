@@ -1,14 +1,18 @@
 /**
  * Model-based property test of the wallet ledger: random command sequences (deposits with
  * validity windows and idempotency keys, deducts, freezes with TTLs, consumes, unfreezes,
- * replays, conflicting reuses of ids, clock moves and concurrent batches) run against the
- * real service (over HTTP) and against the reference model in ./model.ts.
+ * replays, conflicting reuses of ids, gateway holds, settlements and releases, clock moves
+ * and concurrent batches) run against the real service (over HTTP; the gateway's money
+ * steps through its scripts, as the gateway runs them) and against the reference model in
+ * ./model.ts. A run uses a project of contract Variant A or B.
  *
- * After every command the HTTP status, error code and success body must be the model's;
- * the customers the command touched must read back (GET /v1/customers/{id}) as the model
- * says, and obey the conservation invariants. At the end of each run every customer's
- * balance and profile are compared again, and once the workers have copied the run's
- * outboxes to PostgreSQL, the ledger pages must hold exactly the entries the model wrote.
+ * After every command the HTTP status, error code and success body (a gateway script's
+ * status and result) must be the model's; the customers the command touched must read
+ * back (GET /v1/customers/{id}) as the model says, and obey the conservation invariants.
+ * At the end of each run every customer's balance and profile are compared again; once
+ * the workers have copied the run's outboxes to PostgreSQL, the ledger pages must hold
+ * exactly the entries the model wrote, and reconcile must find no drift between that
+ * ledger and Redis.
  *
  * Concurrent batches: the service may apply the requests of a batch in any order, so the
  * test keeps every model state ("world") that some serial order of the batch explains,

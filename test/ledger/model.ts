@@ -23,6 +23,10 @@
  * - Identifier scope: transaction ids and deposit idempotency keys are bound to the first
  *   customer that names them in the project, even when that request fails (docs/API.md).
  * - The ledger entries each operation writes, including TTL settlements.
+ * - Gateway calls' money (docs/ARCHITECTURE.md, Gateway): the hold (input bound plus the
+ *   output the wallet affords), its one-hour TTL release without an entry, the settlement
+ *   (from the hold, then beyond it from the available credits down to zero, also after the
+ *   TTL released the hold) with its GATEWAY entry, and the release.
  *
  * Ids the service invents (source account ids, deposit record ids) are named here after
  * the request that created them (`src:<n>`, `rec:<n>`); the test maps the real ids onto
