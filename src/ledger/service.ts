@@ -12,6 +12,7 @@ import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
+import { provesNothingSent } from '../redis/sent.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -176,16 +177,24 @@ export class LedgerService {
     const [customer, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? Promise.resolve(null)]);
     const reservation = reserved.status === 'fulfilled' ? reserved.value : null;
     let reply: ScriptReply | undefined;
+    let unsent = false;
     try {
       if (customer.status === 'rejected') throw customer.reason;
       if (reserved.status === 'rejected') throw reserved.reason;
-      reply = await this.run(name, scope, customer.value, [...args, reservation && !reservation.admitted ? '0' : '1']);
+      try {
+        reply = await this.run(name, scope, customer.value, [...args, reservation && !reservation.admitted ? '0' : '1']);
+      } catch (err) {
+        unsent = provesNothingSent(err);
+        throw err;
+      }
       if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
       return { reply, customerId: customer.value };
     } finally {
-      // Given back only when the script answered that nothing applied. Without an answer
-      // (a lost reply) it may have applied: it counts, one too high at worst, never too low.
-      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : customer.status === 'rejected' || reserved.status === 'rejected';
+      // Given back when the script answered that nothing applied, or provably never
+      // reached Redis (never written, or refused by the generation guard). Without an
+      // answer otherwise (a lost reply) it may have applied: it counts, one too high at
+      // worst, never too low.
+      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : unsent || customer.status === 'rejected' || reserved.status === 'rejected';
       // Not awaited: the answer does not wait on the count (neither rejects).
       if (reservation) void (notApplied ? reservation.release() : reservation.commit());
     }

@@ -43,8 +43,16 @@ export class OutcomeUnknownError extends Error {
  * becomes an OutcomeUnknownError; any other error is the request's answer as it is.
  */
 export function afterApplied(err: unknown): unknown {
-  const claimsNothing = err instanceof CommandNotSentError || (err instanceof ApiError && err.code === 'service_unavailable');
-  return claimsNothing ? new OutcomeUnknownError(err) : err;
+  return provesNothingSent(err) ? new OutcomeUnknownError(err) : err;
+}
+
+/**
+ * True when `err` proves that the command it ended never reached Redis: a command never
+ * written, or a 503 refused before sending (the Redis generation guard). Any other error
+ * leaves the command's outcome unknown.
+ */
+export function provesNothingSent(err: unknown): boolean {
+  return err instanceof CommandNotSentError || (err instanceof ApiError && err.code === 'service_unavailable');
 }
 
 const sendState = Symbol('svc.redis.sendState');

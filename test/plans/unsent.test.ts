@@ -1,0 +1,106 @@
+/**
+ * The plan reservation of a deduct or consume whose script failed without an answer: an
+ * error that proves the script never reached Redis (never written, or refused by the Redis
+ * generation guard) gives the reservation back, so the count stays as it was; an error
+ * that leaves the outcome unknown commits it (the script may have applied).
+ */
+import type { Command } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { periodAt } from '../../src/plans/catalogue.js';
+import { scriptSource } from '../../src/redis/scripts.js';
+import { CommandNotSentError, OutcomeUnknownError } from '../../src/redis/sent.js';
+import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+
+let svc: TestService;
+
+beforeAll(async () => {
+  svc = await startTestService();
+});
+afterAll(() => svc.close());
+
+type Op = 'deduct' | 'consume';
+type Failure = 'never written' | 'refused by the generation guard' | 'outcome unknown';
+
+const ops = async (p: TestProject) => (await svc.rt.plans.organization(p.organizationId)).billable_ops;
+
+async function pendingKey(p: TestProject): Promise<string> {
+  const period = periodAt(await svc.rt.plans.organizationAnchor(p.organizationId), Date.now() + svc.rt.clock.offsetMs());
+  return `${svc.rt.config.REDIS_PREFIX}o:{${p.organizationId}}:ops:${period.startMs}:pending`;
+}
+
+/**
+ * Runs `f` while the next `op` script fails the way `failure` says. 'never written': the
+ * script fails with the error src/redis/sent.ts gives a command that was never written.
+ * 'refused by the generation guard': the guard loses its verification as soon as the
+ * operation's reservation is answered, so the script is refused before it is sent.
+ * 'outcome unknown': the script is sent (and applies), and its caller gets the error of a
+ * connection that closed before the reply.
+ */
+async function withFailure<T>(op: Op, failure: Failure, f: () => Promise<T>): Promise<T> {
+  const redis = svc.rt.redis;
+  const send = redis.sendCommand;
+  const sha = scriptSource(op).sha1;
+  const reserveSha = scriptSource('plan_reserve').sha1;
+  const generation = svc.rt.generation as unknown as { verifiedRunId: string | null };
+  const runId = generation.verifiedRunId;
+  let armed = true;
+  redis.sendCommand = ((command: Command, ...rest: unknown[]) => {
+    const script = command.name === 'evalsha' ? String(command.args[0]) : '';
+    if (armed && failure === 'refused by the generation guard' && script === reserveSha) {
+      armed = false;
+      void command.promise.then(() => {
+        generation.verifiedRunId = null;
+      });
+    }
+    if (armed && script === sha) {
+      armed = false;
+      if (failure === 'never written') {
+        command.reject(new CommandNotSentError(new Error('Connection is closed.')));
+        return command.promise;
+      }
+      const result = (send as (...a: unknown[]) => unknown).call(redis, command, ...rest);
+      command.reject(new OutcomeUnknownError(new Error('Connection is closed.')));
+      return result;
+    }
+    return (send as (...a: unknown[]) => unknown).call(redis, command, ...rest);
+  }) as typeof redis.sendCommand;
+  try {
+    return await f();
+  } finally {
+    redis.sendCommand = send;
+    generation.verifiedRunId = runId;
+  }
+}
+
+const cases: [Op, Failure, number][] = [
+  ['deduct', 'never written', 0],
+  ['deduct', 'refused by the generation guard', 0],
+  ['deduct', 'outcome unknown', 1],
+  ['consume', 'never written', 0],
+  ['consume', 'refused by the generation guard', 0],
+  ['consume', 'outcome unknown', 1],
+];
+
+describe('a billable script that failed without an answer', () => {
+  it.each(cases)('%s %s: the count grows by %i', async (op, failure, added) => {
+    const p = await svc.project();
+    const key = p.projectKey;
+    const customer = 'u1';
+    expect((await svc.call('POST', '/v1/customers/deposit', { key, body: { customer_id: customer, amount: 1_000 } })).status).toBe(200);
+    if (op === 'consume') {
+      expect((await svc.call('POST', '/v1/billing/freeze', { key, body: { customer_id: customer, transaction_id: 't1', amount: 10 } })).status).toBe(200);
+    }
+    const before = await ops(p);
+    const res = await withFailure(op, failure, () =>
+      op === 'deduct'
+        ? svc.call('POST', '/v1/billing/deduct', { key, body: { customer_id: customer, transaction_id: 't1', amount: 10 } })
+        : svc.call('POST', '/v1/billing/consume', { key, body: { transaction_id: 't1' } }),
+    );
+    expect(res.status, JSON.stringify(res.body)).toBe(503);
+    expect(res.body.error.message).toMatch(failure === 'outcome unknown' ? /may have been applied/ : /nothing was applied/);
+    // The commit or give-back is sent without waiting: the reservation leaves the pending set.
+    const pending = await pendingKey(p);
+    await waitFor(async () => (await svc.rt.redis.zcard(pending)) === 0, 5_000, 'the reservation to be committed or given back');
+    expect(await ops(p)).toBe(before + added);
+  });
+});
