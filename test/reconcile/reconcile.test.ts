@@ -7,7 +7,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerKeys, projectKeys } from '../../src/redis/keys.js';
 import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
@@ -72,7 +72,15 @@ const keysOf = (customerId: string) => customerKeys(svc.rt.config.REDIS_PREFIX, 
 
 beforeAll(async () => {
   svc = await startTestService({ workers: true });
+});
+
+/**
+ * The customers every test starts from, in a project of its own: tests tamper with them,
+ * repair them and count the project's customers, so none may see another's leftovers.
+ */
+async function fixture(): Promise<void> {
   p = await svc.project('B');
+  for (const name of Object.keys(firsts)) delete firsts[name];
 
   // c2: TTL freezes that settle on their own, one released and one consumed.
   await apply('dep-c2', '/v1/customers/deposit', { customer_id: 'c2', amount: 2000, idempotency_key: 'k-c2' });
@@ -98,10 +106,12 @@ beforeAll(async () => {
   await apply('frz-c1-ttl-rel', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f3', amount: 50, release_after_seconds: 60 });
   await apply('frz-c1-ttl-con', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f4', amount: 40, consume_after_seconds: 60 });
   await svc.drained();
-});
+}
 afterAll(() => svc.close());
 
 describe('reconcile', () => {
+  beforeEach(fixture);
+
   it('finds no drift between Redis and the state folded from PostgreSQL', async () => {
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
     expect(report).toEqual({ customers_checked: 2, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] });
@@ -268,7 +278,8 @@ describe('reconcile', () => {
     try {
       const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
       expect(report).toMatchObject({
-        customers_checked: 5,
+        // The fixture's c1 and c2, and the ghost.
+        customers_checked: 3,
         customers_with_drift: 1,
         customers_repaired: 0,
         drift: [{ customer_id: 'ghost', field: 'customer', redis: 'present', expected: null }],
