@@ -511,7 +511,14 @@ class Scenario {
     if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.reserved) > 0 && Number(observed.body?.returned) === 0 && cost > Number(observed.body?.reserved)) {
       this.count('gateway_settle:beyond_hold');
     }
-    const stamp = cmd.op === 'settle' && observed.status === 'ok' ? Number(observed.body?.settled_at) : null;
+    let stamp = cmd.op === 'settle' && observed.status === 'ok' ? Number(observed.body?.settled_at) : null;
+    if (cmd.op === 'hold' && observed.status === 'ok') {
+      // A hold's answer carries no instant, but its TTL deadline (the hold's instant plus the
+      // TTL) is stored with it: the model needs the exact instant, or it would put the deadline
+      // a few ms off and then disagree with a read made exactly there.
+      const stored = await via.rt.redis.hget(via.rt.ledger.keys(scope, customerId).tx, txid);
+      stamp = Number((JSON.parse(stored ?? '{}') as { ttla?: string }).ttla) - hold_ttl_seconds * 1_000;
+    }
     if (stamp !== null) this.countBoundaryHit(stamp);
 
     const next = new Map<string, LedgerModel>();
