@@ -20,7 +20,7 @@ import { projectKeys } from '../redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
 import { newId } from '../ids.js';
-import { afterApplied } from '../redis/sent.js';
+import { afterApplied, provesNothingSent } from '../redis/sent.js';
 import type { GatewayModel, ModelCache } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { UpstreamClient } from './upstream.js';
@@ -34,18 +34,24 @@ export const request_bytes_per_token_estimate = 4;
 /** OpenAI's own limit on `n`. */
 export const answers_max = 128;
 /**
- * Tries of a settlement whose reply did not come (a timeout, a dropped connection). The
- * script is idempotent, so a retry of one that did apply answers its stored result.
+ * Tries of a settlement whose reply did not come (a timeout, a dropped connection) while
+ * the call waits for it. The script is idempotent, so a retry of one that did apply
+ * answers its stored result. Past them the settlement goes on in the background.
  */
 export const settle_attempts_max = 3;
 export const settle_retry_pause_ms = 100;
 /**
- * Tries of a hold release sent in the background (a hold whose outcome was not known when
- * the call failed), with pauses doubling from release_retry_pause_ms up to 5 s: about 20 s
- * in all. Past them the hold's TTL releases it.
+ * A gateway script whose outcome must become known, sent again in the background until
+ * Redis answers: a settlement that could not be confirmed while the call waited, or the
+ * release of a hold whose outcome was unknown when its call failed. Pauses double from
+ * background_retry_pause_ms up to background_retry_pause_max_ms, for
+ * background_retry_total_ms in all: well under the hold's one-hour TTL, so a settlement
+ * sent late still finds its hold in most cases (and when the TTL released it first, the
+ * settlement charges the available credits, down to zero).
  */
-export const release_attempts_max = 8;
-export const release_retry_pause_ms = 100;
+export const background_retry_pause_ms = 100;
+export const background_retry_pause_max_ms = 5_000;
+export const background_retry_total_ms = 10 * 60_000;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -217,7 +223,7 @@ export class GatewayService {
         ]),
         this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
       ]);
-      holdMayExist = held.status === 'rejected' || held.value[0] === ScriptStatus.Ok;
+      holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       if (held.status === 'rejected') throw held.reason;
       const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
@@ -239,7 +245,7 @@ export class GatewayService {
         // of the client freezes more.
         if (holdMayExist) {
           const call: Call = { ...c, startedAt, reservation, hold: 0, outputTokens: 0, requestBytes: c.rawBytes };
-          this.releaseLater(call.scope, call.customerId, call.transactionId, this.failedRecord(call, null));
+          this.retryLater('gateway_release', call, [call.transactionId, this.failedRecord(call, null)]);
         }
       }
     }
@@ -255,23 +261,36 @@ export class GatewayService {
   }
 
   /**
-   * Releases a hold in the background, with bounded retries: for a hold whose outcome was
-   * unknown when its call failed. The release script is idempotent (a hold that does not
-   * exist, or was settled or released, stays as it is), so a release that did apply and
-   * is sent again changes nothing.
+   * Sends a release or a settlement in the background until Redis answers, for at most
+   * background_retry_total_ms: a hold whose outcome was unknown when its call failed, or
+   * a settlement that could not be confirmed while the call waited (the customer may have
+   * the answer already, and the provider bills the call). Both scripts are idempotent: a
+   * release of a hold that does not exist, or was settled or released, changes nothing,
+   * and a settled call answers its stored result, so one that did apply and is sent again
+   * is charged once. The pauses do not keep a stopping process alive: what is still
+   * unsent when the process ends is the residual risk that docs/ARCHITECTURE.md names.
    */
-  private releaseLater(scope: ProjectScope, customerId: string, transactionId: string, record: string): void {
+  private retryLater(script: 'gateway_release' | 'gateway_settle', call: Call, args: (string | number)[]): void {
+    const { transactionId } = call;
+    const giveUpAt = Date.now() + background_retry_total_ms;
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
-          await this.deps.ledger.run('gateway_release', scope, customerId, [transactionId, record]);
+          const [status] = await this.deps.ledger.run(script, call.scope, call.customerId, args);
+          if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
+            this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
+          } else if (script === 'gateway_settle') {
+            this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+          }
           return;
         } catch (err) {
-          if (attempt >= release_attempts_max) {
-            this.deps.logger.error({ err, transactionId }, 'gateway hold not released; its TTL releases it');
+          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), background_retry_pause_max_ms);
+          if (Date.now() + pause > giveUpAt) {
+            const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
+            this.deps.logger.error({ err, transactionId, args }, what);
             return;
           }
-          await new Promise((resolve) => setTimeout(resolve, Math.min(release_retry_pause_ms * 2 ** (attempt - 1), 5_000)));
+          await new Promise((resolve) => setTimeout(resolve, pause).unref());
         }
       }
     })();
@@ -315,8 +334,11 @@ export class GatewayService {
    * Charges the call (lua/gateway_settle-6.lua): its cost from the hold, and what the hold
    * does not cover from the wallet's available credits as far as they go. A settlement
    * whose reply was lost is sent again: the script answers a settled call with its stored
-   * result, so the call is charged once. A settled call counts as a billable operation
-   * whatever it cost: its plan reservation is committed once it settled, or may have.
+   * result, so the call is charged once. When no try is answered, the call fails (outcome
+   * unknown) and the settlement goes on in the background (retryLater): the upstream did
+   * the work, and a streamed answer already reached the client. A settled call counts as
+   * a billable operation whatever it cost: its plan reservation is committed once it
+   * settled, or may have (or will, in the background).
    */
   private async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
     const cost = costOf(usage, call.model.prices);
@@ -329,7 +351,11 @@ export class GatewayService {
         try {
           reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
         } catch (err) {
-          if (attempt >= settle_attempts_max) throw err;
+          if (attempt >= settle_attempts_max) {
+            this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
+            this.retryLater('gateway_settle', call, args);
+            throw err;
+          }
           this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
           await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
         }
@@ -354,10 +380,11 @@ export class GatewayService {
   private async release(call: Call, upstreamStatus: number | null): Promise<void> {
     const record = this.failedRecord(call, upstreamStatus);
     this.count(call.reservation, 'release');
+    const args = [call.transactionId, record];
     try {
-      await this.deps.ledger.run('gateway_release', call.scope, call.customerId, [call.transactionId, record]);
+      await this.deps.ledger.run('gateway_release', call.scope, call.customerId, args);
     } catch (err) {
-      this.releaseLater(call.scope, call.customerId, call.transactionId, record);
+      this.retryLater('gateway_release', call, args);
       throw err;
     }
   }

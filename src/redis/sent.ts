@@ -51,7 +51,7 @@ export function afterApplied(err: unknown): unknown {
  * written, or a 503 refused before sending (the Redis generation guard). Any other error
  * leaves the command's outcome unknown.
  */
-export function provesNothingSent(err: unknown): boolean {
+export function provesNothingSent(err: unknown): err is CommandNotSentError | ApiError {
   return err instanceof CommandNotSentError || (err instanceof ApiError && err.code === 'service_unavailable');
 }
 
