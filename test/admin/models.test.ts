@@ -49,8 +49,10 @@ const ciphertextOf = (projectId: string, modelId: string) =>
 
 describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
   it('creates with a URL-encoded id, replaces with the raw id, and returns the entry without the key', async () => {
+    // A project of its own: the list at the end must hold this model only, whatever ran before.
+    const q = await svc.project('B');
     const secret = upstreamKey();
-    const created = await putModel(p, encodeURIComponent('openai/gpt-4o'), { ...base, upstream_api_key: secret });
+    const created = await putModel(q, encodeURIComponent('openai/gpt-4o'), { ...base, upstream_api_key: secret });
     expect(created.status).toBe(201);
     expect(created.body).toEqual({
       id: 'openai/gpt-4o',
@@ -80,7 +82,7 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
     expect(Math.abs(created.body.created - Date.now() / 1000)).toBeLessThan(60);
     expect(JSON.stringify(created.body)).not.toContain(secret);
 
-    const replaced = await putModel(p, 'openai/gpt-4o', { ...base, provider: 'anthropic', input_price_per_million_credits: 3, display_name: null, active: false });
+    const replaced = await putModel(q, 'openai/gpt-4o', { ...base, provider: 'anthropic', input_price_per_million_credits: 3, display_name: null, active: false });
     expect(replaced.status).toBe(200);
     expect(replaced.body).toMatchObject({
       id: 'openai/gpt-4o',
@@ -92,7 +94,7 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       input_price_per_million_usd: 0.000003,
       has_upstream_key: true,
     });
-    const list = await listModels(p);
+    const list = await listModels(q);
     expect(list.body).toMatchObject({ object: 'list', has_more: false, next_cursor: null });
     expect(list.body.data).toEqual([replaced.body]);
     expect(JSON.stringify(list.body)).not.toContain(secret);

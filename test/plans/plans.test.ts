@@ -16,17 +16,17 @@ afterAll(() => svc.close());
 
 const ops = async (p: TestProject) => (await svc.rt.plans.organization(p.organizationId)).billable_ops;
 
-async function fund(p: TestProject, customer: string, amount = 1_000_000) {
-  const r = await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: customer, amount } });
+async function fund(p: TestProject, customer: string, amount = 1_000_000, s = svc) {
+  const r = await s.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: customer, amount } });
   expect(r.status).toBe(200);
 }
 
 /** Sets the current period's count, as if that many operations had happened. */
-async function setCount(p: TestProject, n: number) {
-  await svc.rt.plans.organization(p.organizationId); // seeds the counter
-  const period = periodAt((await svc.rt.plans.organizationAnchor(p.organizationId)), Date.now() + svc.rt.clock.offsetMs());
-  const key = `${svc.rt.config.REDIS_PREFIX}o:{${p.organizationId}}:ops:${period.startMs}`;
-  await svc.rt.redis.set(key, n);
+async function setCount(p: TestProject, n: number, s = svc) {
+  await s.rt.plans.organization(p.organizationId); // seeds the counter
+  const period = periodAt((await s.rt.plans.organizationAnchor(p.organizationId)), Date.now() + s.rt.clock.offsetMs());
+  const key = `${s.rt.config.REDIS_PREFIX}o:{${p.organizationId}}:ops:${period.startMs}`;
+  await s.rt.redis.set(key, n);
 }
 
 describe('billable operations', () => {
@@ -120,23 +120,30 @@ describe('the Free plan hard limit', () => {
   });
 
   it('opens again in the next period, and a downgrade waits for it', async () => {
-    const p = await svc.project();
-    await fund(p, 'n1');
-    await setCount(p, 50_000);
-    const deduct = (id: string) => svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'n1', transaction_id: id, amount: 1 } });
-    expect((await deduct('p1')).status).toBe(429);
-    await svc.rt.plans.setPlan(p.organizationId, 'pro_500k');
-    expect((await deduct('p2')).status).toBe(200);
-    await svc.rt.plans.setPlan(p.organizationId, 'free');
-    const org = await svc.rt.plans.organization(p.organizationId);
-    expect(org).toMatchObject({ plan: 'pro_500k', pending_plan: 'free', billable_ops: 50_001, overage_ops: 0 });
-    expect(org.pending_plan_from).toBe(org.period_end);
-    expect((await deduct('p3')).status).toBe(200);
-    svc.rt.clock.advance(Date.parse(org.period_end) - Date.now() - svc.rt.clock.offsetMs() + 1_000);
-    const next = await svc.rt.plans.organization(p.organizationId);
-    expect(next).toMatchObject({ plan: 'free', pending_plan: null, billable_ops: 0, period_start: org.period_end });
-    expect((await deduct('p4')).status).toBe(200);
-    expect((await svc.rt.plans.organization(p.organizationId)).billable_ops).toBe(1);
+    // A service of its own: moving its clock to the next period must not move the other
+    // tests there (the two-process race runs its children in the real current period).
+    const own = await startTestService();
+    try {
+      const p = await own.project();
+      await fund(p, 'n1', 1_000_000, own);
+      await setCount(p, 50_000, own);
+      const deduct = (id: string) => own.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'n1', transaction_id: id, amount: 1 } });
+      expect((await deduct('p1')).status).toBe(429);
+      await own.rt.plans.setPlan(p.organizationId, 'pro_500k');
+      expect((await deduct('p2')).status).toBe(200);
+      await own.rt.plans.setPlan(p.organizationId, 'free');
+      const org = await own.rt.plans.organization(p.organizationId);
+      expect(org).toMatchObject({ plan: 'pro_500k', pending_plan: 'free', billable_ops: 50_001, overage_ops: 0 });
+      expect(org.pending_plan_from).toBe(org.period_end);
+      expect((await deduct('p3')).status).toBe(200);
+      own.rt.clock.advance(Date.parse(org.period_end) - Date.now() - own.rt.clock.offsetMs() + 1_000);
+      const next = await own.rt.plans.organization(p.organizationId);
+      expect(next).toMatchObject({ plan: 'free', pending_plan: null, billable_ops: 0, period_start: org.period_end });
+      expect((await deduct('p4')).status).toBe(200);
+      expect((await own.rt.plans.organization(p.organizationId)).billable_ops).toBe(1);
+    } finally {
+      await own.close();
+    }
   });
 
   it('computes Pro overage exactly', async () => {
