@@ -17,9 +17,11 @@
  * Afterwards, with the outboxes drained, it requires: every acknowledged operation in the
  * PostgreSQL ledger with its amount; none applied twice; nothing applied that was
  * answered "nothing was applied"; Redis balances equal to the fold of the ledger (and
- * reconcile finds no drift); no negative balance; and more than zero retries after a
- * connection error or an outcome-unknown 503 answered as replays, which proves a failure
- * did land between a script and its reply.
+ * reconcile finds no drift); no negative balance; every streamed gateway call cut at its
+ * settlement (answered without its billing trailers) billed, once Redis answered again;
+ * no gateway hold left but those of calls in flight when their API process was killed;
+ * and more than zero retries after a connection error or an outcome-unknown 503 answered
+ * as replays, which proves a failure did land between a script and its reply.
  *
  * kill -9 is a crash of the Redis process, not of the machine: what Redis wrote to its
  * file survives in the page cache even before an fsync, so this test cannot show what
@@ -33,6 +35,7 @@ import { sql } from 'slonik';
 import { z } from 'zod';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
@@ -61,8 +64,8 @@ const refuse_ms = 700;
 type Chaos = 'drop' | 'drop-refuse' | 'redis' | 'api' | 'worker';
 /**
  * When each failure happens, in ms after the load started. A plain drop reconnects at
- * once, and the requests whose replies it swallowed wait out the service's Redis command
- * timeout (5 s) before they answer 503: nothing else is planned in those seconds.
+ * once; the requests whose replies it swallowed fail as soon as the connection closes
+ * (503, outcome unknown).
  */
 const chaos_plan: [Chaos, number][] = [
   ['drop-refuse', 1_500],
@@ -114,6 +117,10 @@ const apiRestartMs: number[] = [];
 const gatewayAcks: GatewayAck[] = [];
 /** Transaction ids of streamed calls that answered 200 and ended without their billing trailers. */
 const gatewayCut: string[] = [];
+/** When each kill -9 of the API was sent (this machine's clock, which the service shares). */
+const apiKillTimes: number[] = [];
+/** Gateway call attempts that ended in a connection error: [start, end] in ms. */
+const brokenGatewayAttempts: [number, number][] = [];
 /** `TYPE:id` of requests that may have applied: the client gave up without an answer. */
 const uncertain = new Set<string>();
 /** `TYPE:id` of requests whose last answer was "nothing was applied" and nothing before it was uncertain. */
@@ -413,10 +420,12 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
         continue;
       }
       let answer: StreamAnswer | null = null;
+      const attemptStart = Date.now();
       try {
         answer = await streamCall(customerId, idempotencyKey, n);
       } catch {
         counts.connectionErrors++;
+        brokenGatewayAttempts.push([attemptStart, Date.now()]);
       }
       const retryable = answer === null || (answer.status === 503 && kind503(safeJson(answer.text)) !== null);
       if (retryable) {
@@ -475,6 +484,7 @@ async function chaos(startedAt: number): Promise<void> {
       await plainProxy.listen();
     } else if (what === 'api') {
       counts.apiKills++;
+      apiKillTimes.push(Date.now());
       await api.kill();
       const restartedAt = Date.now();
       api.start();
@@ -500,6 +510,28 @@ async function customerBases(suffix: 'outbox' | 'ttl'): Promise<string[]> {
     found.push(...keys);
   } while (cursor !== '0');
   return found;
+}
+
+/** Gateway holds in the customers' TTL zsets, with when each was made (its TTL is an hour; freezes here have seconds). */
+async function gatewayHolds(): Promise<{ transactionId: string; madeAt: number }[]> {
+  const holds: { transactionId: string; madeAt: number }[] = [];
+  for (const k of await customerBases('ttl')) {
+    const flat = await rt.redis.zrangebyscore(k, Date.now() + 60_000, '+inf', 'WITHSCORES');
+    for (let i = 0; i < flat.length; i += 2) holds.push({ transactionId: flat[i], madeAt: Number(flat[i + 1]) - hold_ttl_seconds * 1000 });
+  }
+  return holds;
+}
+
+/**
+ * A hold made during a gateway call attempt that broke off (a connection error) because
+ * its API process was killed after the hold: the one case that leaves a hold to its
+ * one-hour TTL (docs/ARCHITECTURE.md, Gateway, residual risk).
+ */
+function heldByKilledCall(madeAt: number): boolean {
+  const slack_ms = 50;
+  return brokenGatewayAttempts.some(([start, end]) =>
+    apiKillTimes.some((killedAt) => start - slack_ms <= madeAt && madeAt <= killedAt + slack_ms && killedAt <= end + slack_ms),
+  );
 }
 
 async function outboxEntries(): Promise<number> {
@@ -547,8 +579,16 @@ describe('crash safety', () => {
       const loadEndedAt = Date.now();
 
       expect(worker.running).toBe(true);
-      // TTL freezes (seconds) settle before the comparison; gateway holds left by a cut
-      // call carry a one-hour TTL and stay, which reconcile expects.
+      // Settlements Redis did not confirm while their call waited, and releases of holds
+      // whose outcome was unknown, go on in the API's background until Redis answers:
+      // wait for every hold but those of calls whose API process was killed mid-call
+      // (one-hour TTL; reconcile expects them).
+      let unexplainedHolds: string[] = [];
+      await until('gateway holds were not settled or released', 30_000, async () => {
+        unexplainedHolds = (await gatewayHolds()).filter((h) => !heldByKilledCall(h.madeAt)).map((h) => `${h.transactionId} made at ${new Date(h.madeAt).toISOString()}`);
+        return unexplainedHolds.length === 0;
+      }).catch(() => undefined);
+      // TTL freezes (seconds) settle before the comparison.
       await until('TTL freezes were not settled', 20_000, async () => {
         const horizon = Date.now() + 60_000;
         for (const k of await customerBases('ttl')) if ((await rt.redis.zcount(k, '-inf', horizon)) > 0) return false;
@@ -620,10 +660,10 @@ describe('crash safety', () => {
         if (b.available < 0 || b.total - b.used - b.frozen < 0) negative.push(`${customerId}: ${JSON.stringify(b)}`);
       }
       const report = await reconcile(rt, { projectId, repair: false });
-      // Holds of gateway calls cut before they settled (one-hour TTL): counted, for the
-      // summary; the money they hold is frozen, not lost.
-      let gatewayHoldsLeft = 0;
-      for (const k of await customerBases('ttl')) gatewayHoldsLeft += await rt.redis.zcard(k);
+      // Holds of gateway calls whose API process was killed mid-call (one-hour TTL):
+      // counted, for the summary; the money they hold is frozen, not lost.
+      const gatewayHoldsLeft = (await gatewayHolds()).length;
+      const gatewayCutUnbilled = gatewayCut.filter((tx) => !gatewayAmounts.has(tx));
 
       const summary = {
         seconds: Math.round((loadEndedAt - startedAt) / 1000),
@@ -659,6 +699,10 @@ describe('crash safety', () => {
       expect(negative).toEqual([]);
       expect(report).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
       expect(report.customers_checked).toBe(billing_clients + gateway_clients);
+      // A streamed call cut at its settlement reached the client with its answer: it is
+      // billed once Redis answers again, and no hold stays but those of killed calls.
+      expect(gatewayCutUnbilled).toEqual([]);
+      expect(unexplainedHolds).toEqual([]);
       // Every Redis connection of the service handles its errors, through all the kills.
       expect({ api: api.unhandledRedisErrors, worker: worker.unhandledRedisErrors }).toEqual({ api: 0, worker: 0 });
       // The run exercised what it claims: failures landed between a script and its
