@@ -39,10 +39,12 @@ describe('strings PostgreSQL cannot store', () => {
 
   it('keeps well-formed text, emoji (surrogate pairs) included, through to PostgreSQL', async () => {
     const description = 'caf\u00e9 \u{1F600} \u4e2d';
-    const res = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: 'ok1', amount: 5, description } });
+    // A customer of its own: the cases above expect c1 untouched, whatever ran before them.
+    expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c3', amount: 1000 } })).status).toBe(200);
+    const res = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'c3', transaction_id: 'ok1', amount: 5, description } });
     expect(res.status).toBe(200);
     await svc.drained();
-    const ledger = await svc.call('GET', '/v1/customers/c1/ledger?transaction_id=ok1', { key: p.projectKey });
+    const ledger = await svc.call('GET', '/v1/customers/c3/ledger?transaction_id=ok1', { key: p.projectKey });
     expect(ledger.body.data).toHaveLength(1);
     expect(ledger.body.data[0].description).toBe(description);
   });
