@@ -44,13 +44,15 @@ export const settle_retry_pause_ms = 100;
  * A gateway script whose outcome must become known, sent again in the background until
  * Redis answers: a settlement that could not be confirmed while the call waited, or the
  * release of a hold whose outcome was unknown when its call failed. Pauses double from
- * background_retry_pause_ms up to background_retry_pause_max_ms, for
- * background_retry_total_ms in all: well under the hold's one-hour TTL, so a settlement
- * sent late still finds its hold in most cases (and when the TTL released it first, the
- * settlement charges the available credits, down to zero).
+ * background_retry_pause_ms up to background_retry_pause_max_ms, and a try also waits for
+ * the Redis generation guard, so it goes out within a second of Redis being back: the
+ * sooner it lands, the shorter the time in which the death of this process would leave
+ * the call unbilled. For background_retry_total_ms in all: well under the hold's one-hour
+ * TTL, so a settlement sent late still finds its hold in most cases (and when the TTL
+ * released it first, the settlement charges the available credits, down to zero).
  */
 export const background_retry_pause_ms = 100;
-export const background_retry_pause_max_ms = 5_000;
+export const background_retry_pause_max_ms = 1_000;
 export const background_retry_total_ms = 10 * 60_000;
 
 export const billingHeaderNames = [
@@ -291,6 +293,9 @@ export class GatewayService {
             return;
           }
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
+          // While Redis is away or unverified, this resolves as soon as it is verified
+          // again (or after the guard's wait): a try sent before would be refused.
+          await this.deps.ledger.ready().catch(() => undefined);
         }
       }
     })();
