@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recoveryBaselineKey } from '../../src/reconcile/recovery.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
-import { ownRedis, type OwnRedis } from './own-redis.js';
+import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 
 let redis: OwnRedis;
 let svc: TestService;

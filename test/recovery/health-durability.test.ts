@@ -9,7 +9,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
-import { ownRedis, type OwnRedis } from './own-redis.js';
+import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 
 let redis: OwnRedis;
 let svc: TestService;

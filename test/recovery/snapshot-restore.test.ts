@@ -17,7 +17,7 @@ import { reconcile } from '../../src/reconcile/reconcile.js';
 import { recoveredMarkerKey, recoveryLockKey } from '../../src/redis/generation.js';
 import { projectKeys } from '../../src/redis/keys.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
-import { ownRedis, type OwnRedis } from './own-redis.js';
+import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 
 let redis: OwnRedis;
 let svc: TestService;

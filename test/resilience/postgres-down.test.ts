@@ -5,49 +5,18 @@
  * 503 service_unavailable, and once PostgreSQL is back the outbox drains with nothing
  * lost. The service reaches PostgreSQL through a TCP proxy that the test cuts.
  */
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
 
-class CuttableProxy {
-  private readonly sockets = new Set<net.Socket>();
-  private server: net.Server | undefined;
-  port = 0;
-
-  constructor(private readonly target: URL) {}
-
-  async open(port = 0): Promise<void> {
-    this.server = net.createServer((client) => {
-      const upstream = net.connect(Number(this.target.port || 5432), this.target.hostname);
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on('error', () => undefined);
-        s.on('close', () => this.sockets.delete(s));
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
-    this.port = (this.server.address() as net.AddressInfo).port;
-  }
-
-  async cut(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.server!.close(() => resolve()));
-    for (const s of this.sockets) s.destroy();
-    await closed;
-  }
-}
-
-const target = new URL(process.env.TEST_DATABASE_URL!);
-const proxy = new CuttableProxy(target);
+const proxy = TcpProxy.to(process.env.TEST_DATABASE_URL!, 5432);
 let svc: TestService;
 let p: TestProject;
 
 beforeAll(async () => {
-  await proxy.open();
-  const viaProxy = new URL(target);
-  viaProxy.host = `127.0.0.1:${proxy.port}`;
+  await proxy.start();
   // A key cache entry is stale at once, so every request asks PostgreSQL first.
-  svc = await startTestService({ workers: true, config: { DATABASE_URL: viaProxy.toString(), KEY_CACHE_TTL_MS: 0 } });
+  svc = await startTestService({ workers: true, config: { DATABASE_URL: proxy.via(process.env.TEST_DATABASE_URL!), KEY_CACHE_TTL_MS: 0 } });
   p = await svc.project('B');
   expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c1', amount: 1_000 } })).status).toBe(200);
   // The first billable operation of a period seeds the plan's counter from PostgreSQL;
@@ -57,12 +26,12 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await svc?.close();
-  await proxy.cut().catch(() => undefined);
+  await proxy.close();
 });
 
 describe('PostgreSQL down, Redis up', () => {
   it('serves money operations, reports degraded with the lag, refuses PostgreSQL reads with 503, and loses nothing', async () => {
-    await proxy.cut();
+    await proxy.close();
 
     for (let i = 1; i <= 5; i++) {
       const res = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'c1', transaction_id: `d${i}`, amount: 10 } });
@@ -90,7 +59,7 @@ describe('PostgreSQL down, Redis up', () => {
     expect(unknown.body.error.code).toBe('service_unavailable');
 
     // Back: the outbox drains into PostgreSQL (the ledger below is read from it).
-    await proxy.open(proxy.port);
+    await proxy.start();
     await svc.drained();
     const ledger = await svc.call('GET', '/v1/customers/c1/ledger', { key: p.projectKey });
     expect(ledger.status).toBe(200);

@@ -5,76 +5,31 @@
  * a temporary directory and killed mid-test; the shared Redis and PostgreSQL are never
  * touched. The Redis is then started again on the same port, and the service serves again.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type ApiResponse, type TestService } from '../helpers.js';
 import { closedPort } from '../gateway/support.js';
 import { captureConsoleErrors, type ConsoleErrors } from '../support/console-errors.js';
-import { freePort } from '../support/processes.js';
+import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 
-interface OwnRedis {
-  child: ChildProcess;
-  kill(): Promise<void>;
-}
-
-let dir: string;
-let port: number;
 let redis: OwnRedis | null = null;
 let svc: TestService | null = null;
 /** Every Redis connection of the service has an `error` listener: nothing unhandled is printed. */
 let consoleErrors: ConsoleErrors;
 
-/** redis-server on `port`, without persistence; resolves once it accepts connections. */
-async function startRedis(): Promise<OwnRedis> {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  let out = '';
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${out}`)), 10_000);
-    const onData = (d: Buffer) => {
-      out += d;
-      if (out.includes('Ready to accept connections')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', onData);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      reject(new Error(`redis-server exited: ${out}`));
-    });
-  });
-  return {
-    child,
-    async kill() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await exited;
-    },
-  };
-}
-
 beforeAll(async () => {
   consoleErrors = captureConsoleErrors();
-  dir = mkdtempSync(join(tmpdir(), 'svc-redis-down-'));
-  port = await freePort();
-  redis = await startRedis();
+  redis = await ownRedis('svc-redis-down-');
+  await redis.start();
   // Workers too: their BullMQ connections are among those that must not print errors.
-  svc = await startTestService({ workers: true, config: { REDIS_URL: `redis://127.0.0.1:${port}`, SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
+  svc = await startTestService({ workers: true, config: { REDIS_URL: redis.url, SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
 });
 
 afterAll(async () => {
   // close() clears the service's keys and queue, which needs its Redis back.
-  if (svc && (redis === null || redis.child.exitCode !== null || redis.child.signalCode !== null)) redis = await startRedis();
+  if (svc && redis && !redis.running) await redis.start();
   await svc?.close();
-  await redis?.kill();
-  rmSync(dir, { recursive: true, force: true });
+  await redis?.remove();
   consoleErrors.restore();
 });
 
@@ -119,7 +74,7 @@ describe('Redis unreachable', () => {
     expect(down.body.checks.postgres.status).toBe('ok');
 
     // The same port again, empty (no persistence): the service reconnects by itself.
-    redis = await startRedis();
+    await redis!.start();
     const deadline = Date.now() + 10_000;
     let health = await s.call('GET', '/health');
     while (health.status !== 200 && Date.now() < deadline) {

@@ -7,12 +7,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from '../support/processes.js';
+import { freePort } from './processes.js';
 
 export interface OwnRedis {
   dir: string;
   port: number;
   url: string;
+  /** True while the redis-server process runs. */
+  readonly running: boolean;
   /** Starts redis-server (again) with these extra arguments; resolves once it accepts connections. */
   start(args?: string[]): Promise<void>;
   /** kill -9, as a crash. */
@@ -31,6 +33,9 @@ export async function ownRedis(prefix: string): Promise<OwnRedis> {
     dir,
     port,
     url: `redis://127.0.0.1:${port}`,
+    get running() {
+      return running();
+    },
     async start(args = ['--save', '', '--appendonly', 'no']) {
       const c = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
       child = c;
