@@ -8,14 +8,13 @@
  * The service reaches Redis through a TCP proxy that the test cuts and refuses while the
  * upstream answers slowly.
  */
-import http from 'node:http';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective } from '../../src/gateway/mock/server.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { testConfig, waitFor } from '../helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { OPENAI_MODEL, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
+import { OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
 
 const redisUrl = testConfig().REDIS_URL;
 const proxy = TcpProxy.to(redisUrl, 6379);
@@ -37,7 +36,7 @@ afterAll(async () => {
   await proxy.close();
 });
 
-/** A chat completion through node:http, which reads trailers; a broken response is an answer too. */
+/** A chat completion through node:http, which reads trailers. */
 function chat(customerId: string, stream: boolean): Promise<RawResponse> {
   const payload = JSON.stringify({
     model: OPENAI_MODEL,
@@ -46,28 +45,10 @@ function chat(customerId: string, stream: boolean): Promise<RawResponse> {
     // The upstream answers slowly, so that Redis can be cut while it does.
     messages: [{ role: 'user', content: `late ${customerId} ${mockDirective({ output_tokens: 8, latency_ms: 300, chunk_delay_ms: 40 })}` }],
   });
-  return new Promise((resolve, reject) => {
-    const req = http.request(`${env.svc.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${env.p.projectKey}`,
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(payload),
-        'x-service-customer': customerId,
-        'x-service-trace-id': customerId,
-      },
-    });
-    req.on('error', reject);
-    req.on('response', (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('error', reject);
-      res.on('end', () => {
-        const text = Buffer.concat(parts).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, trailers: res.trailers, text, json: () => JSON.parse(text) });
-      });
-    });
-    req.end(payload);
+  return rawPost(env.svc.url, '/v1/chat/completions', {
+    key: env.p.projectKey,
+    headers: { 'x-service-customer': customerId, 'x-service-trace-id': customerId },
+    body: payload,
   });
 }
 
