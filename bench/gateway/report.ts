@@ -64,6 +64,10 @@ export interface ReportInput {
   backlogAfterLoad: number;
   loadBefore: string;
   loadAfter: string;
+  /** Which Redis the run used and what it persisted (describeRedis). */
+  redisUsed: string;
+  /** The run started its own Redis, which no other client uses. */
+  ownRedis: boolean;
 }
 
 const answerName = (stream: boolean) => (stream ? 'streamed' : 'whole');
@@ -159,6 +163,7 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     `Run ${new Date().toISOString()} on ${m.cpus} CPUs (${m.cpuModel}), Node ${m.node}; one mock upstream process for every contender; ` +
       `gateway API log level \`${s.apiLogLevel}\`. Code: ${r.codeState}.`,
     '',
+    `- ${r.redisUsed}`,
     `- load before: \`${r.loadBefore}\``,
     `- load after: \`${r.loadAfter}\``,
     ...(stealMax > steal_share_warning
@@ -187,8 +192,8 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     '',
     markdownTable(['answer', 'contender', 'req/s', 'req/s per round', 'p50 ms', 'p99 ms', 'gateway ÷ this', 'steal'], throughputRows),
     '',
-    'CPU microseconds per request, by process, over the rounds (warmup included; Redis and PostgreSQL are shared, ' +
-      "so other clients' work is counted too); proxy cores = the proxy's CPU seconds per second:",
+    `CPU microseconds per request, by process, over the rounds (warmup included; ${r.ownRedis ? "PostgreSQL is shared, so other clients' work is counted too; Redis is the bench's own" : "Redis and PostgreSQL are shared, so other clients' work is counted too"}); ` +
+      "proxy cores = the proxy's CPU seconds per second:",
     '',
     markdownTable(['answer', 'contender', 'proxy', 'mock', 'worker', 'PostgreSQL', 'Redis', 'load generator', 'total', 'proxy cores'], cpuRows),
     '',

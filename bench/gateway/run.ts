@@ -19,7 +19,9 @@
  * Knobs (environment): BENCH_DURATION_S (8), BENCH_WARMUP_S (2), BENCH_CONNECTIONS (50),
  * BENCH_ROUNDS (2), BENCH_LATENCY_SAMPLES (1000), BENCH_API_LOG_LEVEL (info),
  * BENCH_CPU_PROF_DIR (a V8 CPU profile of the API process goes there), BENCH_WRITE_DOCS
- * (1; 0 leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL.
+ * (1; 0 leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL, BENCH_REDIS_PERSISTENCE (shared;
+ * none, everysec or always start the bench's own Redis with that persistence:
+ * bench/lib/bench-redis.ts).
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -32,6 +34,7 @@ import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stea
 import { runInterleaved } from '../lib/interleaved.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
+import { describeRedis } from '../lib/bench-redis.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
@@ -66,7 +69,7 @@ const upstreamModel = 'gpt-4o-mini';
 /** Credits per million tokens (gpt-4o-mini's list prices), so every call costs something. */
 const prices = { input: 150_000, output: 600_000, cacheRead: 75_000, cacheWrite: 0 };
 
-const command = 'npm run bench:gateway';
+const command = `${settings.redisPersistence === 'shared' ? '' : `BENCH_REDIS_PERSISTENCE=${settings.redisPersistence} `}npm run bench:gateway`;
 const run = createBenchRun({ logDirPrefix: 'svc-bench-gw-', runTimeoutMs: settings.runTimeoutMs });
 const { tag, redisPrefix, group, logDir } = run;
 
@@ -86,10 +89,13 @@ async function main(): Promise<void> {
   const code = codeState();
   console.log(`bench:gateway ${tag}; ${loadBefore}; ${code}`);
 
-  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix };
+  const redisUrl = await run.startRedis(settings.redisPersistence, settings.startTimeoutMs);
+  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix, redisUrl };
   const service = await createBenchRuntime(serviceOptions);
   run.runtime = service.rt;
   const redis = service.rt.redis;
+  const redisUsed = await describeRedis(redis, settings.redisPersistence, run.ownRedis);
+  console.log(redisUsed);
   const { api, worker, apiUrl } = await startBenchService(serviceOptions, service);
 
   const [mockPort, barePort, portkeyPort] = [await freePort(), await freePort(), await freePort()];
@@ -296,6 +302,8 @@ async function main(): Promise<void> {
     backlogAfterLoad,
     loadBefore,
     loadAfter,
+    redisUsed,
+    ownRedis: run.ownRedis !== undefined,
   });
   console.log(`\n${report.markdown}\n`);
   if (settings.writeDocs) {

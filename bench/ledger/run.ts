@@ -9,7 +9,8 @@
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_CONNECTIONS (picks
  * from 16/50/100 when unset), BENCH_API_LOG_LEVEL (info, as in production),
  * BENCH_CPU_PROF_DIR (writes V8 CPU profiles of the API and the worker there), BENCH_WRITE_DOCS (1; 0
- * leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL.
+ * leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL, BENCH_REDIS_PERSISTENCE (shared; none,
+ * everysec or always start the bench's own Redis with that persistence: bench/lib/bench-redis.ts).
  */
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +19,7 @@ import { machineTicks, matchingProcessesCpu, processCpu, redisCpu, selfCpu, stea
 import { assertHealthy, pickConnections, runLoad, type LoadOptions, type LoadSummary } from '../lib/load.js';
 import { runPaced, type PacedOptions } from '../lib/paced.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
+import { describeRedis } from '../lib/bench-redis.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { fmt, machineInfo, markdownTable, uptime, writeSection, type Cell } from '../lib/report.js';
@@ -46,7 +48,7 @@ const settings = {
 
 const targets = { deductRatio: 0.7, pairRatio: 0.35, halfRateP99Ms: 10 };
 
-const command = 'npm run bench:ledger';
+const command = `${settings.redisPersistence === 'shared' ? '' : `BENCH_REDIS_PERSISTENCE=${settings.redisPersistence} `}npm run bench:ledger`;
 const run = createBenchRun({ logDirPrefix: 'svc-bench-', runTimeoutMs: settings.runTimeoutMs });
 const { tag, redisPrefix, group, logDir } = run;
 
@@ -103,10 +105,13 @@ async function main(): Promise<void> {
   const loadBefore = uptime();
   console.log(`bench:ledger ${tag}; ${loadBefore}`);
 
-  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix };
+  const redisUrl = await run.startRedis(settings.redisPersistence, settings.startTimeoutMs);
+  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix, redisUrl };
   const bench = await createBenchRuntime(serviceOptions);
   const { rt } = bench;
   run.runtime = rt;
+  const redisUsed = await describeRedis(rt.redis, settings.redisPersistence, run.ownRedis);
+  console.log(redisUsed);
 
   const helloPort = await freePort();
   const hello = group.start({
@@ -243,6 +248,7 @@ async function main(): Promise<void> {
     drainS,
     loadBefore,
     loadAfter,
+    redisUsed,
   });
   console.log(`\n${report.markdown}\n`);
   if (settings.writeDocs) {
@@ -268,6 +274,8 @@ interface ReportInput {
   drainS: number;
   loadBefore: string;
   loadAfter: string;
+  /** Which Redis the run used and what it persisted (describeRedis). */
+  redisUsed: string;
 }
 
 function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
@@ -335,6 +343,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
       `${r.connections} connections (hello-world ${trials}), ${settings.durationS} s per measurement after a ${settings.warmupS} s warmup, ` +
       `API log level \`${settings.apiLogLevel}\`.`,
     '',
+    `- ${r.redisUsed}`,
     `- load before: \`${r.loadBefore}\``,
     `- load after: \`${r.loadAfter}\``,
     ...(stealMax > steal_share_warning
@@ -344,7 +353,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
     results,
     '',
     'CPU microseconds per request, by process, while each measurement ran (warmup included; ' +
-      'Redis and PostgreSQL are shared, so other clients\' work is counted too):',
+      (run.ownRedis ? 'PostgreSQL is shared, so other clients\' work is counted too; Redis is the bench\'s own):' : 'Redis and PostgreSQL are shared, so other clients\' work is counted too):'),
     '',
     cpu,
     '',

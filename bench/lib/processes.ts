@@ -1,6 +1,7 @@
 /**
  * Child processes for benches: TypeScript entry points run by this same Node binary with
- * the tsx loader, their output sent to a log file (a terminal or a pipe read by the load
+ * the tsx loader (and other programs, such as a bench's own redis-server), their output
+ * sent to a log file (a terminal or a pipe read by the load
  * generator would become the bottleneck), and a group that stops every child it started,
  * also when the bench fails half-way.
  */
@@ -36,56 +37,86 @@ export interface NodeProcess {
   logTail(): string;
 }
 
+/** Any program (redis-server, say) with its output sent to a log file. */
+export interface CommandSpec {
+  name: string;
+  command: string;
+  args: string[];
+  env: NodeJS.ProcessEnv;
+  /** Where stdout and stderr go; '/dev/null' to discard. */
+  logPath: string;
+  cwd?: string;
+}
+
+/** A started process and the handle that signals it. */
+export interface SpawnedProcess {
+  proc: NodeProcess;
+  child: ChildProcess;
+}
+
+export function spawnLogged(spec: CommandSpec): SpawnedProcess {
+  const fd = openSync(spec.logPath, 'a');
+  const child = spawn(spec.command, spec.args, { cwd: spec.cwd, env: spec.env, stdio: ['ignore', fd, fd] });
+  // The child holds its own copy of the descriptor.
+  closeSync(fd);
+  if (child.pid === undefined) {
+    // A command that cannot start also emits 'error', which would crash the bench unheard.
+    child.once('error', () => undefined);
+    throw new Error(`${spec.name}: spawn of ${spec.command} failed`);
+  }
+  let running = true;
+  const exited = new Promise<string>((resolve) => {
+    child.once('exit', (code, signal) => {
+      running = false;
+      resolve(signal ?? String(code));
+    });
+  });
+  const proc: NodeProcess = {
+    name: spec.name,
+    pid: child.pid,
+    logPath: spec.logPath,
+    exited,
+    isRunning: () => running,
+    logTail: () => readTail(spec.logPath),
+  };
+  return { proc, child };
+}
+
+/** SIGTERM (the process shuts down cleanly), SIGKILL after the grace time; resolves once it has exited. */
+export async function stopProcess({ proc, child }: SpawnedProcess, graceMs = stop_grace_ms): Promise<void> {
+  if (!proc.isRunning()) return;
+  child.kill('SIGTERM');
+  let timer: NodeJS.Timeout | undefined;
+  const killed = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      resolve();
+    }, graceMs);
+  });
+  await Promise.race([proc.exited, killed]);
+  clearTimeout(timer);
+  await proc.exited;
+}
+
 export class ProcessGroup {
-  private readonly children: { proc: NodeProcess; child: ChildProcess }[] = [];
+  private readonly children: SpawnedProcess[] = [];
 
   start(spec: NodeProcessSpec): NodeProcess {
-    const fd = openSync(spec.logPath, 'a');
-    const child = spawn(process.execPath, ['--import', 'tsx', ...(spec.nodeArgs ?? []), spec.script, ...(spec.args ?? [])], {
-      cwd: spec.cwd,
-      env: spec.env,
-      stdio: ['ignore', fd, fd],
-    });
-    // The child holds its own copy of the descriptor.
-    closeSync(fd);
-    if (child.pid === undefined) throw new Error(`${spec.name}: spawn failed`);
-    let running = true;
-    const exited = new Promise<string>((resolve) => {
-      child.once('exit', (code, signal) => {
-        running = false;
-        resolve(signal ?? String(code));
-      });
-    });
-    const proc: NodeProcess = {
+    const spawned = spawnLogged({
       name: spec.name,
-      pid: child.pid,
+      command: process.execPath,
+      args: ['--import', 'tsx', ...(spec.nodeArgs ?? []), spec.script, ...(spec.args ?? [])],
+      env: spec.env,
       logPath: spec.logPath,
-      exited,
-      isRunning: () => running,
-      logTail: () => readTail(spec.logPath),
-    };
-    this.children.push({ proc, child });
-    return proc;
+      cwd: spec.cwd,
+    });
+    this.children.push(spawned);
+    return spawned.proc;
   }
 
-  /** SIGTERM to every running child (they shut down cleanly), SIGKILL after the grace time. */
+  /** Stops every running child (stopProcess), all at once. */
   async stopAll(graceMs = stop_grace_ms): Promise<void> {
-    const running = this.children.filter((c) => c.proc.isRunning());
-    for (const c of running) c.child.kill('SIGTERM');
-    await Promise.all(
-      running.map(async (c) => {
-        let timer: NodeJS.Timeout | undefined;
-        const killed = new Promise<void>((resolve) => {
-          timer = setTimeout(() => {
-            c.child.kill('SIGKILL');
-            resolve();
-          }, graceMs);
-        });
-        await Promise.race([c.proc.exited, killed]);
-        clearTimeout(timer);
-        await c.proc.exited;
-      }),
-    );
+    await Promise.all(this.children.map((c) => stopProcess(c, graceMs)));
   }
 
   /** Last resort for process 'exit' handlers, which cannot wait. */

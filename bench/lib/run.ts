@@ -1,13 +1,16 @@
 /**
  * The frame of a bench run: a random tag and Redis key prefix, the child processes, a log
- * folder, and one cleanup (children stopped, this run's Redis keys removed, never
- * FLUSHALL) whatever ends the run: its end, an error, Ctrl-C or the watchdog.
+ * folder, the bench's own Redis when BENCH_REDIS_PERSISTENCE asks for one, and one cleanup
+ * (children stopped, this run's Redis keys removed, never FLUSHALL, its own Redis stopped
+ * and its directory removed) whatever ends the run: its end, an error, Ctrl-C or the
+ * watchdog.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Runtime } from '../../src/runtime.js';
+import { parseRedisPersistence, startBenchRedis, type BenchRedis, type RedisPersistence } from './bench-redis.js';
 import { ProcessGroup } from './processes.js';
 import { deleteByPrefix } from './redis.js';
 
@@ -18,6 +21,7 @@ export function benchEnvSettings(env: NodeJS.ProcessEnv = process.env) {
     cpuProfDir: env.BENCH_CPU_PROF_DIR,
     writeDocs: env.BENCH_WRITE_DOCS !== '0',
     databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
+    redisPersistence: parseRedisPersistence(env.BENCH_REDIS_PERSISTENCE),
   };
 }
 
@@ -30,6 +34,13 @@ export interface BenchRun {
   logDir: string;
   /** The bench's own runtime, once made: cleanup deletes the keys through it and closes it. */
   runtime: Runtime | undefined;
+  /** The bench's own Redis, once started. */
+  ownRedis: BenchRedis | undefined;
+  /**
+   * Starts the bench's own Redis unless the setting is `shared`; returns the URL the
+   * service and the bench's runtime must use (undefined: REDIS_URL, the shared one).
+   */
+  startRedis(persistence: RedisPersistence, timeoutMs: number): Promise<string | undefined>;
   /** Runs the bench, cleans up, and exits the process (1 when it threw). */
   finish(main: () => Promise<void>): Promise<never>;
 }
@@ -43,6 +54,12 @@ export function createBenchRun(opts: { logDirPrefix: string; runTimeoutMs: numbe
     group: new ProcessGroup(),
     logDir: mkdtempSync(join(tmpdir(), opts.logDirPrefix)),
     runtime: undefined,
+    ownRedis: undefined,
+    async startRedis(persistence, timeoutMs) {
+      if (persistence === 'shared') return undefined;
+      run.ownRedis = await startBenchRedis(persistence, run.logDir, timeoutMs);
+      return run.ownRedis.url;
+    },
     async finish(main) {
       let failed = false;
       try {
@@ -60,7 +77,7 @@ export function createBenchRun(opts: { logDirPrefix: string; runTimeoutMs: numbe
     },
   };
 
-  /** Stops the children and removes this run's Redis keys; safe to call more than once. */
+  /** Stops the children, removes this run's Redis keys and its own Redis; safe to call more than once. */
   async function cleanup(): Promise<void> {
     if (cleaned) return;
     cleaned = true;
@@ -74,9 +91,18 @@ export function createBenchRun(opts: { logDirPrefix: string; runTimeoutMs: numbe
       console.log(`removed ${deleted} Redis keys under ${run.redisPrefix}`);
       await rt.close().catch(() => undefined);
     }
+    // Last, since the runtime above talks to it.
+    const own = run.ownRedis;
+    if (own) {
+      await own.stop().catch((err: Error) => console.error(`could not stop the bench Redis (pid ${own.pid}): ${err.message}`));
+      console.log(`stopped the bench Redis and removed ${own.dir}`);
+    }
   }
 
-  process.once('exit', () => run.group.killAllNow());
+  process.once('exit', () => {
+    run.group.killAllNow();
+    run.ownRedis?.killNow();
+  });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       console.error(`${signal}: stopping; logs kept in ${run.logDir}`);

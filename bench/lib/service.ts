@@ -25,6 +25,8 @@ export interface BenchServiceOptions {
   databaseUrl: string;
   /** Everything the service writes in Redis goes under it (its queues too). */
   redisPrefix: string;
+  /** The Redis of the service and of this process; REDIS_URL (the shared one) when unset. */
+  redisUrl?: string;
   apiLogLevel: string;
   /** Writes V8 CPU profiles of the API and the worker there. */
   cpuProfDir?: string;
@@ -45,10 +47,12 @@ export interface BenchRuntime {
  */
 export async function createBenchRuntime(o: BenchServiceOptions): Promise<BenchRuntime> {
   // ensure-services.sh starts Redis/PostgreSQL when stopped and creates the database.
-  execFileSync('bash', [join(o.root, 'scripts', 'ensure-services.sh')], { env: { ...process.env, DATABASE_URL: o.databaseUrl }, stdio: 'inherit' });
+  const redisEnv = o.redisUrl ? { REDIS_URL: o.redisUrl } : {};
+  execFileSync('bash', [join(o.root, 'scripts', 'ensure-services.sh')], { env: { ...process.env, ...redisEnv, DATABASE_URL: o.databaseUrl }, stdio: 'inherit' });
   await migrate(o.databaseUrl);
   const env: NodeJS.ProcessEnv = {
     ...process.env,
+    ...redisEnv,
     NODE_ENV: 'production',
     HOST: '127.0.0.1',
     DATABASE_URL: o.databaseUrl,
