@@ -7,7 +7,8 @@
  * prints markdown tables and writes them to docs/PERFORMANCE.md.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_CONNECTIONS (picks
- * from 16/50/100 when unset), BENCH_API_LOG_LEVEL (info, as in production),
+ * from 16/50/100 when unset), BENCH_PACED_RATE (req/s of the paced deduct run; half the measured
+ * deduct maximum when unset, a fixed rate to compare runs at the same load), BENCH_API_LOG_LEVEL (info, as in production),
  * BENCH_CPU_PROF_DIR (writes V8 CPU profiles of the API and the worker there), BENCH_WRITE_DOCS (1; 0
  * leaves docs/PERFORMANCE.md alone), BENCH_DATABASE_URL, BENCH_REDIS_PERSISTENCE (shared; none,
  * everysec or always start the bench's own Redis with that persistence: bench/lib/bench-redis.ts).
@@ -32,6 +33,7 @@ const settings = {
   durationS: Number(env.BENCH_DURATION_S ?? 10),
   warmupS: Number(env.BENCH_WARMUP_S ?? 2),
   connectionCandidates: env.BENCH_CONNECTIONS ? [Number(env.BENCH_CONNECTIONS)] : [16, 50, 100],
+  pacedRate: env.BENCH_PACED_RATE ? Number(env.BENCH_PACED_RATE) : undefined,
   pickDurationS: 3,
   pickWarmupS: 1,
   customers: 8,
@@ -199,7 +201,7 @@ async function main(): Promise<void> {
     }),
   );
   const hello2 = await measure(hello, () => runLoad(helloLoad(connections, 'hello-world POST /hello (2)')));
-  const halfRate = Math.max(1, Math.round(deduct.load.rps / 2));
+  const halfRate = settings.pacedRate ?? Math.max(1, Math.round(deduct.load.rps / 2));
   const paced: PacedOptions = {
     title: `deduct paced at ${halfRate} req/s`,
     origin: apiUrl,
@@ -306,7 +308,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
       row('POST /v1/billing/deduct', r.deduct, r.deduct.load.rps, fmt.ratio(deductRatio), `>= ${targets.deductRatio}x: ${verdict(checks.deduct)}`),
       row('freeze + consume (ops = pairs)', r.pair, r.pair.load.rps / 2, fmt.ratio(pairRatio), `>= ${targets.pairRatio}x: ${verdict(checks.pair)}`),
       row(
-        `deduct paced at 50% of max (${fmt.int(r.halfRate)} req/s)`,
+        `deduct paced at ${settings.pacedRate ? 'BENCH_PACED_RATE' : '50% of max'} (${fmt.int(r.halfRate)} req/s)`,
         r.halfPaced,
         r.halfPaced.load.rps,
         '-',
@@ -328,7 +330,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
       cpuRow('hello-world, run 2', r.hello2),
       cpuRow('deduct', r.deduct),
       cpuRow('freeze + consume (per request)', r.pair),
-      cpuRow('deduct paced at 50%', r.halfPaced),
+      cpuRow(`deduct paced at ${settings.pacedRate ? fmt.int(r.halfRate) : '50%'}`, r.halfPaced),
     ],
   );
   const trials = r.trials.map((t) => `${t.connections}: ${fmt.int(t.rps)} req/s`).join(', ');

@@ -91,6 +91,6 @@ export async function describeRedis(redis: Redis, persistence: RedisPersistence,
   } catch (err) {
     config = `configuration unreadable (${(err as Error).message})`;
   }
-  const where = own ? `the bench's own redis-server (append-only file in ${own.dir})` : 'the shared Redis (REDIS_URL), other clients included';
+  const where = own ? `the bench's own redis-server (directory ${own.dir})` : 'the shared Redis (REDIS_URL), other clients included';
   return `Redis: BENCH_REDIS_PERSISTENCE=${persistence}, ${where}, ${config}`;
 }
