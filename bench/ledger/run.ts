@@ -360,7 +360,10 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
     cpu,
     '',
     `Script-only: batches of ${r.scriptOnly.batchSize}, ${r.scriptOnly.inFlight} in flight, ${r.scriptOnly.failures} failures, ` +
-      `Redis busy ${fmt.int(r.scriptOnly.redisBusy * 100)}% of one core; saturated, that is ~${fmt.int(r.scriptOnly.opsPerSecond / r.scriptOnly.redisBusy)} ops/s.`,
+      `Redis busy ${fmt.int(r.scriptOnly.redisBusy * 100)}% of one core; ` +
+      (settings.redisPersistence === 'always'
+        ? 'with `appendfsync always` Redis also waits for its fsync, so more CPU would not buy more.'
+        : `saturated, that is ~${fmt.int(r.scriptOnly.opsPerSecond / r.scriptOnly.redisBusy)} ops/s.`),
     `The autocannon overallRate run reports autocannon p99 ${r.halfAutocannon.load.correctedP99Ms} ms (corrected for coordinated omission).`,
     `Outbox entries waiting for PostgreSQL right after the deduct run: ${fmt.int(r.backlogAfterDeduct)}; ` +
       `after the last API run: ${fmt.int(r.backlogAtEnd)}, drained in ${r.drainS.toFixed(1)} s.`,
