@@ -15,8 +15,20 @@ import { sweep } from './sweep.js';
 
 export interface Workers {
   persist: PersistLoop;
+  /** The BullMQ worker of the ledger queue (TTL expiry and sweep jobs). */
+  queueWorker: Worker<LedgerJobData>;
+  /** Stops taking jobs and ends the persist loop; calling it again waits for the same stop. */
   stop(): Promise<void>;
 }
+
+/**
+ * How long a stop waits for BullMQ's worker to close: for the jobs in progress (expiry and
+ * sweep jobs take milliseconds) and for its blocking connection to end. A blocking
+ * connection caught reconnecting, while Redis is away or has just come back, never emits
+ * the 'end' that BullMQ's close waits for (bullmq#4656), and the stop would hang for good.
+ * A job cut short by this bound is idempotent and runs again when its lock expires.
+ */
+export const worker_close_wait_ms = 5_000;
 
 export async function startWorkers(rt: Runtime): Promise<Workers> {
   const { config, logger } = rt;
@@ -58,12 +70,23 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   await beat();
   const heartbeat = setInterval(beat, 2_000);
 
+  let stopping: Promise<void> | undefined;
   return {
     persist,
-    async stop() {
-      clearInterval(heartbeat);
-      await worker.close();
-      await persist.stop();
+    queueWorker: worker,
+    stop() {
+      stopping ??= (async () => {
+        clearInterval(heartbeat);
+        let timer: NodeJS.Timeout | undefined;
+        const closed = await Promise.race([
+          worker.close().then(() => true),
+          new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
+        ]);
+        clearTimeout(timer);
+        if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
+        await persist.stop();
+      })();
+      return stopping;
     },
   };
 }
