@@ -13,7 +13,7 @@ import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { createRedis, throttled } from './redis/client.js';
-import { expiryJobId } from './redis/keys.js';
+import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
 import { registerScripts } from './redis/scripts.js';
@@ -121,13 +121,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       logger.error({ err, transactionId }, 'TTL expiry job not queued; the sweeper will settle the freeze when due');
     },
     async scheduleExpiry(scope, customerId, transactionId, atMs) {
-      // The delay is in wall-clock time; a test clock offset is not a real wait.
-      const delay = Math.max(0, atMs - clock.offsetMs() - Date.now());
-      await ledgerQueue.add(
-        'expire',
-        { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId },
-        { delay, jobId: expiryJobId(scope.projectId, customerId, transactionId), removeOnComplete: true, removeOnFail: 1000, attempts: 5, backoff: { type: 'exponential', delay: 500 } },
-      );
+      await queueExpiry(ledgerQueue, clock, { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId }, atMs);
     },
   });
   const keyQueries = createKeyQueries(db);

@@ -24,8 +24,9 @@ import { z } from 'zod';
 import { isSeqClash, PersistLoop, setAsideKey } from '../../workers/persist.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
-import { customerBase, customerKeysFromBase, expiryJobId, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
-import type { ExpireJob, Runtime } from '../runtime.js';
+import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
+import { queueExpiry } from '../ledger/expiry.js';
+import type { Runtime } from '../runtime.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
 
 /** Redis hash: customer key base -> JSON list of the anomalies its last repair found (/health counts them). */
@@ -299,24 +300,6 @@ function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: Fo
 }
 
 /**
- * The expire job a freeze with a TTL schedules (the scheduleExpiry hook in
- * src/runtime.ts, same job id and options): a Redis loss takes the delayed jobs with it,
- * and the sweeper's schedule comes back only when a worker restarts. Adding a job that
- * still exists is a no-op.
- */
-async function scheduleExpiry(rt: ReconcileRuntime, job: ExpireJob, atMs: number): Promise<void> {
-  const delay = Math.max(0, atMs - rt.clock.offsetMs() - Date.now());
-  await rt.ledgerQueue.add('expire', job, {
-    delay,
-    jobId: expiryJobId(job.projectId, job.customerId, job.transactionId),
-    removeOnComplete: true,
-    removeOnFail: 1000,
-    attempts: 5,
-    backoff: { type: 'exponential', delay: 500 },
-  });
-}
-
-/**
  * The wedge: outbox entries not in PostgreSQL (by id) whose seq PostgreSQL already holds
  * for other entries. Redis forgot those entries and numbered new ones from where it had
  * stopped. Every pending ledger entry is then renumbered, in outbox order, after
@@ -495,7 +478,8 @@ export async function reconcile(
         if (!organizations.has(ids.projectId)) organizations.set(ids.projectId, await queries.organizationOf(ids.projectId));
         const organizationId = organizations.get(ids.projectId) ?? '';
         for (const [transactionId, atMs] of Object.entries(folded.ttl)) {
-          await scheduleExpiry(rt, { projectId: ids.projectId, organizationId, customerId: ids.customerId, transactionId }, atMs);
+          // A Redis loss takes the delayed jobs with it; one that still exists is not added again.
+          await queueExpiry(rt.ledgerQueue, rt.clock, { projectId: ids.projectId, organizationId, customerId: ids.customerId, transactionId }, atMs);
         }
       }
       rt.logger.info({ ...ids, drift: drift.length }, 'reconcile repaired a customer');
