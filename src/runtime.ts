@@ -100,15 +100,12 @@ export async function createRuntime(config: Config, logger = createLogger(config
   });
   // Every script call checks the guard right before it is sent.
   const scripts = generation.guardScripts(registerScripts(redis));
-  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock);
+  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger);
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     billable: {
       async reserve(scope) {
         const r = await plans.reserve(scope.organizationId);
-        // A reservation neither committed nor given back counts when its deadline passes.
-        const settle = (how: 'commit' | 'release') => () =>
-          plans[how](r).catch((err: unknown) => logger.warn({ err, organizationId: scope.organizationId }, `plan reservation ${how} failed; it counts at its deadline`));
-        return { admitted: r.admitted, refusal: r.admitted ? null : plans.refusal(r), commit: settle('commit'), release: settle('release') };
+        return { admitted: r.admitted, refusal: r.admitted ? null : plans.refusal(r), commit: () => plans.finish(r, 'commit'), release: () => plans.finish(r, 'release') };
       },
       record(scope, n) {
         (async () => plans.record(scope.organizationId || (await plans.organizationOfProject(scope.projectId)), n))().catch((err: unknown) => {

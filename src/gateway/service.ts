@@ -240,7 +240,7 @@ export class GatewayService {
       return { ...c, startedAt, reservation, hold: Number(hold.hold), outputTokens: Number(hold.output_tokens), requestBytes: c.rawBytes };
     } finally {
       if (!ok) {
-        this.count(reservation, 'release');
+        void this.deps.plans.finish(reservation, 'release');
         await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
         // The call fails, but a hold may be frozen: release it once Redis answers (the
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
@@ -251,15 +251,6 @@ export class GatewayService {
         }
       }
     }
-  }
-
-  /**
-   * Commits or gives back a plan reservation, without waiting for the answer: the call's
-   * response never waits on it, and a failure is logged (the reservation counts at its
-   * deadline).
-   */
-  private count(r: Reservation, how: 'commit' | 'release'): void {
-    this.deps.plans[how](r).catch((err: unknown) => this.deps.logger.warn({ err }, `plan reservation ${how} failed; it counts at its deadline`));
   }
 
   /**
@@ -367,7 +358,7 @@ export class GatewayService {
       }
     } finally {
       const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
-      this.count(call.reservation, mayHaveSettled ? 'commit' : 'release');
+      void this.deps.plans.finish(call.reservation, mayHaveSettled ? 'commit' : 'release');
     }
     if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
@@ -384,7 +375,7 @@ export class GatewayService {
    */
   private async release(call: Call, upstreamStatus: number | null): Promise<void> {
     const record = this.failedRecord(call, upstreamStatus);
-    this.count(call.reservation, 'release');
+    void this.deps.plans.finish(call.reservation, 'release');
     const args = [call.transactionId, record];
     try {
       await this.deps.ledger.run('gateway_release', call.scope, call.customerId, args);

@@ -8,6 +8,7 @@
  * from PostgreSQL), so the count survives Redis.
  */
 import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
@@ -75,6 +76,7 @@ export class PlanService {
     private readonly db: DatabasePool,
     private readonly prefix: string,
     private readonly clock: Clock,
+    private readonly logger: Logger,
   ) {}
 
   nowMs(): number {
@@ -199,6 +201,15 @@ export class PlanService {
    */
   async release(r: Reservation): Promise<void> {
     if (r.member !== null) await this.redis.zrem(r.pendingKey, r.member);
+  }
+
+  /**
+   * Commits or gives back a reservation without the caller waiting on it or seeing it
+   * fail: an operation's answer never waits on its count. One that fails is logged, and
+   * the reservation counts when its deadline passes.
+   */
+  finish(r: Reservation, how: 'commit' | 'release'): Promise<void> {
+    return this[how](r).catch((err: unknown) => this.logger.warn({ err, counterKey: r.counterKey }, `plan reservation ${how} failed; it counts at its deadline`));
   }
 
   /** The error for a reservation that was not admitted. */
