@@ -293,8 +293,4 @@ export class PlanService {
     const plan = plans[effectivePlan(org, this.nowMs())];
     return { projectsMax: plan.projectsMax, keysPerProjectMax: plan.keysPerProjectMax };
   }
-
-  throwLimitReached(): never {
-    throw new ApiError('usage_limit_exceeded');
-  }
 }
