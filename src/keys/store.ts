@@ -7,6 +7,12 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { displayPrefix, generateSecret, hashesEqual, hashSecret, type KeyType } from './secrets.js';
 import { newId } from '../ids.js';
+import { forgetOnResubscribe, InvalidationGuard } from '../cache/invalidation.js';
+
+/** A record found by hash is the key's only if the hashes match (compared in constant time). */
+function matches(record: KeyRecord | null, hash: Buffer): boolean {
+  return record === null || hashesEqual(record.secret_hash, hash);
+}
 
 export const keyRecordRow = z.object({
   id: z.string(),
@@ -89,8 +95,6 @@ interface CacheEntry {
   refreshing?: boolean;
 }
 
-/** Reads of one key that restart because an invalidation landed while they ran, at most. */
-const read_attempts_max = 5;
 /** Background refreshes wait this long to be read together in one query. */
 const refresh_batch_ms = 50;
 /** After PostgreSQL failed, cached records are served without waiting on it for this long. */
@@ -100,18 +104,16 @@ const unavailable_backoff_ms = 1_000;
  * Key records by secret hash, so that a request does not cost a PostgreSQL query. Three
  * things bound how long a revoked key keeps working:
  * - a revocation or project change published on Redis drops the entries at once;
- * - every such invalidation bumps a generation, and a read from PostgreSQL that was in
- *   flight meanwhile may have read the row before the change, so it is not cached and is
- *   read again (otherwise it would put the old row back after the message cleared it);
+ * - a read from PostgreSQL that such an invalidation overtook is not cached but read
+ *   again (src/cache/invalidation.ts);
  * - no entry serves longer than `ttlMs` after its read started (1 s by default), which
  *   covers a pub/sub message that never arrived. From half that age a busy key is read
  *   again in the background, batched with the others, so requests do not wait for it.
  */
 export class KeyCache {
   private readonly entries = new Map<string, CacheEntry>();
-  private readonly reads = new Map<string, Promise<KeyRecord | null>>();
+  private readonly reads = new InvalidationGuard<KeyRecord | null>();
   private readonly due = new Map<string, { hash: Buffer; entry: CacheEntry }>();
-  private generation = 0;
   private refreshTimer: NodeJS.Timeout | null = null;
   private unavailableUntil = 0;
 
@@ -121,23 +123,13 @@ export class KeyCache {
   ) {}
 
   /**
-   * Listens for key and project changes on a dedicated subscriber connection. Pub/sub
-   * delivers at most once: a message published while the connection was down is lost, so
-   * every reconnection forgets the whole cache. ioredis reports `ready` once it has sent
-   * its own SUBSCRIBE again, before Redis confirmed it, so the cache is forgotten a second
-   * time once a subscription of ours is confirmed: from then on no message is missed.
+   * Listens for key and project changes on a dedicated subscriber connection; a
+   * reconnection forgets the whole cache (forgetOnResubscribe).
    */
   async subscribe(subscriber: Redis, prefix: string): Promise<void> {
     const keys = revocationChannel(prefix);
     const channels = [keys, projectChannel(prefix)];
-    subscriber.on('ready', () => {
-      this.forgetAll();
-      subscriber.subscribe(...channels).then(
-        () => this.forgetAll(),
-        // The connection dropped again: its next `ready` repeats this.
-        () => undefined,
-      );
-    });
+    forgetOnResubscribe(subscriber, channels, () => this.forgetAll());
     subscriber.on('message', (channel: string, message: string) => {
       if (channel === keys) this.forgetHex(message);
       else if (channels.includes(channel)) this.forgetProject(message);
@@ -147,7 +139,7 @@ export class KeyCache {
 
   /** Drops the cached keys of a project (its contract or rate limit changed). */
   forgetProject(projectId: string): void {
-    this.generation++;
+    this.reads.invalidate();
     for (const [hash, e] of this.entries) if (e.record?.project_id === projectId) this.entries.delete(hash);
   }
 
@@ -157,12 +149,12 @@ export class KeyCache {
   }
 
   private forgetHex(hex: string): void {
-    this.generation++;
+    this.reads.invalidate();
     this.entries.delete(hex);
   }
 
   private forgetAll(): void {
-    this.generation++;
+    this.reads.invalidate();
     this.entries.clear();
   }
 
@@ -180,36 +172,16 @@ export class KeyCache {
       if (now - hit.readAt >= this.ttlMs / 2) this.refreshLater(hex, hash, hit);
       return hit.record;
     }
-    // Concurrent lookups of one key share one read.
-    let read = this.reads.get(hex);
-    if (!read) {
-      read = this.read(hash, hex).finally(() => this.reads.delete(hex));
-      this.reads.set(hex, read);
-    }
-    return read;
-  }
-
-  private async read(hash: Buffer, hex: string): Promise<KeyRecord | null> {
-    for (let attempt = 1; ; attempt++) {
-      const generation = this.generation;
-      const readAt = Date.now();
-      let record: KeyRecord | null;
-      try {
-        record = await this.queries.findByHash(hash);
-      } catch (err) {
-        this.unavailableUntil = Date.now() + unavailable_backoff_ms;
-        const stale = this.entries.get(hex);
-        if (stale) return stale.record;
-        throw err;
-      }
-      if (record && !hashesEqual(record.secret_hash, hash)) return null;
-      if (generation === this.generation) {
-        this.store(hex, { record, readAt });
-        return record;
-      }
-      // Read again: the row may predate the change. After a few tries (changes keep
-      // coming), answer with the newest read without caching it.
-      if (attempt === read_attempts_max) return record;
+    try {
+      const record = await this.reads.read(hex, () => this.queries.findByHash(hash), (r, readAt) => {
+        if (matches(r, hash)) this.store(hex, { record: r, readAt });
+      });
+      return matches(record, hash) ? record : null;
+    } catch (err) {
+      this.unavailableUntil = Date.now() + unavailable_backoff_ms;
+      const stale = this.entries.get(hex);
+      if (stale) return stale.record;
+      throw err;
     }
   }
 
@@ -219,7 +191,7 @@ export class KeyCache {
   }
 
   private refreshLater(hex: string, hash: Buffer, entry: CacheEntry): void {
-    if (entry.refreshing || this.reads.has(hex)) return;
+    if (entry.refreshing || this.reads.reading(hex)) return;
     entry.refreshing = true;
     this.due.set(hex, { hash, entry });
     this.refreshTimer ??= setTimeout(() => void this.refresh(), refresh_batch_ms).unref();
@@ -230,7 +202,7 @@ export class KeyCache {
     this.refreshTimer = null;
     const batch = [...this.due];
     this.due.clear();
-    const generation = this.generation;
+    const token = this.reads.token();
     const readAt = Date.now();
     let rows: readonly KeyRecord[];
     try {
@@ -245,7 +217,7 @@ export class KeyCache {
     const byHex = new Map(rows.map((r) => [r.secret_hash.toString('hex'), r]));
     for (const [hex, d] of batch) {
       d.entry.refreshing = false;
-      if (generation !== this.generation || this.entries.get(hex) !== d.entry) continue;
+      if (this.reads.overtaken(token) || this.entries.get(hex) !== d.entry) continue;
       this.entries.set(hex, { record: byHex.get(hex) ?? null, readAt });
     }
   }
