@@ -8,7 +8,7 @@ import { exactRouter } from '../http/router.js';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
+import { jsonBody, onlyQuery, parseWith, strictBody } from '../http/validate.js';
 import { publishProjectChange } from '../keys/store.js';
 import { identifierSchema, readTimestamp } from '../ledger/schemas.js';
 import { planIds } from '../plans/catalogue.js';
@@ -100,20 +100,6 @@ const listQuery = z.object({
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(512).optional(),
 });
-
-/**
- * A JSON object body with only the schema's fields, and no query parameter: an unknown
- * field (a typo such as `upstreamApiKey`) is 400 naming it, instead of being dropped while
- * the request succeeds.
- */
-function strictBody<T extends z.AnyZodObject | z.ZodEffects<z.AnyZodObject>>(req: Request, schema: T, { optional = false } = {}): z.infer<T> {
-  onlyQuery(req);
-  const absent = req.body === undefined || req.body === null || req.headers['content-length'] === '0';
-  const body = optional && absent ? {} : jsonBody(req);
-  const shape = schema instanceof z.ZodEffects ? schema.innerType().shape : (schema as z.AnyZodObject).shape;
-  onlyFields(body, Object.keys(shape));
-  return parseWith(schema, body);
-}
 
 function pageRequest(req: Request): PageRequest {
   onlyQuery(req, Object.keys(listQuery.shape));

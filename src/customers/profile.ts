@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
+import { strictBody } from '../http/validate.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
@@ -31,10 +31,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: Redis; db: D
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
     const id = String(req.params.customer_id);
-    onlyQuery(req);
-    const body = jsonBody(req);
-    onlyFields(body, Object.keys(patchSchema.shape));
-    const patch = parseWith(patchSchema, body);
+    const patch = strictBody(req, patchSchema);
     const { scope } = authOf(res);
     const k = deps.ledger.keys(scope, id);
     if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');

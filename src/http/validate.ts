@@ -1,6 +1,6 @@
 /** zod at the edge: the first issue becomes invalid_request with `param`. */
 import express, { type Request, type RequestHandler } from 'express';
-import type { z } from 'zod';
+import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 
 export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.infer<T> {
@@ -166,4 +166,18 @@ export function onlyFields(
 /** Refuses a query parameter the endpoint does not read (none, when `allowed` is empty). */
 export function onlyQuery(req: Request, allowed: readonly string[] = []): void {
   onlyFields(req.query as Record<string, unknown>, allowed, { where: 'query' });
+}
+
+/**
+ * A JSON object body with only the schema's fields, and no query parameter: an unknown
+ * field (a typo such as `upstreamApiKey`) is 400 naming it, instead of being dropped while
+ * the request succeeds.
+ */
+export function strictBody<T extends z.AnyZodObject | z.ZodEffects<z.AnyZodObject>>(req: Request, schema: T, { optional = false } = {}): z.infer<T> {
+  onlyQuery(req);
+  const absent = req.body === undefined || req.body === null || req.headers['content-length'] === '0';
+  const body = optional && absent ? {} : jsonBody(req);
+  const shape = schema instanceof z.ZodEffects ? schema.innerType().shape : (schema as z.AnyZodObject).shape;
+  onlyFields(body, Object.keys(shape));
+  return parseWith(schema, body);
 }
