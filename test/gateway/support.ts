@@ -192,12 +192,17 @@ export interface RawResponse {
 
 /**
  * POST through node:http (fetch cannot read trailers). `body` as a string is sent byte for
- * byte, so a test knows the request's exact size.
+ * byte, so a test knows the request's exact size; so is `path` (no URL parsing, so no
+ * normalisation of `./` or `//` on the way).
  */
 export function rawPost(baseUrl: string, path: string, o: { key: string; headers?: Record<string, string>; body: unknown }): Promise<RawResponse> {
   const payload = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
+  const { hostname, port } = new URL(baseUrl);
   return new Promise((resolve, reject) => {
-    const req = http.request(`${baseUrl}${path}`, {
+    const req = http.request({
+      host: hostname,
+      port,
+      path,
       method: 'POST',
       headers: { authorization: `Bearer ${o.key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...o.headers },
     });

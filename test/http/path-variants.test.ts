@@ -13,7 +13,7 @@ import { gatewayRoutes } from '../../src/gateway/routes.js';
 import { jsonBodies } from '../../src/http/app.js';
 import { authenticate } from '../../src/http/auth.js';
 import { errorHandler } from '../../src/http/errors.js';
-import { ANTHROPIC_MODEL, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { ANTHROPIC_MODEL, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 
 let env: GatewayEnv;
 
@@ -28,40 +28,16 @@ interface Raw {
   body: any;
 }
 
-/** Sends `path` byte for byte: no URL parsing, so no normalisation on the way. */
-function send(method: string, path: string, o: { key: string; body?: unknown; headers?: Record<string, string>; url?: string }): Promise<Raw> {
-  const { hostname, port } = new URL(o.url ?? env.svc.url);
-  const payload = o.body === undefined ? undefined : JSON.stringify(o.body);
-  return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: hostname,
-      port,
-      method,
-      path,
-      headers: {
-        authorization: `Bearer ${o.key}`,
-        ...(payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }),
-        ...o.headers,
-      },
-    });
-    req.on('error', reject);
-    req.on('response', (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('error', reject);
-      res.on('end', () => {
-        const text = Buffer.concat(parts).toString('utf8');
-        let body: unknown = text;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          // not JSON: keep the text
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body });
-      });
-    });
-    req.end(payload);
-  });
+/** POSTs `path` byte for byte (rawPost parses no URL), the body parsed when it is JSON. */
+async function send(path: string, o: { key: string; body: unknown; headers?: Record<string, string>; url?: string }): Promise<Raw> {
+  const res = await rawPost(o.url ?? env.svc.url, path, o);
+  let body: unknown = res.text;
+  try {
+    body = res.json();
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: res.status, headers: res.headers, body };
 }
 
 type Expect = 'canonical' | 'not_found' | 'unknown_query';
@@ -123,7 +99,7 @@ describe('gateway routes', () => {
       const tag = g.path.replace(/\W+/g, '_');
       const call = async (path: string, customer: string) => {
         await env.fund(customer, funding);
-        return send('POST', path, { key: env.p.projectKey, body: g.body, headers: { 'x-service-customer': customer } });
+        return send(path, { key: env.p.projectKey, body: g.body, headers: { 'x-service-customer': customer } });
       };
       const canonical = await call(g.path, `${tag}_canonical`);
       expect(canonical.status, JSON.stringify(canonical.body)).toBe(200);
@@ -172,7 +148,7 @@ describe('the gateway router behind the app parser', () => {
         ['mounted_prefixed', '/mounted/v1/chat/completions', url],
       ] as const) {
         await env.fund(customer, 10_000_000);
-        results.push(await send('POST', path, { key: env.p.projectKey, body, headers: { 'x-service-customer': customer }, url: base }));
+        results.push(await send(path, { key: env.p.projectKey, body, headers: { 'x-service-customer': customer }, url: base }));
       }
       const [canonical, mounted] = results;
       expect(canonical!.status, JSON.stringify(canonical!.body)).toBe(200);
@@ -223,7 +199,7 @@ describe('ledger routes', () => {
   for (const [op, path] of routes) {
     it(`${path}: every variant answers as the canonical path or is refused with nothing changed`, async () => {
       const base = await prepare(op);
-      const canonical = await send('POST', path, { key: env.p.projectKey, body: base.body });
+      const canonical = await send(path, { key: env.p.projectKey, body: base.body });
       expect(canonical.status, JSON.stringify(canonical.body)).toBe(200);
       const canonicalBalance = await env.balance(base.customer);
 
@@ -231,7 +207,7 @@ describe('ledger routes', () => {
         const { customer, body } = await prepare(op);
         const before = await env.balance(customer);
         const entries = await ledgerCount(customer);
-        const r = await send('POST', variant, { key: env.p.projectKey, body });
+        const r = await send(variant, { key: env.p.projectKey, body });
         if (expected === 'canonical') {
           expect(r.status, `${name}: ${JSON.stringify(r.body)}`).toBe(canonical.status);
           expect(Object.keys(r.body).sort(), name).toEqual(Object.keys(canonical.body).sort());
