@@ -20,7 +20,7 @@ import { registerScripts } from './redis/scripts.js';
 import { PlanService } from './plans/service.js';
 import { createModelQueries, type ModelQueries } from './admin/models.js';
 import { loadMasterKey } from './keys/crypto.js';
-import { ModelCache } from './gateway/models.js';
+import { gatewayModelOf, ModelCache } from './gateway/models.js';
 import { GatewayService } from './gateway/service.js';
 import { UpstreamClient } from './gateway/upstream.js';
 import { createUsageQueries, type UsageQueries } from './usage/queries.js';
@@ -126,23 +126,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const modelQueries = createModelQueries(db, loadMasterKey(config));
   const models = new ModelCache(async (projectId, modelId) => {
     const m = await modelQueries.findModel(projectId, modelId);
-    if (!m) return null;
-    return {
-      id: m.id,
-      provider: m.provider,
-      upstreamBaseUrl: m.upstream_base_url,
-      upstreamModel: m.upstream_model,
-      upstreamKey: m.upstream_api_key,
-      maxOutputTokens: m.max_output_tokens,
-      supportsStreaming: m.supports_streaming,
-      active: m.active,
-      prices: {
-        input: m.input_price_per_million_credits,
-        output: m.output_price_per_million_credits,
-        cacheRead: m.cache_read_price_per_million_credits,
-        cacheWrite: m.cache_write_price_per_million_credits,
-      },
-    };
+    return m && gatewayModelOf(m);
   });
   const upstream = new UpstreamClient({
     headersTimeoutMs: config.UPSTREAM_TIMEOUT_MS,

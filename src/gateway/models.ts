@@ -6,6 +6,7 @@
  * prices) is not cached but read again (src/cache/invalidation.ts).
  */
 import type { Redis } from 'ioredis';
+import type { ModelWithKey } from '../admin/models.js';
 import { forgetOnResubscribe, InvalidationGuard } from '../cache/invalidation.js';
 import { projectChannel } from '../keys/store.js';
 import type { Prices } from './pricing.js';
@@ -21,6 +22,26 @@ export interface GatewayModel {
   supportsStreaming: boolean;
   active: boolean;
   prices: Prices;
+}
+
+/** A model row of PostgreSQL (its upstream key decrypted) as the gateway uses it. */
+export function gatewayModelOf(m: ModelWithKey): GatewayModel {
+  return {
+    id: m.id,
+    provider: m.provider,
+    upstreamBaseUrl: m.upstream_base_url,
+    upstreamModel: m.upstream_model,
+    upstreamKey: m.upstream_api_key,
+    maxOutputTokens: m.max_output_tokens,
+    supportsStreaming: m.supports_streaming,
+    active: m.active,
+    prices: {
+      input: m.input_price_per_million_credits,
+      output: m.output_price_per_million_credits,
+      cacheRead: m.cache_read_price_per_million_credits,
+      cacheWrite: m.cache_write_price_per_million_credits,
+    },
+  };
 }
 
 export type ModelLoader = (projectId: string, modelId: string) => Promise<GatewayModel | null>;

@@ -9,9 +9,10 @@
  * a gate after the row was read so that the change lands while they are in flight.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ModelCache, type GatewayModel } from '../../src/gateway/models.js';
+import { gatewayModelOf, ModelCache, type GatewayModel } from '../../src/gateway/models.js';
 import { projectChannel } from '../../src/keys/store.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { ReadGate } from '../support/read-gate.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -23,38 +24,11 @@ beforeAll(async () => {
 afterAll(() => svc.close());
 
 /** Model reads that, while the gate is shut, wait after reading the row until it opens. */
-class GatedLoader {
-  arrivals = 0;
-  private open: (() => void) | null = null;
-  private gate: Promise<void> | null = null;
-
-  shut(): void {
-    this.gate = new Promise((resolve) => (this.open = resolve));
-  }
-
-  release(): void {
-    this.open?.();
-    this.gate = null;
-  }
-
+class GatedLoader extends ReadGate {
   readonly load = async (projectId: string, modelId: string): Promise<GatewayModel | null> => {
     const m = await svc.rt.modelQueries.findModel(projectId, modelId);
-    if (this.gate) {
-      this.arrivals++;
-      await this.gate;
-    }
-    if (!m) return null;
-    return {
-      id: m.id,
-      provider: m.provider,
-      upstreamBaseUrl: m.upstream_base_url,
-      upstreamModel: m.upstream_model,
-      upstreamKey: null,
-      maxOutputTokens: m.max_output_tokens,
-      supportsStreaming: m.supports_streaming,
-      active: m.active,
-      prices: { input: m.input_price_per_million_credits, output: m.output_price_per_million_credits, cacheRead: 0, cacheWrite: 0 },
-    };
+    await this.pass();
+    return m && gatewayModelOf(m);
   };
 }
 

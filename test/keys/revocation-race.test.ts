@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashSecret } from '../../src/keys/secrets.js';
 import { KeyCache, revocationChannel, type KeyQueries, type KeyRecord } from '../../src/keys/store.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { ReadGate } from '../support/read-gate.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -26,26 +27,10 @@ afterAll(() => svc.close());
 const long_ttl_ms = 60_000;
 
 /** Key reads that, while the gate is shut, wait after reading the row until it opens. */
-class GatedQueries {
-  arrivals = 0;
-  private open: (() => void) | null = null;
-  private gate: Promise<void> | null = null;
-
-  shut(): void {
-    this.gate = new Promise((resolve) => (this.open = resolve));
-  }
-
-  release(): void {
-    this.open?.();
-    this.gate = null;
-  }
-
+class GatedQueries extends ReadGate {
   readonly findByHash = async (hash: Buffer): Promise<KeyRecord | null> => {
     const row = await svc.rt.keyQueries.findByHash(hash);
-    if (this.gate) {
-      this.arrivals++;
-      await this.gate;
-    }
+    await this.pass();
     return row;
   };
 
