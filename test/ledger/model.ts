@@ -172,6 +172,25 @@ function isActive(s: Source, now: number): boolean {
   return (s.startsAt === null || s.startsAt <= now) && (s.expiresAt === null || s.expiresAt > now);
 }
 
+/**
+ * Ends a freeze's or gateway call's holds: `amount` of them is used, drawn hold by hold in
+ * order, the rest goes back to available. The details of what was used (the scripts'
+ * shared consume_holds).
+ */
+function consumeHolds(c: Customer, tx: Tx, amount: number): Detail[] {
+  let left = amount;
+  const details: Detail[] = [];
+  for (const h of tx.holds) {
+    const s = c.sources.find((x) => x.id === h.account_id)!;
+    const take = Math.min(left, h.amount);
+    s.frozen -= h.amount;
+    s.used += take;
+    left -= take;
+    if (take > 0) details.push({ ...h, amount: take });
+  }
+  return details;
+}
+
 function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(ms).toISOString();
 }
@@ -449,16 +468,7 @@ export class LedgerModel {
     if (tx.state !== 'frozen') throw new Reject('no_consumable_freeze_records');
     if (amount > tx.amount) throw new Reject('actual_amount_exceeds_frozen_amount');
 
-    let left = amount;
-    const details: Detail[] = [];
-    for (const h of tx.holds) {
-      const s = c.sources.find((x) => x.id === h.account_id)!;
-      const take = Math.min(left, h.amount);
-      s.frozen -= h.amount;
-      s.used += take;
-      left -= take;
-      if (take > 0) details.push({ ...h, amount: take });
-    }
+    const details = consumeHolds(c, tx, amount);
     const returned = tx.amount - amount;
     tx.state = 'consumed';
     tx.settledBy = 'api';
@@ -651,18 +661,7 @@ export class LedgerModel {
     if (!live && !(tx.state === 'released' && tx.settledBy === 'ttl')) return { status: 'no_consumable' };
     const held = live ? tx.amount : 0;
     const fromHold = Math.min(cost, held);
-    const details: Detail[] = [];
-    let left = fromHold;
-    if (live) {
-      for (const h of tx.holds) {
-        const s = c.sources.find((x) => x.id === h.account_id)!;
-        const take = Math.min(left, h.amount);
-        s.frozen -= h.amount;
-        s.used += take;
-        left -= take;
-        if (take > 0) details.push({ ...h, amount: take });
-      }
-    }
+    const details = live ? consumeHolds(c, tx, fromHold) : [];
     const wallet = tx.wallet!;
     const beyond = Math.max(0, Math.min(cost - fromHold, this.walletAvailable(c, wallet)));
     if (beyond > 0) {
