@@ -151,8 +151,14 @@ export class LedgerService {
     return customerKeys(this.prefix, scope.projectId, customerId);
   }
 
-  /** Runs a customer script; marks the outbox dirty when the script may have written. */
+  /**
+   * Runs a customer script; marks the outbox dirty when the script may have written. Every
+   * script waits for the Redis generation guard first, reads (view) and worker jobs
+   * (expire) included: a process that just started or reconnected is verified within a
+   * round trip or two, and a script sent before would be refused with a 503.
+   */
   async run(name: CustomerScriptName, scope: ProjectScope, customerId: string, args: (string | number)[]): Promise<ScriptReply> {
+    await this.ready();
     const k = this.keys(scope, customerId);
     const entryId = newId('le');
     const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args]);

@@ -136,7 +136,12 @@ describe('Redis restarted from an older snapshot', () => {
       const health = await svc.call('GET', '/health');
       expect([health.body.status, health.body.checks.redis.verified]).toEqual(['degraded', false]);
 
+      // A read waits for the guard like the money operations do, instead of a 503 at once:
+      // it is answered once the recovery below completes.
+      const reading = svc.call('GET', '/v1/customers/dave/balance', { key: p.projectKey });
       await direct.del(recoveryLockKey(prefix));
+      const read = await reading;
+      expect([read.status, read.body.available]).toEqual([200, 100]);
       await waitFor(async () => (await svc.call('GET', '/health')).body.checks?.redis?.generation === 'verified', 10_000, 'the guard to verify');
       expect(await direct.exists(recoveredMarkerKey(prefix, runId))).toBe(1);
       await apply('deduct dv1', '/v1/billing/deduct', { customer_id: 'dave', transaction_id: 'dv1', amount: 10 });
