@@ -5,7 +5,8 @@
 --
 -- The count is kept in two parts so that an operation still in flight does not refuse
 -- others that fit: `used` (KEYS[2], committed operations) and the pending set (KEYS[3]:
--- one member per reservation in flight, scored by its deadline). Members scored at or
+-- one member per reservation in flight and one per process lease of lua/plan_lease-3.lua,
+-- scored by its deadline; `pending` is the sum of their weights). Members scored at or
 -- before now are folded into `used` first: a reservation whose process died before it
 -- committed (it may have applied, so it counts: one too many at worst, never too few),
 -- and operations recorded without a reservation (TTL auto-consumes, scored 0). A member
@@ -34,15 +35,20 @@ local used = redis.call('GET', counter_key)
 if not used then return { 2, 0, 0 } end
 used = tonumber(used)
 
+local function weight_of(m) return tonumber(string.match(m, '^(%d+):')) or 1 end
+
 local due = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now)
 if #due > 0 then
   local add = 0
-  for _, m in ipairs(due) do add = add + (tonumber(string.match(m, '^(%d+):')) or 1) end
+  for _, m in ipairs(due) do add = add + weight_of(m) end
   redis.call('ZREMRANGEBYSCORE', pending_key, '-inf', now)
   used = redis.call('INCRBY', counter_key, add)
 end
 
-local pending = redis.call('ZCARD', pending_key)
+-- Few members: the leases of the processes serving the organization, and reservations
+-- in flight only near the limit (elsewhere operations come from leases).
+local pending = 0
+for _, m in ipairs(redis.call('ZRANGE', pending_key, 0, -1)) do pending = pending + weight_of(m) end
 if member == '' then return { 0, used, pending } end
 
 local plan = redis.call('HMGET', plan_key, 'limit', 'pending_limit', 'pending_from')

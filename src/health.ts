@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 import type { Runtime } from './runtime.js';
 import { customerKeysFromBase, dirtySetKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
-import { setAsideKey } from '../workers/persist.js';
+import { setAsideKey } from './ledger/outbox.js';
 import { sql } from 'slonik';
 
 export const worker_heartbeat_stale_ms = 15_000;

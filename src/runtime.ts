@@ -104,8 +104,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     billable: {
       async reserve(scope) {
-        const r = await plans.reserve(scope.organizationId);
-        return { admitted: r.admitted, refusal: r.admitted ? null : plans.refusal(r), commit: () => plans.finish(r, 'commit'), release: () => plans.finish(r, 'release') };
+        const t = await plans.take(scope.organizationId);
+        return { admitted: t.admitted, refusal: t.admitted ? null : plans.refusal(t), commit: t.commit, release: t.release };
       },
       record(scope, n) {
         (async () => plans.record(scope.organizationId || (await plans.organizationOfProject(scope.projectId)), n))().catch((err: unknown) => {
@@ -154,6 +154,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
     generation,
     extraConnection,
     async close() {
+      // Unused leased operations go back while Redis is still there.
+      await plans.close();
       generation.close();
       await ledgerQueue.close();
       await upstream.close();

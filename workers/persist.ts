@@ -1,28 +1,32 @@
 /**
- * The persist loop: takes customers from the dirty set, copies their outbox entries to
- * PostgreSQL (idempotent on the entry id) and only then deletes them from the outbox. A
- * crash between insert and delete repeats an insert that is skipped; a customer popped by
- * a worker that then died is found again by the sweeper.
+ * The persist loop: takes customers from the dirty set and has the ledger's outbox
+ * (src/ledger/outbox.ts) copy their entries to PostgreSQL. The loop only decides how much
+ * to take per pass and when to run the next.
  *
- * A customer whose entries clash with sequence numbers PostgreSQL already holds (Redis
- * forgot entries that were persisted, then numbered new ones from where it had stopped)
- * can never be inserted as it is: the loop hands it to the repair hook (reconcile's
- * renumbering, src/reconcile/reconcile.ts) and, should that fail, sets it aside instead of
- * retrying it: it is logged, counted in /health, and found again by the next sweep.
+ * Batches grow with the backlog while its lag stays bounded: a pass that found more than
+ * a small batch runs the next at once, with twice the customers (up to
+ * dirty_pop_count_max), so a backlog is drained in large transactions; a small pass waits
+ * persist_batch_wait_ms so that the next one carries more than a few entries. Each pass
+ * holds at most persist_pass_entries_max entries, so none takes long: an entry waits at
+ * most a short wait plus a few passes behind a backlog.
  */
 import type { Logger } from 'pino';
 import type { Redis } from 'ioredis';
-import { parseOutboxEntry } from '../src/ledger/entries.js';
+import { LedgerOutbox, outbox_read_count_max, type OutboxHooks } from '../src/ledger/outbox.js';
 import type { LedgerQueries } from '../src/ledger/queries.js';
-import { customerKeysFromBase, dirtySetKey } from '../src/redis/keys.js';
+import { dirtySetKey } from '../src/redis/keys.js';
 
-export const persist_batch_size = 500;
-export const dirty_pop_count = 64;
+/** Customers popped per pass without a backlog, and at most under one. */
+export const dirty_pop_count_min = 64;
+export const dirty_pop_count_max = 1_024;
+/** The most entries one pass copies (the reads per customer shrink as the pop grows). */
+export const persist_pass_entries_max = 8_192;
 /**
  * Below this many entries in a pass, the loop waits persist_batch_wait_ms before the next,
- * so that under load a pass carries tens of entries: its fixed cost (the dirty-set pop,
- * the outbox reads and trims, BEGIN and COMMIT) is paid once for all of them. PostgreSQL
- * then trails Redis by about that wait; reads never notice (they merge the outbox).
+ * so that under light load a pass carries more than one entry: its fixed cost (the
+ * dirty-set pop, the outbox reads and trims, BEGIN and COMMIT) is paid once for all of
+ * them. PostgreSQL then trails Redis by about that wait; reads never notice (they merge
+ * the outbox).
  */
 export const persist_batch_grow_below = 256;
 export const persist_batch_wait_ms = 40;
@@ -31,41 +35,28 @@ export const persist_retry_wait_ms = 1_000;
 /** Pause of the loop while the Redis generation is not verified (src/redis/generation.ts). */
 export const persist_unverified_wait_ms = 100;
 
-/** Redis hash: customer key base -> why its entries are set aside (JSON). /health counts it. */
-export const setAsideKey = (prefix: string) => `${prefix}persist:set_aside`;
-
-/** True for PostgreSQL's refusal of an entry whose (project, customer, seq) is taken. */
-export function isSeqClash(err: unknown): boolean {
-  for (let e = err as { constraint?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; e = e.cause as typeof e, depth++) {
-    if (e.constraint === 'ledger_entries_project_id_customer_id_seq_key') return true;
-  }
-  return false;
-}
-
-export interface PersistHooks {
+export interface PersistHooks extends OutboxHooks {
   /** False while money must not touch Redis (the generation guard); the loop waits. */
   isReady?(): boolean;
-  /** Records that this prefix serves these projects, before their entries are written. */
-  recordProjects?(projectIds: string[]): Promise<void>;
-  /** Repairs a customer whose entries clash with PostgreSQL's seq; throws when it cannot. */
-  repairSeqClash?(base: string): Promise<void>;
 }
 
 export class PersistLoop {
   private running = false;
-  /** A customer of the last pass could not be persisted (see run()). */
-  private customerFailed = false;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
+  private popCount = dirty_pop_count_min;
+  readonly outbox: LedgerOutbox;
 
   constructor(
     private readonly redis: Redis,
-    private readonly queries: LedgerQueries,
+    queries: LedgerQueries,
     private readonly prefix: string,
     private readonly idleMs: number,
     private readonly logger: Logger,
     private readonly hooks: PersistHooks = {},
-  ) {}
+  ) {
+    this.outbox = new LedgerOutbox(redis, queries, prefix, logger, hooks);
+  }
 
   start(): void {
     if (this.running) return;
@@ -85,86 +76,37 @@ export class PersistLoop {
         await this.sleep(persist_unverified_wait_ms);
         continue;
       }
-      let moved = 0;
+      let pass = { moved: 0, backlog: false, failed: false };
       try {
-        moved = await this.pass();
+        pass = await this.pass();
       } catch (err) {
         this.logger.error({ err }, 'persist pass failed; retrying');
         await this.sleep(persist_retry_wait_ms);
       }
       // A customer whose entries PostgreSQL refused went back to the dirty set: without a
       // pause the loop would retry it at once, forever, while the refusal lasts.
-      if (this.customerFailed) {
-        this.customerFailed = false;
-        await this.sleep(persist_retry_wait_ms);
-      }
-      // A short wait after a small pass lets the next batch grow: one transaction for
-      // many entries costs PostgreSQL far less than many transactions of one.
-      if (moved < persist_batch_grow_below) await this.sleep(moved === 0 ? this.idleMs : persist_batch_wait_ms);
+      if (pass.failed) await this.sleep(persist_retry_wait_ms);
+      else if (pass.backlog) continue;
+      else await this.sleep(pass.moved === 0 ? this.idleMs : persist_batch_wait_ms);
     }
   }
 
   /**
-   * One pass: pops dirty customers, reads their outboxes in one round trip, writes all
-   * entries in one transaction, then trims each outbox of what was written. A customer
-   * whose outbox held more than one batch stays dirty for the next pass.
+   * One pass: pops dirty customers, persists their oldest entries in one transaction
+   * (LedgerOutbox.persist), and puts back those with more waiting or that failed.
    */
-  async pass(): Promise<number> {
+  async pass(): Promise<{ moved: number; backlog: boolean; failed: boolean }> {
     const dirty = dirtySetKey(this.prefix);
-    const popped = await this.redis.spop(dirty, dirty_pop_count);
-    if (popped.length === 0) return 0;
-    try {
-      const batches = await Promise.all(
-        popped.map((base) => this.redis.xrange(customerKeysFromBase(base).outbox, '-', '+', 'COUNT', persist_batch_size)),
-      );
-      const entries = batches.flatMap((batch) => batch.map(([, fields]) => parseOutboxEntry(fields[1])));
-      await this.hooks.recordProjects?.(entries.map((e) => e.project_id));
-      await this.queries.insertEntries(entries);
-      await Promise.all(
-        popped.map((base, i) => (batches[i].length > 0 ? this.redis.xdel(customerKeysFromBase(base).outbox, ...batches[i].map(([id]) => id)) : null)),
-      );
-      const full = popped.filter((_, i) => batches[i].length === persist_batch_size);
-      if (full.length > 0) await this.redis.sadd(dirty, ...full);
-      return entries.length;
-    } catch (err) {
-      // One customer's bad entry must not hold back the others popped with it: drain them
-      // one by one; those that still fail go back to the dirty set for a later pass.
-      this.logger.error({ err }, 'persist batch failed; draining its customers one by one');
-      let moved = 0;
-      for (const base of popped) {
-        try {
-          moved += await this.drain(base);
-        } catch (inner) {
-          if (isSeqClash(inner)) {
-            await this.repairOrSetAside(base, inner);
-            continue;
-          }
-          this.logger.error({ err: inner, customer: base }, 'persisting a customer failed; will retry');
-          this.customerFailed = true;
-          await this.redis.sadd(dirty, base).catch(() => undefined);
-        }
-      }
-      return moved;
-    }
-  }
-
-  /**
-   * A clashing customer: repaired at once when the hook can, else set aside. It does not
-   * go back to the dirty set, so it cannot hold the loop; the sweeper finds its outbox
-   * again (every SWEEP_INTERVAL_MS) and the repair is tried then.
-   */
-  private async repairOrSetAside(base: string, clash: unknown): Promise<void> {
-    const setAside = setAsideKey(this.prefix);
-    try {
-      if (!this.hooks.repairSeqClash) throw clash;
-      await this.hooks.repairSeqClash(base);
-      await this.redis.hdel(setAside, base);
-      this.logger.warn({ customer: base }, 'entries written on a Redis that had forgotten persisted ones were renumbered and persisted');
-    } catch (err) {
-      this.logger.error({ err, customer: base }, 'customer set aside: its entries clash with the ledger in PostgreSQL; run npm run reconcile -- --repair');
-      const why = JSON.stringify({ at: new Date().toISOString(), error: (err as Error).message });
-      await this.redis.hset(setAside, base, why).catch(() => undefined);
-    }
+    const popped = await this.redis.spop(dirty, this.popCount);
+    if (popped.length === 0) return { moved: 0, backlog: false, failed: false };
+    const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / this.popCount)));
+    const r = await this.outbox.persist(popped, perCustomer);
+    const again = [...r.full, ...r.failed];
+    if (again.length > 0) await this.redis.sadd(dirty, ...again);
+    // A full pop or full outboxes mean a backlog: take more per pass, and go on at once.
+    const backlog = popped.length === this.popCount || r.full.length > 0 || r.moved >= persist_batch_grow_below;
+    this.popCount = backlog ? Math.min(dirty_pop_count_max, this.popCount * 2) : Math.max(dirty_pop_count_min, this.popCount / 2);
+    return { moved: r.moved, backlog: backlog && r.failed.length === 0, failed: r.failed.length > 0 };
   }
 
   private sleep(ms: number): Promise<void> {
@@ -175,21 +117,5 @@ export class PersistLoop {
         resolve();
       };
     });
-  }
-
-  /** Copies one customer's outbox to PostgreSQL. Returns how many entries it moved. */
-  async drain(base: string): Promise<number> {
-    const { outbox } = customerKeysFromBase(base);
-    let moved = 0;
-    for (;;) {
-      const batch = await this.redis.xrange(outbox, '-', '+', 'COUNT', persist_batch_size);
-      if (batch.length === 0) return moved;
-      const entries = batch.map(([, fields]) => parseOutboxEntry(fields[1]));
-      await this.hooks.recordProjects?.(entries.map((e) => e.project_id));
-      await this.queries.insertEntries(entries);
-      await this.redis.xdel(outbox, ...batch.map(([id]) => id));
-      moved += batch.length;
-      if (batch.length < persist_batch_size) return moved;
-    }
   }
 }

@@ -15,7 +15,7 @@ import { strictBody } from '../http/validate.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
-import { PersistLoop } from '../../workers/persist.js';
+import { LedgerOutbox } from '../ledger/outbox.js';
 import type { DatabasePool } from 'slonik';
 
 const patchSchema = z.object({
@@ -27,7 +27,7 @@ const patchSchema = z.object({
 export function profileRoutes(deps: { ledger: LedgerService; redis: Redis; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
   const r = exactRouter();
   const customers = createCustomerQueries(deps.db);
-  const outbox = new PersistLoop(deps.redis, deps.ledgerQueries, deps.prefix, 0, deps.logger);
+  const outbox = new LedgerOutbox(deps.redis, deps.ledgerQueries, deps.prefix, deps.logger);
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
     const id = String(req.params.customer_id);

@@ -9,7 +9,8 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { onlyQuery, parseWith } from '../http/validate.js';
-import { isLedgerEntry, outboxEntryToPublic, parseOutboxEntry, type LedgerEntry } from '../ledger/entries.js';
+import { isLedgerEntry, outboxEntryToPublic, type LedgerEntry } from '../ledger/entries.js';
+import { readOutboxEntries } from '../ledger/outbox.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { isActive, type CustomerView, type LedgerService } from '../ledger/service.js';
 
@@ -134,8 +135,7 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
       (q.transaction_id === undefined || e.transaction_id === q.transaction_id);
     // Outbox first, then PostgreSQL: an entry persisted in between shows up in both
     // (merged by id below) instead of in neither.
-    const pending = (await redis.xrange(k.outbox, '-', '+'))
-      .map(([, fields]) => parseOutboxEntry(fields[1]))
+    const pending = (await readOutboxEntries(redis, k.outbox))
       .filter(isLedgerEntry)
       .map(outboxEntryToPublic);
     const stored = await queries.findEntriesPage(scope.projectId, id, {

@@ -15,7 +15,7 @@ import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
-import { gateway_reservation_ms, type PlanService, type Reservation } from '../plans/service.js';
+import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
 import { projectKeys } from '../redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
@@ -84,7 +84,7 @@ interface Call {
   /** Answers asked of the upstream (OpenAI `n`). */
   answers: number;
   startedAt: number;
-  reservation: Reservation;
+  reservation: PlanTicket;
   hold: number;
   outputTokens: number;
   requestBytes: number;
@@ -206,7 +206,7 @@ export class GatewayService {
 
   private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number }): Promise<Call> {
     const startedAt = Date.now();
-    const reservation = await this.deps.plans.reserve(c.scope.organizationId, gateway_reservation_ms);
+    const reservation = await this.deps.plans.take(c.scope.organizationId, gateway_reservation_ms);
     const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
     let ok = false;
     // True once the hold may exist: its script applied, or its reply was lost.

@@ -2,33 +2,40 @@
  * Ledger entries as the Lua scripts write them into a customer's outbox (amounts and
  * times as strings), and their public form.
  */
-import { z } from 'zod';
+export const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE'] as const;
 
-const detailRaw = z.object({ account_id: z.string(), credit_type: z.string(), amount: z.string() });
+interface DetailRaw {
+  account_id: string;
+  credit_type: string;
+  amount: string;
+}
 
-export const outboxEntrySchema = z.object({
-  id: z.string(),
-  seq: z.string(),
-  project_id: z.string(),
-  customer_id: z.string(),
+export interface OutboxEntry {
+  id: string;
+  seq: string;
+  project_id: string;
+  customer_id: string;
   /** USAGE: a gateway call that moved no money; it carries a usage record only. */
-  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE']),
-  transaction_id: z.string(),
-  amount: z.string(),
-  returned_amount: z.string().nullable().optional(),
-  wallet: z.string().nullable().optional(),
-  details: z.union([z.array(detailRaw), z.object({}).strict()]),
-  reason: z.enum(['ttl_release', 'ttl_consume']).nullable().optional(),
-  business_type: z.string().nullable().optional(),
-  description: z.string().nullable().optional(),
-  state: z.string().nullable().optional(),
-  result: z.string(),
-  x: z.record(z.unknown()).nullable().optional(),
+  type: (typeof outboxEntryTypes)[number];
+  transaction_id: string;
+  amount: string;
+  returned_amount?: string | null;
+  wallet?: string | null;
+  /** cjson encodes an empty list as {}. */
+  details: DetailRaw[] | Record<string, never>;
+  reason?: 'ttl_release' | 'ttl_consume' | null;
+  business_type?: string | null;
+  description?: string | null;
+  state?: string | null;
+  result: string;
+  x?: Record<string, unknown> | null;
   /** Gateway calls: the usage record (JSON), persisted beside the entry. */
-  usage: z.string().optional(),
-  at: z.string(),
-});
-export type OutboxEntry = z.infer<typeof outboxEntrySchema>;
+  usage?: string;
+  at: string;
+}
+
+const entryTypes: ReadonlySet<string> = new Set(outboxEntryTypes);
+const requiredStrings = ['id', 'seq', 'project_id', 'customer_id', 'transaction_id', 'amount', 'result', 'at'] as const;
 
 export interface DetailItem {
   account_id: string;
@@ -68,8 +75,18 @@ export function toDetails(raw: unknown): DetailItem[] {
   }));
 }
 
+/**
+ * Parses an entry the scripts wrote. No schema validation: the service wrote it itself.
+ * The sanity check (the fields every entry has, a known type) catches an outbox of
+ * another version or a corrupted one before PostgreSQL does, with a clearer message.
+ */
 export function parseOutboxEntry(json: string): OutboxEntry {
-  return outboxEntrySchema.parse(JSON.parse(json));
+  const e = JSON.parse(json) as OutboxEntry;
+  for (const f of requiredStrings) {
+    if (typeof e[f] !== 'string') throw new Error(`outbox entry ${String(e.id)}: ${f} is not a string`);
+  }
+  if (!entryTypes.has(e.type)) throw new Error(`outbox entry ${e.id}: unknown type ${String(e.type)}`);
+  return e;
 }
 
 export function outboxEntryToPublic(e: OutboxEntry & { type: LedgerEntryType }): LedgerEntry {

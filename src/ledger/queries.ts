@@ -115,7 +115,8 @@ export type UsageRecordInput = z.infer<typeof usageRecordSchema>;
 async function insertUsageRecords(tx: CommonQueryMethods, entries: OutboxEntry[]): Promise<void> {
   if (entries.length === 0) return;
   const rows = entries.map((e) => {
-    const u = usageRecordSchema.parse(JSON.parse(e.usage!));
+    // Written by the gateway service itself (usageRecordSchema): parsed, not validated.
+    const u = JSON.parse(e.usage!) as UsageRecordInput;
     const r = JSON.parse(e.result) as { reserved?: string; balance_after?: string };
     const reserved = Number(r.reserved ?? e.returned_amount ?? 0);
     return [

@@ -59,7 +59,8 @@ export interface OpResult {
 export interface BillableOps {
   /**
    * Reserves one operation ahead; `admitted` false when the plan's hard limit refuses it,
-   * and then `refusal` is the error to answer. `commit` (the operation applied, or may
+   * and then `refusal` is the error to answer. Normally served from the process's lease
+   * of the organization's operations: it resolves without any Redis command. `commit` (the operation applied, or may
    * have) and `release` (it did not) never reject: a reservation that neither reaches
    * counts once its deadline passes.
    */

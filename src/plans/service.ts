@@ -1,11 +1,12 @@
 /**
  * Plan accounting: billable operations (successful deduct and consume, TTL auto-consumes,
  * settled gateway calls) counted per organization and billing period in Redis, exact
- * under concurrency because the count and the limit check are one script
- * (lua/plan_reserve-3.lua). An operation reserves its count while it runs (pending) and
- * commits it once applied, so an operation in flight never refuses one that fits. The
- * counter is seeded from PostgreSQL's ledger when absent (a new period, or a Redis rebuilt
- * from PostgreSQL), so the count survives Redis.
+ * under concurrency because the count and the limit check are one script. Operations are
+ * normally served from in-process leases taken in chunks (src/plans/leases.ts,
+ * lua/plan_lease-3.lua); near the limit each reserves its count alone while it runs
+ * (pending, lua/plan_reserve-3.lua) and commits it once applied, so an operation in
+ * flight never refuses one that fits. The counter is seeded from PostgreSQL's ledger when
+ * absent (a new period, or a Redis rebuilt from PostgreSQL), so the count survives Redis.
  */
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -16,6 +17,9 @@ import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import type { Scripts } from '../redis/scripts.js';
 import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
+import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
+
+export type { PlanTicket } from './leases.js';
 
 const orgRow = z.object({
   id: z.string(),
@@ -69,6 +73,7 @@ export function effectivePlan(org: OrgRow, nowMs: number): PlanId {
 export class PlanService {
   private readonly anchors = new Map<string, number>();
   private readonly projectOrgs = new Map<string, string>();
+  private readonly leases: PlanLeases;
 
   constructor(
     private readonly redis: Redis,
@@ -77,7 +82,18 @@ export class PlanService {
     private readonly prefix: string,
     private readonly clock: Clock,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.leases = new PlanLeases(
+      {
+        nowMs: () => this.nowMs(),
+        currentKeys: (orgId) => this.currentKeys(orgId),
+        seed: (orgId, k) => this.seed(orgId, k),
+        reserveOne: async (orgId, reservationMs) => this.ticketOf(await this.reserve(orgId, reservationMs)),
+      },
+      scripts,
+      logger,
+    );
+  }
 
   nowMs(): number {
     return Date.now() + this.clock.offsetMs();
@@ -117,7 +133,7 @@ export class PlanService {
     return org;
   }
 
-  private async currentKeys(orgId: string) {
+  private async currentKeys(orgId: string): Promise<PeriodKeys & { anchor: number }> {
     const now = this.nowMs();
     const anchor = await this.anchorOf(orgId);
     const period = periodAt(anchor, now);
@@ -131,8 +147,9 @@ export class PlanService {
    * operation of the new period can have been counted elsewhere (a reservation needs the
    * counter). Otherwise the error stands (503: nothing known to count from).
    */
-  private async seed(orgId: string, k: Awaited<ReturnType<PlanService['currentKeys']>>): Promise<void> {
+  private async seed(orgId: string, k: PeriodKeys): Promise<void> {
     const { period } = k;
+    const anchor = await this.anchorOf(orgId);
     let count: number;
     try {
       const org = await this.loadOrg(orgId);
@@ -142,8 +159,8 @@ export class PlanService {
         WHERE p.organization_id = ${orgId} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY')
           AND e.created_at >= ${sql.timestamp(new Date(period.startMs))} AND e.created_at < ${sql.timestamp(new Date(period.endMs))}`);
     } catch (err) {
-      const previous = this.keys(orgId, periodAt(k.anchor, period.startMs - 1).startMs).counter;
-      if (period.startMs <= k.anchor || (await this.redis.exists(k.plan, previous)) < 2) throw err;
+      const previous = this.keys(orgId, periodAt(anchor, period.startMs - 1).startMs).counter;
+      if (period.startMs <= anchor || (await this.redis.exists(k.plan, previous)) < 2) throw err;
       count = 0;
     }
     await this.redis.set(k.counter, count, 'EX', this.counterTtlSeconds(period), 'NX');
@@ -163,7 +180,35 @@ export class PlanService {
   }
 
   /**
-   * Reserves one billable operation before it is applied (see Reservation). When only
+   * One billable operation before it is applied: from this process's lease of the
+   * organization when it can (no Redis command), else reserved alone (see reserve). The
+   * ticket's commit and release never reject.
+   */
+  take(orgId: string, reservationMs = ledger_reservation_ms): Promise<PlanTicket> {
+    return this.leases.take(orgId, reservationMs);
+  }
+
+  private ticketOf(r: Reservation): PlanTicket {
+    return {
+      admitted: r.admitted,
+      undecided: r.undecided,
+      commit: () => this.finishReservation(r, 'commit'),
+      release: () => this.finishReservation(r, 'release'),
+    };
+  }
+
+  /** Gives back this process's unused leased operations of an organization. */
+  giveBackLeases(orgId: string): Promise<void> {
+    return this.leases.giveBack(orgId);
+  }
+
+  /** Gives back every lease of this process (it stops). */
+  close(): Promise<void> {
+    return this.leases.close();
+  }
+
+  /**
+   * Reserves one billable operation alone before it is applied (see Reservation). When only
    * operations in flight stand between the count and the limit, it asks again until they
    * have finished (committed or given back) or pending_wait_ms has passed.
    * `reservationMs`: how long the reservation stays pending before it counts as applied.
@@ -208,12 +253,17 @@ export class PlanService {
    * fail: an operation's answer never waits on its count. One that fails is logged, and
    * the reservation counts when its deadline passes.
    */
-  finish(r: Reservation, how: 'commit' | 'release'): Promise<void> {
+  private finishReservation(r: Reservation, how: 'commit' | 'release'): Promise<void> {
     return this[how](r).catch((err: unknown) => this.logger.warn({ err, counterKey: r.counterKey }, `plan reservation ${how} failed; it counts at its deadline`));
   }
 
+  /** Commits or gives back a ticket (never rejects: see PlanTicket). */
+  finish(t: PlanTicket, how: 'commit' | 'release'): Promise<void> {
+    return t[how]();
+  }
+
   /** The error for a reservation that was not admitted. */
-  refusal(r: Reservation): ApiError {
+  refusal(r: { undecided: boolean }): ApiError {
     if (!r.undecided) return new ApiError('usage_limit_exceeded');
     return new ApiError('usage_limit_exceeded', {
       message: 'operations in flight may reach the monthly transaction limit of the Free plan; retrying shortly may succeed',
@@ -231,7 +281,7 @@ export class PlanService {
     const member = `${n}:${newId('rec')}`;
     // The period is fixed by the first try that learns it, so that every try adds the
     // same member to the same set.
-    let k: Awaited<ReturnType<PlanService['currentKeys']>> | undefined;
+    let k: PeriodKeys | undefined;
     for (let attempt = 1; ; attempt++) {
       try {
         k ??= await this.currentKeys(orgId);
@@ -262,6 +312,9 @@ export class PlanService {
 
   /** GET /v1/admin/organization. */
   async organization(orgId: string) {
+    // What this process's leases served is reported first; other processes report theirs
+    // within lease_report_ms.
+    await this.leases.flush(orgId);
     const k = await this.currentKeys(orgId);
     if (!(await this.redis.exists(k.counter))) await this.seed(orgId, k);
     const org = await this.loadOrg(orgId);

@@ -21,7 +21,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { isSeqClash, PersistLoop, setAsideKey } from '../../workers/persist.js';
+import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
 import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
@@ -363,7 +363,7 @@ interface CustomerOutcome {
  * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
-  ctx: { conn: Redis; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries'] },
+  ctx: { conn: Redis; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries'] },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
@@ -421,7 +421,7 @@ export async function reconcile(
 ): Promise<ReconcileReport> {
   const prefix = rt.config.REDIS_PREFIX;
   const queries = createReconcileQueries(rt.db);
-  const persist = new PersistLoop(rt.redis, rt.ledgerQueries, prefix, 0, rt.logger);
+  const persist = new LedgerOutbox(rt.redis, rt.ledgerQueries, prefix, rt.logger);
   const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] };
 
   const customers = new Map<string, { projectId: string; customerId: string }>();

@@ -11,7 +11,8 @@ import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { onlyQuery, parseWith } from '../http/validate.js';
 import { creditsToUsd } from '../ledger/amounts.js';
-import { parseOutboxEntry, toDetails } from '../ledger/entries.js';
+import { toDetails } from '../ledger/entries.js';
+import { readOutboxEntries } from '../ledger/outbox.js';
 import { usageRecordSchema } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
 import { projectKeys } from '../redis/keys.js';
@@ -104,8 +105,7 @@ async function receiptFromOutbox(
   transactionId: string,
 ) {
   const k = deps.ledger.keys(scope, customerId);
-  for (const [, fields] of await deps.redis.xrange(k.outbox, '-', '+')) {
-    const e = parseOutboxEntry(fields[1]);
+  for (const e of await readOutboxEntries(deps.redis, k.outbox)) {
     if (e.transaction_id !== transactionId || e.usage === undefined) continue;
     const u = usageRecordSchema.parse(JSON.parse(e.usage));
     if (u.status === 'failed') return null;

@@ -29,8 +29,12 @@ async function project(customer: string): Promise<TestProject> {
   return p;
 }
 
-/** Sets the current period's committed count, as if that many operations had happened. */
+/**
+ * Sets the current period's committed count, as if that many operations had happened.
+ * Leased operations go back first: no lease could be held past a count the limit allows.
+ */
 async function setCount(p: TestProject, n: number) {
+  await svc.rt.plans.giveBackLeases(p.organizationId);
   await svc.rt.plans.organization(p.organizationId);
   const period = periodAt(await svc.rt.plans.organizationAnchor(p.organizationId), Date.now() + svc.rt.clock.offsetMs());
   await svc.rt.redis.set(`${svc.rt.config.REDIS_PREFIX}o:{${p.organizationId}}:ops:${period.startMs}`, n);

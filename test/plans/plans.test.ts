@@ -21,8 +21,12 @@ async function fund(p: TestProject, customer: string, amount = 1_000_000, s = sv
   expect(r.status).toBe(200);
 }
 
-/** Sets the current period's count, as if that many operations had happened. */
+/**
+ * Sets the current period's count, as if that many operations had happened. Leased
+ * operations go back first: no lease could be held past a count the limit allows.
+ */
 async function setCount(p: TestProject, n: number, s = svc) {
+  await s.rt.plans.giveBackLeases(p.organizationId);
   await s.rt.plans.organization(p.organizationId); // seeds the counter
   const period = periodAt((await s.rt.plans.organizationAnchor(p.organizationId)), Date.now() + s.rt.clock.offsetMs());
   const key = `${s.rt.config.REDIS_PREFIX}o:{${p.organizationId}}:ops:${period.startMs}`;

@@ -2,14 +2,17 @@
  * The plan reservation of a deduct or consume whose script failed without an answer: an
  * error that proves the script never reached Redis (never written, or refused by the Redis
  * generation guard) gives the reservation back, so the count stays as it was; an error
- * that leaves the outcome unknown commits it (the script may have applied).
+ * that leaves the outcome unknown commits it (the script may have applied). The operation
+ * is served from the process's lease (the first of the organization takes it), and the
+ * count read after it includes what the lease reported.
  */
 import type { Command } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
+import { lease_ops_max } from '../../src/plans/leases.js';
 import { scriptSource } from '../../src/redis/scripts.js';
 import { CommandNotSentError, OutcomeUnknownError } from '../../src/redis/sent.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
 
 let svc: TestService;
 
@@ -28,6 +31,9 @@ async function pendingKey(p: TestProject): Promise<string> {
   return `${svc.rt.config.REDIS_PREFIX}o:{${p.organizationId}}:ops:${period.startMs}:pending`;
 }
 
+/** The members of the pending set: the process's lease (`<weight>:<name>`) and reservations. */
+const pendingMembers = async (p: TestProject) => svc.rt.redis.zrange(await pendingKey(p), 0, -1);
+
 /**
  * Runs `f` while the next `op` script fails the way `failure` says. 'never written': the
  * script fails with the error src/redis/sent.ts gives a command that was never written.
@@ -40,13 +46,13 @@ async function withFailure<T>(op: Op, failure: Failure, f: () => Promise<T>): Pr
   const redis = svc.rt.redis;
   const send = redis.sendCommand;
   const sha = scriptSource(op).sha1;
-  const reserveSha = scriptSource('plan_reserve').sha1;
+  const reserveShas = [scriptSource('plan_reserve').sha1, scriptSource('plan_lease').sha1];
   const generation = svc.rt.generation as unknown as { verifiedRunId: string | null };
   const runId = generation.verifiedRunId;
   let armed = true;
   redis.sendCommand = ((command: Command, ...rest: unknown[]) => {
     const script = command.name === 'evalsha' ? String(command.args[0]) : '';
-    if (armed && failure === 'refused by the generation guard' && script === reserveSha) {
+    if (armed && failure === 'refused by the generation guard' && reserveShas.includes(script)) {
       armed = false;
       void command.promise.then(() => {
         generation.verifiedRunId = null;
@@ -98,9 +104,15 @@ describe('a billable script that failed without an answer', () => {
     );
     expect(res.status, JSON.stringify(res.body)).toBe(503);
     expect(res.body.error.message).toMatch(failure === 'outcome unknown' ? /may have been applied/ : /nothing was applied/);
-    // The commit or give-back is sent without waiting: the reservation leaves the pending set.
-    const pending = await pendingKey(p);
-    await waitFor(async () => (await svc.rt.redis.zcard(pending)) === 0, 5_000, 'the reservation to be committed or given back');
+    // Served from the lease: nothing was reserved alone, and the lease is all that is pending.
+    const members = await pendingMembers(p);
+    expect(members).toHaveLength(1);
     expect(await ops(p)).toBe(before + added);
+    // The lease still holds every operation it did not count: none was lost or counted twice.
+    const [weight] = (await pendingMembers(p)).map((m) => Number(m.split(':')[0]));
+    await svc.rt.plans.giveBackLeases(p.organizationId);
+    expect(await pendingMembers(p)).toEqual([]);
+    expect(await ops(p)).toBe(before + added);
+    expect(weight).toBe(lease_ops_max - added);
   });
 });

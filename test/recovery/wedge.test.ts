@@ -18,7 +18,8 @@ import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { customerKeys, dirtySetKey, scriptKeys } from '../../src/redis/keys.js';
-import { PersistLoop, setAsideKey } from '../../workers/persist.js';
+import { setAsideKey } from '../../src/ledger/outbox.js';
+import { PersistLoop } from '../../workers/persist.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 
 let auto: TestService;
@@ -157,7 +158,7 @@ describe('a customer whose Redis state went back in place (the wedge)', () => {
     const counted = { ...rt.ledgerQueries, insertEntries: (e: Parameters<typeof rt.ledgerQueries.insertEntries>[0]) => (inserts++, rt.ledgerQueries.insertEntries(e)) };
     const drainAll = async () => {
       const loop = new PersistLoop(rt.redis, rt.ledgerQueries, prefix, 0, rt.logger);
-      for (const c of ['alice', 'bob']) await loop.drain(customerKeys(prefix, s.p.projectId, c).base);
+      for (const c of ['alice', 'bob']) await loop.outbox.drain(customerKeys(prefix, s.p.projectId, c).base);
       await rt.redis.del(dirtySetKey(prefix));
     };
     await s.runUpToTheClash(drainAll);
