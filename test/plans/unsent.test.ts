@@ -9,7 +9,6 @@
 import type { Command } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
-import { lease_ops_max } from '../../src/plans/leases.js';
 import { scriptSource } from '../../src/redis/scripts.js';
 import { CommandNotSentError, OutcomeUnknownError } from '../../src/redis/sent.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
@@ -108,11 +107,11 @@ describe('a billable script that failed without an answer', () => {
     const members = await pendingMembers(p);
     expect(members).toHaveLength(1);
     expect(await ops(p)).toBe(before + added);
-    // The lease still holds every operation it did not count: none was lost or counted twice.
-    const [weight] = (await pendingMembers(p)).map((m) => Number(m.split(':')[0]));
+    // Once the lease goes back, the count is exactly what applied: the lease held every
+    // operation it did not count, none lost or counted twice. (Its weight is not read here:
+    // it changes with the 250 ms report and the 1 s idle give-back, a race under load.)
     await svc.rt.plans.giveBackLeases(p.organizationId);
     expect(await pendingMembers(p)).toEqual([]);
     expect(await ops(p)).toBe(before + added);
-    expect(weight).toBe(lease_ops_max - added);
   });
 });
