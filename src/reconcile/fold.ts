@@ -1,7 +1,7 @@
 /**
  * Folds a customer's ledger entries, as PostgreSQL holds them, into the Redis state the
  * Lua scripts would hold after writing those entries (lua/includes/customer.lua and
- * lua/<op>-6.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
+ * lua/<op>-9.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
  * compares its output with Redis and writes it back with --repair. Gateway calls leave
  * state the ledger does not carry; withRedisOnlyState() says which and takes it from Redis.
  *
@@ -59,7 +59,7 @@ interface Hold {
 }
 
 /**
- * A transaction as stored in the tx hash (deduct-6.lua, freeze-6.lua, gateway_hold-6.lua
+ * A transaction as stored in the tx hash (deduct-9.lua, freeze-9.lua, gateway_hold-9.lua
  * and the settlements).
  */
 export interface StoredTransaction {
@@ -220,7 +220,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
           tx.ca = tx.a;
           tx.by = 'ttl';
         } else {
-          // consume-6.lua: the holds are used in the order they were drawn; the rest returns.
+          // consume-9.lua: the holds are used in the order they were drawn; the rest returns.
           let left = e.amount;
           for (const h of tx.holds ?? []) {
             const s = source(e, h.account_id);
@@ -251,7 +251,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         break;
       }
       case 'GATEWAY': {
-        // gateway_settle-6.lua: the hold (never in the ledger) is gone and the cost is used.
+        // gateway_settle-9.lua: the hold (never in the ledger) is gone and the cost is used.
         for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
         const reserved = (e.result as { reserved?: unknown } | null)?.reserved;
         if (typeof reserved !== 'string') throw new FoldError(`GATEWAY entry seq ${e.seq} lacks result.reserved`);
@@ -284,7 +284,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
 /**
  * Adds to a fold the state Redis holds by design and PostgreSQL never sees, taken from
  * the customer's current Redis keys:
- * - gateway holds of calls in flight (gateway_hold-6.lua writes no entry), with their
+ * - gateway holds of calls in flight (gateway_hold-9.lua writes no entry), with their
  *   frozen credits and TTL;
  * - records of gateway calls released unbilled (their USAGE entries become usage records,
  *   not ledger entries);
