@@ -104,7 +104,7 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
  * the way are counted in reply[3]): nothing for the workers to persist.
  */
-const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire']);
+const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire', 'trim_sources']);
 
 export function requestHash(parts: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
@@ -329,6 +329,16 @@ export class LedgerService {
   async expire(scope: ProjectScope, customerId: string): Promise<number> {
     const reply = await this.run('expire', scope, customerId, []);
     return reply[2];
+  }
+
+  /**
+   * Archives up to `countMax` of the customer's dead sources that died more than
+   * `retentionMs` ago and whose last entry PostgreSQL holds (lua/trim_sources-9.lua).
+   * Returns how many left Redis.
+   */
+  async trimSources(scope: ProjectScope, customerId: string, retentionMs: number, countMax: number): Promise<number> {
+    const reply = await this.run('trim_sources', scope, customerId, [retentionMs, countMax]);
+    return Number(reply[4]);
   }
 
   /**
