@@ -31,7 +31,8 @@ interface Amounts {
 export function walletsOf(view: CustomerView, sources: SourceState[] = view.sources) {
   const wallets: Record<string, Amounts & { sources: Record<string, unknown>[] }> = {};
   const totals: Amounts = { total: 0, used: 0, frozen: 0, available: 0 };
-  for (const [name, s] of Object.entries(view.wallets)) {
+  // Wallets by name: the sums come from a JSON object whose key order means nothing.
+  for (const [name, s] of Object.entries(view.wallets).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
     const available = s.total - s.used - s.frozen;
     wallets[name] = { total: s.total, used: s.used, frozen: s.frozen, available, sources: [] };
     totals.total += s.total;
