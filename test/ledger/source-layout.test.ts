@@ -179,6 +179,19 @@ describe('dead sources', () => {
     await noDrift();
   });
 
+  it('stay archived through a repair of a lost customer, which rebuilds the rest', async () => {
+    const k = keysOf(c);
+    const before = { customer: await get(`/v1/customers/${c}`), balance: await get(`/v1/customers/${c}/balance`) };
+    await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent);
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(report.drift).toEqual([{ project_id: p.projectId, customer_id: c, field: 'customer', redis: null, expected: 'present' }]);
+    expect((await readSources(svc.rt.redis, k)).map((s) => s.id)).toEqual([live, expect.any(String)]);
+    expect(await svc.rt.redis.hget(k.meta, 'src_archived')).toBe('1');
+    expect(await get(`/v1/customers/${c}`)).toEqual(before.customer);
+    expect(await get(`/v1/customers/${c}/balance`)).toEqual({ ...before.balance, as_of: expect.any(String) });
+    await noDrift();
+  });
+
   it('keep counting in the deposit cap once archived', async () => {
     const cap = 'cap';
     const k = keysOf(cap);
