@@ -54,6 +54,14 @@ if deposited + amount > CREDITS_SUM_MAX then
   return { E_DEPOSIT_LIMIT, '', auto_consumed, ttl_entries_written }
 end
 
+-- The wallet's total after the deposit: its live sources active now, and its dead ones
+-- that still count (spent, not expired). Read before anything is written.
+expire_spent(now)
+local wallet_total = tonumber(redis.call('HGET', K_meta, 'wt:' .. wallet) or '0')
+walk_live(function(s)
+  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
+end)
+
 local created = nil
 if not customer_exists() then
   local function opt(arg) if string.sub(arg, 1, 1) == '1' then return string.sub(arg, 2) end return nil end
@@ -68,14 +76,7 @@ end
 local seq = redis.call('HINCRBY', K_meta, 'src_seq', 1)
 local source = { id = source_id, w = wallet, l = label, q = seq, t = amount, u = 0, f = 0, s = starts_ms, e = expires_ms }
 create_source(source)
-
--- The wallet's total after the deposit: its live sources active now, and its dead ones
--- that still count (spent, not expired).
-expire_spent(now)
-local wallet_total = tonumber(redis.call('HGET', K_meta, 'wt:' .. wallet))
-walk_live(function(s)
-  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
-end)
+if is_active(source, now) then wallet_total = wallet_total + amount end
 
 local record_id = entry_id_base
 local details = { { account_id = source_id, credit_type = wallet, amount = N(amount) } }
