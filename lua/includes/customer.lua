@@ -200,22 +200,25 @@ local function expire_spent(now)
   redis.call('ZREMRANGEBYSCORE', K_spent, '-inf', N(now))
 end
 
-local live_batch = 16
+local live_batch_max = 16
 
--- Calls visit(source) for each live source in draw order until it returns true. Reads
--- live_batch sources per round trip into the hash; a member whose source is missing (a
+-- Calls visit(source) for each live source in draw order until it returns true. Reads the
+-- sources in batches of 1, 2, 4 ... live_batch_max (one ZRANGE and one HMGET each): a draw
+-- that the first source covers loads only that one. A member whose source is missing (a
 -- state only corruption makes) is skipped, for reconcile to report.
 local function walk_live(visit)
   local from = 0
+  local batch = 1
   while true do
-    local members = redis.call('ZRANGE', K_live, from, from + live_batch - 1)
+    local members = redis.call('ZRANGE', K_live, from, from + batch - 1)
     local ids = {}
     for i, m in ipairs(members) do ids[i] = string.match(m, '^%d+:(.*)$') end
     for _, s in ipairs(load_sources(ids)) do
       if s and visit(s) then return end
     end
-    if #members < live_batch then return end
-    from = from + live_batch
+    if #members < batch then return end
+    from = from + batch
+    batch = math.min(batch * 2, live_batch_max)
   end
 end
 

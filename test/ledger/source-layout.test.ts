@@ -97,6 +97,17 @@ describe('draw order through the live set', () => {
     expect(w.body.error.code).toBe('insufficient_balance_in_selected_credit_types');
   });
 
+  it('walks past several reads of the live set, in order', async () => {
+    const c = 'many-live';
+    const ids: string[] = [];
+    for (let i = 0; i < 40; i++) ids.push((await post('/v1/customers/deposit', { customer_id: c, amount: 1 })).account_id as string);
+    const refused = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: c, transaction_id: 'ml0', amount: 41 } });
+    expect(refused.body.error.code).toBe('insufficient_balance');
+    const d = await post('/v1/billing/deduct', { customer_id: c, transaction_id: 'ml1', amount: 37 });
+    expect(drawn(d, 'deduct_details')).toEqual(ids.slice(0, 37).map((id) => [id, 1]));
+    expect(await liveIds(keysOf(c))).toEqual(ids.slice(37));
+  });
+
   it('a frozen source stays live past its expiry until its hold ends', async () => {
     const c = 'frozen-expired';
     const k = keysOf(c);
@@ -113,6 +124,35 @@ describe('draw order through the live set', () => {
     // The rest of the hold returns to an expired source: it is dead now.
     expect(await liveIds(k)).toEqual([s2]);
     expect(await svc.rt.redis.zrange(k.dead, 0, -1)).toEqual([s1]);
+    await noDrift();
+  });
+});
+
+describe('reconcile of the layout', () => {
+  it('reports a live source missing from the live set and a wrong wallet counter, and --repair restores both', async () => {
+    const c = 'layout-drift';
+    const k = keysOf(c);
+    const spent = (await post('/v1/customers/deposit', { customer_id: c, amount: 10 })).account_id as string;
+    const live = (await post('/v1/customers/deposit', { customer_id: c, amount: 50 })).account_id as string;
+    await post('/v1/billing/deduct', { customer_id: c, transaction_id: 'ld1', amount: 15 });
+    const [member] = await svc.rt.redis.zrange(k.live, 0, -1);
+    expect(member.endsWith(`:${live}`)).toBe(true);
+    await svc.rt.redis.zrem(k.live, member);
+    await svc.rt.redis.hincrby(k.meta, 'wt:credits', 3);
+    // Without the live member the credits cannot be drawn.
+    const refused = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: c, transaction_id: 'ld2', amount: 1 } });
+    expect(refused.body.error.code).toBe('insufficient_balance');
+
+    const base = { project_id: p.projectId, customer_id: c };
+    const found = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(found.drift).toEqual([
+      { ...base, field: 'source.live', source: live, redis: null, expected: 'inf' },
+      { ...base, field: 'meta.wt:credits', redis: 13, expected: 10 },
+    ]);
+    expect(await svc.rt.redis.zrange(k.dead, 0, -1)).toEqual([spent]);
+    const d = await post('/v1/billing/deduct', { customer_id: c, transaction_id: 'ld3', amount: 45 });
+    expect(drawn(d, 'deduct_details')).toEqual([[live, 45]]);
+    expect(await get(`/v1/customers/${c}/balance`)).toMatchObject({ total: 60, used: 60, available: 0 });
     await noDrift();
   });
 });
