@@ -25,6 +25,7 @@ import { benchEnvSettings, createBenchRun } from '../lib/run.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { fmt, machineInfo, markdownTable, uptime, writeSection, type Cell } from '../lib/report.js';
 import { runScriptOnly, type ScriptOnlyResult } from './script-only.js';
+import { runSpentSources, spent_sources_headers, spentSourcesTable, type SpentSourcesResult } from './spent-sources.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const env = process.env;
@@ -42,13 +43,17 @@ const settings = {
   scriptOnlyMs: 3_000,
   scriptOnlyBatch: 100,
   scriptOnlyInFlight: 2,
+  /** Spent deposits of the customer with a history in the spent-sources scenario, and its timed deducts. */
+  spentSources: 50_000,
+  spentDeducts: 20_000,
+  spentBatch: 500,
   startTimeoutMs: 30_000,
   drainTimeoutMs: 30_000,
-  /** Hard stop for the whole run, setup and cleanup included (a normal run takes under 3 minutes). */
-  runTimeoutMs: 240_000,
+  /** Hard stop for the whole run, setup and cleanup included (a normal run takes under 4 minutes). */
+  runTimeoutMs: 330_000,
 };
 
-const targets = { deductRatio: 0.7, pairRatio: 0.35, halfRateP99Ms: 10 };
+const targets = { deductRatio: 0.7, pairRatio: 0.35, halfRateP99Ms: 10, spentScriptUs: 40 };
 
 const command = `${settings.redisPersistence === 'shared' ? '' : `BENCH_REDIS_PERSISTENCE=${settings.redisPersistence} `}npm run bench:ledger`;
 const run = createBenchRun({ logDirPrefix: 'svc-bench-', runTimeoutMs: settings.runTimeoutMs });
@@ -228,6 +233,16 @@ async function main(): Promise<void> {
   });
   console.log(`  ${fmt.int(scriptOnly.opsPerSecond)} ops/s, Redis ${scriptOnly.redisBusy.toFixed(2)} cores, ${scriptOnly.failures} failures`);
 
+  console.log(`spent sources: Redis CPU per deduct, 1 against ${settings.spentSources} spent deposits`);
+  const spentSources = await runSpentSources({
+    redis: rt.redis,
+    prefix: `${redisPrefix}ss:`,
+    spent: settings.spentSources,
+    deducts: settings.spentDeducts,
+    batchSize: settings.spentBatch,
+  });
+  for (const row of spentSources.rows) console.log(`  ${row.name}: ${row.scriptUs.toFixed(1)} us EVALSHA, ${row.redisCpuUs.toFixed(1)} us Redis CPU`);
+
   const drainStart = performance.now();
   const backlogAtEnd = await outboxBacklog(rt.redis, redisPrefix);
   await waitUntil('the outboxes to drain to PostgreSQL', async () => (await outboxBacklog(rt.redis, redisPrefix)) === 0, settings.drainTimeoutMs, worker);
@@ -245,6 +260,7 @@ async function main(): Promise<void> {
     halfAutocannon,
     halfRate,
     scriptOnly,
+    spentSources,
     backlogAfterDeduct,
     backlogAtEnd,
     drainS,
@@ -271,6 +287,7 @@ interface ReportInput {
   halfAutocannon: Measured;
   halfRate: number;
   scriptOnly: ScriptOnlyResult;
+  spentSources: SpentSourcesResult;
   backlogAfterDeduct: number;
   backlogAtEnd: number;
   drainS: number;
@@ -364,6 +381,13 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
       (settings.redisPersistence === 'always'
         ? 'with `appendfsync always` Redis also waits for its fsync, so more CPU would not buy more.'
         : `saturated, that is ~${fmt.int(r.scriptOnly.opsPerSecond / r.scriptOnly.redisBusy)} ops/s.`),
+    '',
+    `Redis CPU per deduct script against the customer's history (\`bench/ledger/spent-sources.ts\`: ${fmt.int(settings.spentDeducts)} pipelined deducts per row, ` +
+      `setup ${r.spentSources.setupS.toFixed(0)} s; target <= ${targets.spentScriptUs} us, the same for every row: ` +
+      `${verdict(r.spentSources.rows.every((row) => row.scriptUs <= targets.spentScriptUs))}):`,
+    '',
+    markdownTable(spent_sources_headers, spentSourcesTable(r.spentSources)),
+    '',
     `The autocannon overallRate run reports autocannon p99 ${r.halfAutocannon.load.correctedP99Ms} ms (corrected for coordinated omission).`,
     `Outbox entries waiting for PostgreSQL right after the deduct run: ${fmt.int(r.backlogAfterDeduct)}; ` +
       `after the last API run: ${fmt.int(r.backlogAtEnd)}, drained in ${r.drainS.toFixed(1)} s.`,

@@ -1,5 +1,5 @@
 /**
- * Redis's own limit for deducts: the deduct Lua script (lua/deduct-6.lua) called directly
+ * Redis's own limit for deducts: the deduct Lua script (lua/deduct-9.lua) called directly
  * with EVALSHA in pipelined batches, without HTTP, auth, validation or the transaction
  * index. The API cannot go faster than this on the same Redis.
  *

@@ -1,13 +1,16 @@
 -- Shared helpers for the per-customer scripts. Pulled in by the loader (src/redis/scripts.ts)
 -- where a script says `--@include customer`.
 --
--- Every customer script takes the same six KEYS, all hash-tagged {project:customer}:
+-- Every customer script takes the same nine KEYS, all hash-tagged {project:customer}:
 --   KEYS[1] meta    hash   customer fields and counters
---   KEYS[2] src     hash   source id -> JSON source
+--   KEYS[2] src     hash   sources, a few fields each (see "Sources" below)
 --   KEYS[3] tx      hash   transaction id -> JSON transaction
 --   KEYS[4] dep     hash   deposit idempotency key -> JSON {h, r}
 --   KEYS[5] ttl     zset   pending TTL freezes scored by due time (ms)
 --   KEYS[6] outbox  stream ledger entries waiting for PostgreSQL
+--   KEYS[7] live    zset   sources that may still give credits, in draw order
+--   KEYS[8] dead    zset   sources that can give nothing more, scored by when they died (ms)
+--   KEYS[9] spent   zset   dead sources still counted in wallet totals until they expire
 -- and starts ARGV with:
 --   ARGV[1] clock offset, ms (0 outside tests)
 --   ARGV[2] project id
@@ -18,6 +21,7 @@
 -- amount stored or returned is a string made by N() and read back with tonumber().
 
 local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K_live, K_dead, K_spent = KEYS[7], KEYS[8], KEYS[9]
 local clock_offset_ms = tonumber(ARGV[1])
 local project_id = ARGV[2]
 local customer_id = ARGV[3]
@@ -57,17 +61,54 @@ local function customer_exists()
   return redis.call('HEXISTS', K_meta, 'created_at') == 1
 end
 
--- A source as stored: {id, w, l, t, u, f, s, e, q}; amounts and times as strings.
-local function decode_source(raw)
-  local s = cjson.decode(raw)
+-- Sources. A script reads only the sources it draws from or settles, never all of them.
+--   src hash   <id>    the static fields, written once: JSON {w, l, t, s, e, q}, strings
+--                      (wallet, label, total, starts and expires in ms or '', creation seq)
+--              <id>:u  used, <id>:f frozen: integers changed with HINCRBY
+--              <id>:d  the meta `seq` when the source died: every ledger entry that moved
+--                      it has a seq at or below it (dead sources only)
+--   live zset  the sources that may still give credits (available > 0, frozen > 0, or not
+--              yet started), scored by expiry ms ('+inf' for none), member = creation seq
+--              on 15 digits .. ':' .. id: ZRANGE order is the draw order, soonest expiry
+--              first, none last, then oldest
+--   dead zset  id -> when it died (ms): spent or expired, nothing frozen. It can never
+--              give or take credits again, so no script reads it; archive_dead_sources
+--              deletes it once PostgreSQL holds its last entry.
+--   spent zset dead sources spent while active: they count in their wallet's totals
+--              (meta `wt:<wallet>` and `wu:<wallet>`) until they expire. Member
+--              `id|total|used|wallet`, scored by expiry ms (sources without expiry are
+--              not listed: they count for good).
+-- meta `src_total` is the sum of every source's total (the deposit cap), `src_archived`
+-- is '1' once a source was archived (the full customer view then reads PostgreSQL too).
+
+local function is_active(s, now)
+  return (s.s == nil or s.s <= now) and (s.e == nil or s.e > now)
+end
+
+-- Dead: nothing frozen, and nothing left to draw (spent) or no time left (expired).
+local function is_dead(s, now)
+  return s.f <= 0 and (s.u >= s.t or (s.e ~= nil and s.e <= now))
+end
+
+local function live_member(s)
+  return string.format('%015.0f', s.q) .. ':' .. s.id
+end
+
+local function live_score(s)
+  return (s.e and N(s.e)) or '+inf'
+end
+
+local function source_from(id, static, used, frozen)
+  local st = cjson.decode(static)
   return {
-    id = s.id, w = s.w, l = s.l, q = tonumber(s.q),
-    t = tonumber(s.t), u = tonumber(s.u), f = tonumber(s.f),
-    s = (s.s ~= '' and tonumber(s.s)) or nil,
-    e = (s.e ~= '' and tonumber(s.e)) or nil,
+    id = id, w = st.w, l = st.l, q = tonumber(st.q), t = tonumber(st.t),
+    u = tonumber(used) or 0, f = tonumber(frozen) or 0,
+    s = (st.s ~= '' and tonumber(st.s)) or nil,
+    e = (st.e ~= '' and tonumber(st.e)) or nil,
   }
 end
 
+-- The whole source in one JSON (the deposit entry's `x.source`, the view's listing).
 local function encode_source(s)
   return cjson.encode({
     id = s.id, w = s.w, l = s.l, q = N(s.q),
@@ -76,24 +117,129 @@ local function encode_source(s)
   })
 end
 
-local function load_source(id)
-  local raw = redis.call('HGET', K_src, id)
-  if not raw then return nil end
-  return decode_source(raw)
+-- Sources by id, in one HMGET: a list in the same order, false where one is missing.
+local function load_sources(ids)
+  local fields = {}
+  for _, id in ipairs(ids) do
+    fields[#fields + 1] = id
+    fields[#fields + 1] = id .. ':u'
+    fields[#fields + 1] = id .. ':f'
+  end
+  local out = {}
+  if #ids == 0 then return out end
+  local r = redis.call('HMGET', K_src, unpack(fields))
+  for i, id in ipairs(ids) do
+    local static = r[3 * i - 2]
+    out[i] = (static and source_from(id, static, r[3 * i - 1], r[3 * i])) or false
+  end
+  return out
 end
 
-local function save_source(s)
-  redis.call('HSET', K_src, s.id, encode_source(s))
+local function create_source(s)
+  redis.call('HSET', K_src, s.id, cjson.encode({
+    w = s.w, l = s.l, q = N(s.q), t = N(s.t), s = (s.s and N(s.s)) or '', e = (s.e and N(s.e)) or '',
+  }), s.id .. ':u', N(s.u), s.id .. ':f', N(s.f))
+  redis.call('ZADD', K_live, live_score(s), live_member(s))
+  redis.call('HINCRBY', K_meta, 'src_total', N(s.t))
+  -- Registers the wallet: the balance lists it even once all its sources are archived.
+  redis.call('HSETNX', K_meta, 'wt:' .. s.w, '0')
+  redis.call('HSETNX', K_meta, 'wu:' .. s.w, '0')
+end
+
+-- Sources whose used or frozen this script changed: settle_sources looks at them once
+-- the script's entries are written.
+local touched = {}
+
+local function add_used(s, delta)
+  touched[s.id] = s
+  if delta == 0 then return end
+  s.u = s.u + delta
+  redis.call('HINCRBY', K_src, s.id .. ':u', N(delta))
+end
+
+local function add_frozen(s, delta)
+  touched[s.id] = s
+  if delta == 0 then return end
+  s.f = s.f + delta
+  redis.call('HINCRBY', K_src, s.id .. ':f', N(delta))
+end
+
+-- Moves a dead source from live to dead, recording the meta seq: called after the
+-- script wrote the entries that moved it, so its last entry is at or below that seq. A
+-- source spent while active goes on counting in its wallet's totals.
+local function retire(s, now)
+  if redis.call('ZREM', K_live, live_member(s)) == 0 then return end
+  redis.call('ZADD', K_dead, N(now), s.id)
+  redis.call('HSET', K_src, s.id .. ':d', redis.call('HGET', K_meta, 'seq') or '0')
+  if is_active(s, now) then
+    redis.call('HINCRBY', K_meta, 'wt:' .. s.w, N(s.t))
+    redis.call('HINCRBY', K_meta, 'wu:' .. s.w, N(s.u))
+    if s.e then redis.call('ZADD', K_spent, N(s.e), s.id .. '|' .. N(s.t) .. '|' .. N(s.u) .. '|' .. s.w) end
+  end
+end
+
+-- Retires the touched sources that are dead now. Every script that changes sources calls
+-- it after writing its entries (expire_due after the TTL entries).
+local function settle_sources(now)
+  for _, s in pairs(touched) do
+    if is_dead(s, now) then retire(s, now) end
+  end
+  touched = {}
+end
+
+-- Spent sources that expired by now leave their wallet's totals. Scripts that read the
+-- totals (view, deposit) call it first.
+local function expire_spent(now)
+  local due = redis.call('ZRANGEBYSCORE', K_spent, '-inf', N(now))
+  if #due == 0 then return end
+  for _, m in ipairs(due) do
+    local t, u, w = string.match(m, '^[^|]*|(%d+)|(%d+)|(.*)$')
+    redis.call('HINCRBY', K_meta, 'wt:' .. w, '-' .. t)
+    redis.call('HINCRBY', K_meta, 'wu:' .. w, '-' .. u)
+  end
+  redis.call('ZREMRANGEBYSCORE', K_spent, '-inf', N(now))
+end
+
+local live_batch_max = 16
+
+-- Calls visit(source) for each live source in draw order until it returns true. Reads the
+-- sources in batches of 1, 2, 4 ... live_batch_max (one ZRANGE and one HMGET each): a draw
+-- that the first source covers loads only that one. A member whose source is missing (a
+-- state only corruption makes) is skipped, for reconcile to report.
+local function walk_live(visit)
+  local from = 0
+  local batch = 1
+  while true do
+    local members = redis.call('ZRANGE', K_live, from, from + batch - 1)
+    local ids = {}
+    for i, m in ipairs(members) do ids[i] = string.match(m, '^%d+:(.*)$') end
+    for _, s in ipairs(load_sources(ids)) do
+      if s and visit(s) then return end
+    end
+    if #members < batch then return end
+    from = from + batch
+    batch = math.min(batch * 2, live_batch_max)
+  end
+end
+
+-- Credits of `wallet` available now: active live sources, less what is used and frozen.
+local function wallet_available(wallet, now)
+  local available = 0
+  walk_live(function(s)
+    if s.w == wallet and is_active(s, now) then available = available + (s.t - s.u - s.f) end
+  end)
+  return available
 end
 
 -- The sources of a transaction's holds, in hold order, or nil when one is missing (a state
 -- only corruption can make). Scripts load them all before changing any: a script that
 -- failed halfway would keep its first writes.
 local function load_hold_sources(holds)
-  local sources = {}
-  for i, h in ipairs(holds) do
-    sources[i] = load_source(h.account_id)
-    if sources[i] == nil then return nil end
+  local ids = {}
+  for i, h in ipairs(holds) do ids[i] = h.account_id end
+  local sources = load_sources(ids)
+  for i = 1, #ids do
+    if not sources[i] then return nil end
   end
   return sources
 end
@@ -109,9 +255,8 @@ local function consume_holds(holds, sources, amount)
     local s = sources[i]
     local held = tonumber(h.amount)
     local take = math.min(left, held)
-    s.f = s.f - held
-    s.u = s.u + take
-    save_source(s)
+    add_frozen(s, -held)
+    add_used(s, take)
     left = left - take
     if take > 0 then table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = N(take) }) end
   end
@@ -123,26 +268,40 @@ end
 local function release_holds(holds, sources)
   local details = {}
   for i, h in ipairs(holds) do
-    local s = sources[i]
-    s.f = s.f - tonumber(h.amount)
-    save_source(s)
+    add_frozen(sources[i], -tonumber(h.amount))
     table.insert(details, { account_id = h.account_id, credit_type = h.credit_type, amount = h.amount })
   end
   return details
 end
 
-local function is_active(s, now)
-  return (s.s == nil or s.s <= now) and (s.e == nil or s.e > now)
-end
-
--- Credits of `wallet` available now: active sources, less what is used and frozen.
-local function wallet_available(wallet, now)
-  local available = 0
-  for _, r in ipairs(redis.call('HVALS', K_src)) do
-    local s = decode_source(r)
-    if s.w == wallet and is_active(s, now) then available = available + (s.t - s.u - s.f) end
+-- Deletes up to `count_max` dead sources that died before `horizon_ms` and whose last
+-- ledger entry PostgreSQL holds: the outbox is empty, or its oldest entry has a higher
+-- seq than the one recorded at death (the persist loop deletes entries in seq order once
+-- they are committed). Returns how many it deleted. Their state stays in PostgreSQL: the
+-- sources table and the entries (the full customer view reads them from there).
+local function archive_dead_sources(horizon_ms, count_max)
+  local ids = redis.call('ZRANGEBYSCORE', K_dead, '-inf', '(' .. N(horizon_ms), 'LIMIT', 0, count_max)
+  if #ids == 0 then return 0 end
+  local oldest = nil
+  local first = redis.call('XRANGE', K_outbox, '-', '+', 'COUNT', 1)[1]
+  if first then
+    local fields = first[2]
+    for i = 1, #fields, 2 do
+      if fields[i] == 'seq' then oldest = tonumber(fields[i + 1]) end
+      if fields[i] == 'e' and oldest == nil then oldest = tonumber(cjson.decode(fields[i + 1]).seq) end
+    end
   end
-  return available
+  local archived = 0
+  for _, id in ipairs(ids) do
+    local died_seq = tonumber(redis.call('HGET', K_src, id .. ':d') or '0')
+    -- Sources die in seq order: the first one still waiting for the outbox stops the pass.
+    if oldest ~= nil and died_seq >= oldest then break end
+    redis.call('HDEL', K_src, id, id .. ':u', id .. ':f', id .. ':d')
+    redis.call('ZREM', K_dead, id)
+    archived = archived + 1
+  end
+  if archived > 0 then redis.call('HSET', K_meta, 'src_archived', '1') end
+  return archived
 end
 
 local function next_seq()
@@ -254,47 +413,40 @@ local function expire_due(now)
     end
     if settled then redis.call('ZREM', K_ttl, txid) end
   end
+  settle_sources(now)
   return auto_consumed
 end
 
 -- Picks the funds for `amount` from eligible sources: active now, in the wallet filter
 -- (a set, or nil for all wallets), available > 0; soonest expiry first (none last), then
--- oldest. Returns the list of {source, take} or nil and an error status.
+-- oldest: the order of the live set, walked from the front until the amount is covered.
+-- Only a draw that fails walks all of it, for the totals its error depends on. Expired
+-- sources with nothing frozen that it passes move to dead. Returns the list of
+-- {source, take} or nil and an error status.
 local function draw(amount, filter, now)
-  local eligible = {}
+  local picks = {}
+  local expired = {}
   local available_all = 0
-  local available_selected = 0
-  local raw = redis.call('HVALS', K_src)
-  for _, r in ipairs(raw) do
-    local s = decode_source(r)
-    local avail = s.t - s.u - s.f
-    if avail > 0 and is_active(s, now) then
-      available_all = available_all + avail
-      if filter == nil or filter[s.w] then
-        available_selected = available_selected + avail
-        table.insert(eligible, s)
-      end
+  local left = amount
+  walk_live(function(s)
+    if s.e ~= nil and s.e <= now then
+      if s.f <= 0 then table.insert(expired, s) end
+      return false
     end
-  end
-  if available_selected < amount then
+    local avail = s.t - s.u - s.f
+    if avail <= 0 or not is_active(s, now) then return false end
+    available_all = available_all + avail
+    if filter == nil or filter[s.w] then
+      local take = math.min(left, avail)
+      table.insert(picks, { source = s, take = take })
+      left = left - take
+    end
+    return left <= 0
+  end)
+  for _, s in ipairs(expired) do retire(s, now) end
+  if left > 0 then
     if filter ~= nil and available_all >= amount then return nil, E_INSUFFICIENT_SELECTED end
     return nil, E_INSUFFICIENT
-  end
-  table.sort(eligible, function(a, b)
-    if a.e ~= b.e then
-      if a.e == nil then return false end
-      if b.e == nil then return true end
-      return a.e < b.e
-    end
-    return a.q < b.q
-  end)
-  local picks = {}
-  local left = amount
-  for _, s in ipairs(eligible) do
-    if left <= 0 then break end
-    local take = math.min(left, s.t - s.u - s.f)
-    table.insert(picks, { source = s, take = take })
-    left = left - take
   end
   return picks, OK
 end

@@ -12,7 +12,7 @@ import { onlyQuery, parseWith } from '../http/validate.js';
 import { isLedgerEntry, outboxEntryToPublic, type LedgerEntry } from '../ledger/entries.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import type { LedgerQueries } from '../ledger/queries.js';
-import { isActive, type CustomerView, type LedgerService } from '../ledger/service.js';
+import { isActive, type CustomerView, type LedgerService, type SourceState } from '../ledger/service.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -24,22 +24,26 @@ interface Amounts {
   available: number;
 }
 
-/** Wallet sums count sources active now; every source is listed with its own numbers. */
-export function walletsOf(view: CustomerView) {
+/**
+ * Wallet sums over the sources active now, as the view script made them (dead sources
+ * count through counters, so the sums never read them); every source is listed with its
+ * own numbers when the view has the listing.
+ */
+export function walletsOf(view: CustomerView, sources: SourceState[] = view.sources) {
   const wallets: Record<string, Amounts & { sources: Record<string, unknown>[] }> = {};
   const totals: Amounts = { total: 0, used: 0, frozen: 0, available: 0 };
-  for (const s of view.sources) {
+  // Wallets by name: the sums come from a JSON object whose key order means nothing.
+  for (const [name, s] of Object.entries(view.wallets).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    const available = s.total - s.used - s.frozen;
+    wallets[name] = { total: s.total, used: s.used, frozen: s.frozen, available, sources: [] };
+    totals.total += s.total;
+    totals.used += s.used;
+    totals.frozen += s.frozen;
+    totals.available += available;
+  }
+  for (const s of sources) {
     const w = (wallets[s.wallet] ??= { total: 0, used: 0, frozen: 0, available: 0, sources: [] });
     const active = isActive(s, view.nowMs);
-    const available = s.total - s.used - s.frozen;
-    if (active) {
-      for (const a of [w, totals]) {
-        a.total += s.total;
-        a.used += s.used;
-        a.frozen += s.frozen;
-        a.available += available;
-      }
-    }
     w.sources.push({
       account_id: s.id,
       source: s.label,
@@ -47,7 +51,7 @@ export function walletsOf(view: CustomerView) {
       total: s.total,
       used: s.used,
       frozen: s.frozen,
-      available: active ? available : 0,
+      available: active ? s.total - s.used - s.frozen : 0,
       active,
       starts_at: s.startsAtMs === null ? null : new Date(s.startsAtMs).toISOString(),
       expires_at: s.expiresAtMs === null ? null : new Date(s.expiresAtMs).toISOString(),
@@ -89,17 +93,27 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
     return id;
   }
 
-  async function viewOr404(res: Response, id: string): Promise<CustomerView> {
-    const view = await ledger.view(authOf(res).scope, customerParam(res, id));
+  async function viewOr404(res: Response, id: string, listing = false): Promise<CustomerView> {
+    const view = await ledger.view(authOf(res).scope, customerParam(res, id), listing);
     if (!view) throw new ApiError('customer_not_found');
     return view;
+  }
+
+  /**
+   * Every source of the customer: those Redis holds, and the archived ones from
+   * PostgreSQL (only asked when some were archived).
+   */
+  async function allSources(res: Response, id: string, view: CustomerView): Promise<SourceState[]> {
+    if (!view.archived) return view.sources;
+    const archived = await queries.archivedSources(authOf(res).scope.projectId, id, view.sources.map((s) => s.id), view.srcSeq);
+    return [...view.sources, ...archived].sort((a, b) => a.seq - b.seq);
   }
 
   r.get('/v1/customers/:customer_id', readers, async (req, res) => {
     onlyQuery(req);
     const id = String(req.params.customer_id);
-    const view = await viewOr404(res, id);
-    const { wallets } = walletsOf(view);
+    const view = await viewOr404(res, id, true);
+    const { wallets } = walletsOf(view, await allSources(res, id, view));
     res.json({
       id,
       name: view.profile.name,

@@ -1,9 +1,9 @@
 /**
  * One gateway call, end to end: resolve customer and model, count the plan operation,
- * hold an upper bound of the cost (lua/gateway_hold-6.lua), relay to the upstream (as a
+ * hold an upper bound of the cost (lua/gateway_hold-9.lua), relay to the upstream (as a
  * whole or as a stream), settle the exact cost from the upstream's usage
- * (lua/gateway_settle-6.lua) or release the hold when nothing is billed
- * (lua/gateway_release-6.lua). The usage record and receipt travel with the settlement's
+ * (lua/gateway_settle-9.lua) or release the hold when nothing is billed
+ * (lua/gateway_release-9.lua). The usage record and receipt travel with the settlement's
  * outbox entry to the workers.
  */
 import type { Request, Response } from 'express';
@@ -327,7 +327,7 @@ export class GatewayService {
   }
 
   /**
-   * Charges the call (lua/gateway_settle-6.lua): its cost from the hold, and what the hold
+   * Charges the call (lua/gateway_settle-9.lua): its cost from the hold, and what the hold
    * does not cover from the wallet's available credits as far as they go. A settlement
    * whose reply was lost is sent again: the script answers a settled call with its stored
    * result, so the call is charged once. When no try is answered, the call fails (outcome

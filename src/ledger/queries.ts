@@ -2,6 +2,7 @@
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry, type OutboxEntry } from './entries.js';
+import type { SourceState } from './sources.js';
 
 const entryRow = z.object({
   id: z.string(),
@@ -17,6 +18,17 @@ const entryRow = z.object({
   business_type: z.string().nullable(),
   description: z.string().nullable(),
   created_at: z.number(),
+});
+
+const archivedSourceRow = z.object({
+  id: z.string(),
+  wallet: z.string(),
+  label: z.string(),
+  amount: z.number(),
+  seq: z.number(),
+  starts_at: z.number().nullable(),
+  expires_at: z.number().nullable(),
+  used: z.number(),
 });
 
 export interface EntryFilter {
@@ -40,6 +52,31 @@ export function createLedgerQueries(pool: DatabasePool) {
         ORDER BY seq DESC
         LIMIT ${f.limit}`);
       return rows.map((r) => ({ ...r, details: toDetails(r.details), created_at: new Date(r.created_at).toISOString() }));
+    },
+
+    /**
+     * The sources of a customer that Redis no longer holds (archived: dead, so nothing is
+     * frozen and nothing changes them any more), with `used` summed from the entries that
+     * drew from them. `excluded` are the sources Redis answered with, `srcSeqMax` the
+     * newest source it knew of (a source created after its answer is not archived).
+     */
+    async archivedSources(projectId: string, customerId: string, excluded: string[], srcSeqMax: number): Promise<SourceState[]> {
+      const rows = await pool.any(sql.type(archivedSourceRow)`
+        WITH used AS (
+          SELECT d->>'account_id' AS id, sum((d->>'amount')::bigint) AS used
+          FROM ledger_entries e
+          CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(e.details) = 'array' THEN e.details ELSE '[]'::jsonb END) d
+          WHERE e.project_id = ${projectId} AND e.customer_id = ${customerId} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY')
+          GROUP BY 1)
+        SELECT s.id, s.wallet, s.label, s.amount, s.seq, s.starts_at, s.expires_at, COALESCE(u.used, 0)::bigint AS used
+        FROM sources s LEFT JOIN used u ON u.id = s.id
+        WHERE s.project_id = ${projectId} AND s.customer_id = ${customerId} AND s.seq <= ${srcSeqMax}
+          AND NOT (s.id = ANY(${sql.array(excluded, 'text')}))
+        ORDER BY s.seq`);
+      return rows.map((r) => ({
+        id: r.id, wallet: r.wallet, label: r.label, seq: r.seq, total: r.amount, used: r.used, frozen: 0,
+        startsAtMs: r.starts_at, expiresAtMs: r.expires_at,
+      }));
     },
 
     /**

@@ -13,6 +13,7 @@ import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
+import { decodeSource, type SourceState } from './sources.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -104,7 +105,7 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
  * the way are counted in reply[3]): nothing for the workers to persist.
  */
-const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire']);
+const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire', 'trim_sources']);
 
 export function requestHash(parts: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
@@ -331,51 +332,52 @@ export class LedgerService {
     return reply[2];
   }
 
-  /** The customer's profile and sources, after settling due TTLs; null when absent. */
-  async view(scope: ProjectScope, customerId: string): Promise<CustomerView | null> {
-    const reply = await this.run('view', scope, customerId, []);
+  /**
+   * Archives up to `countMax` of the customer's dead sources that died more than
+   * `retentionMs` ago and whose last entry PostgreSQL holds (lua/trim_sources-9.lua).
+   * Returns how many left Redis.
+   */
+  async trimSources(scope: ProjectScope, customerId: string, retentionMs: number, countMax: number): Promise<number> {
+    const reply = await this.run('trim_sources', scope, customerId, [retentionMs, countMax]);
+    return Number(reply[4]);
+  }
+
+  /**
+   * The customer's profile and balances, after settling due TTLs; null when absent.
+   * `listing` adds the sources Redis holds (live, and dead ones not archived yet).
+   */
+  async view(scope: ProjectScope, customerId: string, listing = false): Promise<CustomerView | null> {
+    const reply = await this.run('view', scope, customerId, [listing ? '1' : '0']);
     if (reply[0] === ScriptStatus.CustomerNotFound) return null;
     const profile = JSON.parse(reply[1]) as { created_at: string; name: string | null; email: string | null; metadata: string | null };
     const nowMs = Number(reply[4]);
-    const sources = (reply[5] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
-    return { profile, nowMs, sources, autoConsumed: reply[2] };
+    const sums = JSON.parse(reply[5] as string) as Record<string, { t: string; u: string; f: string }>;
+    const wallets: Record<string, WalletSums> = {};
+    for (const [name, a] of Object.entries(sums)) wallets[name] = { total: Number(a.t), used: Number(a.u), frozen: Number(a.f) };
+    const sources = (reply[6] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
+    return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
   }
 }
 
-export interface SourceState {
-  id: string;
-  wallet: string;
-  label: string;
-  seq: number;
+/** A wallet's sums over the sources active now. */
+export interface WalletSums {
   total: number;
   used: number;
   frozen: number;
-  startsAtMs: number | null;
-  expiresAtMs: number | null;
 }
 
 export interface CustomerView {
   profile: { created_at: string; name: string | null; email: string | null; metadata: string | null };
   nowMs: number;
+  /** Every wallet the customer ever had, with its sums over the sources active now. */
+  wallets: Record<string, WalletSums>;
+  /** The sources Redis holds, by creation order (only with `listing`). */
   sources: SourceState[];
+  /** The creation seq of the customer's newest source. */
+  srcSeq: number;
+  /** Some sources were archived: PostgreSQL alone holds them. */
+  archived: boolean;
   autoConsumed: number;
 }
 
-export function decodeSource(raw: string): SourceState {
-  const s = JSON.parse(raw) as Record<string, string>;
-  return {
-    id: s.id,
-    wallet: s.w,
-    label: s.l,
-    seq: Number(s.q),
-    total: Number(s.t),
-    used: Number(s.u),
-    frozen: Number(s.f),
-    startsAtMs: s.s === '' ? null : Number(s.s),
-    expiresAtMs: s.e === '' ? null : Number(s.e),
-  };
-}
-
-export function isActive(s: SourceState, nowMs: number): boolean {
-  return (s.startsAtMs === null || s.startsAtMs <= nowMs) && (s.expiresAtMs === null || s.expiresAtMs > nowMs);
-}
+export { decodeSource, isActive, type SourceState } from './sources.js';

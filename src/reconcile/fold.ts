@@ -1,7 +1,7 @@
 /**
  * Folds a customer's ledger entries, as PostgreSQL holds them, into the Redis state the
  * Lua scripts would hold after writing those entries (lua/includes/customer.lua and
- * lua/<op>-6.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
+ * lua/<op>-9.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
  * compares its output with Redis and writes it back with --repair. Gateway calls leave
  * state the ledger does not carry; withRedisOnlyState() says which and takes it from Redis.
  *
@@ -10,6 +10,9 @@
  * meaning has to match, and comparable() below compares by meaning.
  */
 import { isDeepStrictEqual } from 'node:util';
+import { encodeSource, type StoredSource } from '../ledger/sources.js';
+
+export { encodeSource, type StoredSource };
 
 export type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
 
@@ -39,19 +42,6 @@ export interface CustomerRow {
   created_at: number;
 }
 
-/** A source as stored in the src hash: every field a string, '' for no start or expiry. */
-export interface StoredSource {
-  id: string;
-  w: string;
-  l: string;
-  q: string;
-  t: string;
-  u: string;
-  f: string;
-  s: string;
-  e: string;
-}
-
 interface Hold {
   account_id: string;
   credit_type: string;
@@ -59,7 +49,7 @@ interface Hold {
 }
 
 /**
- * A transaction as stored in the tx hash (deduct-6.lua, freeze-6.lua, gateway_hold-6.lua
+ * A transaction as stored in the tx hash (deduct-9.lua, freeze-9.lua, gateway_hold-9.lua
  * and the settlements).
  */
 export interface StoredTransaction {
@@ -82,7 +72,10 @@ export interface StoredTransaction {
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
 export interface FoldedCustomer {
   meta: Record<string, string>;
+  /** Source id -> the whole source (encodeSource); src/ledger/sources.ts lays it out in Redis. */
   src: Record<string, string>;
+  /** Source id -> the seq of the last entry that moved it. */
+  srcLastSeq: Record<string, number>;
   tx: Record<string, string>;
   dep: Record<string, string>;
   /** Pending TTL freezes: transaction id -> due time (ms). */
@@ -135,9 +128,11 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   let seq = 0;
   let srcSeq = 0;
 
+  const srcLastSeq: Record<string, number> = {};
   const source = (e: EntryRow, id: string): StoredSource => {
     const s = sources.get(id);
     if (!s) throw new FoldError(`${e.type} entry seq ${e.seq} names unknown source ${id}`);
+    srcLastSeq[id] = e.seq;
     return s;
   };
   const add = (s: StoredSource, field: 'u' | 'f', delta: number) => {
@@ -171,6 +166,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
       case 'DEPOSIT': {
         const s = JSON.parse(needString(e, 'source')) as StoredSource;
         sources.set(s.id, s);
+        srcLastSeq[s.id] = e.seq;
         srcSeq = Math.max(srcSeq, Number(s.q));
         const ik = e.extra?.ik;
         if (typeof ik === 'string' && dep[ik] !== undefined && lenient(e)) {
@@ -220,7 +216,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
           tx.ca = tx.a;
           tx.by = 'ttl';
         } else {
-          // consume-6.lua: the holds are used in the order they were drawn; the rest returns.
+          // consume-9.lua: the holds are used in the order they were drawn; the rest returns.
           let left = e.amount;
           for (const h of tx.holds ?? []) {
             const s = source(e, h.account_id);
@@ -251,7 +247,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         break;
       }
       case 'GATEWAY': {
-        // gateway_settle-6.lua: the hold (never in the ledger) is gone and the cost is used.
+        // gateway_settle-9.lua: the hold (never in the ledger) is gone and the cost is used.
         for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
         const reserved = (e.result as { reserved?: unknown } | null)?.reserved;
         if (typeof reserved !== 'string') throw new FoldError(`GATEWAY entry seq ${e.seq} lacks result.reserved`);
@@ -278,13 +274,13 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   }
   const tx: Record<string, string> = {};
   for (const [id, t] of txs) tx[id] = JSON.stringify(t);
-  return { meta, src, tx, dep, ttl };
+  return { meta, src, srcLastSeq, tx, dep, ttl };
 }
 
 /**
  * Adds to a fold the state Redis holds by design and PostgreSQL never sees, taken from
  * the customer's current Redis keys:
- * - gateway holds of calls in flight (gateway_hold-6.lua writes no entry), with their
+ * - gateway holds of calls in flight (gateway_hold-9.lua writes no entry), with their
  *   frozen credits and TTL;
  * - records of gateway calls released unbilled (their USAGE entries become usage records,
  *   not ledger entries);
@@ -294,7 +290,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
  * A settled call that cost something is not carried: the ledger must hold it.
  */
 export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record<string, string>; tx: Record<string, string> }): FoldedCustomer {
-  const out: FoldedCustomer = { meta: { ...folded.meta }, src: { ...folded.src }, tx: { ...folded.tx }, dep: folded.dep, ttl: { ...folded.ttl } };
+  const out: FoldedCustomer = { meta: { ...folded.meta }, src: { ...folded.src }, srcLastSeq: folded.srcLastSeq, tx: { ...folded.tx }, dep: folded.dep, ttl: { ...folded.ttl } };
   const redisSeq = Number(redis.meta.seq ?? 0);
   if (Number.isSafeInteger(redisSeq) && redisSeq > Number(out.meta.seq ?? 0)) out.meta.seq = str(redisSeq);
   for (const [id, raw] of Object.entries(redis.tx)) {
@@ -325,11 +321,6 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
     if (tx.ttla !== undefined) out.ttl[id] = Number(tx.ttla);
   }
   return out;
-}
-
-/** encode_source in lua/includes/customer.lua: every field a string. */
-export function encodeSource(s: StoredSource): string {
-  return JSON.stringify({ id: s.id, w: s.w, l: s.l, q: s.q, t: s.t, u: s.u, f: s.f, s: s.s, e: s.e });
 }
 
 /**

@@ -28,6 +28,7 @@ import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, typ
 import { queueExpiry } from '../ledger/expiry.js';
 import type { Runtime } from '../runtime.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
+import { effectiveCounters, sourceLayout, sourcesOfHash, toSourceState, type SourceLayout, type StoredSource } from '../ledger/sources.js';
 
 /** Redis hash: customer key base -> JSON list of the anomalies its last repair found (/health counts them). */
 export const anomaliesKey = (prefix: string) => `${prefix}ledger:anomalies`;
@@ -129,7 +130,12 @@ type IdentifiedEntry = EntryRow & { id: string };
 
 interface Snapshot {
   meta: Record<string, string>;
+  /** The src hash as stored (src/ledger/sources.ts). */
   src: Record<string, string>;
+  /** Zset member -> score, as Redis answers them (scores as strings, 'inf' for none). */
+  live: Record<string, string>;
+  dead: Record<string, string>;
+  spent: Record<string, string>;
   tx: Record<string, string>;
   dep: Record<string, string>;
   ttl: Record<string, number>;
@@ -139,18 +145,32 @@ interface Snapshot {
   outboxIds: string[];
 }
 
+function zsetOf(flat: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i < flat.length; i += 2) out[flat[i]] = flat[i + 1];
+  return out;
+}
+
 async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
-  const replies = await conn.pipeline().hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+').exec();
+  const replies = await conn
+    .pipeline()
+    .hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+')
+    .zrange(k.live, 0, -1, 'WITHSCORES').zrange(k.dead, 0, -1, 'WITHSCORES').zrange(k.spent, 0, -1, 'WITHSCORES')
+    .exec();
   const values = (replies ?? []).map(([err, v]) => {
     if (err) throw err;
     return v;
   });
-  const [meta, src, tx, dep, ttlFlat, stream] = values as [
+  const [meta, src, tx, dep, ttlFlat, stream, live, dead, spent] = values as [
     Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
+    string[], string[], string[],
   ];
   const ttl: Record<string, number> = {};
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
-  return { meta, src, tx, dep, ttl, outbox: stream.map(([, fields]) => parseOutboxEntry(fields[1])), outboxIds: stream.map(([id]) => id) };
+  return {
+    meta, src, tx, dep, ttl, live: zsetOf(live), dead: zsetOf(dead), spent: zsetOf(spent),
+    outbox: stream.map(([, fields]) => parseOutboxEntry(fields[1])), outboxIds: stream.map(([id]) => id),
+  };
 }
 
 /** An outbox entry as the ledger row it becomes (outboxEntryToPublic and insertEntries). */
@@ -196,7 +216,7 @@ function ledgerAsOfSnapshot(row: CustomerRow | null, stored: IdentifiedEntry[], 
 }
 
 function isEmpty(s: Snapshot): boolean {
-  return [s.meta, s.src, s.tx, s.dep, s.ttl].every((h) => Object.keys(h).length === 0);
+  return [s.meta, s.src, s.tx, s.dep, s.ttl, s.live, s.dead, s.spent].every((h) => Object.keys(h).length === 0);
 }
 
 const meta_fields = ['created_at', 'name', 'email', 'metadata', 'seq', 'src_seq'] as const;
@@ -237,7 +257,89 @@ function compareJsonHash(
   }
 }
 
-function compare(ids: { projectId: string; customerId: string }, snap: Snapshot, expected: FoldedCustomer | null): DriftItem[] {
+/**
+ * The expected Redis state of a customer's sources: the fold laid out as the scripts keep
+ * it at `nowMs` (src/ledger/sources.ts). A dead source that Redis no longer holds and
+ * whose entries PostgreSQL has is archived, not drift.
+ */
+function layoutOf(expected: FoldedCustomer, snap: Snapshot, nowMs: number, persistedSeq: number): SourceLayout {
+  const present = new Set<string>();
+  const died: Record<string, string> = {};
+  for (const [id, { source, died: d }] of sourcesOfHash(snap.src)) {
+    if (source.w !== undefined) present.add(id);
+    if (d !== null) died[id] = d;
+  }
+  const deadAt: Record<string, number> = {};
+  for (const [id, at] of Object.entries(snap.dead)) deadAt[id] = Number(at);
+  const sources = Object.values(expected.src).map((raw) => JSON.parse(raw) as StoredSource);
+  return sourceLayout(sources, expected.srcLastSeq, nowMs, persistedSeq, { present, deadAt, died, archived: snap.meta.src_archived === '1' });
+}
+
+/** The sources of a src hash (or of a layout's src fields) as whole sources, by id. */
+function wholeSources(hash: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [id, { source }] of sourcesOfHash(hash)) out[id] = JSON.stringify(source);
+  return out;
+}
+
+function compareSources(base: { project_id: string; customer_id: string }, snap: Snapshot, expected: FoldedCustomer, layout: SourceLayout, nowMs: number): DriftItem[] {
+  const drift: DriftItem[] = [];
+  compareJsonHash(wholeSources(snap.src), wholeSources(layout.src), JSON.parse, (id, f, r, e) => {
+    if (f === null) drift.push({ ...base, field: 'source', source: id, redis: r, expected: e });
+    else drift.push({ ...base, field: `source.${source_fields[f] ?? f}`, source: id, redis: sourceValue(f, r), expected: sourceValue(f, e) });
+  });
+  // The live set: every source that can still give credits, under its draw-order member.
+  // A source that expired with nothing frozen may wait there until a draw passes it.
+  const expiredSince = (member: string) => {
+    const id = member.slice(member.indexOf(':') + 1);
+    const raw = expected.src[id];
+    if (raw === undefined) return false;
+    const s = toSourceState(JSON.parse(raw) as StoredSource);
+    return s.frozen <= 0 && s.expiresAtMs !== null && s.expiresAtMs <= nowMs;
+  };
+  for (const m of new Set([...Object.keys(snap.live), ...Object.keys(layout.live)])) {
+    const r = snap.live[m] ?? null;
+    const e = layout.live[m] ?? null;
+    if (r === e || (e === null && expiredSince(m))) continue;
+    drift.push({ ...base, field: 'source.live', source: m.slice(m.indexOf(':') + 1), redis: r, expected: e });
+  }
+  for (const id of Object.keys(layout.dead)) {
+    const lazily = expiredSince(`0:${id}`) && Object.keys(snap.live).some((m) => m.endsWith(`:${id}`));
+    if (snap.dead[id] === undefined && !lazily) drift.push({ ...base, field: 'source.dead', source: id, redis: null, expected: 'dead' });
+  }
+  for (const id of Object.keys(snap.dead)) {
+    if (layout.dead[id] === undefined) drift.push({ ...base, field: 'source.dead', source: id, redis: 'dead', expected: null });
+  }
+  // Spent sources still counted in their wallet's totals; those expired by now are taken
+  // out of the counters lazily, so both sides are compared as of now.
+  const spent: Record<string, number> = {};
+  for (const [m, at] of Object.entries(snap.spent)) spent[m] = Number(at);
+  for (const m of new Set([...Object.keys(spent), ...Object.keys(layout.spent)])) {
+    const r = spent[m] !== undefined && spent[m] > nowMs ? spent[m] : null;
+    const e = layout.spent[m] ?? null;
+    if (r !== e) drift.push({ ...base, field: 'source.spent', source: m.split('|')[0], redis: r, expected: e });
+  }
+  const counters = effectiveCounters(snap.meta, spent, nowMs);
+  for (const f of new Set([...Object.keys(counters), ...Object.keys(layout.meta).filter((k) => /^w[tu]:/.test(k))])) {
+    const r = counters[f] ?? null;
+    const e = layout.meta[f] === undefined ? null : Number(layout.meta[f]);
+    if (r !== e) drift.push({ ...base, field: `meta.${f}`, redis: r, expected: e });
+  }
+  for (const f of ['src_total', 'src_archived']) {
+    const r = snap.meta[f] ?? null;
+    const e = layout.meta[f] ?? null;
+    if (r !== e) drift.push({ ...base, field: `meta.${f}`, redis: r, expected: e });
+  }
+  return drift;
+}
+
+function compare(
+  ids: { projectId: string; customerId: string },
+  snap: Snapshot,
+  expected: FoldedCustomer | null,
+  layout: SourceLayout | null,
+  nowMs: number,
+): DriftItem[] {
   const base = { project_id: ids.projectId, customer_id: ids.customerId };
   if (expected === null) return isEmpty(snap) ? [] : [{ ...base, field: 'customer', redis: 'present', expected: null }];
   if (isEmpty(snap)) return [{ ...base, field: 'customer', redis: null, expected: 'present' }];
@@ -251,10 +353,7 @@ function compare(ids: { projectId: string; customerId: string }, snap: Snapshot,
     if (!same) drift.push({ ...base, field: `meta.${f}`, redis: r, expected: e });
   }
 
-  compareJsonHash(snap.src, expected.src, JSON.parse, (id, f, r, e) => {
-    if (f === null) drift.push({ ...base, field: 'source', source: id, redis: r, expected: e });
-    else drift.push({ ...base, field: `source.${source_fields[f] ?? f}`, source: id, redis: sourceValue(f, r), expected: sourceValue(f, e) });
-  });
+  drift.push(...compareSources(base, snap, expected, layout!, nowMs));
   compareJsonHash(snap.tx, expected.tx, comparable, (id, f, r, e) => {
     drift.push({ ...base, field: f === null ? 'transaction' : `transaction.${f}`, transaction_id: id, redis: r, expected: e });
   });
@@ -289,10 +388,16 @@ async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string
   return drift;
 }
 
-function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer): void {
-  m.del(k.meta, k.src, k.tx, k.dep, k.ttl);
-  m.hset(k.meta, folded.meta);
-  if (Object.keys(folded.src).length > 0) m.hset(k.src, folded.src);
+function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer, layout: SourceLayout): void {
+  m.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent);
+  m.hset(k.meta, { ...folded.meta, ...layout.meta });
+  if (Object.keys(layout.src).length > 0) m.hset(k.src, layout.src);
+  const live = Object.entries(layout.live).flatMap(([member, score]) => [score, member]);
+  if (live.length > 0) m.zadd(k.live, ...live);
+  const dead = Object.entries(layout.dead).flatMap(([id, at]) => [at, id]);
+  if (dead.length > 0) m.zadd(k.dead, ...dead);
+  const spent = Object.entries(layout.spent).flatMap(([member, at]) => [at, member]);
+  if (spent.length > 0) m.zadd(k.spent, ...spent);
   if (Object.keys(folded.tx).length > 0) m.hset(k.tx, folded.tx);
   if (Object.keys(folded.dep).length > 0) m.hset(k.dep, folded.dep);
   const ttl = Object.entries(folded.ttl).flatMap(([id, at]) => [at, id]);
@@ -363,7 +468,7 @@ interface CustomerOutcome {
  * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
-  ctx: { conn: Redis; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries'] },
+  ctx: { conn: Redis; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
@@ -377,7 +482,7 @@ async function reconcileKeys(
   }
   for (let attempt = 0; attempt < attempts_max; attempt++) {
     if (attempt > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * attempt));
-    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox);
+    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent);
     const [row, stored] = await Promise.all([
       ctx.queries.customer(ids.projectId, ids.customerId),
       ctx.queries.entries(ids.projectId, ids.customerId),
@@ -389,7 +494,11 @@ async function reconcileKeys(
     const anomalies: string[] = [];
     const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { anomalies });
     const expected = folded === null ? null : withRedisOnlyState(folded, snap);
-    const drift = compare(ids, snap, expected);
+    const [sec, usec] = await ctx.conn.time();
+    const nowMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) + ctx.clockOffsetMs;
+    const persistedSeq = stored.reduce((max, e) => Math.max(max, e.seq), 0);
+    const layout = expected === null ? null : layoutOf(expected, snap, nowMs, persistedSeq);
+    const drift = compare(ids, snap, expected, layout, nowMs);
     if (clash) {
       anomalies.unshift(`${clash.renumbered.size} entries written on a Redis that had forgotten entries in PostgreSQL, renumbered from seq ${clash.firstSeq}`);
       drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field: 'ledger.seq', redis: clash.clashingSeqs, expected: `renumbered from ${clash.firstSeq}` });
@@ -399,7 +508,7 @@ async function reconcileKeys(
     // outbox: should the EXEC fail, the next attempt finds them in PostgreSQL by id.
     if (rewrite && clash) await ctx.ledgerQueries.insertEntries([...clash.renumbered.values()]);
     const m = ctx.conn.multi();
-    if (rewrite) queueRewrite(m, k, expected);
+    if (rewrite) queueRewrite(m, k, expected, layout!);
     if (rewrite && clash) {
       const trimmed = snap.outboxIds.filter((_, i) => clash.renumbered.has(snap.outbox[i].id));
       if (trimmed.length > 0) m.xdel(k.outbox, ...trimmed);
@@ -446,7 +555,7 @@ export async function reconcile(
       report.customers_checked++;
       let outcome: CustomerOutcome;
       try {
-        outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries }, base, ids, opts.repair);
+        outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs() }, base, ids, opts.repair);
       } catch (err) {
         await conn.unwatch().catch(() => undefined);
         const permanent = err instanceof FoldError;

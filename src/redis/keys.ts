@@ -12,6 +12,12 @@ export interface CustomerKeys {
   dep: string;
   ttl: string;
   outbox: string;
+  /** Sources that may still give credits, in draw order (lua/includes/customer.lua). */
+  live: string;
+  /** Sources that can give nothing more, scored by when they died. */
+  dead: string;
+  /** Dead sources still counted in wallet totals, scored by expiry. */
+  spent: string;
 }
 
 export function customerBase(prefix: string, projectId: string, customerId: string): string {
@@ -27,6 +33,9 @@ export function customerKeysFromBase(base: string): CustomerKeys {
     dep: `${base}:dep`,
     ttl: `${base}:ttl`,
     outbox: `${base}:outbox`,
+    live: `${base}:live`,
+    dead: `${base}:dead`,
+    spent: `${base}:spent`,
   };
 }
 
@@ -34,9 +43,9 @@ export function customerKeys(prefix: string, projectId: string, customerId: stri
   return customerKeysFromBase(customerBase(prefix, projectId, customerId));
 }
 
-/** The six KEYS every customer script takes, in order (lua/includes/customer.lua). */
+/** The nine KEYS every customer script takes, in order (lua/includes/customer.lua). */
 export function scriptKeys(k: CustomerKeys): string[] {
-  return [k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox];
+  return [k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent];
 }
 
 /** Project-scope indexes: transaction id -> customer, deposit key -> customer. */

@@ -32,6 +32,7 @@ export enum ScriptStatus {
 
 export const customerScriptNames = [
   'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'expire', 'view', 'gateway_hold', 'gateway_settle', 'gateway_release',
+  'trim_sources',
 ] as const;
 export type CustomerScriptName = (typeof customerScriptNames)[number];
 

@@ -5,7 +5,8 @@
  * in that state stays for reconcile to report, and the customer's other operations go on.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { customerKeys } from '../../src/redis/keys.js';
+import { customerKeys, type CustomerKeys } from '../../src/redis/keys.js';
+import { readSources } from '../../src/ledger/sources.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
 
 let svc: TestService;
@@ -19,6 +20,8 @@ afterAll(() => svc.close());
 
 const soon = () => new Date(Date.now() + 86_400_000).toISOString();
 
+const sourceOf = async (k: CustomerKeys, id: string) => (await readSources(svc.rt.redis, k)).find((s) => s.id === id);
+
 /** A customer with two sources, and a freeze of `amount` drawing from both. */
 async function frozenOverTwoSources(customerId: string, transactionId: string, extra: Record<string, unknown> = {}) {
   const call = (path: string, body: Record<string, unknown>) => svc.call('POST', path, { key: p.projectKey, body });
@@ -28,8 +31,9 @@ async function frozenOverTwoSources(customerId: string, transactionId: string, e
   expect(freeze.status).toBe(200);
   const [first, second] = freeze.body.freeze_details as { account_id: string }[];
   const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customerId);
-  const before = await svc.rt.redis.hget(k.src, first.account_id);
-  await svc.rt.redis.hdel(k.src, second.account_id);
+  const before = await sourceOf(k, first.account_id);
+  expect(before).toMatchObject({ frozen: 100 });
+  await svc.rt.redis.hdel(k.src, second.account_id, `${second.account_id}:u`, `${second.account_id}:f`);
   return { k, first: first.account_id, before };
 }
 
@@ -42,7 +46,7 @@ describe('a hold whose source is missing', () => {
     const res = await svc.call('POST', path, { key: p.projectKey, body: { transaction_id: `t-${op}` } });
     expect(res.status).toBe(500);
     expect(res.body.error).toMatchObject({ code: 'billing_account_not_found', type: 'server_error' });
-    expect(await svc.rt.redis.hget(k.src, first)).toBe(before);
+    expect(await sourceOf(k, first)).toEqual(before);
     expect(await svc.rt.redis.xlen(k.outbox)).toBe(3);
   });
 
@@ -51,7 +55,7 @@ describe('a hold whose source is missing', () => {
     await svc.rt.clock.advance(2_000);
     const dep = await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c-ttl', amount: 7 } });
     expect(dep.status).toBe(200);
-    expect(await svc.rt.redis.hget(k.src, first)).toBe(before);
+    expect(await sourceOf(k, first)).toEqual(before);
     expect(await svc.rt.redis.zscore(k.ttl, 't-ttl')).not.toBeNull();
   });
 });

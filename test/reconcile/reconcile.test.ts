@@ -122,13 +122,13 @@ describe('reconcile', () => {
     const redis = svc.rt.redis;
     const c1 = keysOf('c1');
     const sourceId = firsts['dep-c1'].response.account_id as string;
-    const source = JSON.parse((await redis.hget(c1.src, sourceId))!) as Record<string, string>;
-    await redis.hset(c1.src, sourceId, JSON.stringify({ ...source, u: String(Number(source.u) + 7) }));
+    const source = { u: (await redis.hget(c1.src, `${sourceId}:u`))! };
+    await redis.hincrby(c1.src, `${sourceId}:u`, 7);
     const deduct = JSON.parse((await redis.hget(c1.tx, 'c1-d1'))!) as Record<string, unknown>;
     await redis.hdel(c1.tx, 'c1-d1');
     await redis.hdel(projectKeys(svc.rt.config.REDIS_PREFIX, p.projectId).txIndex, 'c1-f1');
     const c2 = keysOf('c2');
-    await redis.del(c2.meta, c2.src, c2.tx, c2.dep, c2.ttl, c2.outbox);
+    await redis.del(c2.meta, c2.src, c2.tx, c2.dep, c2.ttl, c2.outbox, c2.live, c2.dead, c2.spent);
 
     const found = await cli('--project', p.projectId, '--json');
     expect(found.code).toBe(1);
@@ -247,7 +247,7 @@ describe('reconcile', () => {
     for (const tx of ['c1-f3', 'c1-f4']) await svc.rt.ledgerQueue.remove(`expire|${p.projectId}|c1|${tx}`);
     const pending = await redis.zrange(c1.ttl, 0, -1);
     expect(pending.sort()).toEqual(['c1-f3', 'c1-f4']);
-    await redis.del(c1.meta, c1.src, c1.tx, c1.dep, c1.ttl);
+    await redis.del(c1.meta, c1.src, c1.tx, c1.dep, c1.ttl, c1.live, c1.dead, c1.spent);
     svc.rt.clock.advance(61_000);
 
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });

@@ -1,6 +1,6 @@
 -- Unfreezes a frozen transaction: all of its frozen credits return to their sources.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  description, '' for none
 --
@@ -46,5 +46,6 @@ write_entry({
   state = 'unfrozen',
   result = tx.ur,
 }, now, false)
+settle_sources(now)
 
 return { OK, tx.ur, auto_consumed, ttl_entries_written }

@@ -1,7 +1,7 @@
 -- Consumes a frozen transaction: the consumed part becomes used, the rest returns to
 -- the sources it was frozen from.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount to consume, credits; '' for the whole frozen amount
 -- ARGV[7]  description, '' for none
@@ -69,5 +69,6 @@ write_entry({
   state = 'consumed',
   result = tx.cr,
 }, now, false)
+settle_sources(now)
 
 return { OK, tx.cr, auto_consumed, ttl_entries_written }

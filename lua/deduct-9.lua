@@ -1,6 +1,6 @@
 -- Deducts an amount at once (no intermediate state): all of it, or nothing.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount, credits (integer > 0)
 -- ARGV[7]  request hash (hex) of the normalised parameters
@@ -32,10 +32,7 @@ local status, picks = begin_draw('deduct', txid, request_hash, amount, filter, n
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, '', auto_consumed, ttl_entries_written } end
 
-for _, p in ipairs(picks) do
-  p.source.u = p.source.u + p.take
-  save_source(p.source)
-end
+for _, p in ipairs(picks) do add_used(p.source, p.take) end
 local details = picks_to_details(picks)
 local wallet = details_wallet(details, entry_wallet)
 local result = cjson.encode({
@@ -60,5 +57,6 @@ write_entry({
   result = result,
   x = { h = request_hash },
 }, now, false)
+settle_sources(now)
 
 return { OK, result, auto_consumed, ttl_entries_written }

@@ -1,6 +1,6 @@
 -- Adds a funding source to a customer's wallet, creating the customer when absent.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  idempotency key, '' for none
 -- ARGV[6]  request hash (hex) of the normalised parameters
 -- ARGV[7]  amount, credits (integer > 0)
@@ -47,18 +47,20 @@ if expires_ms ~= nil and (expires_ms <= now or (starts_ms ~= nil and expires_ms 
   return { E_INVALID_EXPIRES, '', auto_consumed, ttl_entries_written }
 end
 
--- One pass over the sources: the sum of every source's total (a bound on every sum kept of
--- this customer, which must stay exact) and the wallet's total of sources active now.
-local deposited = 0
-local wallet_total = 0
-for _, r in ipairs(redis.call('HVALS', K_src)) do
-  local s = decode_source(r)
-  deposited = deposited + s.t
-  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
-end
+-- The sum of every source's total, expired and archived ones included (meta src_total):
+-- a bound on every sum kept of this customer, which must stay exact.
+local deposited = tonumber(redis.call('HGET', K_meta, 'src_total') or '0')
 if deposited + amount > CREDITS_SUM_MAX then
   return { E_DEPOSIT_LIMIT, '', auto_consumed, ttl_entries_written }
 end
+
+-- The wallet's total after the deposit: its live sources active now, and its dead ones
+-- that still count (spent, not expired). Read before anything is written.
+expire_spent(now)
+local wallet_total = tonumber(redis.call('HGET', K_meta, 'wt:' .. wallet) or '0')
+walk_live(function(s)
+  if s.w == wallet and is_active(s, now) then wallet_total = wallet_total + s.t end
+end)
 
 local created = nil
 if not customer_exists() then
@@ -73,9 +75,7 @@ end
 
 local seq = redis.call('HINCRBY', K_meta, 'src_seq', 1)
 local source = { id = source_id, w = wallet, l = label, q = seq, t = amount, u = 0, f = 0, s = starts_ms, e = expires_ms }
-save_source(source)
-
--- The wallet's total after the deposit: sources of this wallet that are active now.
+create_source(source)
 if is_active(source, now) then wallet_total = wallet_total + amount end
 
 local record_id = entry_id_base

@@ -6,8 +6,8 @@
 -- nothing gets its entry too (amount 0): a settled call is a billable operation.
 -- Idempotent: a settled call answers its stored result.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  gateway transaction id (held by gateway_hold-6.lua)
+-- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  gateway transaction id (held by gateway_hold-9.lua)
 -- ARGV[6]  cost, credits (integer >= 0)
 -- ARGV[7]  usage record, JSON (opaque here; persisted by the workers)
 -- ARGV[8]  model id (the entry's description)
@@ -57,8 +57,7 @@ if beyond > 0 then
   for i, d in ipairs(details) do index[d.account_id] = i end
   local picks = draw(beyond, { [tx.w] = true }, now)
   for _, p in ipairs(picks) do
-    p.source.u = p.source.u + p.take
-    save_source(p.source)
+    add_used(p.source, p.take)
     local i = index[p.source.id]
     if i then
       details[i].amount = N(tonumber(details[i].amount) + p.take)
@@ -93,5 +92,6 @@ write_entry({
   result = result,
   usage = usage,
 }, now, false)
+settle_sources(now)
 
 return { OK, result, auto_consumed, ttl_entries_written }

@@ -1,7 +1,7 @@
 -- Freezes an amount for a staged deduction, with an optional TTL that releases or
 -- consumes it automatically when it is not settled in time.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount, credits (integer > 0)
 -- ARGV[7]  request hash (hex) of the normalised parameters
@@ -12,7 +12,7 @@
 -- ARGV[12] TTL kind: 'release', 'consume' or '' for none
 -- ARGV[13] TTL, seconds (ignored without a kind)
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-6.lua. The
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-9.lua. The
 -- result carries auto_settle_at (ms) so the caller can schedule the expire job.
 
 --@include customer
@@ -34,10 +34,7 @@ local status, picks = begin_draw('freeze', txid, request_hash, amount, filter, n
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, '', auto_consumed, ttl_entries_written } end
 
-for _, p in ipairs(picks) do
-  p.source.f = p.source.f + p.take
-  save_source(p.source)
-end
+for _, p in ipairs(picks) do add_frozen(p.source, p.take) end
 local details = picks_to_details(picks)
 local wallet = details_wallet(details, entry_wallet)
 local settle_at = ''
@@ -75,5 +72,6 @@ write_entry({
   result = result,
   x = { h = request_hash, ttlk = tx.ttlk or cjson.null, ttla = tx.ttla or cjson.null },
 }, now, false)
+settle_sources(now)
 
 return { OK, result, auto_consumed, ttl_entries_written }
