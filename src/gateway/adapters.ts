@@ -146,6 +146,29 @@ export function usageFromResponse(format: WireFormat, json: unknown): Usage | nu
 const EMPTY = new Uint8Array(0);
 const DEFAULT_EVENT_BYTES_MAX = 4 * 1024 * 1024;
 const OPENAI_USAGE_NULL_TAIL = ',"usage":null}';
+/**
+ * Characters of event data whose generated text is counted later (see StreamRelay): past
+ * this, they are counted at once, so a long stream holds at most this much.
+ */
+export const deferred_data_chars_max = 64 * 1024;
+/** Anthropic events that carry neither usage, nor a terminal, nor an error. */
+const anthropicPlainEvents = new Set(['content_block_delta', 'content_block_start', 'content_block_stop', 'ping']);
+
+/** Whether `data` is shaped as a JSON object: the cheap check of an event that is not parsed. */
+function looksLikeObject(data: string): boolean {
+  const t = data.trim();
+  return t.startsWith('{') && t.endsWith('}');
+}
+
+/** The JSON object in `data`, or null when it is not one. */
+function parseObject(data: string): Json | null {
+  try {
+    const v: unknown = JSON.parse(data);
+    return isObject(v) ? v : null;
+  } catch {
+    return null;
+  }
+}
 
 /** Characters of generated text in an OpenAI chunk: content, refusals and tool-call arguments. */
 function openaiDeltaChars(chunk: Json): number {
@@ -178,7 +201,9 @@ function anthropicDeltaChars(event: Json): number {
 }
 
 /** Replaces the data of an SSE event's text by `data` (one line), keeping its other lines and line ends. */
-function replaceEventData(eventText: string, data: string): string {
+function replaceEventData(eventText: string, oldData: string, data: string): string {
+  // The usual event: one data line and nothing else.
+  if (eventText === `data: ${oldData}\n\n`) return `data: ${data}\n\n`;
   let out = '';
   let replaced = false;
   for (const m of eventText.matchAll(/([^\r\n]*)(\r\n|\r|\n|$)/g)) {
@@ -208,9 +233,19 @@ function replaceEventData(eventText: string, data: string): string {
  *
  * While relaying it reads the usage to bill, counts the output already forwarded (for a
  * client that leaves mid-stream), and notes the terminal event and error events.
- * An event whose data is not JSON (other than OpenAI's `[DONE]`), or that grows past
- * `eventBytesMax`, makes the stream invalid: `invalid()` says why, and from then on
+ * An event whose data is not a JSON object (other than OpenAI's `[DONE]`), or that grows
+ * past `eventBytesMax`, makes the stream invalid: `invalid()` says why, and from then on
  * nothing more is forwarded. The events before it were already returned.
+ *
+ * Only the events that can matter to billing are parsed as they pass: the first one (so a
+ * stream of garbage is refused before anything is forwarded), and those whose text can
+ * hold usage, an error or the end (a cheap search for `"usage"`, `"error"`, Anthropic's
+ * event name). The others (the text deltas, nearly all of a stream) get a cheap check of
+ * their shape (`{...}`) and are forwarded as they are; their generated text is counted
+ * only when the output estimate is asked for (a stream that did not end with its usage),
+ * or once they add up to deferred_data_chars_max. So a delta whose data looks like an
+ * object but does not parse is found only then: it was forwarded, as the upstream wrote
+ * it, and the stream is then invalid (billed as estimated).
  */
 export class StreamRelay {
   private readonly framer = new SseFramer();
@@ -224,6 +259,11 @@ export class StreamRelay {
   private terminal = false;
   private errorEvent: unknown = null;
   private invalidReason: string | null = null;
+  /** Events with data seen so far. */
+  private dataEvents = 0;
+  /** Data of forwarded events whose generated text is not counted yet, and its length. */
+  private deferred: string[] = [];
+  private deferredChars = 0;
 
   constructor(
     private readonly format: WireFormat,
@@ -289,6 +329,7 @@ export class StreamRelay {
    * events forwarded: ceil(characters / 4), but at least one per delta that carried text.
    */
   relayedOutputEstimate(): number {
+    this.countDeferred();
     return Math.max(Math.ceil(this.outputChars / 4), this.deltaEvents);
   }
 
@@ -320,26 +361,81 @@ export class StreamRelay {
       this.terminal = true;
       return raw;
     }
-    let data: unknown;
-    try {
-      data = JSON.parse(event.data);
-    } catch {
-      data = undefined;
+    if (!looksLikeObject(event.data)) return this.invalidate();
+    if (this.dataEvents++ > 0) {
+      const forwarded = this.format === 'openai' ? this.plainOpenaiChunk(raw, text, event.data) : this.plainAnthropicEvent(raw, event);
+      if (forwarded !== null) return forwarded;
     }
-    if (!isObject(data)) {
-      this.invalidReason = 'an upstream event has data that is not a JSON object';
-      return EMPTY;
-    }
+    const data = parseObject(event.data);
+    if (data === null) return this.invalidate();
+    this.countDelta(data);
     return this.format === 'openai' ? this.openaiChunk(raw, text, event.data, data) : this.anthropicEvent(raw, data);
   }
 
-  private openaiChunk(raw: Buffer, text: string, dataText: string, chunk: Json): Uint8Array {
-    if (chunk.error !== undefined && chunk.error !== null) this.errorEvent = chunk;
-    const chars = openaiDeltaChars(chunk);
+  private invalidate(): Uint8Array {
+    this.invalidReason = 'an upstream event has data that is not a JSON object';
+    return EMPTY;
+  }
+
+  /**
+   * The bytes to forward for an OpenAI chunk that cannot hold usage nor an error, its text
+   * counted later; null when it may hold either (it is then parsed). A `"usage":null` at
+   * the very end, the only `"usage"` in it, holds no usage: cut when the client did not
+   * ask for usage, as openaiChunk would.
+   */
+  private plainOpenaiChunk(raw: Buffer, text: string, data: string): Uint8Array | null {
+    const usageAt = data.indexOf('"usage"');
+    const usageNull = usageAt >= 0;
+    if (usageNull && usageAt !== data.length - OPENAI_USAGE_NULL_TAIL.length + 1) return null;
+    if (usageNull && !data.endsWith(OPENAI_USAGE_NULL_TAIL)) return null;
+    if (data.includes('"error"')) return null;
+    this.defer(data);
+    if (!usageNull || this.clientWantsUsage) return raw;
+    return Buffer.from(replaceEventData(text, data, data.slice(0, -OPENAI_USAGE_NULL_TAIL.length) + '}'), 'utf8');
+  }
+
+  /** The bytes of an Anthropic text delta, block start or stop, or ping (counted later); null for any other event. */
+  private plainAnthropicEvent(raw: Buffer, event: EventSourceMessage): Uint8Array | null {
+    if (event.event === undefined || !anthropicPlainEvents.has(event.event)) return null;
+    const d = event.data;
+    if (d.includes('"usage"') || d.includes('"error"') || d.includes('"message_')) return null;
+    this.defer(d);
+    return raw;
+  }
+
+  private defer(data: string): void {
+    this.deferred.push(data);
+    this.deferredChars += data.length;
+    if (this.deferredChars > deferred_data_chars_max) this.countDeferred();
+  }
+
+  /** Counts the generated text of the deferred events; one that does not parse makes the stream invalid. */
+  private countDeferred(): void {
+    const pending = this.deferred;
+    if (pending.length === 0) return;
+    this.deferred = [];
+    this.deferredChars = 0;
+    for (const data of pending) {
+      const parsed = parseObject(data);
+      if (parsed === null) {
+        this.invalidate();
+        return;
+      }
+      this.countDelta(parsed);
+    }
+  }
+
+  /** Adds the generated text of one event to what was forwarded. */
+  private countDelta(event: Json): void {
+    const chars = this.format === 'openai' ? openaiDeltaChars(event) : event.type === 'content_block_delta' ? anthropicDeltaChars(event) : 0;
     if (chars > 0) {
       this.outputChars += chars;
       this.deltaEvents++;
     }
+  }
+
+  private openaiChunk(raw: Buffer, text: string, dataText: string, chunk: Json): Uint8Array {
+    if (chunk.error !== undefined && chunk.error !== null) this.errorEvent = chunk;
     const usage = chunk.usage === undefined || chunk.usage === null ? null : openaiUsage(chunk.usage);
     if (usage !== null) {
       this.counts = usage;
@@ -354,7 +450,7 @@ export class StreamRelay {
       const { usage: _dropped, ...rest } = chunk;
       data = JSON.stringify(rest);
     }
-    return Buffer.from(replaceEventData(text, data), 'utf8');
+    return Buffer.from(replaceEventData(text, dataText, data), 'utf8');
   }
 
   private anthropicEvent(raw: Buffer, event: Json): Uint8Array {
@@ -375,14 +471,6 @@ export class StreamRelay {
         ] as const;
         for (const [kind, value] of fields) if (isCount(value)) this.counts[kind] = value;
         this.complete = true;
-        break;
-      }
-      case 'content_block_delta': {
-        const chars = anthropicDeltaChars(event);
-        if (chars > 0) {
-          this.outputChars += chars;
-          this.deltaEvents++;
-        }
         break;
       }
       case 'message_stop':
