@@ -65,7 +65,7 @@ export interface Runtime {
  * previous write is done, so under load many lines share one write instead of costing a
  * system call each; pino flushes what is pending when the process exits.
  */
-export function createLogger(config: Config): Logger {
+export function createLogger(config: Pick<Config, 'LOG_LEVEL'>): Logger {
   return pino({
     level: config.LOG_LEVEL,
     redact: {
