@@ -10,7 +10,7 @@ import { authenticate } from './auth.js';
 import { rateLimit } from '../keys/rate-limit.js';
 import { accessLog } from './access-log.js';
 import { errorHandler, notFound } from './errors.js';
-import { exactRouter, hotRoutes } from './router.js';
+import { exactRouter, hotRoutes, underPrefix } from './router.js';
 import { measuredJson } from './validate.js';
 import { gatewayRoutes } from '../gateway/routes.js';
 import { modelRoutes } from '../gateway/model-routes.js';
@@ -32,9 +32,9 @@ export function jsonBodies(): RequestHandler {
 
 export function createApp(rt: Runtime): express.Express {
   const app = express();
-  // `/health/` is not `/health`, as every router's paths are exact. Case stays insensitive
-  // here on purpose: the `/v1` mount below must authenticate `/V1/...` too, whatever a
-  // router behind it matches.
+  // `/health/` is not `/health`, as every router's paths are exact. The `/v1` prefix of
+  // the authentication below is matched in any case on purpose: `/V1/...` is
+  // authenticated too, whatever a router behind it matches.
   app.set('strict routing', true);
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -47,7 +47,7 @@ export function createApp(rt: Runtime): express.Express {
   });
 
   app.use(jsonBodies());
-  app.use('/v1', authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger));
+  app.use(underPrefix('/v1', [authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger)]));
   const ledger = ledgerRoutes(rt.ledger);
   const customers = customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries });
   const gateway = gatewayRoutes(rt.gateway);

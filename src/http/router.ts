@@ -81,7 +81,7 @@ function matchSegments(segments: string[], path: string): Record<string, string>
 }
 
 /** Runs `handlers` in order as an Express route would: a throw or a rejected promise goes to `done`. */
-function runHandlers(handlers: readonly RequestHandler[], req: Request, res: Response, done: NextFunction): void {
+export function runHandlers(handlers: readonly RequestHandler[], req: Request, res: Response, done: NextFunction): void {
   let i = 0;
   const step = (err?: unknown): void => {
     if (err !== undefined && err !== null) return done(err);
@@ -136,4 +136,15 @@ export function hotRoutes(routes: readonly Route[]): RequestHandler {
     }
     next();
   };
+}
+
+/**
+ * Runs `handlers` for a path that is `prefix` or under it, in any case, as
+ * `app.use(prefix, ...handlers)` would, without a mount: a mount rewrites `req.url` on the
+ * way in and back out on every request, and none of these handlers reads it.
+ */
+export function underPrefix(prefix: string, handlers: readonly RequestHandler[]): RequestHandler {
+  const escaped = prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const matches = new RegExp(`^${escaped}(?:/|$)`, 'i');
+  return (req, res, next) => (matches.test(req.path) ? runHandlers(handlers, req, res, next) : next());
 }
