@@ -80,21 +80,24 @@ function matchSegments(segments: string[], path: string): Record<string, string>
   return params ?? {};
 }
 
-/** Runs `handlers` in order as an Express route would: a throw or a rejected promise goes to `done`. */
-export function runHandlers(handlers: readonly RequestHandler[], req: Request, res: Response, done: NextFunction): void {
-  let i = 0;
-  const step = (err?: unknown): void => {
-    if (err !== undefined && err !== null) return done(err);
-    const handler = handlers[i++];
-    if (handler === undefined) return done();
-    try {
-      const ret: unknown = handler(req, res, step);
-      if (ret instanceof Promise) ret.then(undefined, (e: unknown) => done(e ?? new Error('Rejected promise')));
-    } catch (e) {
-      done(e);
-    }
-  };
-  step();
+/**
+ * Runs `handlers` in order as an Express route would: a throw or a rejected promise goes
+ * to `done`, and so does `next(err)`. The `next` handed to a handler is an anonymous arrow:
+ * tsx compiles with esbuild's keepNames, which names every named closure as it is made
+ * (an Object.defineProperty per request).
+ */
+export function runHandlers(handlers: readonly RequestHandler[], req: Request, res: Response, done: NextFunction, from = 0): void {
+  const handler = handlers[from];
+  if (handler === undefined) return done();
+  try {
+    const ret: unknown = handler(req, res, (err?: unknown) => {
+      if (err !== undefined && err !== null) done(err);
+      else runHandlers(handlers, req, res, done, from + 1);
+    });
+    if (ret instanceof Promise) ret.then(undefined, (e: unknown) => done(e ?? new Error('Rejected promise')));
+  } catch (e) {
+    done(e);
+  }
 }
 
 /**
