@@ -61,18 +61,36 @@ export interface Runtime {
 }
 
 /**
- * The process logger, on stdout. Asynchronous: a line is handed to the kernel when the
- * previous write is done, so under load many lines share one write instead of costing a
- * system call each; pino flushes what is pending when the process exits.
+ * Bytes of log lines gathered before they are written, and the longest a line waits for
+ * them. Without it each access line was one write(2) (plus its thread-pool hop and
+ * callback) whenever the previous write had finished, which under moderate load is every
+ * line: about 40 us of CPU per line more than batched, in a micro-benchmark on this VM.
  */
-export function createLogger(config: Config): Logger {
+export const log_buffer_bytes = 4096;
+export const log_flush_interval_ms = 100;
+
+/**
+ * The process logger, on stdout. Asynchronous and buffered: lines are handed to the kernel
+ * once log_buffer_bytes have gathered, or at the next flush (every log_flush_interval_ms),
+ * so many lines share one write; pino flushes what is pending when the process exits (a
+ * `kill -9` loses at most that buffer).
+ */
+export function createLogger(config: Pick<Config, 'LOG_LEVEL'>): Logger {
+  const destination = pino.destination({ dest: 1, sync: false, minLength: log_buffer_bytes });
+  setInterval(() => {
+    try {
+      destination.flush();
+    } catch {
+      // Ended by pino as the process exits, after flushing what was pending.
+    }
+  }, log_flush_interval_ms).unref();
   return pino({
     level: config.LOG_LEVEL,
     redact: {
       paths: ['req.headers.authorization', 'req.headers["x-api-key"]', 'key', 'secret', '*.key', '*.secret', '*.upstream_api_key', 'admin_key'],
       censor: '[redacted]',
     },
-  }, pino.destination({ dest: 1, sync: false }));
+  }, destination);
 }
 
 export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {

@@ -4,13 +4,16 @@
  * sends it upstream with the gateway's own UpstreamClient (the same undici Pool, pooling
  * and timeouts) and pipes the answer back as it arrives, streamed or not. No auth, no
  * billing, no logging: what the gateway costs on top of this is what its product costs.
+ * With ACCESS_LOG=1 it writes the API's access log (src/http/access-log.ts, through the
+ * API's logger at LOG_LEVEL, default info), so the price of that log shows beside it.
  *
- *   PORT, HOST (127.0.0.1), UPSTREAM_BASE_URL (e.g. http://127.0.0.1:4010/v1)
+ *   PORT, HOST (127.0.0.1), UPSTREAM_BASE_URL (e.g. http://127.0.0.1:4010/v1), ACCESS_LOG (0), LOG_LEVEL (info)
  */
 import { pipeline } from 'node:stream/promises';
 import express from 'express';
 import { body_bytes_max_gateway } from '../../src/gateway/routes.js';
 import { UpstreamClient } from '../../src/gateway/upstream.js';
+import { accessLogFromEnv } from '../lib/access-log.js';
 
 const port = Number(process.env.PORT ?? 3998);
 const host = process.env.HOST ?? '127.0.0.1';
@@ -22,6 +25,8 @@ const upstream = new UpstreamClient({ allowPrivate: true });
 const app = express();
 app.disable('x-powered-by');
 app.set('etag', false);
+const logAccess = accessLogFromEnv();
+if (logAccess !== null) app.use(logAccess);
 app.use(express.json({ limit: body_bytes_max_gateway, strict: false, type: ['application/json', 'application/*+json'] }));
 
 app.post('/v1/chat/completions', async (req, res) => {

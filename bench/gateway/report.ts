@@ -7,7 +7,7 @@ import type { LatencySummary } from '../lib/interleaved.js';
 import type { LoadSummary } from '../lib/load.js';
 import { fmt, machineInfo, markdownTable, type Cell } from '../lib/report.js';
 
-export type ContenderName = 'direct' | 'gateway' | 'bare proxy' | 'Portkey';
+export type ContenderName = 'direct' | 'gateway' | 'bare proxy' | 'bare proxy + access log' | 'Portkey';
 
 /** Where CPU time is counted; `proxy` is the process between the load generator and the mock. */
 export const cpuParts = ['proxy', 'mock', 'worker', 'postgres', 'redis', 'load generator'] as const;
@@ -92,7 +92,7 @@ function combined(all: Measured[], name: ContenderName, stream: boolean) {
 
 export function buildReport(r: ReportInput): { markdown: string; allMet: boolean; billingConsistent: boolean } {
   const s = r.settings;
-  const names: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'Portkey'];
+  const names: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'bare proxy + access log', 'Portkey'];
   const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
   const checks: { name: string; measured: string; ok: boolean }[] = [];
 
@@ -188,7 +188,8 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     '',
     `Requests/s at ${s.connections} connections, the mock answering at once; ${s.rounds} rounds of ${s.durationS} s after a ${s.warmupS} s warmup ` +
       'per contender (the order reversed every other round); req/s, percentiles and steal (the share of the machine\'s CPU time ' +
-      'the hypervisor gave to other guests meanwhile) are the means of the rounds:',
+      'the hypervisor gave to other guests meanwhile) are the means of the rounds. "bare proxy + access log" is the bare proxy ' +
+      'writing the API\'s access log (src/http/access-log.ts at the API\'s log level): the difference between the two is the price of that log:',
     '',
     markdownTable(['answer', 'contender', 'req/s', 'req/s per round', 'p50 ms', 'p99 ms', 'gateway ÷ this', 'steal'], throughputRows),
     '',

@@ -7,7 +7,8 @@
  *     rounds (bench/lib/interleaved.ts), whole and streamed answers;
  * (b) requests/s at many connections with the mock answering at once, through the gateway,
  *     directly, through a bare Express 5 pass-through proxy (bench/gateway/bare-proxy.ts)
- *     and through the Portkey gateway (@portkey-ai/gateway, run locally), whole and
+ *     through the same proxy writing the API's access log (the price of that log), and
+ *     through the Portkey gateway (@portkey-ai/gateway, run locally), whole and
  *     streamed, with CPU per request per process.
  *
  * The gateway is the real service: one API process (src/web.ts) and one worker
@@ -59,7 +60,7 @@ const settings = {
   ...benchEnvSettings(env),
   startTimeoutMs: 30_000,
   drainTimeoutMs: 60_000,
-  /** Hard stop for the whole run, setup and cleanup included (a normal run takes about 6 minutes). */
+  /** Hard stop for the whole run, setup and cleanup included (a normal run takes about 7 minutes). */
   runTimeoutMs: 900_000,
 };
 
@@ -98,7 +99,7 @@ async function main(): Promise<void> {
   console.log(redisUsed);
   const { api, worker, apiUrl } = await startBenchService(serviceOptions, service);
 
-  const [mockPort, barePort, portkeyPort] = [await freePort(), await freePort(), await freePort()];
+  const [mockPort, barePort, bareLoggedPort, portkeyPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const upstreamKey = `sk-bench-${randomBytes(12).toString('hex')}`;
   const mockUrl = `http://127.0.0.1:${mockPort}/v1`;
   const mock = group.start({
@@ -113,6 +114,12 @@ async function main(): Promise<void> {
     env: { ...env, NODE_ENV: 'production', PORT: String(barePort), HOST: '127.0.0.1', UPSTREAM_BASE_URL: mockUrl },
     logPath: join(logDir, 'bare-proxy.log'),
   });
+  const bareLogged = group.start({
+    name: 'bare proxy + access log',
+    script: join(here, 'bare-proxy.ts'),
+    env: { ...env, NODE_ENV: 'production', PORT: String(bareLoggedPort), HOST: '127.0.0.1', UPSTREAM_BASE_URL: mockUrl, ACCESS_LOG: '1', LOG_LEVEL: settings.apiLogLevel },
+    logPath: join(logDir, 'bare-proxy-logged.log'),
+  });
   // Without a Redis connection string Portkey caches nothing and keeps no state between calls.
   const { REDIS_CONNECTION_STRING: _unused, ...portkeyEnv } = env;
   const portkey = group.start({
@@ -124,9 +131,9 @@ async function main(): Promise<void> {
     logPath: join(logDir, 'portkey.log'),
   });
   console.log(
-    `children: api ${api.pid}, worker ${worker.pid}, mock ${mock.pid}, bare proxy ${bare.pid}, Portkey ${portkey.pid}; logs in ${logDir}`,
+    `children: api ${api.pid}, worker ${worker.pid}, mock ${mock.pid}, bare proxy ${bare.pid}, bare proxy + access log ${bareLogged.pid}, Portkey ${portkey.pid}; logs in ${logDir}`,
   );
-  for (const [port, proc] of [[mockPort, mock], [barePort, bare], [portkeyPort, portkey]] as const) {
+  for (const [port, proc] of [[mockPort, mock], [barePort, bare], [bareLoggedPort, bareLogged], [portkeyPort, portkey]] as const) {
     await waitForPort(port, settings.startTimeoutMs, proc);
   }
 
@@ -162,6 +169,13 @@ async function main(): Promise<void> {
       headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
     },
     { name: 'bare proxy', origin: `http://127.0.0.1:${barePort}`, model: upstreamModel, proc: bare, headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }) },
+    {
+      name: 'bare proxy + access log',
+      origin: `http://127.0.0.1:${bareLoggedPort}`,
+      model: upstreamModel,
+      proc: bareLogged,
+      headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }),
+    },
     {
       name: 'Portkey',
       origin: `http://127.0.0.1:${portkeyPort}`,
@@ -229,7 +243,7 @@ async function main(): Promise<void> {
 
   console.log(`throughput: ${settings.connections} connections, mock without delay`);
   const throughput: Measured[] = [];
-  const order: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'Portkey'];
+  const order: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'bare proxy + access log', 'Portkey'];
   for (const stream of [false, true]) {
     for (let round = 1; round <= settings.rounds; round++) {
       // Reversed every other round, so that no contender always runs first or last.

@@ -1,7 +1,9 @@
 /**
  * `npm run bench:ledger`: the ledger API's throughput and latency against a bare Express
  * hello-world measured in the same run on the same machine, plus Redis's own limit for the
- * deduct script. Starts a hello-world server, one API process (src/web.ts) and one worker
+ * deduct script. The same hello-world writing the API's access log is measured beside it,
+ * so the price of that log shows. Starts the two hello-world servers, one API process
+ * (src/web.ts) and one worker
  * process (workers/main.ts) as children, drives them with autocannon from this process
  * (and, for latency at half the maximum rate, an open-loop paced client: bench/lib/paced.ts),
  * prints markdown tables and writes them to docs/PERFORMANCE.md.
@@ -127,9 +129,17 @@ async function main(): Promise<void> {
     env: { ...env, NODE_ENV: 'production', PORT: String(helloPort), HOST: '127.0.0.1' },
     logPath: join(logDir, 'hello.log'),
   });
+  const helloLoggedPort = await freePort();
+  const helloLogged = group.start({
+    name: 'hello + access log',
+    script: join(root, 'bench', 'hello', 'server.ts'),
+    env: { ...env, NODE_ENV: 'production', PORT: String(helloLoggedPort), HOST: '127.0.0.1', ACCESS_LOG: '1', LOG_LEVEL: settings.apiLogLevel },
+    logPath: join(logDir, 'hello-logged.log'),
+  });
   const { api, worker, apiUrl } = await startBenchService(serviceOptions, bench);
   await waitForPort(helloPort, settings.startTimeoutMs, hello);
-  console.log(`children: hello pid ${hello.pid}, api pid ${api.pid}, worker pid ${worker.pid}; logs in ${logDir}`);
+  await waitForPort(helloLoggedPort, settings.startTimeoutMs, helloLogged);
+  console.log(`children: hello pid ${hello.pid}, hello + access log pid ${helloLogged.pid}, api pid ${api.pid}, worker pid ${worker.pid}; logs in ${logDir}`);
   const database = new URL(settings.databaseUrl).pathname.slice(1);
   background = [
     processCpu('worker', worker.pid),
@@ -162,9 +172,9 @@ async function main(): Promise<void> {
     headers,
     setupRequest: (req, ctx) => ({ ...req, body: body(ctx) }),
   });
-  const helloLoad = (connections: number, title: string, durationS = settings.durationS, warmupS = settings.warmupS): LoadOptions => ({
+  const helloLoad = (connections: number, title: string, durationS = settings.durationS, warmupS = settings.warmupS, port = helloPort): LoadOptions => ({
     title,
-    url: `http://127.0.0.1:${helloPort}`,
+    url: `http://127.0.0.1:${port}`,
     connections,
     durationS,
     warmupS,
@@ -190,6 +200,9 @@ async function main(): Promise<void> {
 
   console.log('measuring');
   const hello1 = await measure(hello, () => runLoad(helloLoad(connections, 'hello-world POST /hello (1)')));
+  const helloLog = await measure(helloLogged, () =>
+    runLoad(helloLoad(connections, 'hello-world POST /hello + access log', settings.durationS, settings.warmupS, helloLoggedPort)),
+  );
   const deduct = await measure(api, () => runLoad(deductLoad('POST /v1/billing/deduct')));
   const backlogAfterDeduct = await outboxBacklog(rt.redis, redisPrefix);
   const pair = await measure(api, () =>
@@ -254,6 +267,7 @@ async function main(): Promise<void> {
     trials: picked.trials,
     hello1,
     hello2,
+    helloLog,
     deduct,
     pair,
     halfPaced,
@@ -281,6 +295,8 @@ interface ReportInput {
   trials: LoadSummary[];
   hello1: Measured;
   hello2: Measured;
+  /** The hello-world writing the API's access log: not part of the baseline. */
+  helloLog: Measured;
   deduct: Measured;
   pair: Measured;
   halfPaced: Measured;
@@ -322,6 +338,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
     [
       row('hello-world POST JSON, run 1', r.hello1, r.hello1.load.rps, fmt.ratio(r.hello1.load.rps / baseline), 'baseline'),
       row('hello-world POST JSON, run 2', r.hello2, r.hello2.load.rps, fmt.ratio(r.hello2.load.rps / baseline), 'baseline'),
+      row('hello-world POST JSON + the API\'s access log', r.helloLog, r.helloLog.load.rps, fmt.ratio(r.helloLog.load.rps / baseline), 'price of the log'),
       row('POST /v1/billing/deduct', r.deduct, r.deduct.load.rps, fmt.ratio(deductRatio), `>= ${targets.deductRatio}x: ${verdict(checks.deduct)}`),
       row('freeze + consume (ops = pairs)', r.pair, r.pair.load.rps / 2, fmt.ratio(pairRatio), `>= ${targets.pairRatio}x: ${verdict(checks.pair)}`),
       row(
@@ -345,13 +362,14 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
     [
       cpuRow('hello-world, run 1', r.hello1),
       cpuRow('hello-world, run 2', r.hello2),
+      cpuRow('hello-world + access log', r.helloLog),
       cpuRow('deduct', r.deduct),
       cpuRow('freeze + consume (per request)', r.pair),
       cpuRow(`deduct paced at ${settings.pacedRate ? fmt.int(r.halfRate) : '50%'}`, r.halfPaced),
     ],
   );
   const trials = r.trials.map((t) => `${t.connections}: ${fmt.int(t.rps)} req/s`).join(', ');
-  const stealMax = Math.max(...[r.hello1, r.hello2, r.deduct, r.pair, r.halfPaced, r.halfAutocannon].map((x) => x.steal));
+  const stealMax = Math.max(...[r.hello1, r.hello2, r.helloLog, r.deduct, r.pair, r.halfPaced, r.halfAutocannon].map((x) => x.steal));
   const m = machineInfo();
   const markdown = [
     '## Ledger API (`npm run bench:ledger`)',

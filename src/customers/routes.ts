@@ -2,8 +2,8 @@
  * Reads of a customer: profile and wallets, balance summary, ledger pages; and PATCH of
  * the profile. A customer-scoped key reads only its own customer.
  */
-import type { Response, Router } from 'express';
-import { exactRouter } from '../http/router.js';
+import type { RequestHandler, Response } from 'express';
+import type { Route } from '../http/router.js';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
@@ -81,9 +81,9 @@ function decodeCursor(cursor: string): number {
   throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
 }
 
-export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; queries: LedgerQueries }): Router {
+/** The profile and balance reads are hot routes (src/http/router.ts); ledger pages are not. */
+export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; queries: LedgerQueries }): Route[] {
   const { ledger, redis, queries } = deps;
-  const r = exactRouter();
   const readers = requireKeyType('project', 'customer');
 
   /** The customer id of the path, checked against a customer-scoped key's binding. */
@@ -109,7 +109,7 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
     return [...view.sources, ...archived].sort((a, b) => a.seq - b.seq);
   }
 
-  r.get('/v1/customers/:customer_id', readers, async (req, res) => {
+  const readProfile: RequestHandler = async (req, res) => {
     onlyQuery(req);
     const id = String(req.params.customer_id);
     const view = await viewOr404(res, id, true);
@@ -122,9 +122,9 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
       wallets,
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
     });
-  });
+  };
 
-  r.get('/v1/customers/:customer_id/balance', readers, async (req, res) => {
+  const readBalance: RequestHandler = async (req, res) => {
     onlyQuery(req);
     const id = String(req.params.customer_id);
     const view = await viewOr404(res, id);
@@ -133,9 +133,9 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
       Object.entries(wallets).map(([name, w]) => [name, { total: w.total, used: w.used, frozen: w.frozen, available: w.available }]),
     );
     res.json({ customer_id: id, ...totals, wallets: summary, as_of: new Date(view.nowMs).toISOString() });
-  });
+  };
 
-  r.get('/v1/customers/:customer_id/ledger', readers, async (req, res) => {
+  const readLedger: RequestHandler = async (req, res) => {
     const id = customerParam(res, String(req.params.customer_id));
     onlyQuery(req, Object.keys(ledgerQuery.shape));
     const q = parseWith(ledgerQuery, req.query);
@@ -169,8 +169,12 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; quer
       has_more: hasMore,
       next_cursor: hasMore ? encodeCursor(page[page.length - 1].seq) : null,
     });
-  });
+  };
 
-  return r;
+  return [
+    { method: 'GET', path: '/v1/customers/:customer_id', handlers: [readers, readProfile], hot: true },
+    { method: 'GET', path: '/v1/customers/:customer_id/balance', handlers: [readers, readBalance], hot: true },
+    { method: 'GET', path: '/v1/customers/:customer_id/ledger', handlers: [readers, readLedger] },
+  ];
 }
 

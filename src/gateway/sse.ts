@@ -33,24 +33,42 @@ export class SseFramer {
     let start = 0;
     let i = this.scanFrom;
     let atLineStart = this.atLineStart;
-    while (i < buf.length) {
-      const b = buf[i]!;
-      if (b !== LF && b !== CR) {
-        atLineStart = false;
-        i++;
-        continue;
+    if (buf.indexOf(CR, i) < 0) {
+      // No CR (the usual stream): each LF is found by a native search instead of byte by byte.
+      for (;;) {
+        const lf = buf.indexOf(LF, i);
+        if (lf < 0) {
+          if (i < buf.length) atLineStart = false;
+          i = buf.length;
+          break;
+        }
+        if (lf === i && atLineStart) {
+          events.push(buf.subarray(start, lf + 1));
+          start = lf + 1;
+        }
+        atLineStart = true;
+        i = lf + 1;
       }
-      let end = i + 1;
-      if (b === CR) {
-        if (end === buf.length) break;
-        if (buf[end] === LF) end++;
+    } else {
+      while (i < buf.length) {
+        const b = buf[i]!;
+        if (b !== LF && b !== CR) {
+          atLineStart = false;
+          i++;
+          continue;
+        }
+        let end = i + 1;
+        if (b === CR) {
+          if (end === buf.length) break;
+          if (buf[end] === LF) end++;
+        }
+        if (atLineStart) {
+          events.push(buf.subarray(start, end));
+          start = end;
+        }
+        atLineStart = true;
+        i = end;
       }
-      if (atLineStart) {
-        events.push(buf.subarray(start, end));
-        start = end;
-      }
-      atLineStart = true;
-      i = end;
     }
     this.pending = buf.subarray(start);
     this.scanFrom = i - start;

@@ -10,7 +10,7 @@ import { lookup as dnsLookup } from 'node:dns';
 import type { LookupFunction } from 'node:net';
 import type { Readable } from 'node:stream';
 import { Pool } from 'undici';
-import type { WireFormat } from './adapters.js';
+import { formatOf, type WireFormat } from './adapters.js';
 import { literalHostRefusal, private_address_code, publicOnlyLookup, upstreamUrlRefusal } from './private-network.js';
 
 export interface UpstreamTarget {
@@ -48,7 +48,7 @@ export class UpstreamError extends Error {
   }
 }
 
-export const ANTHROPIC_VERSION_DEFAULT = '2023-06-01';
+export { ANTHROPIC_VERSION_DEFAULT } from './wire/anthropic.js';
 
 const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
 const INVALID_CODES = new Set(['UND_ERR_RES_EXCEEDED_MAX_SIZE', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'UND_ERR_INFO']);
@@ -132,18 +132,14 @@ export class UpstreamClient {
     opts: { stream: boolean; signal?: AbortSignal; anthropicVersion?: string; extraHeaders?: Record<string, string> },
   ): Promise<UpstreamResponse> {
     if (this.closed) throw new Error('UpstreamClient is closed');
-    const url = new URL(target.baseUrl.replace(/\/+$/, '') + (target.format === 'openai' ? '/chat/completions' : '/messages'));
+    const wire = formatOf(target.format);
+    const url = new URL(target.baseUrl.replace(/\/+$/, '') + wire.upstreamPath);
     const headers: Record<string, string> = {
       ...opts.extraHeaders,
       'content-type': 'application/json',
       accept: opts.stream ? 'text/event-stream' : 'application/json',
+      ...wire.upstreamHeaders(target.apiKey, opts.anthropicVersion),
     };
-    if (target.format === 'openai') {
-      headers.authorization = `Bearer ${target.apiKey}`;
-    } else {
-      headers['x-api-key'] = target.apiKey;
-      headers['anthropic-version'] = opts.anthropicVersion ?? ANTHROPIC_VERSION_DEFAULT;
-    }
     // A connection to a literal address makes no lookup, so the lookup's check cannot see it.
     const refused = this.opts.allowPrivate ? null : literalHostRefusal(url);
     if (refused !== null) throw new UpstreamError('refused', Object.assign(new Error(refused), { code: private_address_code }));

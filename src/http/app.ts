@@ -1,6 +1,5 @@
-/** The Express application: parsing, logging, auth, domain routers, errors. */
+/** The Express application: logging, parsing, auth, the hot routes, domain routers, errors. */
 import express, { type RequestHandler } from 'express';
-import { pinoHttp } from 'pino-http';
 import { adminRoutes } from '../admin/routes.js';
 import { customerRoutes } from '../customers/routes.js';
 import { profileRoutes } from '../customers/profile.js';
@@ -9,7 +8,9 @@ import { ledgerRoutes } from '../ledger/routes.js';
 import type { Runtime } from '../runtime.js';
 import { authenticate } from './auth.js';
 import { rateLimit } from '../keys/rate-limit.js';
+import { accessLog } from './access-log.js';
 import { errorHandler, notFound } from './errors.js';
+import { exactRouter, hotRoutes, underPrefix } from './router.js';
 import { measuredJson } from './validate.js';
 import { gatewayRoutes } from '../gateway/routes.js';
 import { modelRoutes } from '../gateway/model-routes.js';
@@ -31,27 +32,14 @@ export function jsonBodies(): RequestHandler {
 
 export function createApp(rt: Runtime): express.Express {
   const app = express();
-  // `/health/` is not `/health`, as every router's paths are exact. Case stays insensitive
-  // here on purpose: the `/v1` mount below must authenticate `/V1/...` too, whatever a
-  // router behind it matches.
+  // `/health/` is not `/health`, as every router's paths are exact. The `/v1` prefix of
+  // the authentication below is matched in any case on purpose: `/V1/...` is
+  // authenticated too, whatever a router behind it matches.
   app.set('strict routing', true);
   app.disable('x-powered-by');
   app.set('etag', false);
-  app.use(
-    pinoHttp({
-      logger: rt.logger,
-      autoLogging: rt.logger.isLevelEnabled('info'),
-      // Method, path and status are what an access log needs; headers (which carry keys)
-      // and bodies are never logged, and each request costs less to log.
-      // Ours already produce plain objects; pino-http's wrapping would run the standard
-      // serializers under them on every line.
-      wrapSerializers: false,
-      serializers: {
-        req: (req: { id: unknown; method: string; url: string }) => ({ id: req.id, method: req.method, url: req.url }),
-        res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
-      },
-    }),
-  );
+  const logAccess = accessLog(rt.logger);
+  if (logAccess !== null) app.use(logAccess);
 
   app.get('/health', async (_req, res) => {
     const h = await health(rt);
@@ -59,15 +47,21 @@ export function createApp(rt: Runtime): express.Express {
   });
 
   app.use(jsonBodies());
-  app.use('/v1', authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger));
-  app.use(ledgerRoutes(rt.ledger));
-  app.use(customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries }));
+  app.use(underPrefix('/v1', [authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger)]));
+  const ledger = ledgerRoutes(rt.ledger);
+  const customers = customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries });
+  const gateway = gatewayRoutes(rt.gateway);
+  // The hot routes first, found in one lookup; the routers below keep them too, for the
+  // HEAD and OPTIONS requests Express answers from them (src/http/router.ts).
+  app.use(hotRoutes([...ledger, ...customers, ...gateway].filter((r) => r.hot)));
+  app.use(exactRouter(ledger));
+  app.use(exactRouter(customers));
   app.use(profileRoutes({ ledger: rt.ledger, redis: rt.redis, db: rt.db, ledgerQueries: rt.ledgerQueries, prefix: rt.config.REDIS_PREFIX, logger: rt.logger }));
-  app.use(gatewayRoutes(rt.gateway));
+  app.use(exactRouter(gateway));
   app.use(modelRoutes(rt.modelQueries));
   app.use(usageRoutes({ usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis, prefix: rt.config.REDIS_PREFIX }));
   app.use(adminRoutes(rt));
   app.use(notFound);
-  app.use(errorHandler);
+  app.use(errorHandler(rt.logger));
   return app;
 }

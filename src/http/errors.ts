@@ -1,7 +1,9 @@
 /** The one error middleware: catalogue errors as the contract's body, the rest as 500. */
 import type { ErrorRequestHandler, RequestHandler } from 'express';
+import type { Logger } from 'pino';
 import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { ApiError } from '../errors/catalogue.js';
+import { pathOf } from './access-log.js';
 import { CommandNotSentError, OutcomeUnknownError } from '../redis/sent.js';
 
 export const notFound: RequestHandler = (req) => {
@@ -41,30 +43,33 @@ function isClientHttpError(err: unknown): boolean {
 const outcome_unknown_message =
   'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
-export const errorHandler: ErrorRequestHandler = (err, req, res, _next) => {
-  let apiError: ApiError;
-  const backend = backendFailure(err);
-  if (err instanceof ApiError) {
-    apiError = err;
-  } else if ((err as { type?: string }).type === 'entity.too.large') {
-    apiError = new ApiError('payload_too_large');
-  } else if ((err as { type?: string }).type === 'entity.parse.failed') {
-    apiError = new ApiError('invalid_json');
-  } else if (isClientHttpError(err)) {
-    // What Express and body-parser refuse before a route runs: a malformed path
-    // encoding, an unsupported Content-Encoding or charset, an aborted body.
-    apiError = new ApiError('invalid_request', { message: (err as Error).message });
-  } else if (backend !== null) {
-    req.log?.error({ err }, 'backing service unavailable');
-    apiError = new ApiError('service_unavailable', backend === 'unknown' ? { message: outcome_unknown_message } : {});
-  } else {
-    req.log?.error({ err }, 'unhandled error');
-    apiError = new ApiError('server_error');
-  }
-  if (res.headersSent) {
-    res.end();
-    return;
-  }
-  if (apiError.headers) res.set(apiError.headers);
-  res.status(apiError.status).json(apiError.toBody());
-};
+/** The error middleware; `logger` gets the failures of our own (a 5xx), with the request's method and path. */
+export function errorHandler(logger?: Logger): ErrorRequestHandler {
+  return (err, req, res, _next) => {
+    let apiError: ApiError;
+    const backend = backendFailure(err);
+    if (err instanceof ApiError) {
+      apiError = err;
+    } else if ((err as { type?: string }).type === 'entity.too.large') {
+      apiError = new ApiError('payload_too_large');
+    } else if ((err as { type?: string }).type === 'entity.parse.failed') {
+      apiError = new ApiError('invalid_json');
+    } else if (isClientHttpError(err)) {
+      // What Express and body-parser refuse before a route runs: a malformed path
+      // encoding, an unsupported Content-Encoding or charset, an aborted body.
+      apiError = new ApiError('invalid_request', { message: (err as Error).message });
+    } else if (backend !== null) {
+      logger?.error({ err, method: req.method, path: pathOf(req) }, 'backing service unavailable');
+      apiError = new ApiError('service_unavailable', backend === 'unknown' ? { message: outcome_unknown_message } : {});
+    } else {
+      logger?.error({ err, method: req.method, path: pathOf(req) }, 'unhandled error');
+      apiError = new ApiError('server_error');
+    }
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    if (apiError.headers) res.set(apiError.headers);
+    res.status(apiError.status).json(apiError.toBody());
+  };
+}

@@ -1,5 +1,5 @@
 /**
- * Key records: created here, looked up by secret hash with a per-process cache. A
+ * Key records: created here, looked up by the presented key with a per-process cache. A
  * revocation is published on Redis so every API process drops its cached copy at once.
  */
 import type { Redis } from 'ioredis';
@@ -91,6 +91,9 @@ interface CacheEntry {
   record: KeyRecord | null;
   /** When the read that produced the record started: the record is at least this fresh. */
   readAt: number;
+  /** The key's SHA-256 (what PostgreSQL and revocation messages know it by), and its hex. */
+  hash: Buffer;
+  hex: string;
   /** A background refresh of this entry is queued or running. */
   refreshing?: boolean;
 }
@@ -99,10 +102,15 @@ interface CacheEntry {
 const refresh_batch_ms = 50;
 /** After PostgreSQL failed, cached records are served without waiting on it for this long. */
 const unavailable_backoff_ms = 1_000;
+/** Past this many cached keys the cache starts over (a flood of made-up keys cannot grow it). */
+export const key_cache_entries_max = 100_000;
 
 /**
- * Key records by secret hash, so that a request does not cost a PostgreSQL query. Three
- * things bound how long a revoked key keeps working:
+ * Key records by the key as presented, so that a request costs neither a PostgreSQL query
+ * nor a SHA-256 (computed on a miss only). The presented keys stay in this process's
+ * memory: never logged, never sent to Redis. Revocations name a key by its hash, so an
+ * index from hash to presented key finds the entry to drop. Three things bound how long a
+ * revoked key keeps working:
  * - a revocation or project change published on Redis drops the entries at once;
  * - a read from PostgreSQL that such an invalidation overtook is not cached but read
  *   again (src/cache/invalidation.ts);
@@ -112,8 +120,10 @@ const unavailable_backoff_ms = 1_000;
  */
 export class KeyCache {
   private readonly entries = new Map<string, CacheEntry>();
+  /** Hash (hex) to the presented key its entry is stored under. */
+  private readonly byHex = new Map<string, string>();
   private readonly reads = new InvalidationGuard<KeyRecord | null>();
-  private readonly due = new Map<string, { hash: Buffer; entry: CacheEntry }>();
+  private readonly due = new Map<string, CacheEntry>();
   private refreshTimer: NodeJS.Timeout | null = null;
   private unavailableUntil = 0;
 
@@ -140,7 +150,7 @@ export class KeyCache {
   /** Drops the cached keys of a project (its contract or rate limit changed). */
   forgetProject(projectId: string): void {
     this.reads.invalidate();
-    for (const [hash, e] of this.entries) if (e.record?.project_id === projectId) this.entries.delete(hash);
+    for (const [key, e] of this.entries) if (e.record?.project_id === projectId) this.drop(key, e);
   }
 
   /** Drops a key's cached record (a revocation made by this process). */
@@ -150,12 +160,19 @@ export class KeyCache {
 
   private forgetHex(hex: string): void {
     this.reads.invalidate();
-    this.entries.delete(hex);
+    const key = this.byHex.get(hex);
+    if (key !== undefined) this.drop(key, this.entries.get(key)!);
   }
 
   private forgetAll(): void {
     this.reads.invalidate();
     this.entries.clear();
+    this.byHex.clear();
+  }
+
+  private drop(key: string, entry: CacheEntry): void {
+    this.entries.delete(key);
+    this.byHex.delete(entry.hex);
   }
 
   /**
@@ -164,36 +181,39 @@ export class KeyCache {
    * the entry instead of letting it age.
    */
   async lookup(key: string): Promise<KeyRecord | null> {
-    const hash = hashSecret(key);
-    const hex = hash.toString('hex');
     const now = Date.now();
-    const hit = this.entries.get(hex);
+    const hit = this.entries.get(key);
     if (hit && (now - hit.readAt < this.ttlMs || now < this.unavailableUntil)) {
-      if (now - hit.readAt >= this.ttlMs / 2) this.refreshLater(hex, hash, hit);
+      if (now - hit.readAt >= this.ttlMs / 2) this.refreshLater(key, hit);
       return hit.record;
     }
+    const hash = hashSecret(key);
     try {
-      const record = await this.reads.read(hex, () => this.queries.findByHash(hash), (r, readAt) => {
-        if (matches(r, hash)) this.store(hex, { record: r, readAt });
+      const record = await this.reads.read(key, () => this.queries.findByHash(hash), (r, readAt) => {
+        if (matches(r, hash)) this.store(key, { record: r, readAt, hash, hex: hash.toString('hex') });
       });
       return matches(record, hash) ? record : null;
     } catch (err) {
       this.unavailableUntil = Date.now() + unavailable_backoff_ms;
-      const stale = this.entries.get(hex);
+      const stale = this.entries.get(key);
       if (stale) return stale.record;
       throw err;
     }
   }
 
-  private store(hex: string, entry: CacheEntry): void {
-    if (this.entries.size > 100_000) this.entries.clear();
-    this.entries.set(hex, entry);
+  private store(key: string, entry: CacheEntry): void {
+    if (this.entries.size >= key_cache_entries_max && !this.entries.has(key)) {
+      this.entries.clear();
+      this.byHex.clear();
+    }
+    this.entries.set(key, entry);
+    this.byHex.set(entry.hex, key);
   }
 
-  private refreshLater(hex: string, hash: Buffer, entry: CacheEntry): void {
-    if (entry.refreshing || this.reads.reading(hex)) return;
+  private refreshLater(key: string, entry: CacheEntry): void {
+    if (entry.refreshing || this.reads.reading(key)) return;
     entry.refreshing = true;
-    this.due.set(hex, { hash, entry });
+    this.due.set(key, entry);
     this.refreshTimer ??= setTimeout(() => void this.refresh(), refresh_batch_ms).unref();
   }
 
@@ -206,19 +226,19 @@ export class KeyCache {
     const readAt = Date.now();
     let rows: readonly KeyRecord[];
     try {
-      rows = await this.queries.findByHashes(batch.map(([, d]) => d.hash));
+      rows = await this.queries.findByHashes(batch.map(([, e]) => e.hash));
     } catch {
       // The entries age until a lookup reads them itself and meets the error, which that
       // lookup handles; there is nothing to do here.
       this.unavailableUntil = Date.now() + unavailable_backoff_ms;
-      for (const [, d] of batch) d.entry.refreshing = false;
+      for (const [, e] of batch) e.refreshing = false;
       return;
     }
     const byHex = new Map(rows.map((r) => [r.secret_hash.toString('hex'), r]));
-    for (const [hex, d] of batch) {
-      d.entry.refreshing = false;
-      if (this.reads.overtaken(token) || this.entries.get(hex) !== d.entry) continue;
-      this.entries.set(hex, { record: byHex.get(hex) ?? null, readAt });
+    for (const [key, e] of batch) {
+      e.refreshing = false;
+      if (this.reads.overtaken(token) || this.entries.get(key) !== e) continue;
+      this.entries.set(key, { record: byHex.get(e.hex) ?? null, readAt, hash: e.hash, hex: e.hex });
     }
   }
 }

@@ -1,6 +1,6 @@
 /** POST /v1/customers/deposit and /v1/billing/{deduct,freeze,consume,unfreeze}. */
-import type { Request, Response, Router } from 'express';
-import { exactRouter } from '../http/router.js';
+import type { Request, RequestHandler, Response } from 'express';
+import type { Route } from '../http/router.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { ApiError } from '../errors/catalogue.js';
@@ -35,11 +35,15 @@ function operationBody(req: Request, op: LedgerOp, variant: Variant): Record<str
   return body;
 }
 
-export function ledgerRoutes(ledger: LedgerService): Router {
-  const r = exactRouter();
+/** The money operations: all hot routes (src/http/router.ts). */
+export function ledgerRoutes(ledger: LedgerService): Route[] {
+  const routes: Route[] = [];
   const projectOnly = requireKeyType('project');
+  const post = (path: string, handler: RequestHandler) => {
+    routes.push({ method: 'POST', path, handlers: [projectOnly, handler], hot: true });
+  };
 
-  r.post('/v1/customers/deposit', projectOnly, async (req, res) => {
+  post('/v1/customers/deposit', async (req, res) => {
     const { variant, scope } = authOf(res);
     const body = operationBody(req, 'deposit', variant);
     const fields = parseWith(depositSchema, body);
@@ -67,7 +71,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
     send(res, result, { wallet: result.body.credit_type });
   });
 
-  r.post('/v1/billing/deduct', projectOnly, async (req, res) => {
+  post('/v1/billing/deduct', async (req, res) => {
     const { variant, scope } = authOf(res);
     const body = operationBody(req, 'deduct', variant);
     const fields = parseWith(drawSchema, body);
@@ -84,7 +88,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
     send(res, result);
   });
 
-  r.post('/v1/billing/freeze', projectOnly, async (req, res) => {
+  post('/v1/billing/freeze', async (req, res) => {
     const { variant, scope } = authOf(res);
     const body = operationBody(req, 'freeze', variant);
     const fields = parseWith(drawSchema, body);
@@ -103,7 +107,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
     send(res, result);
   });
 
-  r.post('/v1/billing/consume', projectOnly, async (req, res) => {
+  post('/v1/billing/consume', async (req, res) => {
     const { variant, scope } = authOf(res);
     const body = operationBody(req, 'consume', variant);
     const fields = parseWith(settleSchema, body);
@@ -117,7 +121,7 @@ export function ledgerRoutes(ledger: LedgerService): Router {
     send(res, result);
   });
 
-  r.post('/v1/billing/unfreeze', projectOnly, async (req, res) => {
+  post('/v1/billing/unfreeze', async (req, res) => {
     const { variant, scope } = authOf(res);
     const fields = parseWith(settleSchema, operationBody(req, 'unfreeze', variant));
     const result = await ledger.unfreeze(scope, {
@@ -128,5 +132,5 @@ export function ledgerRoutes(ledger: LedgerService): Router {
     send(res, result);
   });
 
-  return r;
+  return routes;
 }

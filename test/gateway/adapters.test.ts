@@ -4,13 +4,14 @@
  * relay (byte identity, usage, the OpenAI usage chunk, arbitrary chunk boundaries, line
  * ends, partial streams, error and invalid events).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import fc from 'fast-check';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { ApiError } from '../../src/errors/catalogue.js';
 import {
   prepareUpstreamBody,
   requestedMaxTokens,
+  deferred_data_chars_max,
   StreamRelay,
   usageFromResponse,
   type WireFormat,
@@ -229,6 +230,51 @@ describe('StreamRelay, OpenAI', () => {
     expect(r.usage()).toEqual(whole);
   });
 
+  it('parses only the first event and the ones that can hold usage or an error, and bills the same', async () => {
+    for (const wantsUsage of [false, true]) {
+      const client = clientBody('openai', { output_tokens: 20 }, { stream: true, ...(wantsUsage ? { stream_options: { include_usage: true } } : {}) });
+      const { upstream, whole } = await streamAndWholeUsage('openai', client);
+      const parse = vi.spyOn(JSON, 'parse');
+      try {
+        const { r } = relay('openai', wantsUsage, upstream);
+        // The first chunk and the usage chunk; not the 20 text deltas (each with "usage":null).
+        expect(parse.mock.calls.length, `wantsUsage ${wantsUsage}`).toBe(2);
+        expect(r.usage()).toEqual(whole);
+        expect(r.relayedOutputEstimate()).toBe(Math.max(Math.ceil(mockOutputText(20).length / 4), 20));
+      } finally {
+        parse.mockRestore();
+      }
+    }
+  });
+
+  it('a delta that only looks like JSON is forwarded as it is, and found when the output is estimated', () => {
+    const first = 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n';
+    const good = 'data: {"choices":[{"index":0,"delta":{"content":"abcd"}}]}\n\n';
+    const bad = 'data: {"choices":[{"index":0,"delta":{"content":"x"}}\n\n';
+    const r = new StreamRelay('openai', true);
+    const out = Buffer.from(r.push(Buffer.from(first + good + bad))).toString('utf8');
+    expect(out).toBe(first + good + bad);
+    expect(r.invalid()).toBeNull();
+    expect(r.relayedOutputEstimate()).toBe(1);
+    expect(r.invalid()).toMatch(/not a JSON object/);
+    expect(r.push(Buffer.from(good))).toHaveLength(0);
+  });
+
+  it('counts deferred deltas once they pass the bound, so a long stream holds at most that much', () => {
+    const delta = `data: {"choices":[{"index":0,"delta":{"content":"${'y'.repeat(1000)}"}}]}\n\n`;
+    const n = Math.ceil(deferred_data_chars_max / 1000) + 2;
+    const r = new StreamRelay('openai', true);
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      for (let i = 0; i < n; i++) r.push(Buffer.from(delta));
+      // The first event, then every deferred one once their data passed the bound.
+      expect(parse.mock.calls.length).toBeGreaterThan(n / 2);
+    } finally {
+      parse.mockRestore();
+    }
+    expect(r.relayedOutputEstimate()).toBe(Math.ceil((n * 1000) / 4));
+  });
+
   it('any chunk boundaries and any line ends give the same output and usage', async () => {
     const client = clientBody('openai', controls, { stream: true });
     const { upstream, whole } = await streamAndWholeUsage('openai', client);
@@ -353,6 +399,21 @@ describe('StreamRelay, Anthropic', () => {
         }),
         { numRuns: 15 },
       );
+    }
+  });
+
+  it('parses only message_start, message_delta, message_stop and errors, not the text deltas', async () => {
+    const client = clientBody('anthropic', { output_tokens: 20 }, { stream: true });
+    const { upstream, whole } = await streamAndWholeUsage('anthropic', client);
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      const { r } = relay('anthropic', true, upstream);
+      expect(parse.mock.calls.length).toBe(3);
+      expect(r.usage()).toEqual(whole);
+      expect(r.sawTerminal()).toBe(true);
+      expect(r.relayedOutputEstimate()).toBe(Math.max(Math.ceil(mockOutputText(20).length / 4), 20));
+    } finally {
+      parse.mockRestore();
     }
   });
 

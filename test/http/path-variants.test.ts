@@ -13,6 +13,7 @@ import { gatewayRoutes } from '../../src/gateway/routes.js';
 import { jsonBodies } from '../../src/http/app.js';
 import { authenticate } from '../../src/http/auth.js';
 import { errorHandler } from '../../src/http/errors.js';
+import { exactRouter } from '../../src/http/router.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 
 let env: GatewayEnv;
@@ -134,8 +135,8 @@ describe('the gateway router behind the app parser', () => {
     const app = express();
     app.use(jsonBodies());
     app.use(authenticate(env.svc.rt.keyCache));
-    app.use('/mounted', gatewayRoutes(env.svc.rt.gateway));
-    app.use(errorHandler);
+    app.use('/mounted', exactRouter(gatewayRoutes(env.svc.rt.gateway)));
+    app.use(errorHandler());
     const server = await new Promise<http.Server>((resolve) => {
       const s = app.listen(0, '127.0.0.1', () => resolve(s));
     });

@@ -37,8 +37,9 @@ interface LogLine {
   level: number;
   msg?: string;
   err?: unknown;
-  req?: { method?: string; url?: string };
-  res?: { statusCode?: number };
+  method?: string;
+  path?: string;
+  status?: number;
 }
 
 function logLines(): LogLine[] {
@@ -58,8 +59,8 @@ async function waitForLines(expected: ((lines: LogLine[]) => boolean)[]): Promis
   }
 }
 
-const accessLine = (method: string, url: string, status: number) => (lines: LogLine[]) =>
-  lines.some((l) => l.req?.method === method && l.req?.url === url && l.res?.statusCode === status);
+const accessLine = (method: string, path: string, status: number) => (lines: LogLine[]) =>
+  lines.some((l) => l.msg === 'request' && l.method === method && l.path === path && l.status === status);
 
 async function send(method: string, path: string, headers: Record<string, string>, body?: unknown) {
   const res = await fetch(`${api.url}${path}`, {

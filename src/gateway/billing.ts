@@ -1,0 +1,350 @@
+/**
+ * The money of a gateway call, through the ledger's scripts: the plan count and the hold
+ * before the upstream call (lua/gateway_hold-9.lua), then the settlement of its exact or
+ * estimated cost (lua/gateway_settle-9.lua) or the release of the hold when nothing is
+ * billed (lua/gateway_release-9.lua), with what must become known sent again in the
+ * background. Also the claim of the call's Idempotency-Key. The usage record and receipt
+ * travel with the settlement's outbox entry to the workers.
+ */
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { ApiError } from '../errors/catalogue.js';
+import type { AuthContext } from '../http/auth.js';
+import { newId } from '../ids.js';
+import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
+import type { UsageRecordInput } from '../ledger/queries.js';
+import type { LedgerService, ProjectScope } from '../ledger/service.js';
+import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
+import { projectKeys } from '../redis/keys.js';
+import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
+import { provesNothingSent } from '../redis/sent.js';
+import type { Usage, WireFormat } from './adapters.js';
+import type { GatewayModel } from './models.js';
+import { costOf, inputCostBound } from './pricing.js';
+import type { Endpoint } from './request.js';
+
+/** A hold outlives its call only when the API process died mid-call; then it is released. */
+export const hold_ttl_seconds = 3_600;
+/** Request bytes per input token when the upstream sent no count (a rough English average). */
+export const request_bytes_per_token_estimate = 4;
+/**
+ * Tries of a settlement whose reply did not come (a timeout, a dropped connection) while
+ * the call waits for it. The script is idempotent, so a retry of one that did apply
+ * answers its stored result. Past them the settlement goes on in the background.
+ */
+export const settle_attempts_max = 3;
+export const settle_retry_pause_ms = 100;
+/**
+ * A gateway script whose outcome must become known, sent again in the background until
+ * Redis answers: a settlement that could not be confirmed while the call waited, or the
+ * release of a hold whose outcome was unknown when its call failed. Pauses double from
+ * background_retry_pause_ms up to background_retry_pause_max_ms, and a try also waits for
+ * the Redis generation guard, so it goes out within a second of Redis being back: the
+ * sooner it lands, the shorter the time in which the death of this process would leave
+ * the call unbilled. For background_retry_total_ms in all: well under the hold's one-hour
+ * TTL, so a settlement sent late still finds its hold in most cases (and when the TTL
+ * released it first, the settlement charges the available credits, down to zero).
+ */
+export const background_retry_pause_ms = 100;
+export const background_retry_pause_max_ms = 1_000;
+export const background_retry_total_ms = 10 * 60_000;
+
+export const billingHeaderNames = [
+  'X-Service-Cost-Credits',
+  'X-Service-Cost-Cents',
+  'X-Service-Cost-Usd',
+  'X-Service-Balance-Credits',
+  'X-Service-Balance-Usd',
+] as const;
+
+export interface SettleResult {
+  cost: number;
+  returned: number;
+  reserved: number;
+  balanceAfter: number;
+}
+
+/** A call whose hold applied: what its settlement or release needs. */
+export interface Call {
+  auth: AuthContext;
+  scope: ProjectScope;
+  endpoint: Endpoint;
+  format: WireFormat;
+  customerId: string;
+  wallet: string;
+  traceId: string | null;
+  model: GatewayModel;
+  stream: boolean;
+  transactionId: string;
+  /** Answers asked of the upstream (OpenAI `n`). */
+  answers: number;
+  startedAt: number;
+  reservation: PlanTicket;
+  hold: number;
+  outputTokens: number;
+  requestBytes: number;
+  /** A settlement was sent: the call may be billed even if no reply came. */
+  settleTried?: boolean;
+}
+
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number };
+
+export class GatewayBilling {
+  constructor(
+    private readonly deps: {
+      ledger: LedgerService;
+      plans: PlanService;
+      redis: Redis;
+      prefix: string;
+      logger: Logger;
+    },
+  ) {}
+
+  /**
+   * Claims the call's Idempotency-Key for `transactionId`: HSETNX in the project's
+   * `gwidem` hash, under the field `[customer, key]` (customer-scoped keys reach end users:
+   * one customer's key must not block or reveal another's call). Answers the transaction
+   * that holds the key: this one when the claim is new.
+   */
+  async claimIdempotencyKey(scope: ProjectScope, customerId: string, key: string, transactionId: string): Promise<string> {
+    const index = idempotencyIndex(this.deps.prefix, scope);
+    const field = JSON.stringify([customerId, key]);
+    const [[, created], [, owner]] = (await this.deps.redis.multi().hsetnx(index, field, transactionId).hget(index, field).exec()) as [
+      [Error | null, number],
+      [Error | null, string],
+    ];
+    return created ? transactionId : owner;
+  }
+
+  /** Frees a claimed Idempotency-Key: nothing was billed under it, so the same key may retry. */
+  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string): Promise<void> {
+    await this.deps.redis.hdel(idempotencyIndex(this.deps.prefix, scope), JSON.stringify([customerId, key])).catch(() => undefined);
+  }
+
+  /**
+   * Counts the plan operation and holds an upper bound of the call's cost
+   * (lua/gateway_hold-9.lua), with the receipt index entry in the same round trip. A hold
+   * that fails is undone: the reservation given back, the index entry taken back, and a
+   * hold that may exist released in the background.
+   */
+  async hold(c: HoldRequest): Promise<Call> {
+    const startedAt = Date.now();
+    const reservation = await this.deps.plans.take(c.scope.organizationId, gateway_reservation_ms);
+    const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
+    let ok = false;
+    // True once the hold may exist: its script applied, or its reply was lost.
+    let holdMayExist = false;
+    try {
+      const prices = c.model.prices;
+      const wanted = c.explicitMax ?? c.model.maxOutputTokens;
+      // Receipts find the customer of a gateway transaction through the project index. The
+      // entry is written beside the hold, in the same round trip (auto-pipelined), instead
+      // of after it: the transaction id is new, and an entry whose transaction does not
+      // exist reads as no receipt, so a failed hold only has to take its entry back.
+      const [held, indexed] = await Promise.allSettled([
+        this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
+          c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
+          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers,
+        ]),
+        this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
+      ]);
+      holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
+      if (held.status === 'rejected') throw held.reason;
+      const [status, raw] = held.value;
+      if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
+      if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
+      if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
+        throw new ApiError('insufficient_balance', { status: 402 });
+      }
+      if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
+      if (indexed.status === 'rejected') throw indexed.reason;
+      const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
+      ok = true;
+      return { ...c, startedAt, reservation, hold: Number(hold.hold), outputTokens: Number(hold.output_tokens), requestBytes: c.rawBytes };
+    } finally {
+      if (!ok) {
+        void this.deps.plans.finish(reservation, 'release');
+        await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
+        // The call fails, but a hold may be frozen: release it once Redis answers (the
+        // release is idempotent), instead of leaving it to its one-hour TTL while a retry
+        // of the client freezes more.
+        if (holdMayExist) {
+          const call: Call = { ...c, startedAt, reservation, hold: 0, outputTokens: 0, requestBytes: c.rawBytes };
+          this.retryLater('gateway_release', call, [call.transactionId, this.failedRecord(call, null)]);
+        }
+      }
+    }
+  }
+
+  /**
+   * Sends a release or a settlement in the background until Redis answers, for at most
+   * background_retry_total_ms: a hold whose outcome was unknown when its call failed, or
+   * a settlement that could not be confirmed while the call waited (the customer may have
+   * the answer already, and the provider bills the call). Both scripts are idempotent: a
+   * release of a hold that does not exist, or was settled or released, changes nothing,
+   * and a settled call answers its stored result, so one that did apply and is sent again
+   * is charged once. The pauses do not keep a stopping process alive: what is still
+   * unsent when the process ends is the residual risk that docs/ARCHITECTURE.md names.
+   */
+  private retryLater(script: 'gateway_release' | 'gateway_settle', call: Call, args: (string | number)[]): void {
+    const { transactionId } = call;
+    const giveUpAt = Date.now() + background_retry_total_ms;
+    void (async () => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const [status] = await this.deps.ledger.run(script, call.scope, call.customerId, args);
+          if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
+            this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
+          } else if (script === 'gateway_settle') {
+            this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+          }
+          return;
+        } catch (err) {
+          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), background_retry_pause_max_ms);
+          if (Date.now() + pause > giveUpAt) {
+            const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
+            this.deps.logger.error({ err, transactionId, args }, what);
+            return;
+          }
+          await new Promise((resolve) => setTimeout(resolve, pause).unref());
+          // While Redis is away or unverified, this resolves as soon as it is verified
+          // again (or after the guard's wait): a try sent before would be refused.
+          await this.deps.ledger.ready().catch(() => undefined);
+        }
+      }
+    })();
+  }
+
+  /** The usage record of a call that is not billed, as JSON for the release script. */
+  private failedRecord(call: Call, upstreamStatus: number | null): string {
+    const zero: Usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
+    return JSON.stringify(this.usageRecord(call, 'failed', zero, 0, false, upstreamStatus));
+  }
+
+  private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
+    const p = call.model.prices;
+    return {
+      id: newId('usage'),
+      customer_id: call.customerId,
+      trace_id: call.traceId,
+      wallet: call.wallet,
+      model: call.model.id,
+      endpoint: call.endpoint,
+      stream: call.stream,
+      status,
+      input_tokens: usage.input,
+      output_tokens: usage.output,
+      cache_read_tokens: usage.cacheRead,
+      cache_write_tokens: usage.cacheWrite,
+      usage_estimated: estimated,
+      cost_credits: cost,
+      latency_ms: Date.now() - call.startedAt,
+      prices: {
+        input_price_per_million_credits: p.input,
+        output_price_per_million_credits: p.output,
+        cache_read_price_per_million_credits: p.cacheRead,
+        cache_write_price_per_million_credits: p.cacheWrite,
+      },
+      upstream_status: upstreamStatus,
+    };
+  }
+
+  /**
+   * Charges the call (lua/gateway_settle-9.lua): its cost from the hold, and what the hold
+   * does not cover from the wallet's available credits as far as they go. A settlement
+   * whose reply was lost is sent again: the script answers a settled call with its stored
+   * result, so the call is charged once. When no try is answered, the call fails (outcome
+   * unknown) and the settlement goes on in the background (retryLater): the upstream did
+   * the work, and a streamed answer already reached the client. A settled call counts as
+   * a billable operation whatever it cost: its plan reservation is committed once it
+   * settled, or may have (or will, in the background).
+   */
+  async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
+    const cost = costOf(usage, call.model.prices);
+    const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
+    const args = [call.transactionId, cost, JSON.stringify(record), call.model.id];
+    call.settleTried = true;
+    let reply: ScriptReply | undefined;
+    try {
+      for (let attempt = 1; reply === undefined; attempt++) {
+        try {
+          reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
+        } catch (err) {
+          if (attempt >= settle_attempts_max) {
+            this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
+            this.retryLater('gateway_settle', call, args);
+            throw err;
+          }
+          this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
+          await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
+        }
+      }
+    } finally {
+      const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
+      void this.deps.plans.finish(call.reservation, mayHaveSettled ? 'commit' : 'release');
+    }
+    if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
+    if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
+    const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
+    if (Number(r.shortfall) > 0) {
+      this.deps.logger.warn({ transactionId: call.transactionId, cost, shortfall: Number(r.shortfall) }, 'gateway call cost more than the wallet held; charged what it had');
+    }
+    return { cost: Number(r.cost), returned: Number(r.returned), reserved: Number(r.reserved), balanceAfter: Number(r.balance_after) };
+  }
+
+  /**
+   * Gives the hold back: the call is not billed (upstream error, timeout, bad answer). A
+   * release without an answer is sent again in the background.
+   */
+  async release(call: Call, upstreamStatus: number | null): Promise<void> {
+    const record = this.failedRecord(call, upstreamStatus);
+    void this.deps.plans.finish(call.reservation, 'release');
+    const args = [call.transactionId, record];
+    try {
+      await this.deps.ledger.run('gateway_release', call.scope, call.customerId, args);
+    } catch (err) {
+      this.retryLater('gateway_release', call, args);
+      throw err;
+    }
+  }
+
+  billingHeaders(s: SettleResult): Record<string, string> {
+    return {
+      'X-Service-Cost-Credits': String(s.cost),
+      'X-Service-Cost-Cents': creditsToCents(s.cost),
+      'X-Service-Cost-Usd': creditsToUsd(s.cost),
+      'X-Service-Balance-Credits': String(s.balanceAfter),
+      'X-Service-Balance-Usd': creditsToUsd(s.balanceAfter),
+    };
+  }
+
+  /**
+   * Settles a call whose client left before its answer was relayed: in full when the
+   * upstream's usage came, else its input estimated from the request's size (CONTRACT.md
+   * section 4 bills an aborted stream the same way).
+   */
+  settleAborted(call: Call, usage: Usage | null, upstreamStatus: number | null): Promise<SettleResult> {
+    const estimate: Usage = { input: Math.ceil(call.requestBytes / request_bytes_per_token_estimate), output: 0, cacheRead: 0, cacheWrite: 0 };
+    return this.settle(call, usage ?? estimate, 'client_aborted', usage === null, upstreamStatus);
+  }
+
+  /**
+   * Settles what a stream that did not end with complete usage is estimated to have cost:
+   * the upstream's counts where it sent them (`usage`), else the request's size for the
+   * input, and at least the output relayed to the client (`relayedOutput`).
+   */
+  settleEstimate(call: Call, usage: Usage | null, relayedOutput: number, status: 'settled' | 'client_aborted', upstreamStatus: number): Promise<SettleResult> {
+    const estimate: Usage = {
+      input: usage?.input ?? Math.ceil(call.requestBytes / request_bytes_per_token_estimate),
+      cacheRead: usage?.cacheRead ?? 0,
+      cacheWrite: usage?.cacheWrite ?? 0,
+      output: Math.max(relayedOutput, usage?.output ?? 0),
+    };
+    return this.settle(call, estimate, status, true, upstreamStatus);
+  }
+}
+
+/** The project's hash of gateway Idempotency-Keys. */
+function idempotencyIndex(prefix: string, scope: ProjectScope): string {
+  return `${projectKeys(prefix, scope.projectId).txIndex}:gwidem`;
+}

@@ -1,0 +1,95 @@
+/** Anthropic Messages (`POST /v1/messages`), whole and streamed. */
+import { bodySchemaOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+
+/** The API version sent upstream when the client names none. */
+export const ANTHROPIC_VERSION_DEFAULT = '2023-06-01';
+
+/** Events that carry neither usage, nor the end, nor an error. */
+const plainEvents = new Set(['content_block_delta', 'content_block_start', 'content_block_stop', 'ping']);
+
+/** `usage`: `input_tokens` already excludes both cache kinds. */
+function usageOf(u: unknown): Usage | null {
+  if (!isObject(u) || !isCount(u.input_tokens) || !isCount(u.output_tokens)) return null;
+  const cacheRead = optionalCount(u.cache_read_input_tokens);
+  const cacheWrite = optionalCount(u.cache_creation_input_tokens);
+  if (cacheRead === null || cacheWrite === null) return null;
+  return { input: u.input_tokens, output: u.output_tokens, cacheRead, cacheWrite };
+}
+
+/** Characters of generated text in a `content_block_delta`: text, tool input, thinking. */
+function deltaChars(event: Json): number {
+  if (event.type !== 'content_block_delta') return 0;
+  const delta = event.delta;
+  if (!isObject(delta)) return 0;
+  for (const field of ['text', 'partial_json', 'thinking'] as const) {
+    if (typeof delta[field] === 'string') return (delta[field] as string).length;
+  }
+  return 0;
+}
+
+export const anthropic: ProviderFormat = {
+  name: 'anthropic',
+  gatewayPath: '/v1/messages',
+  upstreamPath: '/messages',
+  upstreamHeaders: (apiKey, clientVersion) => ({ 'x-api-key': apiKey, 'anthropic-version': clientVersion ?? ANTHROPIC_VERSION_DEFAULT }),
+
+  bodySchema: bodySchemaOf(['max_tokens']),
+
+  requestedMaxTokens: (body) => maxTokensField(body, 'max_tokens'),
+
+  /** The limit goes in `max_tokens`; a stream always carries usage, so nothing else changes. */
+  prepareUpstreamBody(clientBody, opts) {
+    const body: Json = { ...clientBody, model: opts.upstreamModel };
+    if (opts.stream || 'stream' in clientBody) body.stream = opts.stream;
+    if (opts.maxTokens !== null) body.max_tokens = opts.maxTokens;
+    return { body, clientWantsUsage: true };
+  },
+
+  usageFromResponse: (json) => usageOf(json.usage),
+
+  terminalData: null,
+
+  /** By the SSE event name, when the data does not look like usage, an error or a message event. */
+  plainEvent(eventName, data): Forward | null {
+    if (eventName === undefined || !plainEvents.has(eventName)) return null;
+    if (data.includes('"usage"') || data.includes('"error"') || data.includes('"message_')) return null;
+    return 'raw';
+  },
+
+  /**
+   * `message_start` carries the input and cache counts; `message_delta` updates them
+   * field by field (its `output_tokens` is the running total, latest wins) and makes them
+   * final; `message_stop` ends the stream. Every event is forwarded as it came.
+   */
+  readEvent(event, _dataText, into: StreamReading): Forward {
+    switch (event.type) {
+      case 'message_start': {
+        const usage = isObject(event.message) ? usageOf(event.message.usage) : null;
+        if (usage !== null) into.counts = usage;
+        break;
+      }
+      case 'message_delta': {
+        if (!isObject(event.usage)) break;
+        const u = event.usage;
+        const fields = [
+          ['input', u.input_tokens],
+          ['output', u.output_tokens],
+          ['cacheRead', u.cache_read_input_tokens],
+          ['cacheWrite', u.cache_creation_input_tokens],
+        ] as const;
+        for (const [kind, value] of fields) if (isCount(value)) into.counts[kind] = value;
+        into.complete = true;
+        break;
+      }
+      case 'message_stop':
+        into.terminal = true;
+        break;
+      case 'error':
+        into.errorEvent = event;
+        break;
+    }
+    return 'raw';
+  },
+
+  deltaChars,
+};

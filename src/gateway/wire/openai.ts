@@ -1,0 +1,131 @@
+/** OpenAI Chat Completions (`POST /v1/chat/completions`), whole and streamed. */
+import { bodySchemaOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+
+/** OpenAI's own limit on `n`. */
+export const answers_max = 128;
+
+const USAGE_NULL_TAIL = ',"usage":null}';
+
+/**
+ * OpenAI `usage`: `prompt_tokens` includes the cached tokens (`prompt_tokens_details.
+ * cached_tokens`) and, when the upstream reports them, the tokens written to its cache
+ * (`cache_write_tokens`, "the unadjusted number of prompt tokens written to cache" in the
+ * openai types). Each prompt token is billed once, at the price of its kind, so input is
+ * what remains. Without `cache_write_tokens` this is exactly CONTRACT.md section 8:
+ * input = prompt_tokens - cached_tokens.
+ */
+function usageOf(u: unknown): Usage | null {
+  if (!isObject(u) || !isCount(u.prompt_tokens) || !isCount(u.completion_tokens)) return null;
+  const details = isObject(u.prompt_tokens_details) ? u.prompt_tokens_details : {};
+  const cacheRead = optionalCount(details.cached_tokens);
+  const cacheWrite = optionalCount(details.cache_write_tokens);
+  if (cacheRead === null || cacheWrite === null || cacheRead + cacheWrite > u.prompt_tokens) return null;
+  return { input: u.prompt_tokens - cacheRead - cacheWrite, output: u.completion_tokens, cacheRead, cacheWrite };
+}
+
+/** Characters of generated text in a chunk: content, refusals and tool-call arguments. */
+function deltaChars(chunk: Json): number {
+  if (!Array.isArray(chunk.choices)) return 0;
+  let chars = 0;
+  for (const choice of chunk.choices) {
+    if (!isObject(choice) || !isObject(choice.delta)) continue;
+    const delta = choice.delta;
+    if (typeof delta.content === 'string') chars += delta.content.length;
+    if (typeof delta.refusal === 'string') chars += delta.refusal.length;
+    const calls: unknown[] = Array.isArray(delta.tool_calls) ? [...delta.tool_calls] : [];
+    if (isObject(delta.function_call)) calls.push({ function: delta.function_call });
+    for (const call of calls) {
+      if (!isObject(call) || !isObject(call.function)) continue;
+      if (typeof call.function.name === 'string') chars += call.function.name.length;
+      if (typeof call.function.arguments === 'string') chars += call.function.arguments.length;
+    }
+  }
+  return chars;
+}
+
+/**
+ * A chunk whose client did not ask for usage (the gateway added `include_usage`
+ * upstream) loses its `usage`: the exact text `,"usage":null}` at the end of the data is
+ * cut; any other placement of the field re-serializes the chunk's JSON without it.
+ */
+function withoutUsage(dataText: string, chunk: Json): string {
+  if (chunk.usage === null && dataText.endsWith(USAGE_NULL_TAIL)) return dataText.slice(0, -USAGE_NULL_TAIL.length) + '}';
+  const { usage: _dropped, ...rest } = chunk;
+  return JSON.stringify(rest);
+}
+
+export const openai: ProviderFormat = {
+  name: 'openai',
+  gatewayPath: '/v1/chat/completions',
+  upstreamPath: '/chat/completions',
+  upstreamHeaders: (apiKey) => ({ authorization: `Bearer ${apiKey}` }),
+
+  bodySchema: bodySchemaOf(['max_completion_tokens', 'max_tokens'], answers_max),
+
+  /** `max_completion_tokens`, then the older `max_tokens`, as OpenAI itself reads them. */
+  requestedMaxTokens(body) {
+    const completion = maxTokensField(body, 'max_completion_tokens');
+    const legacy = maxTokensField(body, 'max_tokens');
+    return completion ?? legacy;
+  },
+
+  /**
+   * Every limit field the client set (`max_completion_tokens`, `max_tokens`, or both) gets
+   * the limit, so the upstream honours it whichever it reads; when the client set neither,
+   * it goes in `max_completion_tokens`, the field OpenAI documents (and the only one its
+   * reasoning models accept). Streaming: `stream_options.include_usage` is true (the
+   * client's other `stream_options` kept), so every stream is billed from the upstream's
+   * own usage, and `clientWantsUsage` says whether the client asked for it itself.
+   */
+  prepareUpstreamBody(clientBody, opts) {
+    const body: Json = { ...clientBody, model: opts.upstreamModel };
+    if (opts.stream || 'stream' in clientBody) body.stream = opts.stream;
+    if (opts.maxTokens !== null) {
+      const hasCompletion = clientBody.max_completion_tokens !== undefined && clientBody.max_completion_tokens !== null;
+      const hasLegacy = clientBody.max_tokens !== undefined && clientBody.max_tokens !== null;
+      if (hasCompletion || !hasLegacy) body.max_completion_tokens = opts.maxTokens;
+      if (hasLegacy) body.max_tokens = opts.maxTokens;
+    }
+    if (!opts.stream) return { body, clientWantsUsage: true };
+    const clientOptions = clientBody.stream_options;
+    const clientWantsUsage = isObject(clientOptions) && clientOptions.include_usage === true;
+    body.stream_options = { ...(isObject(clientOptions) ? clientOptions : {}), include_usage: true };
+    return { body, clientWantsUsage };
+  },
+
+  usageFromResponse: (json) => usageOf(json.usage),
+
+  terminalData: '[DONE]',
+
+  /**
+   * A chunk without `"error"` and without `"usage"`, or whose only `"usage"` is the
+   * `"usage":null` at its very end (OpenAI adds it to every chunk once usage is asked for).
+   */
+  plainEvent(_eventName, data, clientWantsUsage): Forward | null {
+    const usageAt = data.indexOf('"usage"');
+    const usageNull = usageAt >= 0;
+    if (usageNull && (usageAt !== data.length - USAGE_NULL_TAIL.length + 1 || !data.endsWith(USAGE_NULL_TAIL))) return null;
+    if (data.includes('"error"')) return null;
+    if (!usageNull || clientWantsUsage) return 'raw';
+    return { data: data.slice(0, -USAGE_NULL_TAIL.length) + '}' };
+  },
+
+  /**
+   * The usage chunk (`choices: []` with a non-null `usage`) sets the counts; a client that
+   * did not ask for usage gets neither that chunk nor the `usage` field of the others:
+   * what it would have received from the provider directly.
+   */
+  readEvent(chunk, dataText, into: StreamReading, clientWantsUsage): Forward {
+    if (chunk.error !== undefined && chunk.error !== null) into.errorEvent = chunk;
+    const usage = chunk.usage === undefined || chunk.usage === null ? null : usageOf(chunk.usage);
+    if (usage !== null) {
+      into.counts = usage;
+      into.complete = true;
+    }
+    if (clientWantsUsage || !('usage' in chunk)) return 'raw';
+    if (chunk.usage !== null && Array.isArray(chunk.choices) && chunk.choices.length === 0) return 'drop';
+    return { data: withoutUsage(dataText, chunk) };
+  },
+
+  deltaChars,
+};

@@ -1,0 +1,140 @@
+/**
+ * The hot routes are served by one lookup in front of Express's routers
+ * (src/http/router.ts). What the routers did for these paths must not change: the customer
+ * reads' id decoded (a malformed escape a 400), their path variants 404, HEAD and OPTIONS
+ * answered by the routers as before, the `/v1` authentication in any case, and a throw or a
+ * rejected promise of a handler reaching the error middleware.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { errorHandler } from '../../src/http/errors.js';
+import { hotRoutes, underPrefix } from '../../src/http/router.js';
+import { ApiError } from '../../src/errors/catalogue.js';
+import { startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+
+let env: GatewayEnv;
+
+beforeAll(async () => {
+  env = await startGatewayEnv();
+});
+afterAll(() => env?.close());
+
+interface Raw {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  text: string;
+}
+
+/** A request with the path byte for byte as written (no URL normalisation). */
+function send(base: string, method: string, path: string, key?: string): Promise<Raw> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: hostname, port, path, method, headers: key ? { authorization: `Bearer ${key}` } : {} });
+    req.on('error', reject);
+    req.on('response', (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(parts).toString('utf8') }));
+    });
+    req.end();
+  });
+}
+
+const code = (r: Raw) => (JSON.parse(r.text) as { error: { code: string } }).error.code;
+
+describe('hot routes in the app', () => {
+  it('reads a customer whose id needs escaping, and answers a malformed escape with 400', async () => {
+    const id = 'hot/routes é';
+    await env.fund(id, 1_000);
+    const path = `/v1/customers/${encodeURIComponent(id)}/balance`;
+    const ok = await send(env.svc.url, 'GET', path, env.p.projectKey);
+    expect(ok.status, ok.text).toBe(200);
+    expect(JSON.parse(ok.text)).toMatchObject({ customer_id: id, available: 1_000 });
+    const profile = await send(env.svc.url, 'GET', `/v1/customers/${encodeURIComponent(id)}`, env.p.projectKey);
+    expect(profile.status, profile.text).toBe(200);
+    expect(JSON.parse(profile.text)).toMatchObject({ id });
+
+    const bad = await send(env.svc.url, 'GET', '/v1/customers/%E0%A4%A/balance', env.p.projectKey);
+    expect(bad.status, bad.text).toBe(400);
+    expect(code(bad)).toBe('invalid_request');
+  });
+
+  it('refuses the variants of the reads as the routers did', async () => {
+    await env.fund('hot_variants', 1_000);
+    for (const path of [
+      '/v1/customers/hot_variants/balance/',
+      '/v1/customers/hot_variants/BALANCE',
+      '/v1/Customers/hot_variants',
+      '/v1/customers//balance',
+      '/v1/customers/hot_variants/./balance',
+      '/v1//customers/hot_variants',
+    ]) {
+      const r = await send(env.svc.url, 'GET', path, env.p.projectKey);
+      expect([path, r.status], r.text).toEqual([path, 404]);
+      expect(code(r)).toBe('not_found');
+    }
+  });
+
+  it('leaves HEAD and OPTIONS of a hot path to the routers', async () => {
+    await env.fund('hot_head', 1_000);
+    const head = await send(env.svc.url, 'HEAD', '/v1/customers/hot_head/balance', env.p.projectKey);
+    expect(head.status).toBe(200);
+    expect(head.text).toBe('');
+    const options = await send(env.svc.url, 'OPTIONS', '/v1/billing/deduct', env.p.projectKey);
+    expect(options.status, options.text).toBe(200);
+    expect(options.headers.allow).toBe('POST');
+  });
+
+  it('authenticates /v1 in any case, and nothing outside it', async () => {
+    const upper = await send(env.svc.url, 'POST', '/V1/billing/deduct');
+    expect(upper.status, upper.text).toBe(401);
+    expect(code(upper)).toBe('missing_api_key');
+    const upperKeyed = await send(env.svc.url, 'POST', '/V1/billing/deduct', env.p.projectKey);
+    expect(upperKeyed.status, upperKeyed.text).toBe(404);
+    for (const path of ['/v1x/billing/deduct', '//v1/billing/deduct']) {
+      const r = await send(env.svc.url, 'POST', path);
+      expect([path, r.status], r.text).toEqual([path, 404]);
+    }
+  });
+});
+
+describe('hotRoutes and underPrefix', () => {
+  it('hands a throw, a rejection and next(err) to the error middleware, and leaves other methods and paths to next', async () => {
+    const app = express();
+    const seen: string[] = [];
+    app.use(underPrefix('/api', [(req, _res, next) => (seen.push(`auth ${req.path}`), next())]));
+    app.use(
+      hotRoutes([
+        { method: 'GET', path: '/api/throws', handlers: [() => { throw new ApiError('permission_denied'); }] },
+        { method: 'GET', path: '/api/rejects', handlers: [async () => { throw new ApiError('customer_not_found'); }] },
+        { method: 'GET', path: '/api/next-error', handlers: [(_req, _res, next) => next(new ApiError('payload_too_large'))] },
+        { method: 'GET', path: '/api/items/:item_id', handlers: [(req, _res, next) => next(), (req, res) => void res.json({ item: req.params.item_id })] },
+      ]),
+    );
+    app.use((req, res) => void res.status(418).json({ fell_through: `${req.method} ${req.path}` }));
+    app.use(errorHandler());
+    const server = await new Promise<http.Server>((resolve) => {
+      const s = app.listen(0, '127.0.0.1', () => resolve(s));
+    });
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      expect((await send(url, 'GET', '/api/throws')).status).toBe(403);
+      expect((await send(url, 'GET', '/api/rejects')).status).toBe(404);
+      expect((await send(url, 'GET', '/api/next-error')).status).toBe(413);
+      const item = await send(url, 'GET', '/api/items/a%20b');
+      expect(JSON.parse(item.text)).toEqual({ item: 'a b' });
+      for (const [method, path] of [['POST', '/api/throws'], ['GET', '/api/items/a/b'], ['GET', '/api/items/'], ['GET', '/API/throws']]) {
+        const r = await send(url, method!, path!);
+        expect([method, path, r.status]).toEqual([method, path, 418]);
+      }
+      expect(seen).toContain('auth /API/throws');
+      expect(seen.filter((s) => s.startsWith('auth')).length).toBe(8);
+      await send(url, 'GET', '/apix');
+      expect(seen.length).toBe(8);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
