@@ -12,6 +12,7 @@ import { createKeyQueries, KeyCache, type KeyQueries } from './keys/store.js';
 import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
+import { pgArchiveLookup } from './ledger/bindings.js';
 import { createRedis, throttled } from './redis/client.js';
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
@@ -114,6 +115,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       },
     },
     ready: () => generation.ready(),
+    archived: pgArchiveLookup(db),
     onScheduleError(err, transactionId) {
       logger.error({ err, transactionId }, 'TTL expiry job not queued; the sweeper will settle the freeze when due');
     },

@@ -1,9 +1,9 @@
 /**
  * One gateway call, end to end: resolve customer and model, count the plan operation,
- * hold an upper bound of the cost (lua/gateway_hold-6.lua), relay to the upstream (as a
+ * hold an upper bound of the cost (lua/gateway_hold-7.lua), relay to the upstream (as a
  * whole or as a stream), settle the exact cost from the upstream's usage
- * (lua/gateway_settle-6.lua) or release the hold when nothing is billed
- * (lua/gateway_release-6.lua). The usage record and receipt travel with the settlement's
+ * (lua/gateway_settle-7.lua) or release the hold when nothing is billed
+ * (lua/gateway_release-7.lua). The usage record and receipt travel with the settlement's
  * outbox entry to the workers.
  */
 import type { Request, Response } from 'express';
@@ -16,7 +16,7 @@ import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
 import { gateway_reservation_ms, type PlanService, type Reservation } from '../plans/service.js';
-import { projectKeys } from '../redis/keys.js';
+import { gatewayBindings } from '../ledger/bindings.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { prepareUpstreamBody, requestedMaxTokens, StreamRelay, usageFromResponse, type Usage, type WireFormat } from './adapters.js';
 import { newId } from '../ids.js';
@@ -156,10 +156,9 @@ export class GatewayService {
     // Keys are the customer's own: one customer's key never blocks, nor reveals the call
     // of, another customer of the project (customer-scoped keys reach end users).
     const idempotencyKey = headerValue(req, 'idempotency-key');
-    const idemIndex = `${projectKeys(this.deps.prefix, scope.projectId).txIndex}:gwidem`;
-    const idemField = idempotencyKey === undefined ? undefined : JSON.stringify([customerId, idempotencyKey]);
-    if (idemField !== undefined) {
-      const first = await this.claimIdempotencyKey(idemIndex, idemField, transactionId);
+    const bindings = gatewayBindings(this.deps.ledger.bindings, this.deps.redis, scope.projectId);
+    if (idempotencyKey !== undefined) {
+      const first = await bindings.claimKey(customerId, idempotencyKey, transactionId);
       if (first !== transactionId) {
         throw new ApiError('idempotency_key_reused', { extra: { transaction_id: first } });
       }
@@ -180,7 +179,7 @@ export class GatewayService {
     } catch (err) {
       // The key is freed only when nothing can have been billed: no answer went out and
       // no settlement was tried (one whose reply was lost may have charged the call).
-      if (idemField !== undefined && !(call && (res.headersSent || call.settleTried))) await this.freeIdempotencyKey(idemIndex, idemField);
+      if (idempotencyKey !== undefined && !(call && (res.headersSent || call.settleTried))) await bindings.freeKey(customerId, idempotencyKey).catch(() => undefined);
       // Once the hold applied, a later step that never reached Redis (a settlement or a
       // release) does not make the call "nothing applied".
       throw call ? afterApplied(err) : err;
@@ -188,26 +187,13 @@ export class GatewayService {
     // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
     // any answer, was answered without an error of ours but billed nothing: the same key
     // may retry it.
-    if (!settled && idemField !== undefined) await this.freeIdempotencyKey(idemIndex, idemField);
-  }
-
-  /** Nothing was billed under this key: the same key may retry. */
-  private async freeIdempotencyKey(index: string, key: string): Promise<void> {
-    await this.deps.redis.hdel(index, key).catch(() => undefined);
-  }
-
-  private async claimIdempotencyKey(index: string, key: string, transactionId: string): Promise<string> {
-    const [[, created], [, owner]] = (await this.deps.redis.multi().hsetnx(index, key, transactionId).hget(index, key).exec()) as [
-      [Error | null, number],
-      [Error | null, string],
-    ];
-    return created ? transactionId : owner;
+    if (!settled && idempotencyKey !== undefined) await bindings.freeKey(customerId, idempotencyKey).catch(() => undefined);
   }
 
   private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number }): Promise<Call> {
     const startedAt = Date.now();
     const reservation = await this.deps.plans.reserve(c.scope.organizationId, gateway_reservation_ms);
-    const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
+    const bindings = gatewayBindings(this.deps.ledger.bindings, this.deps.redis, c.scope.projectId);
     let ok = false;
     // True once the hold may exist: its script applied, or its reply was lost.
     let holdMayExist = false;
@@ -223,7 +209,7 @@ export class GatewayService {
           c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
           c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers,
         ]),
-        this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
+        bindings.indexCall(c.transactionId, c.customerId),
       ]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       if (held.status === 'rejected') throw held.reason;
@@ -241,7 +227,7 @@ export class GatewayService {
     } finally {
       if (!ok) {
         void this.deps.plans.finish(reservation, 'release');
-        await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
+        await bindings.unindexCall(c.transactionId).catch(() => undefined);
         // The call fails, but a hold may be frozen: release it once Redis answers (the
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
         // of the client freezes more.
@@ -327,7 +313,7 @@ export class GatewayService {
   }
 
   /**
-   * Charges the call (lua/gateway_settle-6.lua): its cost from the hold, and what the hold
+   * Charges the call (lua/gateway_settle-7.lua): its cost from the hold, and what the hold
    * does not cover from the wallet's available credits as far as they go. A settlement
    * whose reply was lost is sent again: the script answers a settled call with its stored
    * result, so the call is charged once. When no try is answered, the call fails (outcome

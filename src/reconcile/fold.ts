@@ -59,7 +59,7 @@ interface Hold {
 }
 
 /**
- * A transaction as stored in the tx hash (deduct-6.lua, freeze-6.lua, gateway_hold-6.lua
+ * A transaction as stored in the tx hash (deduct-7.lua, freeze-7.lua, gateway_hold-7.lua
  * and the settlements).
  */
 export interface StoredTransaction {
@@ -103,6 +103,12 @@ export class FoldError extends Error {}
  */
 export interface FoldOptions {
   anomalies?: string[];
+  /**
+   * Folds records only, from the entries of some transactions (the restore of an archived
+   * record, src/ledger/bindings.ts): a source they name without its deposit is taken as
+   * empty instead of failing the fold, and the sources' state means nothing.
+   */
+  recordsOnly?: boolean;
 }
 
 function str(n: number): string {
@@ -137,8 +143,11 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
 
   const source = (e: EntryRow, id: string): StoredSource => {
     const s = sources.get(id);
-    if (!s) throw new FoldError(`${e.type} entry seq ${e.seq} names unknown source ${id}`);
-    return s;
+    if (s) return s;
+    if (!opts.recordsOnly) throw new FoldError(`${e.type} entry seq ${e.seq} names unknown source ${id}`);
+    const empty: StoredSource = { id, w: '', l: '', q: '0', t: '0', u: '0', f: '0', s: '', e: '' };
+    sources.set(id, empty);
+    return empty;
   };
   const add = (s: StoredSource, field: 'u' | 'f', delta: number) => {
     s[field] = str(Number(s[field]) + delta);
@@ -220,7 +229,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
           tx.ca = tx.a;
           tx.by = 'ttl';
         } else {
-          // consume-6.lua: the holds are used in the order they were drawn; the rest returns.
+          // consume-7.lua: the holds are used in the order they were drawn; the rest returns.
           let left = e.amount;
           for (const h of tx.holds ?? []) {
             const s = source(e, h.account_id);
@@ -251,7 +260,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         break;
       }
       case 'GATEWAY': {
-        // gateway_settle-6.lua: the hold (never in the ledger) is gone and the cost is used.
+        // gateway_settle-7.lua: the hold (never in the ledger) is gone and the cost is used.
         for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
         const reserved = (e.result as { reserved?: unknown } | null)?.reserved;
         if (typeof reserved !== 'string') throw new FoldError(`GATEWAY entry seq ${e.seq} lacks result.reserved`);
@@ -273,7 +282,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const src: Record<string, string> = {};
   for (const s of sources.values()) {
     const over = Number(s.u) + Number(s.f) - Number(s.t);
-    if (over > 0) anomaly(`source ${s.id} is drawn ${over} credits beyond its total (a shortfall)`);
+    if (over > 0 && !opts.recordsOnly) anomaly(`source ${s.id} is drawn ${over} credits beyond its total (a shortfall)`);
     src[s.id] = encodeSource(s);
   }
   const tx: Record<string, string> = {};
@@ -284,7 +293,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
 /**
  * Adds to a fold the state Redis holds by design and PostgreSQL never sees, taken from
  * the customer's current Redis keys:
- * - gateway holds of calls in flight (gateway_hold-6.lua writes no entry), with their
+ * - gateway holds of calls in flight (gateway_hold-7.lua writes no entry), with their
  *   frozen credits and TTL;
  * - records of gateway calls released unbilled (their USAGE entries become usage records,
  *   not ledger entries);

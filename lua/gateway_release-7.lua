@@ -1,7 +1,7 @@
 -- Releases a gateway hold whose call was not billed (upstream error or timeout), and
 -- writes the call's usage record (status failed) for the workers; no ledger entry.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..7] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  gateway transaction id
 -- ARGV[6]  usage record, JSON (opaque here)
 --
@@ -47,4 +47,6 @@ write_entry({
   usage = usage,
 }, now, false)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+finalize('g:' .. txid)
 return { OK, '', auto_consumed, ttl_entries_written }

@@ -1,7 +1,7 @@
 -- Reads a customer's profile and sources after settling due TTLs, so a read never shows
 -- a freeze that has already timed out.
 --
--- KEYS[1..6] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..7] and ARGV[1..4]: see includes/customer.lua.
 --
 -- Returns {OK, profile JSON, auto-consumed TTL count, TTL entries written, now ms,
 -- sources (list of JSON)} or {E_CUSTOMER_NOT_FOUND, '', count, written}.
