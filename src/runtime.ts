@@ -13,6 +13,7 @@ import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { pgArchiveLookup } from './ledger/bindings.js';
+import { Retention } from './ledger/retention.js';
 import { createRedis, throttled } from './redis/client.js';
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
@@ -44,6 +45,8 @@ export interface Runtime {
   db: DatabasePool;
   clock: Clock;
   ledger: LedgerService;
+  /** The trim of idempotency records past REDIS_RETENTION_SECONDS (the worker runs it). */
+  retention: Retention;
   plans: PlanService;
   ledgerQueries: LedgerQueries;
   keyQueries: KeyQueries;
@@ -123,6 +126,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       await queueExpiry(ledgerQueue, clock, { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId }, atMs);
     },
   });
+  const retention = new Retention(redis, scripts, ledger.bindings, config.REDIS_PREFIX, config.REDIS_RETENTION_SECONDS * 1000, logger);
   const keyQueries = createKeyQueries(db);
   const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS);
   const modelQueries = createModelQueries(db, loadMasterKey(config));
@@ -143,6 +147,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     db,
     clock,
     ledger,
+    retention,
     plans,
     ledgerQueries,
     keyQueries,

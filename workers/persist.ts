@@ -49,6 +49,8 @@ export interface PersistHooks {
   recordProjects?(projectIds: string[]): Promise<void>;
   /** Repairs a customer whose entries clash with PostgreSQL's seq; throws when it cannot. */
   repairSeqClash?(base: string): Promise<void>;
+  /** These customers' entries are persisted: their records may be trimmed once due (src/ledger/retention.ts). */
+  persisted?(bases: string[]): Promise<void>;
 }
 
 export class PersistLoop {
@@ -125,6 +127,7 @@ export class PersistLoop {
       );
       const full = popped.filter((_, i) => batches[i].length === persist_batch_size);
       if (full.length > 0) await this.redis.sadd(dirty, ...full);
+      await this.hooks.persisted?.(popped).catch((err: unknown) => this.logger.error({ err }, 'customers not handed to the trim; their records stay until they are persisted again'));
       return entries.length;
     } catch (err) {
       // One customer's bad entry must not hold back the others popped with it: drain them
