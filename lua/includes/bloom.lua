@@ -3,9 +3,10 @@
 -- afterwards), BLOOM_HASHES bits per id, each from 5 hex digits (20 bits) of the id's
 -- SHA-1: digits 1..35. The bucket itself is chosen by digits 37..40 (src/redis/keys.ts).
 -- At n archived ids in a bucket a new id hits all its bits with probability about
--- (1 - e^(-k n / m))^k: 1% at n = 13,700, 10% at n = 27,000 (m = 2^17, k = 7).
+-- (1 - e^(-k n / m))^k: 1% at n = 27,000, 10% at n = 47,000 (m = 2^18, k = 7). Such a
+-- false positive costs the new id one PostgreSQL lookup, never a wrong answer.
 
-local BLOOM_BITS = 131072
+local BLOOM_BITS = 262144
 local BLOOM_HASHES = 7
 
 local function bloom_bits(id)

@@ -54,7 +54,7 @@ export function scriptKeys(k: CustomerKeys): string[] {
 export type BindingKind = 't' | 'd' | 'g';
 
 /** Buckets per project and kind: ids spread over them by hash, each its own hash tag (slot). */
-export const binding_buckets = 64;
+export const binding_buckets = 16;
 
 /** The SHA-1 of an id, hex: picks its bucket here and its Bloom bits in lua/bind-2.lua. */
 export function idHash(id: string): string {
