@@ -56,16 +56,16 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', K_arch, '-inf', now, 'LIMIT', 0, 
   deleted = deleted + 1
 end
 
--- Sources: spent and expired sources whose entries are persisted are archived here too,
--- by the include that the source layout provides (call it with now, the retention and
--- the outbox's oldest stream time).
-
 local cutoff = now - retention_ms
 local first = redis.call('XRANGE', K_outbox, '-', '+', 'COUNT', 1)[1]
 if first then
   local oldest = tonumber(string.match(first[1], '^(%d+)'))
   if oldest - 1 < cutoff then cutoff = oldest - 1 end
 end
+-- CALL SITE for spent and expired sources: they leave Redis by the same rule (dead for
+-- longer than the retention, their last entry persisted). The include that the source
+-- layout provides is called here with `now`, `retention_ms` and `cutoff` (the outbox
+-- bound just computed), and needs the customer's source keys added to KEYS.
 local due = redis.call('ZRANGEBYSCORE', K_fin, '-inf', cutoff, 'LIMIT', 0, limit)
 
 local next_due = nil
