@@ -14,6 +14,9 @@
 -- ARGV[12] '0' when the plan's limit is reached
 -- ARGV[13] answers the upstream generates (OpenAI `n`, integer >= 1): each may use the
 --          output limit, so the output bound is that many times the limit
+-- ARGV[14] the call's Idempotency-Key, '' for none: kept in the record (`ik`) and in the
+--          settlement's entry, so that its claim is archived with the call (the trim)
+--          and found in PostgreSQL afterwards
 --
 -- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries};
 -- status OK, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT.
@@ -29,6 +32,7 @@ local out_fixed = ARGV[10] == '1'
 local ttl_seconds = tonumber(ARGV[11])
 local admitted = ARGV[12] ~= '0'
 local answers = tonumber(ARGV[13]) or 1
+local idem_key = ARGV[14]
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -61,6 +65,7 @@ end
 local settle_at = now + ttl_seconds * 1000
 redis.call('HSET', K_tx, txid, cjson.encode({
   k = 'gateway', st = 'frozen', a = N(hold), holds = details, w = wallet, ttlk = 'release', ttla = N(settle_at),
+  ik = (idem_key ~= nil and idem_key ~= '' and idem_key) or nil,
 }))
 redis.call('ZADD', K_ttl, settle_at, txid)
 

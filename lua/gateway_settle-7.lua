@@ -92,6 +92,7 @@ write_entry({
   state = 'settled',
   result = result,
   usage = usage,
+  x = (tx.ik and { gk = tx.ik }) or nil,
 }, now, false)
 
 -- After its entry: the trim reads the outbox by stream id against this time.

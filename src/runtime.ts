@@ -12,7 +12,7 @@ import { createKeyQueries, KeyCache, type KeyQueries } from './keys/store.js';
 import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
-import { pgArchiveLookup } from './ledger/bindings.js';
+import { pgArchive } from './ledger/bindings.js';
 import { Retention } from './ledger/retention.js';
 import { createRedis, throttled } from './redis/client.js';
 import { queueExpiry } from './ledger/expiry.js';
@@ -118,7 +118,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       },
     },
     ready: () => generation.ready(),
-    archived: pgArchiveLookup(db),
+    archived: pgArchive(db),
     onScheduleError(err, transactionId) {
       logger.error({ err, transactionId }, 'TTL expiry job not queued; the sweeper will settle the freeze when due');
     },

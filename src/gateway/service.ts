@@ -167,7 +167,7 @@ export class GatewayService {
     let call: Call | undefined;
     let settled: boolean;
     try {
-      call = await this.hold({ auth, scope, endpoint, format, customerId, wallet, traceId, model, stream, transactionId, explicitMax, answers, rawBytes });
+      call = await this.hold({ auth, scope, endpoint, format, customerId, wallet, traceId, model, stream, transactionId, explicitMax, answers, rawBytes, idempotencyKey: idempotencyKey ?? '' });
       res.setHeader('X-Service-Transaction-Id', transactionId);
       if (traceId !== null) res.setHeader('X-Service-Trace-Id', traceId);
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
@@ -190,7 +190,7 @@ export class GatewayService {
     if (!settled && idempotencyKey !== undefined) await bindings.freeKey(customerId, idempotencyKey).catch(() => undefined);
   }
 
-  private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number }): Promise<Call> {
+  private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number; idempotencyKey: string }): Promise<Call> {
     const startedAt = Date.now();
     const reservation = await this.deps.plans.reserve(c.scope.organizationId, gateway_reservation_ms);
     const bindings = gatewayBindings(this.deps.ledger.bindings, this.deps.redis, c.scope.projectId);
@@ -207,7 +207,7 @@ export class GatewayService {
       const [held, indexed] = await Promise.allSettled([
         this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
           c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
-          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers,
+          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers, c.idempotencyKey,
         ]),
         bindings.indexCall(c.transactionId, c.customerId),
       ]);

@@ -35,7 +35,13 @@ export interface ArchivedRecord {
   value: string;
 }
 
-export type ArchiveLookup = (projectId: string, kind: 't' | 'd', id: string) => Promise<ArchivedRecord | null>;
+/** What PostgreSQL knows of archived ids (pgArchive). */
+export interface Archive {
+  /** The record of a transaction id or deposit key; null when PostgreSQL has no entry of it. */
+  record(projectId: string, kind: 't' | 'd', id: string): Promise<ArchivedRecord | null>;
+  /** The transaction id of the billed call that claimed a gateway Idempotency-Key; null for none. */
+  claim(projectId: string, customerId: string, key: string): Promise<string | null>;
+}
 
 const entryRow = z.object({
   customer_id: z.string(),
@@ -52,12 +58,13 @@ const entryRow = z.object({
 });
 
 /**
- * Looks an archived id up in PostgreSQL and folds its record as the scripts would hold
- * it (src/reconcile/fold.ts). Transaction ids through ledger_entries_tx, deposit keys
- * through ledger_entries_deposit_key (migrations/006).
+ * Looks archived ids up in PostgreSQL. A record is folded as the scripts would hold it
+ * (src/reconcile/fold.ts). Transaction ids through ledger_entries_tx, deposit keys through
+ * ledger_entries_deposit_key, gateway keys through ledger_entries_gateway_key
+ * (migrations/006).
  */
-export function pgArchiveLookup(pool: DatabasePool): ArchiveLookup {
-  return async (projectId, kind, id) => {
+export function pgArchive(pool: DatabasePool): Archive {
+  const record: Archive['record'] = async (projectId, kind, id) => {
     const rows = await pool.any(sql.type(entryRow)`
       SELECT customer_id, seq, type, transaction_id, amount, wallet, details, reason, business_type, result, extra
       FROM ledger_entries
@@ -73,13 +80,24 @@ export function pgArchiveLookup(pool: DatabasePool): ArchiveLookup {
     const value = kind === 't' ? folded.tx[id] : folded.dep[id];
     return value === undefined ? null : { customerId, value };
   };
+  const claim: Archive['claim'] = (projectId, customerId, key) =>
+    pool.maybeOneFirst(sql.type(z.object({ transaction_id: z.string() }))`
+      SELECT transaction_id FROM ledger_entries
+      WHERE project_id = ${projectId} AND customer_id = ${customerId} AND type = 'GATEWAY' AND extra->>'gk' = ${key}
+      ORDER BY seq LIMIT 1`);
+  return { record, claim };
+}
+
+/** The binding id of a gateway Idempotency-Key: the customer's own (`g` buckets). */
+export function claimId(customerId: string, key: string): string {
+  return JSON.stringify([customerId, key]);
 }
 
 export class Bindings {
   constructor(
     private readonly scripts: Scripts,
     private readonly prefix: string,
-    private readonly archived: ArchiveLookup | null,
+    readonly archived: Archive | null,
   ) {}
 
   /**
@@ -101,7 +119,7 @@ export class Bindings {
   async bind(projectId: string, kind: 't' | 'd', id: string, owner: string): Promise<Binding> {
     const b = await this.command(projectId, kind, id, owner);
     if (b.status !== BindStatus.Archived) return b;
-    const record = this.archived ? await this.archived(projectId, kind, id) : null;
+    const record = this.archived ? await this.archived.record(projectId, kind, id) : null;
     if (record === null) return this.command(projectId, kind, id, owner, true);
     await this.restore(projectId, kind, id, record);
     return this.command(projectId, kind, id, record.customerId, true);
@@ -141,12 +159,19 @@ export class Bindings {
  * transaction id -> customer, which receipts read (kind `t`).
  */
 export function gatewayBindings(bindings: Bindings, redis: { hdel(key: string, field: string): Promise<number> }, projectId: string) {
-  const claimId = (customerId: string, key: string) => JSON.stringify([customerId, key]);
   return {
-    /** Claims a key for a call; returns the transaction id of the call that holds it. */
+    /**
+     * Claims a key for a call; returns the transaction id of the call that holds it. A
+     * claim archived with its call (the trim) is answered from PostgreSQL, and stays
+     * archived: only a replay of an old key pays that query.
+     */
     async claimKey(customerId: string, key: string, transactionId: string): Promise<string> {
-      const b = await bindings.command(projectId, 'g', claimId(customerId, key), transactionId, true);
-      return b.owner ?? transactionId;
+      const id = claimId(customerId, key);
+      const b = await bindings.command(projectId, 'g', id, transactionId);
+      if (b.status !== BindStatus.Archived) return b.owner ?? transactionId;
+      const first = bindings.archived ? await bindings.archived.claim(projectId, customerId, key) : null;
+      if (first !== null) return first;
+      return (await bindings.command(projectId, 'g', id, transactionId, true)).owner ?? transactionId;
     },
     /** Nothing was billed under this key: the same key may retry. */
     freeKey: (customerId: string, key: string) => bindings.drop(redis, projectId, 'g', claimId(customerId, key)),

@@ -24,7 +24,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { customerKeysFromBase, parseCustomerBase, trim_due_shards, trimDueKey, trimDueKeyOf } from '../redis/keys.js';
 import type { Scripts } from '../redis/scripts.js';
-import type { Bindings } from './bindings.js';
+import { claimId, type Bindings } from './bindings.js';
 
 /** Must equal BINDING_GRACE_MS in lua/includes/customer.lua. */
 export const archive_grace_ms = 5_000;
@@ -76,7 +76,18 @@ export class Retention {
       await this.bindings.archive(ids.projectId, 't', ids.customerId, of('t')),
       await this.bindings.archive(ids.projectId, 'd', ids.customerId, of('d')),
     );
-    const deleteAt = removedAt + archive_grace_ms;
+    // A gateway call's Idempotency-Key claim goes with the call: its record names the key.
+    const calls = due.filter((m) => m[0] === 'g').map((m) => m.slice(2));
+    const records = calls.length === 0 ? [] : await this.redis.hmget(k.tx, ...calls);
+    const claims = calls.flatMap((txid, i) => {
+      if (records[i] === null) return [];
+      const call = JSON.parse(records[i]!) as { ik?: string; st: string; by?: string };
+      // A call released by the API billed nothing and freed its key already.
+      if (call.ik === undefined || (call.st === 'released' && call.by === 'api')) return [];
+      return [{ txid, id: claimId(ids.customerId, call.ik) }];
+    });
+    const claimedAt = await Promise.all(claims.map((c) => this.bindings.archive(ids.projectId, 'g', c.txid, [c.id])));
+    const deleteAt = Math.max(removedAt, ...claimedAt) + archive_grace_ms;
     await this.scripts.runOther('trim', keys, ['mark', cutoff, deleteAt, ...due]);
     next = next === null ? deleteAt : Math.min(next, deleteAt);
     return next;

@@ -13,7 +13,7 @@ import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
-import { Bindings, type ArchiveLookup } from './bindings.js';
+import { Bindings, type Archive } from './bindings.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -79,10 +79,10 @@ export interface LedgerHooks {
   onScheduleError?(err: unknown, transactionId: string): void;
   billable?: BillableOps;
   /**
-   * Finds the record of an archived id in PostgreSQL (pgArchiveLookup in
-   * src/ledger/bindings.ts); without it an archived id is taken as new.
+   * What PostgreSQL knows of archived ids (pgArchive in src/ledger/bindings.ts); without
+   * it an archived id is taken as new.
    */
-  archived?: ArchiveLookup;
+  archived?: Archive;
   /**
    * Resolves when money operations may touch Redis, else throws 503 service_unavailable
    * (the Redis generation guard, src/redis/generation.ts).

@@ -77,6 +77,8 @@ export interface StoredTransaction {
   by?: 'api' | 'ttl';
   cr?: string;
   ur?: string;
+  /** A gateway call's Idempotency-Key (gateway_hold-7.lua; the GATEWAY entry's extra.gk). */
+  ik?: string;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -264,7 +266,9 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
         const reserved = (e.result as { reserved?: unknown } | null)?.reserved;
         if (typeof reserved !== 'string') throw new FoldError(`GATEWAY entry seq ${e.seq} lacks result.reserved`);
-        txs.set(e.transaction_id, { k: 'gateway', st: 'settled', a: reserved, w: e.wallet, r: result });
+        const record: StoredTransaction = { k: 'gateway', st: 'settled', a: reserved, w: e.wallet, r: result };
+        if (typeof e.extra?.gk === 'string') record.ik = e.extra.gk;
+        txs.set(e.transaction_id, record);
         break;
       }
       default:

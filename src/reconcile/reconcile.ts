@@ -25,7 +25,7 @@ import { isSeqClash, PersistLoop, setAsideKey } from '../../workers/persist.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
 import { bindingKeys, customerBase, customerKeysFromBase, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
-import { Bindings } from '../ledger/bindings.js';
+import { Bindings, claimId } from '../ledger/bindings.js';
 import { registerScripts } from '../redis/scripts.js';
 import { queueExpiry } from '../ledger/expiry.js';
 import type { Runtime } from '../runtime.js';
@@ -553,6 +553,10 @@ export async function reconcile(
       if (outcome.rewritten) {
         await bindings.archive(ids.projectId, 't', ids.customerId, [...outcome.archived.tx]);
         await bindings.archive(ids.projectId, 'd', ids.customerId, [...outcome.archived.dep]);
+        for (const txid of outcome.archived.tx) {
+          const ik = (JSON.parse(folded?.tx[txid] ?? '{}') as { ik?: string }).ik;
+          if (ik !== undefined) await bindings.archive(ids.projectId, 'g', txid, [claimId(ids.customerId, ik)]);
+        }
       }
       const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound))];
       if (drift.length === 0) continue;
