@@ -11,6 +11,7 @@ import { BindStatus } from '../../src/ledger/bindings.js';
 import { archive_grace_ms } from '../../src/ledger/retention.js';
 import { requestHash } from '../../src/ledger/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
+import { PersistLoop } from '../../workers/persist.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
 import { ScriptStatus } from '../../src/redis/scripts.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
@@ -50,6 +51,34 @@ beforeAll(async () => {
 afterAll(() => svc.close());
 
 describe('retention of idempotency records', () => {
+  it('archives nothing whose entries are still in the outbox', async () => {
+    // A service without workers: nothing persists the outbox unless the test does.
+    const alone = await startTestService({ config: { REDIS_RETENTION_SECONDS: 1 } });
+    try {
+      const q = await alone.project('B');
+      const send = (path: string, body: Record<string, unknown>) => alone.call('POST', path, { key: q.projectKey, body });
+      expect((await send('/v1/customers/deposit', { customer_id: 'o1', amount: 100 })).status).toBe(200);
+      expect((await send('/v1/billing/deduct', { customer_id: 'o1', transaction_id: 'o1-d1', amount: 10 })).status).toBe(200);
+      const k = customerKeys(alone.rt.config.REDIS_PREFIX, q.projectId, 'o1');
+      const finalAt = Number(await alone.rt.redis.zscore(k.fin, 't:o1-d1'));
+      await waitFor(async () => Number((await alone.rt.redis.time())[0]) * 1000 > finalAt + 1_500, 5_000, 'the retention to pass');
+
+      await alone.rt.retention.trimCustomer(k.base);
+      expect(await alone.rt.redis.zscore(k.fin, 't:o1-d1')).not.toBeNull();
+      expect((await alone.rt.ledger.bindings.command(q.projectId, 't', 'o1-d1', '')).status).toBe(BindStatus.Bound);
+
+      await new PersistLoop(alone.rt.redis, alone.rt.ledgerQueries, alone.rt.config.REDIS_PREFIX, 0, alone.rt.logger).drain(k.base);
+      await alone.rt.retention.trimCustomer(k.base);
+      expect(await alone.rt.redis.zscore(k.fin, 't:o1-d1')).toBeNull();
+      expect(await alone.rt.redis.zscore(k.arch, 't:o1-d1')).not.toBeNull();
+      expect((await alone.rt.ledger.bindings.command(q.projectId, 't', 'o1-d1', '')).status).toBe(BindStatus.Archived);
+      // The record itself waits for the grace.
+      expect(await alone.rt.redis.hexists(k.tx, 'o1-d1')).toBe(1);
+    } finally {
+      await alone.close();
+    }
+  });
+
   it('archives final records, keeps open freezes, and answers replays of archived ids from PostgreSQL', async () => {
     const dep = await ok('/v1/customers/deposit', { customer_id: 'r1', amount: 1000, idempotency_key: 'r1-k1' });
     const ded = await ok('/v1/billing/deduct', { customer_id: 'r1', transaction_id: 'r1-d1', amount: 100, description: 'first' });
