@@ -137,6 +137,7 @@ export class PersistLoop {
       for (const base of popped) {
         try {
           moved += await this.drain(base);
+          await this.hooks.persisted?.([base]).catch(() => undefined);
         } catch (inner) {
           if (isSeqClash(inner)) {
             await this.repairOrSetAside(base, inner);

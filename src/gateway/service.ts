@@ -156,7 +156,7 @@ export class GatewayService {
     // Keys are the customer's own: one customer's key never blocks, nor reveals the call
     // of, another customer of the project (customer-scoped keys reach end users).
     const idempotencyKey = headerValue(req, 'idempotency-key');
-    const bindings = gatewayBindings(this.deps.ledger.bindings, this.deps.redis, scope.projectId);
+    const bindings = gatewayBindings(this.deps.ledger.bindings, scope.projectId);
     if (idempotencyKey !== undefined) {
       const first = await bindings.claimKey(customerId, idempotencyKey, transactionId);
       if (first !== transactionId) {
@@ -193,7 +193,7 @@ export class GatewayService {
   private async hold(c: Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number; idempotencyKey: string }): Promise<Call> {
     const startedAt = Date.now();
     const reservation = await this.deps.plans.reserve(c.scope.organizationId, gateway_reservation_ms);
-    const bindings = gatewayBindings(this.deps.ledger.bindings, this.deps.redis, c.scope.projectId);
+    const bindings = gatewayBindings(this.deps.ledger.bindings, c.scope.projectId);
     let ok = false;
     // True once the hold may exist: its script applied, or its reply was lost.
     let holdMayExist = false;

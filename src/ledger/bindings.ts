@@ -7,6 +7,7 @@
  * record back into its customer's keys (lua/restore-4.lua) and binds it again, so that
  * the customer script answers the replay or the conflict as it always did.
  */
+import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { bindingKeys, customerKeys, type BindingKind } from '../redis/keys.js';
@@ -95,6 +96,7 @@ export function claimId(customerId: string, key: string): string {
 
 export class Bindings {
   constructor(
+    private readonly redis: Pick<Redis, 'hdel'>,
     private readonly scripts: Scripts,
     private readonly prefix: string,
     readonly archived: Archive | null,
@@ -132,8 +134,8 @@ export class Bindings {
   }
 
   /** Removes a binding that nothing was done under (a gateway call that billed nothing). */
-  async drop(redis: { hdel(key: string, field: string): Promise<number> }, projectId: string, kind: BindingKind, id: string): Promise<void> {
-    await redis.hdel(bindingKeys(this.prefix, projectId, kind, id).ids, id);
+  async drop(projectId: string, kind: BindingKind, id: string): Promise<void> {
+    await this.redis.hdel(bindingKeys(this.prefix, projectId, kind, id).ids, id);
   }
 
   /**
@@ -158,7 +160,7 @@ export class Bindings {
  * field JSON [customer, key], owner the call's transaction id) and the call's
  * transaction id -> customer, which receipts read (kind `t`).
  */
-export function gatewayBindings(bindings: Bindings, redis: { hdel(key: string, field: string): Promise<number> }, projectId: string) {
+export function gatewayBindings(bindings: Bindings, projectId: string) {
   return {
     /**
      * Claims a key for a call; returns the transaction id of the call that holds it. A
@@ -174,10 +176,10 @@ export function gatewayBindings(bindings: Bindings, redis: { hdel(key: string, f
       return (await bindings.command(projectId, 'g', id, transactionId, true)).owner ?? transactionId;
     },
     /** Nothing was billed under this key: the same key may retry. */
-    freeKey: (customerId: string, key: string) => bindings.drop(redis, projectId, 'g', claimId(customerId, key)),
+    freeKey: (customerId: string, key: string) => bindings.drop(projectId, 'g', claimId(customerId, key)),
     /** Names the call's customer for receipts (the id is new: written beside the hold). */
     indexCall: (transactionId: string, customerId: string) => bindings.command(projectId, 't', transactionId, customerId, true),
     /** The hold failed: no call to find. */
-    unindexCall: (transactionId: string) => bindings.drop(redis, projectId, 't', transactionId),
+    unindexCall: (transactionId: string) => bindings.drop(projectId, 't', transactionId),
   };
 }

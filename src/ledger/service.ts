@@ -142,7 +142,7 @@ export class LedgerService {
     private readonly clock: Clock,
     private readonly hooks: LedgerHooks = {},
   ) {
-    this.bindings = new Bindings(scripts, prefix, hooks.archived ?? null);
+    this.bindings = new Bindings(redis, scripts, prefix, hooks.archived ?? null);
   }
 
   /**

@@ -506,7 +506,7 @@ export async function reconcile(
   const prefix = rt.config.REDIS_PREFIX;
   const queries = createReconcileQueries(rt.db);
   const persist = new PersistLoop(rt.redis, rt.ledgerQueries, prefix, 0, rt.logger);
-  const bindings = new Bindings(registerScripts(rt.redis), prefix, null);
+  const bindings = new Bindings(rt.redis, registerScripts(rt.redis), prefix, null);
   const retentionMs = rt.config.REDIS_RETENTION_SECONDS * 1000;
   const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] };
 

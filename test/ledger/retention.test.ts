@@ -11,6 +11,7 @@ import { BindStatus } from '../../src/ledger/bindings.js';
 import { archive_grace_ms } from '../../src/ledger/retention.js';
 import { requestHash } from '../../src/ledger/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
+import { recoverForgotten, recoveryBaselineKey } from '../../src/reconcile/recovery.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
 import { ScriptStatus } from '../../src/redis/scripts.js';
@@ -119,7 +120,7 @@ describe('retention of idempotency records', () => {
     expect([report.drift, report.errors]).toEqual([[], []]);
   });
 
-  it('rebuilds an empty Redis with the archived ids in the Bloom filters', async () => {
+  it('the recovery rebuilds an empty Redis with the archived ids in the Bloom filters', async () => {
     await ok('/v1/customers/deposit', { customer_id: 'e1', amount: 500, idempotency_key: 'e1-k1' });
     const ded = await ok('/v1/billing/deduct', { customer_id: 'e1', transaction_id: 'e1-d1', amount: 7 });
     await svc.drained();
@@ -127,14 +128,17 @@ describe('retention of idempotency records', () => {
     await ok('/v1/billing/deduct', { customer_id: 'e1', transaction_id: 'e1-d2', amount: 8 });
     await svc.drained();
 
-    // Redis loses the customer and every binding bucket of the project, filters included.
+    // Redis loses the customer and every binding bucket of the project, filters included,
+    // and the recovery's baseline: it came back empty.
     const k = keysOf('e1');
     const buckets = (['t', 'd'] as const).flatMap((kind) =>
       Array.from({ length: binding_buckets }, (_, b) => Object.values(bindingKeysOfBucket(svc.rt.config.REDIS_PREFIX, p.projectId, kind, b))).flat(),
     );
-    await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.fin, k.arch, ...buckets);
-    const repaired = await reconcile(svc.rt, { projectId: p.projectId, customers: [{ projectId: p.projectId, customerId: 'e1' }], repair: true });
-    expect([repaired.customers_repaired, repaired.errors]).toEqual([1, []]);
+    await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.fin, k.arch, recoveryBaselineKey(svc.rt.config.REDIS_PREFIX), ...buckets);
+    // The recovery after a Redis restart (src/reconcile/recovery.ts) rebuilds it.
+    const repaired = await recoverForgotten(svc.rt, svc.rt.config.REDIS_RECOVERY_WINDOW_MS);
+    expect(repaired?.drift.filter((d) => d.customer_id === 'e1').map((d) => d.field)).toContain('customer');
+    expect(repaired?.errors).toEqual([]);
 
     // The recent deduct is back with its binding; the archived ones are in the filters only.
     expect(await recordGone('e1', 'tx', 'e1-d2')).toBe(false);
