@@ -6,6 +6,7 @@
  * still recognises archived ids, and a customer script refuses a binding read that the
  * archive overtook (the grace), so that an archived id is never applied twice.
  */
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BindStatus } from '../../src/ledger/bindings.js';
 import { archive_grace_ms } from '../../src/ledger/retention.js';
@@ -52,6 +53,11 @@ beforeAll(async () => {
 afterAll(() => svc.close());
 
 describe('retention of idempotency records', () => {
+  it('deletes a record no sooner than the customer scripts stop trusting a binding read', () => {
+    const lua = readFileSync(new URL('../../lua/includes/customer.lua', import.meta.url), 'utf8');
+    expect(Number(/^local BINDING_GRACE_MS = (\d+)$/m.exec(lua)?.[1])).toBe(archive_grace_ms);
+  });
+
   it('archives nothing whose entries are still in the outbox', async () => {
     // A service without workers: nothing persists the outbox unless the test does.
     const alone = await startTestService({ config: { REDIS_RETENTION_SECONDS: 1 } });
