@@ -126,6 +126,28 @@ describe('retention of idempotency records', () => {
     expect([report.drift, report.errors]).toEqual([[], []]);
   });
 
+  it('asks PostgreSQL for an archived id, never for a new one', async () => {
+    const archive = svc.rt.ledger.bindings.archived!;
+    const record = archive.record;
+    const asked: string[] = [];
+    archive.record = (projectId, kind, id) => {
+      asked.push(id);
+      return record(projectId, kind, id);
+    };
+    try {
+      await ok('/v1/customers/deposit', { customer_id: 'n1', amount: 1000 });
+      const first = await ok('/v1/billing/deduct', { customer_id: 'n1', transaction_id: 'n1-old', amount: 1 });
+      await svc.drained();
+      await waitFor(() => recordGone('n1', 'tx', 'n1-old'), archived_within_ms, 'the deduct to be archived');
+      for (let i = 0; i < 50; i++) await ok('/v1/billing/deduct', { customer_id: 'n1', transaction_id: `n1-new-${i}`, amount: 1 });
+      expect(asked).toEqual([]);
+      expect((await post('/v1/billing/deduct', { customer_id: 'n1', transaction_id: 'n1-old', amount: 1 })).body).toEqual({ ...first, is_idempotent_replay: true });
+      expect(asked).toEqual(['n1-old']);
+    } finally {
+      archive.record = record;
+    }
+  });
+
   it('the recovery rebuilds an empty Redis with the archived ids in the Bloom filters', async () => {
     await ok('/v1/customers/deposit', { customer_id: 'e1', amount: 500, idempotency_key: 'e1-k1' });
     const ded = await ok('/v1/billing/deduct', { customer_id: 'e1', transaction_id: 'e1-d1', amount: 7 });
