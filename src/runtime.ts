@@ -12,6 +12,8 @@ import { createKeyQueries, KeyCache, type KeyQueries } from './keys/store.js';
 import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
+import { pgArchive } from './ledger/bindings.js';
+import { Retention } from './ledger/retention.js';
 import { createRedis, throttled } from './redis/client.js';
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
@@ -43,6 +45,8 @@ export interface Runtime {
   db: DatabasePool;
   clock: Clock;
   ledger: LedgerService;
+  /** The trim of idempotency records past REDIS_RETENTION_SECONDS (the worker runs it). */
+  retention: Retention;
   plans: PlanService;
   ledgerQueries: LedgerQueries;
   keyQueries: KeyQueries;
@@ -132,6 +136,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       },
     },
     ready: () => generation.ready(),
+    archived: pgArchive(db),
     onScheduleError(err, transactionId) {
       logger.error({ err, transactionId }, 'TTL expiry job not queued; the sweeper will settle the freeze when due');
     },
@@ -139,6 +144,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       await queueExpiry(ledgerQueue, clock, { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId }, atMs);
     },
   });
+  const retention = new Retention(redis, scripts, ledger.bindings, config.REDIS_PREFIX, config.REDIS_RETENTION_SECONDS * 1000, logger);
   const keyQueries = createKeyQueries(db);
   const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS);
   const modelQueries = createModelQueries(db, loadMasterKey(config));
@@ -159,6 +165,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     db,
     clock,
     ledger,
+    retention,
     plans,
     ledgerQueries,
     keyQueries,

@@ -11,6 +11,7 @@ import { projectRecorder } from '../src/reconcile/recovery.js';
 import { reconcile } from '../src/reconcile/reconcile.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
+import { TrimLoop } from '../src/ledger/retention.js';
 import { sweep } from './sweep.js';
 
 export interface Workers {
@@ -43,8 +44,11 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
       const report = await reconcile(rt, { repair: true, customers: [ids] });
       if (report.errors.length > 0) throw new Error(report.errors[0].message);
     },
+    persisted: (bases) => rt.retention.persisted(bases),
   });
   persist.start();
+  const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
+  trim.start();
 
   const worker = new Worker<LedgerJobData>(
     ledgerQueueName,
@@ -84,7 +88,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
         ]);
         clearTimeout(timer);
         if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
-        await persist.stop();
+        await Promise.all([persist.stop(), trim.stop()]);
       })();
       return stopping;
     },

@@ -38,6 +38,8 @@ export const persist_unverified_wait_ms = 100;
 export interface PersistHooks extends OutboxHooks {
   /** False while money must not touch Redis (the generation guard); the loop waits. */
   isReady?(): boolean;
+  /** These customers' entries are persisted: their records may be trimmed once due (src/ledger/retention.ts). */
+  persisted?(bases: string[]): Promise<void>;
 }
 
 export class PersistLoop {
@@ -103,6 +105,9 @@ export class PersistLoop {
     const r = await this.outbox.persist(popped, perCustomer);
     const again = [...r.full, ...r.failed];
     if (again.length > 0) await this.redis.sadd(dirty, ...again);
+    if (r.persisted.length > 0 && this.hooks.persisted) {
+      await this.hooks.persisted(r.persisted).catch((err: unknown) => this.logger.error({ err }, 'customers not handed to the trim; their records stay until they are persisted again'));
+    }
     // A full pop or full outboxes mean a backlog: take more per pass, and go on at once.
     const backlog = popped.length === this.popCount || r.full.length > 0 || r.moved >= persist_batch_grow_below;
     this.popCount = backlog ? Math.min(dirty_pop_count_max, this.popCount * 2) : Math.max(dirty_pop_count_min, this.popCount / 2);

@@ -1,5 +1,5 @@
 /**
- * Redis's own limit for deducts: the deduct Lua script (lua/deduct-9.lua) called directly
+ * Redis's own limit for deducts: the deduct Lua script (lua/deduct-10.lua) called directly
  * with EVALSHA in pipelined batches, without HTTP, auth, validation or the transaction
  * index. The API cannot go faster than this on the same Redis.
  *
@@ -47,7 +47,7 @@ async function fund(scripts: Scripts, prefix: string, customerId: string): Promi
   const keys = scriptKeys(customerKeys(prefix, projectId, customerId));
   const hash = requestHash(['deposit', deposit_credits, 'credits']);
   const reply = await scripts.run('deposit', keys, [
-    0, projectId, customerId, newId('le'), '', hash, deposit_credits, 'credits', 'bench', '', '', '0', '0', '0', '', newId('src'),
+    0, projectId, customerId, newId('le'), '', hash, deposit_credits, 'credits', 'bench', '', '', '0', '0', '0', '', newId('src'), '',
   ]);
   if (reply[0] !== ScriptStatus.Ok) throw new Error(`deposit for ${customerId} answered status ${reply[0]}`);
 }
@@ -66,7 +66,7 @@ export async function runScriptOnly(o: ScriptOnlyOptions): Promise<ScriptOnlyRes
   const deduct = async () => {
     const n = next++;
     const c = n % customerIds.length;
-    const reply = await scripts.run('deduct', keysOf[c], [0, projectId, customerIds[c], newId('le'), `so-${runTag}-${n}`, 1, hash, '', '', '', '']);
+    const reply = await scripts.run('deduct', keysOf[c], [0, projectId, customerIds[c], newId('le'), `so-${runTag}-${n}`, 1, hash, '', '', '', '', '1', '']);
     if (reply[0] === ScriptStatus.Ok) ops++;
     else failures++;
   };

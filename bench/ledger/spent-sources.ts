@@ -1,7 +1,7 @@
 /**
  * Redis CPU per deduct script against the customer's history: one customer with 1 spent
  * deposit, one with `spent` (50,000) spent deposits, and the same many once their dead
- * sources were archived (lua/trim_sources-9.lua). Each has one live deposit to draw from.
+ * sources were archived (lua/trim_sources-10.lua). Each has one live deposit to draw from.
  * The target: at most 40 us per deduct, the same for all three (a script reads only the
  * live sources it draws from).
  *

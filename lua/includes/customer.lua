@@ -1,7 +1,7 @@
 -- Shared helpers for the per-customer scripts. Pulled in by the loader (src/redis/scripts.ts)
 -- where a script says `--@include customer`.
 --
--- Every customer script takes the same nine KEYS, all hash-tagged {project:customer}:
+-- Every customer script takes the same ten KEYS, all hash-tagged {project:customer}:
 --   KEYS[1] meta    hash   customer fields and counters
 --   KEYS[2] src     hash   sources, a few fields each (see "Sources" below)
 --   KEYS[3] tx      hash   transaction id -> JSON transaction
@@ -11,21 +11,31 @@
 --   KEYS[7] live    zset   sources that may still give credits, in draw order
 --   KEYS[8] dead    zset   sources that can give nothing more, scored by when they died (ms)
 --   KEYS[9] spent   zset   dead sources still counted in wallet totals until they expire
+--   KEYS[10] fin    zset   final records (t:<txid>, d:<key>, g:<gateway txid>) scored by
+--                          when they became final (Redis ms, no clock offset): the trim
+--                          (lua/trim-5.lua) archives them after the retention
 -- and starts ARGV with:
 --   ARGV[1] clock offset, ms (0 outside tests)
 --   ARGV[2] project id
 --   ARGV[3] customer id
 --   ARGV[4] entry id base: ledger entries of this call are named base, base.t1, base.t2 ...
+-- and ends it with:
+--   ARGV[#ARGV] Redis time (ms, no clock offset) at which the binding that named this
+--               customer was read (lua/bind-2.lua), '' when no binding led here. A
+--               record absent while that read is older than BINDING_GRACE_MS may have
+--               been archived after the read: the script refuses with E_STALE_BINDING,
+--               nothing applied, and the caller starts over from the binding.
 --
 -- Amounts are integer credits. cjson prints numbers with 14 significant digits, so every
 -- amount stored or returned is a string made by N() and read back with tonumber().
 
 local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_live, K_dead, K_spent = KEYS[7], KEYS[8], KEYS[9]
+local K_live, K_dead, K_spent, K_fin = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local clock_offset_ms = tonumber(ARGV[1])
 local project_id = ARGV[2]
 local customer_id = ARGV[3]
 local entry_id_base = ARGV[4]
+local binding_read_ms = tonumber(ARGV[#ARGV])
 
 -- Status codes; src/redis/scripts.ts maps them to the error catalogue.
 local OK = 0
@@ -42,6 +52,12 @@ local E_INVALID_EXPIRES = 18
 local E_USAGE_LIMIT = 19
 local E_ACCOUNT_NOT_FOUND = 20
 local E_DEPOSIT_LIMIT = 21
+local E_STALE_BINDING = 22
+
+-- How long a binding read stays proof that its record was not archived: the trim deletes
+-- a record only this long after it removed the record's binding (src/ledger/retention.ts,
+-- archive_grace_ms, must be the same).
+local BINDING_GRACE_MS = 5000
 
 local function N(n)
   return string.format('%.0f', n)
@@ -55,6 +71,26 @@ local CREDITS_SUM_MAX = 9007199254740991
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + clock_offset_ms
+end
+
+-- Redis time in ms without the test clock offset: retention and binding reads use it.
+local function redis_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- True when the record a binding led to is absent and the binding was read longer ago
+-- than the grace: the record may have been archived after that read (see ARGV[#ARGV]).
+local function stale_binding()
+  return binding_read_ms ~= nil and redis_ms() - binding_read_ms > BINDING_GRACE_MS
+end
+
+-- Lists a record (or the binding of a failed operation) as final from now on: the trim
+-- archives it once the retention has passed and its entries are in PostgreSQL. Called
+-- after the record's entry is written: the trim takes the record as persisted once the
+-- outbox's oldest stream id is later than this time (stream ids never go back).
+local function finalize(member)
+  redis.call('ZADD', K_fin, redis_ms(), member)
 end
 
 local function customer_exists()
@@ -349,6 +385,7 @@ local function settle_ttl(txid, tx, now)
     tx.st = 'released'
     tx.by = 'ttl'
     redis.call('HSET', K_tx, txid, cjson.encode(tx))
+    finalize('g:' .. txid)
     return 0
   end
   local consumed = tx.ttlk == 'consume'
@@ -386,6 +423,7 @@ local function settle_ttl(txid, tx, now)
     state = tx.st,
     result = (consumed and tx.cr) or tx.ur,
   }, now, true)
+  finalize('t:' .. txid)
   if consumed then return 1 end
   return 0
 end
@@ -470,15 +508,26 @@ end
 -- transaction, else draws `amount` (when `admitted`: a billable operation the plan still
 -- allows). Returns (status, stored result or picks).
 local function begin_draw(kind, txid, request_hash, amount, filter, now, admitted)
-  if not customer_exists() then return E_CUSTOMER_NOT_FOUND, nil end
+  if not customer_exists() then
+    finalize('t:' .. txid)
+    return E_CUSTOMER_NOT_FOUND, nil
+  end
   local prior = redis.call('HGET', K_tx, txid)
   if prior then
     local tx = cjson.decode(prior)
     if tx.k == kind and tx.h == request_hash then return REPLAY, tx.r end
     return E_CONFLICT, nil
   end
-  if not admitted then return E_USAGE_LIMIT, nil end
+  if stale_binding() then return E_STALE_BINDING, nil end
+  -- A refused operation stores no record, but its binding stays until the retention.
+  if not admitted then
+    finalize('t:' .. txid)
+    return E_USAGE_LIMIT, nil
+  end
   local picks, status = draw(amount, filter, now)
-  if picks == nil then return status, nil end
+  if picks == nil then
+    finalize('t:' .. txid)
+    return status, nil
+  end
   return OK, picks
 end

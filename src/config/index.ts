@@ -46,6 +46,12 @@ const schema = z.object({
    * ahead of Redis (src/reconcile/recovery.ts); older losses need `reconcile --repair`.
    */
   REDIS_RECOVERY_WINDOW_MS: z.coerce.number().int().min(1).default(24 * 3_600_000),
+  /**
+   * How long an operation's idempotency record stays in Redis after it reached a final
+   * state (src/ledger/retention.ts); after that it leaves, once PostgreSQL holds its
+   * entries, and a replay is answered from PostgreSQL.
+   */
+  REDIS_RETENTION_SECONDS: z.coerce.number().int().min(1).default(86_400),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
 });
 

@@ -1,8 +1,8 @@
 /**
  * The money of a gateway call, through the ledger's scripts: the plan count and the hold
- * before the upstream call (lua/gateway_hold-9.lua), then the settlement of its exact or
- * estimated cost (lua/gateway_settle-9.lua) or the release of the hold when nothing is
- * billed (lua/gateway_release-9.lua), with what must become known sent again in the
+ * before the upstream call (lua/gateway_hold-10.lua), then the settlement of its exact or
+ * estimated cost (lua/gateway_settle-10.lua) or the release of the hold when nothing is
+ * billed (lua/gateway_release-10.lua), with what must become known sent again in the
  * background. Also the claim of the call's Idempotency-Key. The usage record and receipt
  * travel with the settlement's outbox entry to the workers.
  */
@@ -15,7 +15,7 @@ import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
-import { projectKeys } from '../redis/keys.js';
+import { gatewayBindings } from '../ledger/bindings.js';
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { provesNothingSent } from '../redis/sent.js';
 import type { Usage, WireFormat } from './adapters.js';
@@ -87,7 +87,7 @@ export interface Call {
   settleTried?: boolean;
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number };
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number; idempotencyKey: string };
 
 export class GatewayBilling {
   constructor(
@@ -101,36 +101,30 @@ export class GatewayBilling {
   ) {}
 
   /**
-   * Claims the call's Idempotency-Key for `transactionId`: HSETNX in the project's
-   * `gwidem` hash, under the field `[customer, key]` (customer-scoped keys reach end users:
-   * one customer's key must not block or reveal another's call). Answers the transaction
-   * that holds the key: this one when the claim is new.
+   * Claims the call's Idempotency-Key for `transactionId` in the project's bucketed
+   * bindings, under `[customer, key]` (customer-scoped keys reach end users: one
+   * customer's key must not block or reveal another's call; src/ledger/bindings.ts).
+   * Answers the transaction that holds the key: this one when the claim is new.
    */
-  async claimIdempotencyKey(scope: ProjectScope, customerId: string, key: string, transactionId: string): Promise<string> {
-    const index = idempotencyIndex(this.deps.prefix, scope);
-    const field = JSON.stringify([customerId, key]);
-    const [[, created], [, owner]] = (await this.deps.redis.multi().hsetnx(index, field, transactionId).hget(index, field).exec()) as [
-      [Error | null, number],
-      [Error | null, string],
-    ];
-    return created ? transactionId : owner;
+  claimIdempotencyKey(scope: ProjectScope, customerId: string, key: string, transactionId: string): Promise<string> {
+    return gatewayBindings(this.deps.ledger.bindings, scope.projectId).claimKey(customerId, key, transactionId);
   }
 
   /** Frees a claimed Idempotency-Key: nothing was billed under it, so the same key may retry. */
   async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string): Promise<void> {
-    await this.deps.redis.hdel(idempotencyIndex(this.deps.prefix, scope), JSON.stringify([customerId, key])).catch(() => undefined);
+    await gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key).catch(() => undefined);
   }
 
   /**
    * Counts the plan operation and holds an upper bound of the call's cost
-   * (lua/gateway_hold-9.lua), with the receipt index entry in the same round trip. A hold
+   * (lua/gateway_hold-10.lua), with the receipt index entry in the same round trip. A hold
    * that fails is undone: the reservation given back, the index entry taken back, and a
    * hold that may exist released in the background.
    */
   async hold(c: HoldRequest): Promise<Call> {
     const startedAt = Date.now();
     const reservation = await this.deps.plans.take(c.scope.organizationId, gateway_reservation_ms);
-    const txIndex = projectKeys(this.deps.prefix, c.scope.projectId).txIndex;
+    const bindings = gatewayBindings(this.deps.ledger.bindings, c.scope.projectId);
     let ok = false;
     // True once the hold may exist: its script applied, or its reply was lost.
     let holdMayExist = false;
@@ -144,9 +138,9 @@ export class GatewayBilling {
       const [held, indexed] = await Promise.allSettled([
         this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
           c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
-          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers,
+          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers, c.idempotencyKey,
         ]),
-        this.deps.redis.hset(txIndex, c.transactionId, c.customerId),
+        bindings.indexCall(c.transactionId, c.customerId),
       ]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       if (held.status === 'rejected') throw held.reason;
@@ -164,7 +158,7 @@ export class GatewayBilling {
     } finally {
       if (!ok) {
         void this.deps.plans.finish(reservation, 'release');
-        await this.deps.redis.hdel(txIndex, c.transactionId).catch(() => undefined);
+        await bindings.unindexCall(c.transactionId).catch(() => undefined);
         // The call fails, but a hold may be frozen: release it once Redis answers (the
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
         // of the client freezes more.
@@ -250,7 +244,7 @@ export class GatewayBilling {
   }
 
   /**
-   * Charges the call (lua/gateway_settle-9.lua): its cost from the hold, and what the hold
+   * Charges the call (lua/gateway_settle-10.lua): its cost from the hold, and what the hold
    * does not cover from the wallet's available credits as far as they go. A settlement
    * whose reply was lost is sent again: the script answers a settled call with its stored
    * result, so the call is charged once. When no try is answered, the call fails (outcome
@@ -344,7 +338,3 @@ export class GatewayBilling {
   }
 }
 
-/** The project's hash of gateway Idempotency-Keys. */
-function idempotencyIndex(prefix: string, scope: ProjectScope): string {
-  return `${projectKeys(prefix, scope.projectId).txIndex}:gwidem`;
-}

@@ -83,6 +83,7 @@ export class GatewayService {
         explicitMax: r.explicitMax,
         answers: r.answers,
         rawBytes: r.rawBytes,
+        idempotencyKey: idempotencyKey ?? '',
       });
       res.setHeader('X-Service-Transaction-Id', transactionId);
       if (r.traceId !== null) res.setHeader('X-Service-Trace-Id', r.traceId);

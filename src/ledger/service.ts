@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
-import { customerKeys, dirtySetKey, projectKeys, scriptKeys, type CustomerKeys } from '../redis/keys.js';
+import { customerKeys, dirtySetKey, scriptKeys, type CustomerKeys } from '../redis/keys.js';
 import { ScriptStatus, type CustomerScriptName, type Scripts, type ScriptReply } from '../redis/scripts.js';
 import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
@@ -14,6 +14,7 @@ import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
 import { decodeSource, type SourceState } from './sources.js';
+import { Bindings, type Archive } from './bindings.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -80,6 +81,11 @@ export interface LedgerHooks {
   onScheduleError?(err: unknown, transactionId: string): void;
   billable?: BillableOps;
   /**
+   * What PostgreSQL knows of archived ids (pgArchive in src/ledger/bindings.ts); without
+   * it an archived id is taken as new.
+   */
+  archived?: Archive;
+  /**
    * Resolves when money operations may touch Redis, else throws 503 service_unavailable
    * (the Redis generation guard, src/redis/generation.ts).
    */
@@ -107,6 +113,20 @@ const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
  */
 const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire', 'trim_sources']);
 
+/**
+ * Scripts whose refusals list the operation's binding as final (lua/includes/customer.lua
+ * finalize): the customer is marked dirty all the same, so that the persist loop hands
+ * it to the trim (src/ledger/retention.ts).
+ */
+const bindingScripts: ReadonlySet<CustomerScriptName> = new Set(['deduct', 'freeze', 'deposit']);
+
+/**
+ * Tries of an operation whose customer script refused a binding read longer ago than the
+ * grace (ScriptStatus.StaleBinding: nothing applied). Each try reads the binding again,
+ * so a second refusal takes a pause of seconds between two commands.
+ */
+export const stale_binding_attempts_max = 3;
+
 export function requestHash(parts: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
 }
@@ -115,6 +135,7 @@ export function requestHash(parts: unknown[]): string {
 export class LedgerService {
   /** Outboxes written since the last SADD to the dirty set (markDirty). */
   private readonly dirty = new Set<string>();
+  readonly bindings: Bindings;
 
   constructor(
     private readonly redis: Redis,
@@ -122,7 +143,9 @@ export class LedgerService {
     private readonly prefix: string,
     private readonly clock: Clock,
     private readonly hooks: LedgerHooks = {},
-  ) {}
+  ) {
+    this.bindings = new Bindings(redis, scripts, prefix, hooks.archived ?? null);
+  }
 
   /**
    * Adds a customer's outbox to the dirty set, together with every other outbox written
@@ -159,12 +182,12 @@ export class LedgerService {
    * (expire) included: a process that just started or reconnected is verified within a
    * round trip or two, and a script sent before would be refused with a 503.
    */
-  async run(name: CustomerScriptName, scope: ProjectScope, customerId: string, args: (string | number)[]): Promise<ScriptReply> {
+  async run(name: CustomerScriptName, scope: ProjectScope, customerId: string, args: (string | number)[], bindingReadAtMs: number | null = null): Promise<ScriptReply> {
     await this.ready();
     const k = this.keys(scope, customerId);
     const entryId = newId('le');
-    const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args]);
-    if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name))) this.markDirty(k.base);
+    const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args, bindingReadAtMs ?? '']);
+    if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
   }
@@ -179,7 +202,7 @@ export class LedgerService {
   private async runBillable(
     name: 'deduct' | 'consume',
     scope: ProjectScope,
-    lookup: Promise<string>,
+    lookup: Promise<{ customerId: string; readAtMs: number }>,
     args: (string | number)[],
   ): Promise<{ reply: ScriptReply; customerId: string }> {
     const [customer, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? Promise.resolve(null)]);
@@ -190,13 +213,13 @@ export class LedgerService {
       if (customer.status === 'rejected') throw customer.reason;
       if (reserved.status === 'rejected') throw reserved.reason;
       try {
-        reply = await this.run(name, scope, customer.value, [...args, reservation && !reservation.admitted ? '0' : '1']);
+        reply = await this.run(name, scope, customer.value.customerId, [...args, reservation && !reservation.admitted ? '0' : '1'], customer.value.readAtMs);
       } catch (err) {
         unsent = provesNothingSent(err);
         throw err;
       }
       if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
-      return { reply, customerId: customer.value };
+      return { reply, customerId: customer.value.customerId };
     } finally {
       // Given back when the script answered that nothing applied, or provably never
       // reached Redis (never written, or refused by the generation guard). Without an
@@ -225,42 +248,52 @@ export class LedgerService {
   }
 
   /**
-   * Binds an identifier to a customer in a project index, once. Returns the owner. A
-   * binding is never removed or changed, so when HSETNX finds one, a later HGET reads the
-   * same owner: the common case (a new identifier) costs one command.
+   * Runs an operation that starts from a binding, again from the binding when its script
+   * refused a binding read older than the grace (the record may have been archived after
+   * the read; nothing applied).
    */
-  private async bind(indexKey: string, id: string, customerId: string): Promise<string> {
-    if ((await this.redis.hsetnx(indexKey, id, customerId)) === 1) return customerId;
-    const owner = await this.redis.hget(indexKey, id);
-    if (owner === null) throw new Error(`binding of ${id} in ${indexKey} vanished`);
-    return owner;
+  private async fromBinding(attempt: () => Promise<ScriptReply>): Promise<ScriptReply> {
+    for (let n = 1; ; n++) {
+      const reply = await attempt();
+      if (reply[0] !== ScriptStatus.StaleBinding) return reply;
+      if (n >= stale_binding_attempts_max) throw new Error(`binding read refused as stale ${n} times in a row`);
+    }
+  }
+
+  /**
+   * Binds an identifier to a customer in the project's buckets (src/ledger/bindings.ts),
+   * or finds it bound; throws transaction_conflict when it names another customer.
+   */
+  private async bindTo(scope: ProjectScope, kind: 't' | 'd', id: string, customerId: string, param: string): Promise<{ customerId: string; readAtMs: number }> {
+    const b = await this.bindings.bind(scope.projectId, kind, id, customerId);
+    if (b.owner !== customerId) throw new ApiError('transaction_conflict', { param });
+    return { customerId, readAtMs: b.readAtMs };
   }
 
   async deposit(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
     await this.ready();
-    if (input.idempotencyKey !== null) {
-      const owner = await this.bind(projectKeys(this.prefix, scope.projectId).depositIndex, input.idempotencyKey, input.customerId);
-      if (owner !== input.customerId) throw new ApiError('transaction_conflict', { param: 'idempotency_key' });
-    }
     const hash = requestHash([
       'deposit', input.amount, input.wallet, input.label, input.startsAtMs, input.expiresAtMs, input.description,
       input.name ?? null, input.email ?? null, input.metadata ?? null,
     ]);
     const opt = (v: string | undefined) => (v === undefined ? '0' : `1${v}`);
-    const reply = await this.run('deposit', scope, input.customerId, [
+    const args = [
       input.idempotencyKey ?? '', hash, input.amount, input.wallet, input.label,
       input.startsAtMs ?? '', input.expiresAtMs ?? '',
       opt(input.name), opt(input.email), opt(input.metadata === undefined ? undefined : JSON.stringify(input.metadata)),
       input.description ?? '', newId('src'),
-    ]);
+    ];
+    const key = input.idempotencyKey;
+    const reply = await this.fromBinding(async () => {
+      const bound = key === null ? null : await this.bindTo(scope, 'd', key, input.customerId, 'idempotency_key');
+      return this.run('deposit', scope, input.customerId, args, bound?.readAtMs ?? null);
+    });
     return this.outcome(reply, input.customerId, 'idempotency_key');
   }
 
-  /** Binds the transaction id to the customer; returns the customer. */
-  private async bindTransaction(scope: ProjectScope, input: DrawInput): Promise<string> {
-    const owner = await this.bind(projectKeys(this.prefix, scope.projectId).txIndex, input.transactionId, input.customerId);
-    if (owner !== input.customerId) throw new ApiError('transaction_conflict', { param: 'transaction_id' });
-    return owner;
+  /** Binds the transaction id to the customer; returns the customer and when the binding was read. */
+  private bindTransaction(scope: ProjectScope, input: DrawInput): Promise<{ customerId: string; readAtMs: number }> {
+    return this.bindTo(scope, 't', input.transactionId, input.customerId, 'transaction_id');
   }
 
   private drawArgs(input: DrawInput, hash: string): (string | number)[] {
@@ -272,20 +305,21 @@ export class LedgerService {
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
     await this.ready();
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
-    const { reply } = await this.runBillable('deduct', scope, this.bindTransaction(scope, input), this.drawArgs(input, hash));
+    const reply = await this.fromBinding(async () => (await this.runBillable('deduct', scope, this.bindTransaction(scope, input), this.drawArgs(input, hash))).reply);
     return this.outcome(reply, input.customerId, 'transaction_id');
   }
 
   async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
     await this.ready();
-    await this.bindTransaction(scope, input);
     const hash = requestHash([
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
       input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
     ]);
-    const reply = await this.run('freeze', scope, input.customerId, [
-      ...this.drawArgs(input, hash), input.ttl?.kind ?? '', input.ttl?.seconds ?? 0,
-    ]);
+    const args = [...this.drawArgs(input, hash), input.ttl?.kind ?? '', input.ttl?.seconds ?? 0];
+    const reply = await this.fromBinding(async () => {
+      const bound = await this.bindTransaction(scope, input);
+      return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
+    });
     const result = this.outcome(reply, input.customerId, 'transaction_id');
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
@@ -299,11 +333,11 @@ export class LedgerService {
   }
 
   /** Finds the customer of a transaction id for consume and unfreeze. */
-  private async ownerOf(scope: ProjectScope, transactionId: string, customerId: string | null, missing: ErrorCode): Promise<string> {
-    const owner = await this.redis.hget(projectKeys(this.prefix, scope.projectId).txIndex, transactionId);
-    if (owner === null) throw new ApiError(missing);
-    if (customerId !== null && customerId !== owner) throw new ApiError('customer_scope_mismatch', { param: 'customer_id' });
-    return owner;
+  private async ownerOf(scope: ProjectScope, transactionId: string, customerId: string | null, missing: ErrorCode): Promise<{ customerId: string; readAtMs: number }> {
+    const b = await this.bindings.bind(scope.projectId, 't', transactionId, '');
+    if (b.owner === null) throw new ApiError(missing);
+    if (customerId !== null && customerId !== b.owner) throw new ApiError('customer_scope_mismatch', { param: 'customer_id' });
+    return { customerId: b.owner, readAtMs: b.readAtMs };
   }
 
   async consume(
@@ -311,8 +345,13 @@ export class LedgerService {
     input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
   ): Promise<OpResult> {
     await this.ready();
-    const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
-    const { reply, customerId } = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
+    let customerId = '';
+    const reply = await this.fromBinding(async () => {
+      const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
+      const r = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
+      customerId = r.customerId;
+      return r.reply;
+    });
     return this.outcome(reply, customerId);
   }
 
@@ -321,9 +360,13 @@ export class LedgerService {
     input: { transactionId: string; customerId: string | null; description: string | null },
   ): Promise<OpResult> {
     await this.ready();
-    const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
-    const reply = await this.run('unfreeze', scope, owner, [input.transactionId, input.description ?? '']);
-    return this.outcome(reply, owner);
+    let customerId = '';
+    const reply = await this.fromBinding(async () => {
+      const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
+      customerId = owner.customerId;
+      return this.run('unfreeze', scope, owner.customerId, [input.transactionId, input.description ?? ''], owner.readAtMs);
+    });
+    return this.outcome(reply, customerId);
   }
 
   /** Settles due TTL freezes of one customer (the expire worker). */
@@ -334,7 +377,7 @@ export class LedgerService {
 
   /**
    * Archives up to `countMax` of the customer's dead sources that died more than
-   * `retentionMs` ago and whose last entry PostgreSQL holds (lua/trim_sources-9.lua).
+   * `retentionMs` ago and whose last entry PostgreSQL holds (lua/trim_sources-10.lua).
    * Returns how many left Redis.
    */
   async trimSources(scope: ProjectScope, customerId: string, retentionMs: number, countMax: number): Promise<number> {

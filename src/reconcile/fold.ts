@@ -1,7 +1,7 @@
 /**
  * Folds a customer's ledger entries, as PostgreSQL holds them, into the Redis state the
  * Lua scripts would hold after writing those entries (lua/includes/customer.lua and
- * lua/<op>-9.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
+ * lua/<op>-10.lua): the meta, src, tx and dep hashes and the ttl zset. Pure: reconcile
  * compares its output with Redis and writes it back with --repair. Gateway calls leave
  * state the ledger does not carry; withRedisOnlyState() says which and takes it from Redis.
  *
@@ -49,7 +49,7 @@ interface Hold {
 }
 
 /**
- * A transaction as stored in the tx hash (deduct-9.lua, freeze-9.lua, gateway_hold-9.lua
+ * A transaction as stored in the tx hash (deduct-10.lua, freeze-10.lua, gateway_hold-10.lua
  * and the settlements).
  */
 export interface StoredTransaction {
@@ -67,6 +67,8 @@ export interface StoredTransaction {
   by?: 'api' | 'ttl';
   cr?: string;
   ur?: string;
+  /** A gateway call's Idempotency-Key (gateway_hold-10.lua; the GATEWAY entry's extra.gk). */
+  ik?: string;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -96,6 +98,12 @@ export class FoldError extends Error {}
  */
 export interface FoldOptions {
   anomalies?: string[];
+  /**
+   * Folds records only, from the entries of some transactions (the restore of an archived
+   * record, src/ledger/bindings.ts): a source they name without its deposit is taken as
+   * empty instead of failing the fold, and the sources' state means nothing.
+   */
+  recordsOnly?: boolean;
 }
 
 function str(n: number): string {
@@ -131,9 +139,14 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const srcLastSeq: Record<string, number> = {};
   const source = (e: EntryRow, id: string): StoredSource => {
     const s = sources.get(id);
-    if (!s) throw new FoldError(`${e.type} entry seq ${e.seq} names unknown source ${id}`);
-    srcLastSeq[id] = e.seq;
-    return s;
+    if (s) {
+      srcLastSeq[id] = e.seq;
+      return s;
+    }
+    if (!opts.recordsOnly) throw new FoldError(`${e.type} entry seq ${e.seq} names unknown source ${id}`);
+    const empty: StoredSource = { id, w: '', l: '', q: '0', t: '0', u: '0', f: '0', s: '', e: '' };
+    sources.set(id, empty);
+    return empty;
   };
   const add = (s: StoredSource, field: 'u' | 'f', delta: number) => {
     s[field] = str(Number(s[field]) + delta);
@@ -216,7 +229,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
           tx.ca = tx.a;
           tx.by = 'ttl';
         } else {
-          // consume-9.lua: the holds are used in the order they were drawn; the rest returns.
+          // consume-10.lua: the holds are used in the order they were drawn; the rest returns.
           let left = e.amount;
           for (const h of tx.holds ?? []) {
             const s = source(e, h.account_id);
@@ -247,11 +260,13 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         break;
       }
       case 'GATEWAY': {
-        // gateway_settle-9.lua: the hold (never in the ledger) is gone and the cost is used.
+        // gateway_settle-10.lua: the hold (never in the ledger) is gone and the cost is used.
         for (const d of holdsOf(e)) add(source(e, d.account_id), 'u', Number(d.amount));
         const reserved = (e.result as { reserved?: unknown } | null)?.reserved;
         if (typeof reserved !== 'string') throw new FoldError(`GATEWAY entry seq ${e.seq} lacks result.reserved`);
-        txs.set(e.transaction_id, { k: 'gateway', st: 'settled', a: reserved, w: e.wallet, r: result });
+        const record: StoredTransaction = { k: 'gateway', st: 'settled', a: reserved, w: e.wallet, r: result };
+        if (typeof e.extra?.gk === 'string') record.ik = e.extra.gk;
+        txs.set(e.transaction_id, record);
         break;
       }
       default:
@@ -269,7 +284,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const src: Record<string, string> = {};
   for (const s of sources.values()) {
     const over = Number(s.u) + Number(s.f) - Number(s.t);
-    if (over > 0) anomaly(`source ${s.id} is drawn ${over} credits beyond its total (a shortfall)`);
+    if (over > 0 && !opts.recordsOnly) anomaly(`source ${s.id} is drawn ${over} credits beyond its total (a shortfall)`);
     src[s.id] = encodeSource(s);
   }
   const tx: Record<string, string> = {};
@@ -280,7 +295,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
 /**
  * Adds to a fold the state Redis holds by design and PostgreSQL never sees, taken from
  * the customer's current Redis keys:
- * - gateway holds of calls in flight (gateway_hold-9.lua writes no entry), with their
+ * - gateway holds of calls in flight (gateway_hold-10.lua writes no entry), with their
  *   frozen credits and TTL;
  * - records of gateway calls released unbilled (their USAGE entries become usage records,
  *   not ledger entries);

@@ -24,7 +24,9 @@ import { z } from 'zod';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createRedis } from '../redis/client.js';
-import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
+import { bindingKeys, customerBase, customerKeysFromBase, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
+import { Bindings, claimId } from '../ledger/bindings.js';
+import { registerScripts } from '../redis/scripts.js';
 import { queueExpiry } from '../ledger/expiry.js';
 import type { Runtime } from '../runtime.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
@@ -97,6 +99,7 @@ const entryRow = z.object({
   business_type: z.string().nullable(),
   result: z.unknown(),
   extra: z.record(z.unknown()).nullable(),
+  created_at: z.number(),
 });
 
 function createReconcileQueries(pool: DatabasePool) {
@@ -114,7 +117,7 @@ function createReconcileQueries(pool: DatabasePool) {
     },
     async entries(projectId: string, customerId: string): Promise<IdentifiedEntry[]> {
       const rows = await pool.any(sql.type(entryRow)`
-        SELECT id, seq, type, transaction_id, amount, wallet, details, reason, business_type, result, extra
+        SELECT id, seq, type, transaction_id, amount, wallet, details, reason, business_type, result, extra, created_at
         FROM ledger_entries WHERE project_id = ${projectId} AND customer_id = ${customerId}
         ORDER BY seq`);
       return rows.map((r) => ({ ...r, details: r.details, result: r.result }));
@@ -126,7 +129,7 @@ function createReconcileQueries(pool: DatabasePool) {
   };
 }
 
-type IdentifiedEntry = EntryRow & { id: string };
+type IdentifiedEntry = EntryRow & { id: string; created_at: number };
 
 interface Snapshot {
   meta: Record<string, string>;
@@ -187,6 +190,7 @@ function outboxRow(e: OutboxEntry & { type: LedgerEntryType }): IdentifiedEntry 
     business_type: e.business_type ?? null,
     result: JSON.parse(e.result),
     extra: e.x ?? null,
+    created_at: Number(e.at),
   };
 }
 
@@ -368,27 +372,87 @@ function compare(
   return drift;
 }
 
-/** Project index entries that do not name this customer: transaction ids, then deposit keys. */
-async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string; customerId: string }, folded: FoldedCustomer): Promise<DriftItem[]> {
-  const { txIndex, depositIndex } = projectKeys(prefix, ids.projectId);
+/**
+ * Binding entries (src/ledger/bindings.ts) that do not name this customer: transaction
+ * ids, then deposit keys. Records the trim may have archived are not looked at: their
+ * binding may be gone.
+ */
+async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }): Promise<DriftItem[]> {
   const drift: DriftItem[] = [];
-  const check = async (key: string, field: 'txidx' | 'depidx', names: string[]) => {
+  const check = async (kind: 't' | 'd', names: string[]) => {
     for (let i = 0; i < names.length; i += index_read_batch_size) {
       const batch = names.slice(i, i + index_read_batch_size);
-      const owners = await redis.hmget(key, ...batch);
+      const p = redis.pipeline();
+      for (const name of batch) p.hget(bindingKeys(prefix, ids.projectId, kind, name).ids, name);
+      const owners = ((await p.exec()) ?? []).map(([err, v]) => {
+        if (err) throw err;
+        return v === null ? null : String(v).slice(0, String(v).lastIndexOf('|'));
+      });
       batch.forEach((name, j) => {
         if (owners[j] === ids.customerId) return;
-        const id = field === 'txidx' ? { transaction_id: name } : { idempotency_key: name };
-        drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field, ...id, redis: owners[j], expected: ids.customerId });
+        const id = kind === 't' ? { transaction_id: name } : { idempotency_key: name };
+        drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field: kind === 't' ? 'txidx' : 'depidx', ...id, redis: owners[j], expected: ids.customerId });
       });
     }
   };
-  await check(txIndex, 'txidx', Object.keys(folded.tx));
-  await check(depositIndex, 'depidx', Object.keys(folded.dep));
+  await check('t', bound.tx);
+  await check('d', bound.dep);
   return drift;
 }
 
-function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer, layout: SourceLayout): void {
+/** Record ids of one customer, transactions and deposit keys. */
+interface RecordIds {
+  tx: Set<string>;
+  dep: Set<string>;
+}
+
+/**
+ * The records the trim may have archived (src/ledger/retention.ts): final (a deduct, a
+ * settled freeze or gateway call, a deposit), every entry of theirs in PostgreSQL, and
+ * the last one written at or before `cutoffMs`. `lastAt` gets the time of each final
+ * record's last entry (the `fin` score a repair writes).
+ */
+function dueRecords(folded: FoldedCustomer, stored: IdentifiedEntry[], pending: OutboxEntry[], cutoffMs: number, lastAt: Map<string, number>): RecordIds {
+  const unpersisted = new Set(pending.map((e) => e.transaction_id));
+  const storedIds = new Set(stored.map((e) => e.id));
+  for (const e of pending) {
+    const ik = e.x?.ik;
+    if (!storedIds.has(e.id) && typeof ik === 'string') unpersisted.add(`d:${ik}`);
+  }
+  for (const e of stored) {
+    const ik = e.extra?.ik;
+    if (e.type === 'DEPOSIT' && typeof ik === 'string') lastAt.set(`d:${ik}`, e.created_at);
+    else lastAt.set(`t:${e.transaction_id}`, Math.max(lastAt.get(`t:${e.transaction_id}`) ?? 0, e.created_at));
+  }
+  const due: RecordIds = { tx: new Set(), dep: new Set() };
+  for (const [id, raw] of Object.entries(folded.tx)) {
+    const tx = JSON.parse(raw) as { k: string; st: string };
+    const final = tx.k === 'deduct' || tx.st !== 'frozen';
+    const at = lastAt.get(`t:${id}`);
+    if (final && at !== undefined && at <= cutoffMs && !unpersisted.has(id)) due.tx.add(id);
+  }
+  for (const key of Object.keys(folded.dep)) {
+    const at = lastAt.get(`d:${key}`);
+    if (at !== undefined && at <= cutoffMs && !unpersisted.has(`d:${key}`)) due.dep.add(key);
+  }
+  return due;
+}
+
+/** The fold without the records archived from Redis: those due that Redis no longer holds. */
+function withoutArchived(expected: FoldedCustomer, archived: RecordIds): FoldedCustomer {
+  const tx = Object.fromEntries(Object.entries(expected.tx).filter(([id]) => !archived.tx.has(id)));
+  const dep = Object.fromEntries(Object.entries(expected.dep).filter(([key]) => !archived.dep.has(key)));
+  return { ...expected, tx, dep };
+}
+
+/**
+ * Rewrites the customer's keys from the fold. `fin` and `arch` are not cleared: the
+ * bindings of refused operations listed there are Redis-only state, and a record waiting
+ * for its deletion is either written again here (and listed as final again, below) or
+ * left as it was. Every final record written is listed as final (NX: a listed one keeps
+ * its time), scored by its last entry's time.
+ */
+function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer, layout: SourceLayout, lastAt: Map<string, number>): void {
   m.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent);
   m.hset(k.meta, { ...folded.meta, ...layout.meta });
   if (Object.keys(layout.src).length > 0) m.hset(k.src, layout.src);
@@ -402,6 +466,14 @@ function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: Fo
   if (Object.keys(folded.dep).length > 0) m.hset(k.dep, folded.dep);
   const ttl = Object.entries(folded.ttl).flatMap(([id, at]) => [at, id]);
   if (ttl.length > 0) m.zadd(k.ttl, ...ttl);
+  const fin: (string | number)[] = [];
+  for (const [id, raw] of Object.entries(folded.tx)) {
+    const tx = JSON.parse(raw) as { k: string; st: string };
+    if (tx.k !== 'deduct' && tx.st === 'frozen') continue;
+    fin.push(lastAt.get(`t:${id}`) ?? Date.now(), `${tx.k === 'gateway' ? 'g' : 't'}:${id}`);
+  }
+  for (const key of Object.keys(folded.dep)) fin.push(lastAt.get(`d:${key}`) ?? Date.now(), `d:${key}`);
+  if (fin.length > 0) m.zadd(k.fin, 'NX', ...fin);
 }
 
 /**
@@ -455,6 +527,10 @@ interface CustomerOutcome {
   rewritten: boolean;
   /** The state folded from PostgreSQL alone; null when PostgreSQL has no such customer. */
   folded: FoldedCustomer | null;
+  /** Records whose binding must name this customer (not archived, nor due for it). */
+  bound: { tx: string[]; dep: string[] };
+  /** Records archived from Redis (due, and absent): with a repair, their ids go into the Bloom filters. */
+  archived: RecordIds;
 }
 
 /**
@@ -468,7 +544,7 @@ interface CustomerOutcome {
  * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
-  ctx: { conn: Redis; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number },
+  ctx: { conn: Redis; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number; retentionMs: number },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
@@ -482,7 +558,7 @@ async function reconcileKeys(
   }
   for (let attempt = 0; attempt < attempts_max; attempt++) {
     if (attempt > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * attempt));
-    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent);
+    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent, k.fin, k.arch);
     const [row, stored] = await Promise.all([
       ctx.queries.customer(ids.projectId, ids.customerId),
       ctx.queries.entries(ids.projectId, ids.customerId),
@@ -493,9 +569,13 @@ async function reconcileKeys(
     const ledger = ledgerAsOfSnapshot(row, stored, outbox);
     const anomalies: string[] = [];
     const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { anomalies });
-    const expected = folded === null ? null : withRedisOnlyState(folded, snap);
     const [sec, usec] = await ctx.conn.time();
-    const nowMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) + ctx.clockOffsetMs;
+    const redisMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+    const nowMs = redisMs + ctx.clockOffsetMs;
+    const lastAt = new Map<string, number>();
+    const due = folded === null ? { tx: new Set<string>(), dep: new Set<string>() } : dueRecords(folded, stored, outbox, redisMs - ctx.retentionMs, lastAt);
+    const archived: RecordIds = { tx: new Set([...due.tx].filter((id) => snap.tx[id] === undefined)), dep: new Set([...due.dep].filter((key) => snap.dep[key] === undefined)) };
+    const expected = folded === null ? null : withoutArchived(withRedisOnlyState(folded, snap), archived);
     const persistedSeq = stored.reduce((max, e) => Math.max(max, e.seq), 0);
     const layout = expected === null ? null : layoutOf(expected, snap, nowMs, persistedSeq);
     const drift = compare(ids, snap, expected, layout, nowMs);
@@ -508,13 +588,17 @@ async function reconcileKeys(
     // outbox: should the EXEC fail, the next attempt finds them in PostgreSQL by id.
     if (rewrite && clash) await ctx.ledgerQueries.insertEntries([...clash.renumbered.values()]);
     const m = ctx.conn.multi();
-    if (rewrite) queueRewrite(m, k, expected, layout!);
+    if (rewrite) queueRewrite(m, k, expected, layout!, lastAt);
     if (rewrite && clash) {
       const trimmed = snap.outboxIds.filter((_, i) => clash.renumbered.has(snap.outbox[i].id));
       if (trimmed.length > 0) m.xdel(k.outbox, ...trimmed);
     }
     // Null: a watched key changed, so the snapshot may not match the ledger read.
-    if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded };
+    const bound = {
+      tx: Object.keys(folded?.tx ?? {}).filter((id) => !due.tx.has(id)),
+      dep: Object.keys(folded?.dep ?? {}).filter((key) => !due.dep.has(key)),
+    };
+    if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded, bound, archived };
   }
   throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);
 }
@@ -531,6 +615,8 @@ export async function reconcile(
   const prefix = rt.config.REDIS_PREFIX;
   const queries = createReconcileQueries(rt.db);
   const persist = new LedgerOutbox(rt.redis, rt.ledgerQueries, prefix, rt.logger);
+  const bindings = new Bindings(rt.redis, registerScripts(rt.redis), prefix, null);
+  const retentionMs = rt.config.REDIS_RETENTION_SECONDS * 1000;
   const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] };
 
   const customers = new Map<string, { projectId: string; customerId: string }>();
@@ -555,7 +641,7 @@ export async function reconcile(
       report.customers_checked++;
       let outcome: CustomerOutcome;
       try {
-        outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs() }, base, ids, opts.repair);
+        outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs(), retentionMs }, base, ids, opts.repair);
       } catch (err) {
         await conn.unwatch().catch(() => undefined);
         const permanent = err instanceof FoldError;
@@ -570,17 +656,28 @@ export async function reconcile(
       }
 
       const { folded } = outcome;
-      const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, folded))];
+      // An archived record's id goes into its bucket's Bloom filter (its binding, if one
+      // is left, is removed), so that after a rebuild from an empty Redis a replay of it
+      // still asks PostgreSQL instead of applying as new.
+      if (outcome.rewritten) {
+        await bindings.archive(ids.projectId, 't', ids.customerId, [...outcome.archived.tx]);
+        await bindings.archive(ids.projectId, 'd', ids.customerId, [...outcome.archived.dep]);
+        for (const txid of outcome.archived.tx) {
+          const ik = (JSON.parse(folded?.tx[txid] ?? '{}') as { ik?: string }).ik;
+          if (ik !== undefined) await bindings.archive(ids.projectId, 'g', txid, [claimId(ids.customerId, ik)]);
+        }
+      }
+      const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound))];
       if (drift.length === 0) continue;
       report.customers_with_drift++;
       report.drift.push(...drift);
       // Redis state without a PostgreSQL customer is reported, never deleted.
       if (!opts.repair || folded === null) continue;
 
-      const { txIndex, depositIndex } = projectKeys(prefix, ids.projectId);
+      const boundAt = Date.now();
       for (const d of drift) {
-        if (d.field === 'txidx') await rt.redis.hset(txIndex, d.transaction_id!, ids.customerId);
-        if (d.field === 'depidx') await rt.redis.hset(depositIndex, d.idempotency_key!, ids.customerId);
+        const [kind, id] = d.field === 'txidx' ? (['t', d.transaction_id!] as const) : d.field === 'depidx' ? (['d', d.idempotency_key!] as const) : [null, ''];
+        if (kind !== null) await rt.redis.hset(bindingKeys(prefix, ids.projectId, kind, id).ids, id, `${ids.customerId}|${boundAt}`);
       }
       if (outcome.rewritten) {
         await rt.redis.hdel(setAsideKey(prefix), base);

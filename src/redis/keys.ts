@@ -3,6 +3,7 @@
  * script touches a single cluster slot. Ids are URI-encoded inside the tag so that a
  * caller's `{` or `}` cannot change which part is the tag.
  */
+import { createHash } from 'node:crypto';
 
 export interface CustomerKeys {
   base: string;
@@ -18,6 +19,10 @@ export interface CustomerKeys {
   dead: string;
   /** Dead sources still counted in wallet totals, scored by expiry. */
   spent: string;
+  /** Final records (and bindings of failed operations) waiting for their retention: zset, member kind:id, scored by when (Redis ms). */
+  fin: string;
+  /** Records whose binding is archived, waiting for the grace before they are deleted: zset scored by when they may go. */
+  arch: string;
 }
 
 export function customerBase(prefix: string, projectId: string, customerId: string): string {
@@ -36,6 +41,8 @@ export function customerKeysFromBase(base: string): CustomerKeys {
     live: `${base}:live`,
     dead: `${base}:dead`,
     spent: `${base}:spent`,
+    fin: `${base}:fin`,
+    arch: `${base}:arch`,
   };
 }
 
@@ -43,15 +50,57 @@ export function customerKeys(prefix: string, projectId: string, customerId: stri
   return customerKeysFromBase(customerBase(prefix, projectId, customerId));
 }
 
-/** The nine KEYS every customer script takes, in order (lua/includes/customer.lua). */
+/** The ten KEYS every customer script takes, in order (lua/includes/customer.lua). */
 export function scriptKeys(k: CustomerKeys): string[] {
-  return [k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent];
+  return [k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent, k.fin];
 }
 
-/** Project-scope indexes: transaction id -> customer, deposit key -> customer. */
-export function projectKeys(prefix: string, projectId: string) {
-  const tag = `${prefix}p:{${encodeURIComponent(projectId)}}`;
-  return { txIndex: `${tag}:txidx`, depositIndex: `${tag}:depidx` };
+/**
+ * Project-scope bindings: `t` transaction id -> customer (deduct, freeze, and the gateway's
+ * call ids for receipts), `d` deposit idempotency key -> customer, `g` gateway
+ * Idempotency-Key (JSON [customer, key]) -> the call's transaction id.
+ */
+export type BindingKind = 't' | 'd' | 'g';
+
+/** Buckets per project and kind: ids spread over them by hash, each its own hash tag (slot). */
+export const binding_buckets = 16;
+
+/** The SHA-1 of an id, hex: picks its bucket here and its Bloom bits in lua/bind-2.lua. */
+export function idHash(id: string): string {
+  return createHash('sha1').update(id, 'utf8').digest('hex');
+}
+
+/** The bucket of an id: the last 4 hex digits of its SHA-1 (the Bloom bits use the first 35). */
+export function bindingBucket(id: string): number {
+  return parseInt(idHash(id).slice(36), 16) % binding_buckets;
+}
+
+export interface BindingKeys {
+  /** hash: id -> `owner|bound at (Redis ms)`. */
+  ids: string;
+  /** string: Bloom filter of the ids archived from this bucket. */
+  bloom: string;
+}
+
+export function bindingKeysOfBucket(prefix: string, projectId: string, kind: BindingKind, bucket: number): BindingKeys {
+  const base = `${prefix}b:{${encodeURIComponent(projectId)}:${kind}${bucket}}`;
+  return { ids: `${base}:ids`, bloom: `${base}:bloom` };
+}
+
+export function bindingKeys(prefix: string, projectId: string, kind: BindingKind, id: string): BindingKeys {
+  return bindingKeysOfBucket(prefix, projectId, kind, bindingBucket(id));
+}
+
+/** Shards of the trim's due set: customers spread by hash so that a cluster spreads them too. */
+export const trim_due_shards = 16;
+
+/** zset: customer key base -> when its next trim is due (Redis ms). */
+export function trimDueKey(prefix: string, shard: number): string {
+  return `${prefix}trim:{${shard}}`;
+}
+
+export function trimDueKeyOf(prefix: string, base: string): string {
+  return trimDueKey(prefix, parseInt(idHash(base).slice(0, 4), 16) % trim_due_shards);
 }
 
 export function dirtySetKey(prefix: string): string {

@@ -28,6 +28,8 @@ export enum ScriptStatus {
   UsageLimit = 19,
   AccountNotFound = 20,
   DepositLimit = 21,
+  /** The binding read that led here is older than the grace and the record is absent: nothing applied, start over from the binding. */
+  StaleBinding = 22,
 }
 
 export const customerScriptNames = [

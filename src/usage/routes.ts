@@ -15,7 +15,6 @@ import { toDetails } from '../ledger/entries.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import { usageRecordSchema } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
-import { projectKeys } from '../redis/keys.js';
 import { page_size_default, page_size_max } from '../customers/routes.js';
 import { receipt, type UsageQueries } from './queries.js';
 
@@ -82,7 +81,8 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
     onlyQuery(req);
     const { key, scope } = authOf(res);
     const transactionId = String(req.params.transaction_id);
-    const owner = await deps.redis.hget(projectKeys(deps.prefix, scope.projectId).txIndex, transactionId);
+    // An archived call's binding is gone (src/ledger/bindings.ts): its receipt is in PostgreSQL.
+    const owner = (await deps.ledger.bindings.command(scope.projectId, 't', transactionId, '', true)).owner;
     if (key.type === 'customer' && owner !== null && owner !== key.customer_id) throw new ApiError('not_found', { message: 'receipt not found' });
     const stored = await deps.usage.findReceipt(scope.projectId, transactionId);
     if (stored) {

@@ -79,16 +79,17 @@ describe('a hold whose outcome was unknown when the call failed', () => {
 
   it('is released when the receipt-index write fails', async () => {
     await env.fund('no-index', 1_000_000);
-    const redis = env.svc.rt.redis;
-    const hset = redis.hset.bind(redis);
+    // The receipt index is the call's transaction binding (src/ledger/bindings.ts).
+    const bindings = env.svc.rt.ledger.bindings;
+    const command = bindings.command.bind(bindings);
     let failed = 0;
-    redis.hset = ((...args: Parameters<typeof hset>) => {
-      if (String(args[0]).endsWith(':txidx') && args[2] === 'no-index') {
+    bindings.command = (projectId, kind, id, owner, force) => {
+      if (kind === 't' && owner === 'no-index') {
         failed++;
         return Promise.reject(new Error('Connection is closed.'));
       }
-      return (hset as (...a: unknown[]) => unknown)(...args);
-    }) as typeof redis.hset;
+      return command(projectId, kind, id, owner, force);
+    };
     try {
       const res = await rawPost(env.svc.url, '/v1/chat/completions', {
         key: env.p.projectKey,
@@ -98,7 +99,7 @@ describe('a hold whose outcome was unknown when the call failed', () => {
       expect(res.status).toBeGreaterThanOrEqual(500);
       expect(failed).toBe(1);
     } finally {
-      redis.hset = hset;
+      bindings.command = command;
     }
     await until('the hold to be released', async () => (await env.balance('no-index')).frozen === 0);
     expect(await env.balance('no-index')).toMatchObject({ used: 0, frozen: 0, available: 1_000_000 });

@@ -46,7 +46,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
-import { projectKeys } from '../../src/redis/keys.js';
+import { bindingKeys } from '../../src/redis/keys.js';
 import { ScriptStatus } from '../../src/redis/scripts.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import {
@@ -492,8 +492,8 @@ class Scenario {
     const scope = { projectId: this.project.projectId, organizationId: this.project.organizationId };
     const via = this.next();
     // The gateway indexes a hold's transaction for receipts beside the hold, and takes the entry back when the hold fails.
-    const txIndex = projectKeys(via.rt.config.REDIS_PREFIX, scope.projectId).txIndex;
-    if (cmd.op === 'hold') await via.rt.redis.hset(txIndex, txid, customerId);
+    const txIndex = bindingKeys(via.rt.config.REDIS_PREFIX, scope.projectId, 't', txid).ids;
+    if (cmd.op === 'hold') await via.rt.redis.hset(txIndex, txid, `${customerId}|${Date.now()}`);
     const lo = await this.serviceNow();
     const [code, raw] = await via.rt.ledger.run(`gateway_${cmd.op}`, scope, customerId, args);
     const hi = await this.serviceNow();

@@ -618,7 +618,7 @@ export class LedgerModel {
   }
 
   /**
-   * A gateway call's hold (lua/gateway_hold-9.lua, called as the gateway calls it, plan
+   * A gateway call's hold (lua/gateway_hold-10.lua, called as the gateway calls it, plan
    * admitted, one answer): the input bound plus the output the wallet can afford, up to
    * `wanted` tokens (lowered to what it affords unless `fixed`), frozen from the wallet in
    * draw order, with a TTL of `ttlSeconds`. No ledger entry.
@@ -646,7 +646,7 @@ export class LedgerModel {
   }
 
   /**
-   * A gateway call's settlement (lua/gateway_settle-9.lua): the cost from the hold, the rest
+   * A gateway call's settlement (lua/gateway_settle-10.lua): the cost from the hold, the rest
    * of the hold back, and what the hold does not cover (all of it when the TTL released the
    * hold) from the wallet's available credits, down to zero and never below. One GATEWAY
    * entry, also for a cost of 0. A settled call answers its stored result.
@@ -685,7 +685,7 @@ export class LedgerModel {
     return { status: 'ok', body: tx.result };
   }
 
-  /** A failed gateway call (lua/gateway_release-9.lua): the hold back, no ledger entry; a repeat is a replay. */
+  /** A failed gateway call (lua/gateway_release-10.lua): the hold back, no ledger entry; a repeat is a replay. */
   gatewayRelease(customerId: string, txid: string): GatewayAnswer {
     this.settleDue(customerId);
     const c = this.state.customers[customerId];

@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { customerKeys, projectKeys } from '../../src/redis/keys.js';
+import { bindingKeys, customerKeys } from '../../src/redis/keys.js';
 import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
@@ -126,7 +126,7 @@ describe('reconcile', () => {
     await redis.hincrby(c1.src, `${sourceId}:u`, 7);
     const deduct = JSON.parse((await redis.hget(c1.tx, 'c1-d1'))!) as Record<string, unknown>;
     await redis.hdel(c1.tx, 'c1-d1');
-    await redis.hdel(projectKeys(svc.rt.config.REDIS_PREFIX, p.projectId).txIndex, 'c1-f1');
+    await redis.hdel(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 't', 'c1-f1').ids, 'c1-f1');
     const c2 = keysOf('c2');
     await redis.del(c2.meta, c2.src, c2.tx, c2.dep, c2.ttl, c2.outbox, c2.live, c2.dead, c2.spent);
 
@@ -176,7 +176,7 @@ describe('reconcile', () => {
     const hold = async (id: string) => {
       const reply = await svc.rt.ledger.run('gateway_hold', scope, 'c3', [id, 'credits', 100, 1_000_000, 500, '1', 3_600, '1']);
       expect(reply[0]).toBe(0);
-      await svc.rt.redis.hset(projectKeys(svc.rt.config.REDIS_PREFIX, p.projectId).txIndex, id, 'c3');
+      await svc.rt.redis.hset(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 't', id).ids, id, `c3|${Date.now()}`);
     };
     await hold('gw-billed');
     expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-billed', 250, usage('gw-billed', 'settled', 250), 'm']))[0]).toBe(0);

@@ -15,7 +15,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { recoveredMarkerKey, recoveryLockKey } from '../../src/redis/generation.js';
-import { projectKeys } from '../../src/redis/keys.js';
+import { bindingKeys } from '../../src/redis/keys.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 
@@ -132,7 +132,7 @@ describe('Redis restarted from an older snapshot', () => {
       const refused = await post('/v1/billing/deduct', { customer_id: 'dave', transaction_id: 'dv1', amount: 10 });
       expect([refused.status, refused.body.error.code, refused.body.error.message]).toEqual([503, 'service_unavailable', expect.stringMatching(/nothing was applied/)]);
       // Nothing reached Redis: not even the transaction's binding.
-      expect(await direct.hexists(projectKeys(prefix, p.projectId).txIndex, 'dv1')).toBe(0);
+      expect(await direct.hexists(bindingKeys(prefix, p.projectId, 't', 'dv1').ids, 'dv1')).toBe(0);
       const health = await svc.call('GET', '/health');
       expect([health.body.status, health.body.checks.redis.verified]).toEqual(['degraded', false]);
 

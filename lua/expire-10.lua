@@ -1,7 +1,7 @@
 -- Settles every freeze of one customer whose TTL is due (the expire worker's job; any
 -- other customer script does the same lazily first).
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 --
 -- Returns {OK, '', auto-consumed TTL count, TTL entries written}.
 

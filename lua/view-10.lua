@@ -2,7 +2,7 @@
 -- a freeze that has already timed out. The sums read the live sources and the meta
 -- counters of dead ones that still count; only the full listing reads the dead sources.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  '1' to list the sources Redis holds (live and dead), '0' for the sums only
 --
 -- Returns {OK, profile JSON, auto-consumed TTL count, TTL entries written, now ms,

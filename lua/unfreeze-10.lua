@@ -1,11 +1,11 @@
 -- Unfreezes a frozen transaction: all of its frozen credits return to their sources.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  description, '' for none
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
--- REPLAY, E_NO_UNFREEZABLE or E_ACCOUNT_NOT_FOUND (a source of the holds is missing;
+-- REPLAY, E_STALE_BINDING, E_NO_UNFREEZABLE or E_ACCOUNT_NOT_FOUND (a source of the holds is missing;
 -- nothing changed).
 
 --@include customer
@@ -17,7 +17,10 @@ local now = now_ms()
 local auto_consumed = expire_due(now)
 
 local raw = redis.call('HGET', K_tx, txid)
-if not raw then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
+if not raw then
+  if stale_binding() then return { E_STALE_BINDING, '', auto_consumed, ttl_entries_written } end
+  return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written }
+end
 local tx = cjson.decode(raw)
 if tx.k ~= 'freeze' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
 if tx.st == 'unfrozen' then return { REPLAY, tx.ur, auto_consumed, ttl_entries_written } end
@@ -48,4 +51,6 @@ write_entry({
 }, now, false)
 settle_sources(now)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+finalize('t:' .. txid)
 return { OK, tx.ur, auto_consumed, ttl_entries_written }

@@ -1,14 +1,14 @@
 -- Consumes a frozen transaction: the consumed part becomes used, the rest returns to
 -- the sources it was frozen from.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount to consume, credits; '' for the whole frozen amount
 -- ARGV[7]  description, '' for none
 -- ARGV[8]  '0' when the plan's limit is reached: replays answer, nothing new applies
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
--- REPLAY, E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN, E_USAGE_LIMIT or
+-- REPLAY, E_STALE_BINDING, E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN, E_USAGE_LIMIT or
 -- E_ACCOUNT_NOT_FOUND (a source of the holds is missing; nothing changed). The holds are
 -- consumed in the order they were drawn (soonest expiry first).
 
@@ -23,7 +23,10 @@ local now = now_ms()
 local auto_consumed = expire_due(now)
 
 local raw = redis.call('HGET', K_tx, txid)
-if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+if not raw then
+  if stale_binding() then return { E_STALE_BINDING, '', auto_consumed, ttl_entries_written } end
+  return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written }
+end
 local tx = cjson.decode(raw)
 if tx.k ~= 'freeze' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 local frozen = tonumber(tx.a)
@@ -71,4 +74,6 @@ write_entry({
 }, now, false)
 settle_sources(now)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+finalize('t:' .. txid)
 return { OK, tx.cr, auto_consumed, ttl_entries_written }

@@ -1,6 +1,6 @@
 -- Adds a funding source to a customer's wallet, creating the customer when absent.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  idempotency key, '' for none
 -- ARGV[6]  request hash (hex) of the normalised parameters
 -- ARGV[7]  amount, credits (integer > 0)
@@ -15,6 +15,7 @@
 -- ARGV[16] source (account) id to create
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY, E_CONFLICT,
+-- E_STALE_BINDING,
 -- E_INVALID_EXPIRES or E_DEPOSIT_LIMIT (the customer's deposits would pass 2^53 - 1 credits). Result
 -- amounts are strings, times ms strings.
 
@@ -41,17 +42,24 @@ if idem_key ~= '' then
     if p.h == request_hash then return { REPLAY, p.r, auto_consumed, ttl_entries_written } end
     return { E_CONFLICT, '', auto_consumed, ttl_entries_written }
   end
+  if stale_binding() then return { E_STALE_BINDING, '', auto_consumed, ttl_entries_written } end
+end
+
+-- A refused deposit stores no record, but its key's binding stays until the retention.
+local function refuse(status)
+  if idem_key ~= '' then finalize('d:' .. idem_key) end
+  return { status, '', auto_consumed, ttl_entries_written }
 end
 
 if expires_ms ~= nil and (expires_ms <= now or (starts_ms ~= nil and expires_ms <= starts_ms)) then
-  return { E_INVALID_EXPIRES, '', auto_consumed, ttl_entries_written }
+  return refuse(E_INVALID_EXPIRES)
 end
 
 -- The sum of every source's total, expired and archived ones included (meta src_total):
 -- a bound on every sum kept of this customer, which must stay exact.
 local deposited = tonumber(redis.call('HGET', K_meta, 'src_total') or '0')
 if deposited + amount > CREDITS_SUM_MAX then
-  return { E_DEPOSIT_LIMIT, '', auto_consumed, ttl_entries_written }
+  return refuse(E_DEPOSIT_LIMIT)
 end
 
 -- The wallet's total after the deposit: its live sources active now, and its dead ones
@@ -115,4 +123,6 @@ write_entry({
   },
 }, now, false)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+if idem_key ~= '' then finalize('d:' .. idem_key) end
 return { OK, result, auto_consumed, ttl_entries_written }

@@ -1,7 +1,7 @@
 -- Freezes an amount for a staged deduction, with an optional TTL that releases or
 -- consumes it automatically when it is not settled in time.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount, credits (integer > 0)
 -- ARGV[7]  request hash (hex) of the normalised parameters
@@ -12,7 +12,7 @@
 -- ARGV[12] TTL kind: 'release', 'consume' or '' for none
 -- ARGV[13] TTL, seconds (ignored without a kind)
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-9.lua. The
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-10.lua. The
 -- result carries auto_settle_at (ms) so the caller can schedule the expire job.
 
 --@include customer

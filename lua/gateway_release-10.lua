@@ -1,7 +1,7 @@
 -- Releases a gateway hold whose call was not billed (upstream error or timeout), and
 -- writes the call's usage record (status failed) for the workers; no ledger entry.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  gateway transaction id
 -- ARGV[6]  usage record, JSON (opaque here)
 --
@@ -48,4 +48,6 @@ write_entry({
 }, now, false)
 settle_sources(now)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+finalize('g:' .. txid)
 return { OK, '', auto_consumed, ttl_entries_written }

@@ -6,8 +6,8 @@
 -- nothing gets its entry too (amount 0): a settled call is a billable operation.
 -- Idempotent: a settled call answers its stored result.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  gateway transaction id (held by gateway_hold-9.lua)
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
+-- ARGV[5]  gateway transaction id (held by gateway_hold-10.lua)
 -- ARGV[6]  cost, credits (integer >= 0)
 -- ARGV[7]  usage record, JSON (opaque here; persisted by the workers)
 -- ARGV[8]  model id (the entry's description)
@@ -91,7 +91,10 @@ write_entry({
   state = 'settled',
   result = result,
   usage = usage,
+  x = (tx.ik and { gk = tx.ik }) or nil,
 }, now, false)
 settle_sources(now)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+finalize('g:' .. txid)
 return { OK, result, auto_consumed, ttl_entries_written }

@@ -1,6 +1,6 @@
 -- Deducts an amount at once (no intermediate state): all of it, or nothing.
 --
--- KEYS[1..9] and ARGV[1..4]: see includes/customer.lua.
+-- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction id
 -- ARGV[6]  amount, credits (integer > 0)
 -- ARGV[7]  request hash (hex) of the normalised parameters
@@ -12,7 +12,7 @@
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
 -- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or
--- E_USAGE_LIMIT.
+-- E_USAGE_LIMIT or E_STALE_BINDING.
 
 --@include customer
 
@@ -59,4 +59,6 @@ write_entry({
 }, now, false)
 settle_sources(now)
 
+-- After its entry: the trim reads the outbox by stream id against this time.
+finalize('t:' .. txid)
 return { OK, result, auto_consumed, ttl_entries_written }
