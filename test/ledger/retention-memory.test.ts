@@ -5,12 +5,12 @@
  * trim has run; the very first id still replays with its original body (from PostgreSQL),
  * and reconcile finds no drift.
  *
- * What is measured: the customer's meta, tx, dep, ttl, outbox, fin and arch keys and every
- * binding bucket of the project (ids and Bloom filter). Not measured: the customer's
- * sources (`src`), which nothing removes yet. The deposits here are spent within their
- * round, so once spent sources leave Redis after the retention as well (the source layout
- * of hot path v2), the source keys belong in `measuredKeys` too and must stay flat with
- * the rest.
+ * What is measured: every key of the customer (sources and their live, dead and spent sets,
+ * tx, dep, ttl, outbox, fin, arch; the meta hash apart, whose counters gain digits) and every binding bucket of the project (ids and
+ * Bloom filter). Each round deposits exactly what it spends, so its source dies within the
+ * run and must leave Redis after the retention like the records; the first deposit is a
+ * buffer for the rounds in flight, and each phase ends by deducting what is left, so that
+ * both measures are taken with no live source.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
@@ -34,9 +34,9 @@ async function ok(path: string, body: Record<string, unknown>): Promise<Record<s
   return res.body;
 }
 
-/** Ten operations: a deposit, five deducts, a freeze consumed in part, a freeze unfrozen. */
+/** Ten operations: a deposit, five deducts, a freeze consumed in part, a freeze unfrozen (8 credits spent). */
 async function round(n: number): Promise<void> {
-  await ok('/v1/customers/deposit', { customer_id: customer, amount: 20, idempotency_key: `mk-${n}` });
+  await ok('/v1/customers/deposit', { customer_id: customer, amount: 8, idempotency_key: `mk-${n}` });
   for (let i = 0; i < 5; i++) await ok('/v1/billing/deduct', { customer_id: customer, transaction_id: `md-${n}-${i}`, amount: 1 });
   await ok('/v1/billing/freeze', { customer_id: customer, transaction_id: `mf-${n}-c`, amount: 5 });
   await ok('/v1/billing/consume', { transaction_id: `mf-${n}-c`, amount: 3 });
@@ -59,8 +59,20 @@ function measuredKeys(): string[] {
   const buckets = (['t', 'd'] as const).flatMap((kind) =>
     Array.from({ length: binding_buckets }, (_, b) => Object.values(bindingKeysOfBucket(svc.rt.config.REDIS_PREFIX, p.projectId, kind, b))).flat(),
   );
-  return [k.meta, k.tx, k.dep, k.ttl, k.outbox, k.fin, k.arch, ...buckets];
+  return [k.src, k.live, k.dead, k.spent, k.tx, k.dep, k.ttl, k.outbox, k.fin, k.arch, ...buckets];
 }
+
+/**
+ * The customer's meta hash: its fields (customer fields and counters) and its size. The
+ * counters (entry and source sequences, the sum of deposits) gain digits as operations
+ * go by, a few bytes per tenfold: the same fields must be there, in a few bytes more.
+ */
+async function meta(): Promise<{ fields: string[]; bytes: number }> {
+  const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customer);
+  const fields = (await svc.rt.redis.hkeys(k.meta)).sort();
+  return { fields, bytes: Number((await svc.rt.redis.memory('USAGE', k.meta, 'SAMPLES', 0)) ?? 0) };
+}
+const meta_counter_growth_bytes_max = 64;
 
 /** Bytes Redis uses for the measured keys (MEMORY USAGE, every element counted). */
 async function memory(): Promise<number> {
@@ -73,11 +85,22 @@ async function memory(): Promise<number> {
 async function trimmed(): Promise<boolean> {
   const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customer);
   const r = svc.rt.redis;
-  const counts = [await r.hlen(k.tx), await r.hlen(k.dep), await r.zcard(k.fin), await r.zcard(k.arch), await r.xlen(k.outbox)];
+  const counts = [
+    await r.hlen(k.tx), await r.hlen(k.dep), await r.zcard(k.fin), await r.zcard(k.arch), await r.xlen(k.outbox),
+    await r.hlen(k.src), await r.zcard(k.live), await r.zcard(k.dead), await r.zcard(k.spent),
+  ];
   for (const kind of ['t', 'd'] as const) {
     for (let b = 0; b < binding_buckets; b++) counts.push(await r.hlen(bindingKeysOfBucket(svc.rt.config.REDIS_PREFIX, p.projectId, kind, b).ids));
   }
   return counts.every((c) => c === 0);
+}
+
+/** Deducts the customer's whole balance, so that no source is left live. */
+async function spendAll(tag: string): Promise<void> {
+  const res = await svc.call('GET', `/v1/customers/${customer}/balance`, { key: p.projectKey });
+  const available = Number((res.body as { available?: unknown }).available);
+  if (!(available > 0)) throw new Error(`balance read ${JSON.stringify(res.body)}`);
+  await ok('/v1/billing/deduct', { customer_id: customer, transaction_id: `md-all-${tag}`, amount: available });
 }
 
 beforeAll(async () => {
@@ -88,22 +111,30 @@ afterAll(() => svc.close());
 
 describe('bounded Redis state', () => {
   it('keeps a customer flat over 20,000 operations, and replays the first one', async () => {
-    const first = await ok('/v1/customers/deposit', { customer_id: customer, amount: 20, idempotency_key: 'mk-first' });
+    const first = await ok('/v1/customers/deposit', { customer_id: customer, amount: 200, idempotency_key: 'mk-first' });
     const firstDeduct = await ok('/v1/billing/deduct', { customer_id: customer, transaction_id: 'md-first', amount: 1 });
     await rounds(0, 2_000 / ops_per_round);
+    await spendAll('2k');
     await waitFor(trimmed, 60_000, 'the first 2,000 operations to be trimmed');
     const after2k = await memory();
+    const meta2k = await meta();
 
+    // A new buffer for the rounds in flight: the first was spent with the rest.
+    await ok('/v1/customers/deposit', { customer_id: customer, amount: 200, idempotency_key: 'mk-buffer-2' });
     await rounds(2_000 / ops_per_round, 20_000 / ops_per_round);
+    await spendAll('20k');
     // The last retention's records are still there: the measure sees them.
     const endOfRun = await memory();
     await waitFor(trimmed, 60_000, 'the 20,000 operations to be trimmed');
     const after20k = await memory();
+    const meta20k = await meta();
     const sizes = `after 2,000: ${after2k} bytes; at the end of the run: ${endOfRun}; after 20,000: ${after20k}`;
     expect(after20k, sizes).toBeLessThanOrEqual(after2k);
     expect(endOfRun, sizes).toBeGreaterThan(after20k);
+    expect(meta20k.fields).toEqual(meta2k.fields);
+    expect(meta20k.bytes, `meta after 2,000: ${meta2k.bytes} bytes, after 20,000: ${meta20k.bytes}`).toBeLessThanOrEqual(meta2k.bytes + meta_counter_growth_bytes_max);
 
-    expect((await post('/v1/customers/deposit', { customer_id: customer, amount: 20, idempotency_key: 'mk-first' })).body).toEqual({ ...first, is_idempotent_replay: true });
+    expect((await post('/v1/customers/deposit', { customer_id: customer, amount: 200, idempotency_key: 'mk-first' })).body).toEqual({ ...first, is_idempotent_replay: true });
     expect((await post('/v1/billing/deduct', { customer_id: customer, transaction_id: 'md-first', amount: 1 })).body).toEqual({ ...firstDeduct, is_idempotent_replay: true });
 
     await svc.drained();
