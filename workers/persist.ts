@@ -11,7 +11,7 @@
  * retrying it: it is logged, counted in /health, and found again by the next sweep.
  */
 import type { Logger } from 'pino';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../src/redis/client.js';
 import { parseOutboxEntry } from '../src/ledger/entries.js';
 import type { LedgerQueries } from '../src/ledger/queries.js';
 import { customerKeysFromBase, dirtySetKey } from '../src/redis/keys.js';
@@ -59,7 +59,7 @@ export class PersistLoop {
   private wake: (() => void) | undefined;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly queries: LedgerQueries,
     private readonly prefix: string,
     private readonly idleMs: number,

@@ -4,7 +4,7 @@
  */
 import type { Response, Router } from 'express';
 import { exactRouter } from '../http/router.js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
@@ -76,7 +76,7 @@ function decodeCursor(cursor: string): number {
   throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
 }
 
-export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; queries: LedgerQueries }): Router {
+export function customerRoutes(deps: { ledger: LedgerService; redis: RedisClient; queries: LedgerQueries }): Router {
   const { ledger, redis, queries } = deps;
   const r = exactRouter();
   const readers = requireKeyType('project', 'customer');

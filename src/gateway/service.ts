@@ -7,7 +7,7 @@
  * outbox entry to the workers.
  */
 import type { Request, Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import type { AuthContext } from '../http/auth.js';
@@ -104,7 +104,7 @@ export class GatewayService {
       plans: PlanService;
       models: ModelCache;
       upstream: UpstreamClient;
-      redis: Redis;
+      redis: RedisClient;
       prefix: string;
       logger: Logger;
     },

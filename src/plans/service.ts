@@ -7,7 +7,7 @@
  * counter is seeded from PostgreSQL's ledger when absent (a new period, or a Redis rebuilt
  * from PostgreSQL), so the count survives Redis.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
@@ -71,7 +71,7 @@ export class PlanService {
   private readonly projectOrgs = new Map<string, string>();
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly scripts: Scripts,
     private readonly db: DatabasePool,
     private readonly prefix: string,

@@ -18,12 +18,12 @@
  * renumbered and rebuilds the customer from the whole ledger. See docs/OPERATIONS.md.
  */
 import { isDeepStrictEqual } from 'node:util';
-import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { isSeqClash, PersistLoop, setAsideKey } from '../../workers/persist.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
-import { createRedis } from '../redis/client.js';
+import { createClient, isCluster, type RedisClient } from '../redis/client.js';
+import { scanKeys } from '../redis/scan.js';
 import { customerBase, customerKeysFromBase, parseCustomerBase, projectKeys, type CustomerKeys } from '../redis/keys.js';
 import { queueExpiry } from '../ledger/expiry.js';
 import type { Runtime } from '../runtime.js';
@@ -139,7 +139,7 @@ interface Snapshot {
   outboxIds: string[];
 }
 
-async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
+async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapshot> {
   const replies = await conn.pipeline().hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+').exec();
   const values = (replies ?? []).map(([err, v]) => {
     if (err) throw err;
@@ -270,7 +270,7 @@ function compare(ids: { projectId: string; customerId: string }, snap: Snapshot,
 }
 
 /** Project index entries that do not name this customer: transaction ids, then deposit keys. */
-async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string; customerId: string }, folded: FoldedCustomer): Promise<DriftItem[]> {
+async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: string; customerId: string }, folded: FoldedCustomer): Promise<DriftItem[]> {
   const { txIndex, depositIndex } = projectKeys(prefix, ids.projectId);
   const drift: DriftItem[] = [];
   const check = async (key: string, field: 'txidx' | 'depidx', names: string[]) => {
@@ -289,7 +289,7 @@ async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string
   return drift;
 }
 
-function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer): void {
+function queueRewrite(m: ReturnType<RedisClient['multi']>, k: CustomerKeys, folded: FoldedCustomer): void {
   m.del(k.meta, k.src, k.tx, k.dep, k.ttl);
   m.hset(k.meta, folded.meta);
   if (Object.keys(folded.src).length > 0) m.hset(k.src, folded.src);
@@ -328,18 +328,15 @@ function globEscape(s: string): string {
 }
 
 /** Customer key bases found in Redis (of one project, or all). */
-async function redisCustomerBases(redis: Redis, prefix: string, projectId: string | null): Promise<string[]> {
+async function redisCustomerBases(redis: RedisClient, prefix: string, projectId: string | null): Promise<string[]> {
   const head = `${prefix}c:{${projectId === null ? '' : `${encodeURIComponent(projectId)}:`}`;
   const bases = new Set<string>();
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(head)}*`, 'COUNT', scan_count);
-    cursor = next;
+  await scanKeys(redis, `${globEscape(head)}*`, scan_count, async (keys) => {
     for (const key of keys) {
       const end = key.lastIndexOf('}:');
       if (end > 0) bases.add(key.slice(0, end + 1));
     }
-  } while (cursor !== '0');
+  });
   return [...bases];
 }
 
@@ -363,7 +360,7 @@ interface CustomerOutcome {
  * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
-  ctx: { conn: Redis; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries'] },
+  ctx: { conn: RedisClient; persist: PersistLoop; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries'] },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
@@ -440,7 +437,7 @@ export async function reconcile(
   const organizations = new Map<string, string | null>();
   // WATCH belongs to a connection: the shared client is used by others and its MULTIs
   // would end our WATCH.
-  const conn = createRedis(rt.config.REDIS_URL, { enableAutoPipelining: false });
+  const conn = createClient(rt.config.REDIS_URL, isCluster(rt.redis), { enableAutoPipelining: false });
   try {
     for (const [base, ids] of customers) {
       report.customers_checked++;
