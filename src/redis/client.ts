@@ -54,7 +54,7 @@ export function createRedis(url: string, opts: RedisOptions = {}, onError?: (err
  * Auto-pipelining groups commands per node. A script's keys must share one slot: every
  * customer script's keys carry the customer's hash tag.
  */
-export function createCluster(url: string, opts: RedisOptions = {}, onError?: (err: Error) => void): Cluster {
+export function createCluster(url: string, opts: RedisOptions = {}, onError?: (err: Error) => void, extra: ClusterOptions = {}): Cluster {
   const u = new URL(url);
   const { retryStrategy, enableAutoPipelining, ...nodeOptions } = { ...command_options, ...opts };
   const clusterOptions: ClusterOptions = {
@@ -67,6 +67,7 @@ export function createCluster(url: string, opts: RedisOptions = {}, onError?: (e
       password: u.password ? decodeURIComponent(u.password) : undefined,
       tls: u.protocol === 'rediss:' ? {} : undefined,
     },
+    ...extra,
   };
   const cluster = new Cluster([{ host: u.hostname, port: Number(u.port || 6379) }], clusterOptions);
   trackClusterWrites(cluster);

@@ -66,6 +66,31 @@ interface SendState {
   answered?: Promise<unknown>;
   /** Cluster: the promise the cluster-level wrapper follows (a pipeline retry makes a new one). */
   followed?: Promise<unknown>;
+  /** Cluster: the offline queue (the cluster's or a node's) it was last put in. */
+  queue?: WaitingQueue;
+}
+
+/** An offline queue of ioredis (a denque), as trackClusterWrites searches it. */
+interface WaitingQueue {
+  peekBack(): { command: Command } | undefined;
+  peekAt(index: number): { command: Command } | undefined;
+  removeOne(index: number): unknown;
+  size(): number;
+}
+
+/**
+ * Takes a command whose caller has its failure out of the offline queue it waits in, so
+ * that it is never written. A promise is not enough to recognise it there: a pipeline
+ * whose commands all failed with one error gives each a new promise even when it does not
+ * send them again.
+ */
+function unqueue(state: SendState, command: Command): void {
+  const queue = state.queue;
+  state.queue = undefined;
+  if (!queue) return;
+  for (let i = queue.size() - 1; i >= 0; i--) {
+    if (queue.peekAt(i)?.command === command) queue.removeOne(i);
+  }
 }
 
 type TrackedCommand = Command & { [sendState]?: SendState };
@@ -184,12 +209,16 @@ export function trackClusterWrites(cluster: Cluster): void {
       const reject = command.reject;
       command.reject = (err: Error) => {
         state.answered = promise;
+        unqueue(state, command);
         const proven = err instanceof CommandNotSentError || err instanceof OutcomeUnknownError;
         reject(proven || state.written ? err : new CommandNotSentError(err));
       };
     }
     if (typeof timeoutMs === 'number') command.setTimeout(timeoutMs);
-    return (send as (c: Command, s?: unknown, n?: unknown) => Promise<unknown>)(command, stream, node);
+    const result = (send as (c: Command, s?: unknown, n?: unknown) => Promise<unknown>)(command, stream, node);
+    const offline = (cluster as unknown as { offlineQueue: WaitingQueue }).offlineQueue;
+    if (offline.peekBack()?.command === command) state.queue = offline;
+    return result;
   }) as ClusterSend;
   cluster.sendCommand = tracked;
   for (const redis of cluster.nodes('all')) trackNodeWrites(redis);
@@ -233,14 +262,18 @@ function trackNodeWrites(redis: Redis): void {
       }
       if (direct) {
         state.answered = promise;
+        unqueue(state, command);
         if (!state.written && !(err instanceof CommandNotSentError) && !(err instanceof OutcomeUnknownError)) err = new CommandNotSentError(err);
       }
       reject(err);
     };
     command.reject = wrapper;
     const result = send(command, stream);
-    const offline = (redis as unknown as { offlineQueue?: OfflineQueue }).offlineQueue;
-    if (!settled && offline?.peekBack()?.command !== command) {
+    const offline = (redis as unknown as { offlineQueue: WaitingQueue }).offlineQueue;
+    if (settled) return result;
+    if (offline.peekBack()?.command === command) {
+      state.queue = offline;
+    } else {
       written = true;
       state.written = true;
     }
