@@ -1,6 +1,7 @@
 /**
  * The suites that run on a local Redis Cluster (`npm run test:cluster`): the service,
- * started with REDIS_URL naming one node, finds the cluster by itself.
+ * started with REDIS_URL naming one node, finds the cluster by itself. (test/cluster/*
+ * start clusters of their own and run in the normal suite.)
  */
 import { defineConfig } from 'vitest/config';
 
@@ -11,7 +12,10 @@ export default defineConfig({
       'test/ledger/deposit.test.ts',
       'test/ledger/billing.test.ts',
       'test/gateway/gateway.test.ts',
-      'test/cluster/*.test.ts',
+      // Two API processes (pub/sub revocations, one rate-limit budget), two processes on one customer.
+      'test/keys/keys.test.ts',
+      'test/ledger/multi-process.test.ts',
+      'test/reconcile/reconcile.test.ts',
     ],
     globalSetup: ['test/cluster-setup.ts'],
     pool: 'forks',
