@@ -102,7 +102,7 @@ export async function detectCluster(url: string, forced: boolean | undefined, on
     const info = await probe.info('cluster');
     return /^cluster_enabled:1\s*$/m.test(info);
   } catch (err) {
-    onError?.(new Error(`probing ${u(url)} for a Redis Cluster failed (${(err as Error).message}); taking it for a single Redis: set REDIS_CLUSTER to skip the probe`));
+    onError?.(new Error(`probing ${withoutCredentials(url)} for a Redis Cluster failed (${(err as Error).message}); taking it for a single Redis: set REDIS_CLUSTER to skip the probe`));
     return false;
   } finally {
     probe.disconnect();
@@ -110,7 +110,7 @@ export async function detectCluster(url: string, forced: boolean | undefined, on
 }
 
 /** The URL without its credentials, for a log line. */
-function u(url: string): string {
+function withoutCredentials(url: string): string {
   const x = new URL(url);
   x.username = '';
   x.password = '';
