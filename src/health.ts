@@ -9,7 +9,7 @@
  * `appendfsync always`, which is fine on a development machine and not in production),
  * customers whose entries the persist loop set aside, ledger anomalies a repair kept.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis/client.js';
 import type { Runtime } from './runtime.js';
 import { customerKeysFromBase, dirtySetKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
@@ -29,13 +29,13 @@ export const durability_cache_ms = 2_000;
 /** What a Redis crash can lose: `always` nothing acknowledged; `everysec` about a second; `no` and `off` more. */
 export type RedisDurability = 'always' | 'everysec' | 'no' | 'off' | 'unknown';
 
-const durabilityCache = new WeakMap<Redis, { atMs: number; value: RedisDurability }>();
+const durabilityCache = new WeakMap<RedisClient, { atMs: number; value: RedisDurability }>();
 
 /**
  * Reads appendonly and appendfsync with CONFIG GET; `unknown` when CONFIG is disabled or
  * renamed (managed Redis services often do): the operator then has to know.
  */
-async function redisDurability(redis: Redis): Promise<RedisDurability> {
+async function redisDurability(redis: RedisClient): Promise<RedisDurability> {
   const cached = durabilityCache.get(redis);
   if (cached && Date.now() - cached.atMs < durability_cache_ms) return cached.value;
   let value: RedisDurability;

@@ -14,7 +14,7 @@ import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { pgArchive } from './ledger/bindings.js';
 import { Retention } from './ledger/retention.js';
-import { createRedis, throttled } from './redis/client.js';
+import { createClient, createRedis, detectCluster, throttled, type RedisClient } from './redis/client.js';
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
@@ -41,7 +41,8 @@ export interface ExpireJob {
 export interface Runtime {
   config: Config;
   logger: Logger;
-  redis: Redis;
+  /** The shared command client: a single Redis, or a Redis Cluster (config REDIS_CLUSTER). */
+  redis: RedisClient;
   db: DatabasePool;
   clock: Clock;
   ledger: LedgerService;
@@ -59,8 +60,14 @@ export interface Runtime {
   gateway: GatewayService;
   /** The Redis generation guard: money operations wait until this Redis is verified. */
   generation: RedisGeneration;
-  /** Connections opened lazily by parts that need their own (subscribers, BullMQ). */
+  /**
+   * A connection of its own for a subscriber, with ioredis's defaults (wait out a
+   * reconnect, send again what was pending). On a cluster, one to the node REDIS_URL
+   * names: a PUBLISH reaches the subscribers of every node.
+   */
   extraConnection(): Redis;
+  /** A connection of its own for BullMQ (a Queue or a Worker): a cluster client on a cluster. */
+  queueConnection(): RedisClient;
   close(): Promise<void>;
 }
 
@@ -99,25 +106,34 @@ export function createLogger(config: Pick<Config, 'LOG_LEVEL'>): Logger {
 
 export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {
   const onRedisError = (err: Error) => logger.error({ err }, 'Redis connection error');
-  const redis = createRedis(config.REDIS_URL, {}, onRedisError);
-  const extras: Redis[] = [];
+  const clustered = await detectCluster(config.REDIS_URL, config.REDIS_CLUSTER, (err) => logger.warn({ err }, 'Redis Cluster probe'));
+  // BullMQ keeps a queue's keys in one slot only under a hash-tagged prefix.
+  if (clustered && !/\{[^}]+\}/.test(config.QUEUE_PREFIX)) throw new Error(`invalid configuration: QUEUE_PREFIX must carry a hash tag on a Redis Cluster ({${config.QUEUE_PREFIX}})`);
+  const redis = createClient(config.REDIS_URL, clustered, {}, onRedisError);
+  const extras: RedisClient[] = [];
+  // Subscribers and BullMQ's blocking commands expect ioredis's defaults: wait out a
+  // reconnect and send again what was pending.
+  const extraOptions = { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined, autoResendUnfulfilledCommands: true };
   const extraConnection = () => {
-    // Subscribers and BullMQ's blocking commands expect ioredis's defaults: wait out a
-    // reconnect and send again what was pending.
-    const c = createRedis(config.REDIS_URL, { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined, autoResendUnfulfilledCommands: true }, onRedisError);
+    const c = createRedis(config.REDIS_URL, extraOptions, onRedisError);
+    extras.push(c);
+    return c;
+  };
+  const queueConnection = () => {
+    const c = createClient(config.REDIS_URL, clustered, extraOptions, onRedisError);
     extras.push(c);
     return c;
   };
   const db = await createDb(config.DATABASE_URL);
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
-  const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: extraConnection(), prefix: config.QUEUE_PREFIX });
+  const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: queueConnection(), prefix: config.QUEUE_PREFIX });
   ledgerQueue.on('error', throttled((err) => logger.error({ err }, 'ledger queue error')));
   const ledgerQueries = createLedgerQueries(db);
   const generation = new RedisGeneration(redis, {
     prefix: config.REDIS_PREFIX,
     logger,
-    recover: async () => {
-      await recoverForgotten({ config, redis, db, ledgerQueries, ledgerQueue, clock, logger }, config.REDIS_RECOVERY_WINDOW_MS);
+    recover: async (_runId, scope) => {
+      await recoverForgotten({ config, redis, db, ledgerQueries, ledgerQueue, clock, logger }, config.REDIS_RECOVERY_WINDOW_MS, scope);
     },
   });
   // Every script call checks the guard right before it is sent.
@@ -178,6 +194,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     gateway,
     generation,
     extraConnection,
+    queueConnection,
     async close() {
       // Unused leased operations go back while Redis is still there.
       await plans.close();

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { createAdminQueries } from '../src/admin/queries.js';
 import { loadConfig, type Config } from '../src/config/index.js';
+import { scanKeys } from '../src/redis/scan.js';
 import { createRuntime, type Runtime } from '../src/runtime.js';
 import { listen, type RunningServer } from '../src/server.js';
 import { startWorkers, type Workers } from '../workers/index.js';
@@ -62,7 +63,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
   return loadConfig(
     // The mock upstreams of the tests listen on 127.0.0.1.
     { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', SVC_CLOCK_CONTROL: '1', UPSTREAM_ALLOW_PRIVATE: '1' },
-    { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `tq${tag}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5, ...overrides },
+    // The queue prefix is a hash tag, as BullMQ needs on a Redis Cluster (REDIS_URL may name one).
+    { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `{tq${tag}}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5, ...overrides },
   );
 }
 
@@ -125,12 +127,9 @@ export async function startTestService(opts: { workers?: boolean; config?: Parti
       const deadline = Date.now() + 20_000;
       for (;;) {
         let pending = 0;
-        let cursor = '0';
-        do {
-          const [next, keys] = await rt.redis.scan(cursor, 'MATCH', `${config.REDIS_PREFIX}c:*:outbox`, 'COUNT', 1000);
-          cursor = next;
+        await scanKeys(rt.redis, `${config.REDIS_PREFIX}c:*:outbox`, 1000, async (keys) => {
           for (const k of keys) pending += await rt.redis.xlen(k);
-        } while (cursor !== '0');
+        });
         if (pending === 0) return;
         if (!workers) {
           for (const base of await rt.redis.smembers(`${config.REDIS_PREFIX}dirty`)) {
@@ -146,8 +145,10 @@ export async function startTestService(opts: { workers?: boolean; config?: Parti
       await workers?.stop();
       await server.close();
       await rt.ledgerQueue.obliterate({ force: true }).catch(() => undefined);
-      const keys = await rt.redis.keys(`${config.REDIS_PREFIX}*`);
-      if (keys.length) await rt.redis.del(...keys);
+      // One key per DEL: on a cluster, the keys of one DEL must share a slot.
+      await scanKeys(rt.redis, `${config.REDIS_PREFIX}*`, 1000, async (keys) => {
+        await Promise.all(keys.map((k) => rt.redis.del(k)));
+      });
       await rt.close();
     },
   };

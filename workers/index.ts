@@ -64,7 +64,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
       }
       throw new Error(`unknown job ${job.name}`);
     },
-    { connection: rt.extraConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8 },
+    { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8 },
   );
   worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));

@@ -11,7 +11,7 @@
  * most a short wait plus a few passes behind a backlog.
  */
 import type { Logger } from 'pino';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../src/redis/client.js';
 import { LedgerOutbox, outbox_read_count_max, type OutboxHooks } from '../src/ledger/outbox.js';
 import type { LedgerQueries } from '../src/ledger/queries.js';
 import { dirtySetKey } from '../src/redis/keys.js';
@@ -50,7 +50,7 @@ export class PersistLoop {
   readonly outbox: LedgerOutbox;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     queries: LedgerQueries,
     private readonly prefix: string,
     private readonly idleMs: number,

@@ -4,13 +4,13 @@
  * are overdue because their expire job was lost. Runs as a BullMQ job scheduler, so one
  * worker sweeps at a time however many run.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../src/redis/client.js';
 import { dirtySetKey, parseCustomerBase } from '../src/redis/keys.js';
 import type { LedgerService } from '../src/ledger/service.js';
 
 export const scan_count = 1_000;
 
-export async function sweep(redis: Redis, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number }> {
+export async function sweep(redis: RedisClient, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number }> {
   let outboxes = 0;
   let expired = 0;
   const scanAll = async (suffix: string, each: (base: string, key: string) => Promise<void>) => {

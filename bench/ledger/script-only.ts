@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../src/redis/client.js';
 import { loadConfig } from '../../src/config/index.js';
 import { newId } from '../../src/ids.js';
 import { requestHash } from '../../src/ledger/service.js';
@@ -19,7 +19,7 @@ import { deleteByPrefix, redisCpuSeconds } from '../lib/redis.js';
 export const deposit_credits = 1_000_000_000_000;
 
 export interface ScriptOnlyOptions {
-  redis: Redis;
+  redis: RedisClient;
   /** Key prefix of the run; its customers live under `<prefix>` and nowhere else. */
   prefix: string;
   customers: number;

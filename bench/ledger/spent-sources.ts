@@ -19,7 +19,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../src/redis/client.js';
 import { newId } from '../../src/ids.js';
 import { requestHash } from '../../src/ledger/service.js';
 import { createRedis } from '../../src/redis/client.js';
@@ -29,7 +29,7 @@ import { startBenchRedis } from '../lib/bench-redis.js';
 import { deleteByPrefix, redisCpuSeconds } from '../lib/redis.js';
 
 export interface SpentSourcesOptions {
-  redis: Redis;
+  redis: RedisClient;
   /** Key prefix of the run; its customers live under `<prefix>` and nowhere else. */
   prefix: string;
   /** Spent deposits of the customer with a history (50,000 for the target). */
@@ -61,7 +61,7 @@ const projectId = 'proj_spent_sources';
 const big_deposit_credits = 1_000_000_000_000;
 
 /** EVALSHA and EVAL calls and microseconds so far (INFO commandstats). */
-async function scriptStats(redis: Redis): Promise<{ calls: number; usec: number }> {
+async function scriptStats(redis: RedisClient): Promise<{ calls: number; usec: number }> {
   const info = await redis.info('commandstats');
   let calls = 0;
   let usec = 0;

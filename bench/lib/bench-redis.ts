@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../src/redis/client.js';
 import { freePort, spawnLogged, stopProcess, waitForPort, type SpawnedProcess } from './processes.js';
 
 export const redis_persistence_settings = ['shared', 'none', 'everysec', 'always'] as const;
@@ -82,7 +82,7 @@ export async function startBenchRedis(persistence: Exclude<RedisPersistence, 'sh
  * What the Redis a run used persisted, read from the server itself (CONFIG GET) rather than
  * from the setting that asked for it, for the report's header.
  */
-export async function describeRedis(redis: Redis, persistence: RedisPersistence, own: BenchRedis | undefined): Promise<string> {
+export async function describeRedis(redis: RedisClient, persistence: RedisPersistence, own: BenchRedis | undefined): Promise<string> {
   let config: string;
   try {
     const [, appendonly] = (await redis.config('GET', 'appendonly')) as string[];

@@ -1,11 +1,11 @@
 /**
  * CPU accounting for a measurement: how many CPU seconds each part of the system (the
- * server under test, workers, PostgreSQL backends, Redis, the load generator) used while
+ * server under test, workers, PostgreSQL backends, RedisClient, the load generator) used while
  * it ran. On a shared machine this is steadier than throughput, and per request it says
  * where the time goes.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../src/redis/client.js';
 import { redisCpuSeconds } from './redis.js';
 
 /** Cumulative CPU seconds, per process (or other counter) id. */
@@ -65,7 +65,7 @@ export function matchingProcessesCpu(name: string, pattern: RegExp): CpuSource {
   };
 }
 
-export function redisCpu(name: string, redis: Redis): CpuSource {
+export function redisCpu(name: string, redis: RedisClient): CpuSource {
   return { name, read: async () => new Map([['redis', await redisCpuSeconds(redis)]]) };
 }
 

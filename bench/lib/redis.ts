@@ -3,7 +3,7 @@
  * its own prefix and is removed by SCAN + UNLINK over that prefix (never FLUSHALL/FLUSHDB,
  * which would wipe other people's data).
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../src/redis/client.js';
 
 export const scan_count = 1_000;
 
@@ -13,7 +13,7 @@ export function globLiteral(s: string): string {
 }
 
 /** Deletes every key that starts with `prefix`; returns how many. Refuses an empty prefix. */
-export async function deleteByPrefix(redis: Redis, prefix: string): Promise<number> {
+export async function deleteByPrefix(redis: RedisClient, prefix: string): Promise<number> {
   if (prefix.length < 4) throw new Error(`refusing to delete by the short prefix ${JSON.stringify(prefix)}`);
   let deleted = 0;
   let cursor = '0';
@@ -26,7 +26,7 @@ export async function deleteByPrefix(redis: Redis, prefix: string): Promise<numb
 }
 
 /** Calls `each` for every key matching a glob pattern. */
-export async function scanKeys(redis: Redis, pattern: string, each: (key: string) => Promise<void>): Promise<void> {
+export async function scanKeys(redis: RedisClient, pattern: string, each: (key: string) => Promise<void>): Promise<void> {
   let cursor = '0';
   do {
     const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', scan_count);
@@ -40,7 +40,7 @@ export async function scanKeys(redis: Redis, pattern: string, each: (key: string
  * a measurement divided by its duration says how busy Redis was; on a shared Redis it
  * includes other clients' work.
  */
-export async function redisCpuSeconds(redis: Redis): Promise<number> {
+export async function redisCpuSeconds(redis: RedisClient): Promise<number> {
   const info = await redis.info('cpu');
   const field = (name: string) => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? Number.NaN);
   return field('used_cpu_user') + field('used_cpu_sys');

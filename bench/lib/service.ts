@@ -8,7 +8,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../src/redis/client.js';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { loadConfig } from '../../src/config/index.js';
 import { migrate } from '../../src/db/migrate.js';
@@ -102,7 +102,7 @@ export async function createPaidProject(rt: Runtime, name: string): Promise<{ or
 }
 
 /** Ledger entries in the customers' outboxes that the worker has not yet copied to PostgreSQL. */
-export async function outboxBacklog(redis: Redis, redisPrefix: string): Promise<number> {
+export async function outboxBacklog(redis: RedisClient, redisPrefix: string): Promise<number> {
   let pending = 0;
   await scanKeys(redis, `${redisPrefix}c:*:outbox`, async (key) => {
     pending += await redis.xlen(key);

@@ -2,7 +2,7 @@
  * Key management for a project: creation within the plan's key limit, listing (never the
  * secret nor its hash) and revocation, which every API process learns at once over Redis.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
@@ -56,7 +56,7 @@ export function keyEntry(k: ProjectKeyRow) {
 export class KeyAdmin {
   constructor(
     private readonly db: DatabasePool,
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly prefix: string,
     private readonly plans: Pick<PlanService, 'limitsOf'>,
     /** This process's key cache: dropped from directly, without waiting for its own message. */

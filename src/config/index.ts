@@ -13,11 +13,19 @@ const schema = z.object({
   HOST: z.string().default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
   REDIS_URL: z.string().url().default('redis://127.0.0.1:6379'),
+  /**
+   * 1: REDIS_URL names a node of a Redis Cluster; 0: a single Redis. Unset, the process
+   * asks REDIS_URL (`INFO cluster`) at startup (src/redis/client.ts).
+   */
+  REDIS_CLUSTER: bool.optional(),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/svc'),
   /** Prefix of every Redis key this process touches; tests give each file its own. */
   REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_:.-]*$/).default('svc:'),
-  /** Prefix of the BullMQ queues (a Redis key prefix too). */
-  QUEUE_PREFIX: z.string().default('svcq'),
+  /**
+   * Prefix of the BullMQ queues (a Redis key prefix too). On a Redis Cluster BullMQ needs
+   * it to be a hash tag, so that every key of a queue is in one slot.
+   */
+  QUEUE_PREFIX: z.string().default('{svcq}'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Allows tests to move the service clock; never set in production. */
   SVC_CLOCK_CONTROL: bool.default('0'),

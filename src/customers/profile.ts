@@ -6,7 +6,7 @@
  */
 import type { Router } from 'express';
 import { exactRouter } from '../http/router.js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
@@ -24,7 +24,7 @@ const patchSchema = z.object({
   metadata: z.record(z.unknown()).nullable().optional(),
 });
 
-export function profileRoutes(deps: { ledger: LedgerService; redis: Redis; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
+export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
   const r = exactRouter();
   const customers = createCustomerQueries(deps.db);
   const outbox = new LedgerOutbox(deps.redis, deps.ledgerQueries, deps.prefix, deps.logger);

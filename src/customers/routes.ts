@@ -4,7 +4,7 @@
  */
 import type { RequestHandler, Response } from 'express';
 import type { Route } from '../http/router.js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
@@ -82,7 +82,7 @@ function decodeCursor(cursor: string): number {
 }
 
 /** The profile and balance reads are hot routes (src/http/router.ts); ledger pages are not. */
-export function customerRoutes(deps: { ledger: LedgerService; redis: Redis; queries: LedgerQueries }): Route[] {
+export function customerRoutes(deps: { ledger: LedgerService; redis: RedisClient; queries: LedgerQueries }): Route[] {
   const { ledger, redis, queries } = deps;
   const readers = requireKeyType('project', 'customer');
 

@@ -6,7 +6,7 @@
  * background. Also the claim of the call's Idempotency-Key. The usage record and receipt
  * travel with the settlement's outbox entry to the workers.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import type { AuthContext } from '../http/auth.js';
@@ -94,7 +94,7 @@ export class GatewayBilling {
     private readonly deps: {
       ledger: LedgerService;
       plans: PlanService;
-      redis: Redis;
+      redis: RedisClient;
       prefix: string;
       logger: Logger;
     },

@@ -5,7 +5,7 @@
  * formats are src/gateway/wire/<format>.ts behind one interface.
  */
 import type { Request, Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import type { AuthContext } from '../http/auth.js';
@@ -33,7 +33,7 @@ export class GatewayService {
       plans: PlanService;
       models: ModelCache;
       upstream: UpstreamClient;
-      redis: Redis;
+      redis: RedisClient;
       prefix: string;
       logger: Logger;
     },

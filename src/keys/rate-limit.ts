@@ -12,7 +12,7 @@
  * chunk is 1 for small limits.
  */
 import type { RequestHandler, Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ApiError } from '../errors/catalogue.js';
@@ -36,7 +36,7 @@ interface HeldTokens {
   untilMs: number;
 }
 
-export function rateLimit(redis: Redis, prefix: string, defaultPerMinute: number, logger: Logger): RequestHandler {
+export function rateLimit(redis: RedisClient, prefix: string, defaultPerMinute: number, logger: Logger): RequestHandler {
   const limiters = new Map<number, RateLimiterRedis>();
   const limiterFor = (points: number) => {
     let l = limiters.get(points);

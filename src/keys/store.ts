@@ -3,6 +3,7 @@
  * revocation is published on Redis so every API process drops its cached copy at once.
  */
 import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { displayPrefix, generateSecret, hashesEqual, hashSecret, type KeyType } from './secrets.js';
@@ -78,12 +79,12 @@ export const revocationChannel = (prefix: string) => `${prefix}keys:revoked`;
 export const projectChannel = (prefix: string) => `${prefix}projects:changed`;
 
 /** Tells every API process to drop its cached copy of a key (revocation). */
-export async function publishKeyChange(redis: Redis, prefix: string, secretHash: Buffer): Promise<void> {
+export async function publishKeyChange(redis: RedisClient, prefix: string, secretHash: Buffer): Promise<void> {
   await redis.publish(revocationChannel(prefix), secretHash.toString('hex'));
 }
 
 /** Tells every API process to reload the keys of a project (contract, rate limit). */
-export async function publishProjectChange(redis: Redis, prefix: string, projectId: string): Promise<void> {
+export async function publishProjectChange(redis: RedisClient, prefix: string, projectId: string): Promise<void> {
   await redis.publish(projectChannel(prefix), projectId);
 }
 

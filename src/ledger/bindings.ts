@@ -7,7 +7,7 @@
  * record back into its customer's keys (lua/restore-4.lua) and binds it again, so that
  * the customer script answers the replay or the conflict as it always did.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { bindingKeys, customerKeys, type BindingKind } from '../redis/keys.js';
@@ -96,7 +96,7 @@ export function claimId(customerId: string, key: string): string {
 
 export class Bindings {
   constructor(
-    private readonly redis: Pick<Redis, 'hdel'>,
+    private readonly redis: Pick<RedisClient, 'hdel'>,
     private readonly scripts: Scripts,
     private readonly prefix: string,
     readonly archived: Archive | null,

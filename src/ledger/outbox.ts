@@ -12,7 +12,7 @@
  *
  * The persist loop (workers/persist.ts), PATCH of a customer profile and reconcile use it.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { customerKeysFromBase } from '../redis/keys.js';
 import { parseOutboxEntry, type OutboxEntry } from './entries.js';
@@ -65,7 +65,7 @@ export interface PersistResult {
  * Every entry of an outbox (the reads that merge it with PostgreSQL), in pages of
  * outbox_read_count_max: no single command returns more, however long the outbox grew.
  */
-export async function readOutboxEntries(redis: Redis, outboxKey: string): Promise<OutboxEntry[]> {
+export async function readOutboxEntries(redis: RedisClient, outboxKey: string): Promise<OutboxEntry[]> {
   const out: OutboxEntry[] = [];
   for (let from = '-'; ; ) {
     const stream = await redis.xrange(outboxKey, from, '+', 'COUNT', outbox_read_count_max);
@@ -87,7 +87,7 @@ function batchOf(base: string, stream: [string, string[]][]): OutboxBatch {
 
 export class LedgerOutbox {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly queries: LedgerQueries,
     private readonly prefix: string,
     private readonly logger: Logger,
@@ -183,7 +183,7 @@ export class LedgerOutbox {
       if (!this.hooks.repairSeqClash) throw clash;
       await this.hooks.repairSeqClash(base);
       await this.redis.hdel(setAside, base);
-      this.logger.warn({ customer: base }, 'entries written on a Redis that had forgotten persisted ones were renumbered and persisted');
+      this.logger.warn({ customer: base }, 'entries written on a RedisClient that had forgotten persisted ones were renumbered and persisted');
     } catch (err) {
       this.logger.error({ err, customer: base }, 'customer set aside: its entries clash with the ledger in PostgreSQL; run npm run reconcile -- --repair');
       const why = JSON.stringify({ at: new Date().toISOString(), error: (err as Error).message });

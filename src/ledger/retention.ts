@@ -20,7 +20,7 @@
  * now + retention, or earlier if it was due earlier; the trim of a customer sets its next
  * due time, or removes it when nothing is listed (lua/trim_due-1.lua).
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { customerKeysFromBase, parseCustomerBase, scriptKeys, trim_due_shards, trimDueKey, trimDueKeyOf } from '../redis/keys.js';
 import type { Scripts } from '../redis/scripts.js';
@@ -39,7 +39,7 @@ export const trim_interval_ms = 1_000;
 
 export class Retention {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly scripts: Scripts,
     private readonly bindings: Bindings,
     private readonly prefix: string,

@@ -4,7 +4,7 @@
  * could invalidate; the scripts decide.
  */
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
 import { customerKeys, dirtySetKey, scriptKeys, type CustomerKeys } from '../redis/keys.js';
 import { ScriptStatus, type CustomerScriptName, type Scripts, type ScriptReply } from '../redis/scripts.js';
@@ -138,7 +138,7 @@ export class LedgerService {
   readonly bindings: Bindings;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly scripts: Scripts,
     private readonly prefix: string,
     private readonly clock: Clock,

@@ -10,7 +10,7 @@
  *   expiry: they count in their wallet's totals (meta `wt:<w>`, `wu:<w>`) until then.
  * - meta `src_total` (every source's total, the deposit cap) and `src_archived`.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { CustomerKeys } from '../redis/keys.js';
 
 /** A whole source, every field a string, '' for no start or expiry (the deposit entry's `x.source`). */
@@ -123,7 +123,7 @@ export function sourcesOfHash(hash: Record<string, string>): Map<string, { sourc
 }
 
 /** Every source Redis holds for a customer (live and dead), by creation order. */
-export async function readSources(redis: Redis, k: CustomerKeys): Promise<SourceState[]> {
+export async function readSources(redis: RedisClient, k: CustomerKeys): Promise<SourceState[]> {
   const hash = await redis.hgetall(k.src);
   return [...sourcesOfHash(hash).values()]
     .filter(({ source }) => source.w !== undefined)

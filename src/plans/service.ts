@@ -8,7 +8,7 @@
  * flight never refuses one that fits. The counter is seeded from PostgreSQL's ledger when
  * absent (a new period, or a Redis rebuilt from PostgreSQL), so the count survives Redis.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
@@ -76,7 +76,7 @@ export class PlanService {
   private readonly leases: PlanLeases;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly scripts: Scripts,
     private readonly db: DatabasePool,
     private readonly prefix: string,

@@ -18,12 +18,12 @@
  * renumbered and rebuilds the customer from the whole ledger. See docs/OPERATIONS.md.
  */
 import { isDeepStrictEqual } from 'node:util';
-import type { Redis } from 'ioredis';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
-import { createRedis } from '../redis/client.js';
+import { createClient, isCluster, type RedisClient } from '../redis/client.js';
+import { scanKeys } from '../redis/scan.js';
 import { bindingKeys, customerBase, customerKeysFromBase, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
 import { Bindings, claimId } from '../ledger/bindings.js';
 import { registerScripts } from '../redis/scripts.js';
@@ -154,7 +154,7 @@ function zsetOf(flat: string[]): Record<string, string> {
   return out;
 }
 
-async function readSnapshot(conn: Redis, k: CustomerKeys): Promise<Snapshot> {
+async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapshot> {
   const replies = await conn
     .pipeline()
     .hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+')
@@ -377,7 +377,7 @@ function compare(
  * ids, then deposit keys. Records the trim may have archived are not looked at: their
  * binding may be gone.
  */
-async function indexDrift(redis: Redis, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }): Promise<DriftItem[]> {
+async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }): Promise<DriftItem[]> {
   const drift: DriftItem[] = [];
   const check = async (kind: 't' | 'd', names: string[]) => {
     for (let i = 0; i < names.length; i += index_read_batch_size) {
@@ -452,7 +452,7 @@ function withoutArchived(expected: FoldedCustomer, archived: RecordIds): FoldedC
  * left as it was. Every final record written is listed as final (NX: a listed one keeps
  * its time), scored by its last entry's time.
  */
-function queueRewrite(m: ReturnType<Redis['multi']>, k: CustomerKeys, folded: FoldedCustomer, layout: SourceLayout, lastAt: Map<string, number>): void {
+function queueRewrite(m: ReturnType<RedisClient['multi']>, k: CustomerKeys, folded: FoldedCustomer, layout: SourceLayout, lastAt: Map<string, number>): void {
   m.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent);
   m.hset(k.meta, { ...folded.meta, ...layout.meta });
   if (Object.keys(layout.src).length > 0) m.hset(k.src, layout.src);
@@ -505,18 +505,15 @@ function globEscape(s: string): string {
 }
 
 /** Customer key bases found in Redis (of one project, or all). */
-async function redisCustomerBases(redis: Redis, prefix: string, projectId: string | null): Promise<string[]> {
+async function redisCustomerBases(redis: RedisClient, prefix: string, projectId: string | null): Promise<string[]> {
   const head = `${prefix}c:{${projectId === null ? '' : `${encodeURIComponent(projectId)}:`}`;
   const bases = new Set<string>();
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(head)}*`, 'COUNT', scan_count);
-    cursor = next;
+  await scanKeys(redis, `${globEscape(head)}*`, scan_count, async (keys) => {
     for (const key of keys) {
       const end = key.lastIndexOf('}:');
       if (end > 0) bases.add(key.slice(0, end + 1));
     }
-  } while (cursor !== '0');
+  });
   return [...bases];
 }
 
@@ -544,7 +541,7 @@ interface CustomerOutcome {
  * not needed for that; it keeps PostgreSQL, the record, up to date.
  */
 async function reconcileKeys(
-  ctx: { conn: Redis; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number; retentionMs: number },
+  ctx: { conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number; retentionMs: number },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
@@ -635,7 +632,7 @@ export async function reconcile(
   const organizations = new Map<string, string | null>();
   // WATCH belongs to a connection: the shared client is used by others and its MULTIs
   // would end our WATCH.
-  const conn = createRedis(rt.config.REDIS_URL, { enableAutoPipelining: false });
+  const conn = createClient(rt.config.REDIS_URL, isCluster(rt.redis), { enableAutoPipelining: false });
   try {
     for (const [base, ids] of customers) {
       report.customers_checked++;

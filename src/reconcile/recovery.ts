@@ -13,9 +13,13 @@
  * with its baseline lost longer ago than the window is left to
  * `npm run reconcile -- --repair`, the full scan (docs/OPERATIONS.md). On a fresh Redis
  * and an empty ledger this is one query that finds nothing.
+ *
+ * On a Redis Cluster a recovery covers one master (`scope`): the customers whose slot it
+ * serves, and a baseline marker of its own that lives on it.
  */
 import { sql } from 'slonik';
 import { z } from 'zod';
+import { singleRedisScope, type RecoveryScope } from '../redis/generation.js';
 import { customerKeys } from '../redis/keys.js';
 import { reconcile, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
 
@@ -23,10 +27,13 @@ const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq
 
 /** Set once a recovery completed on this Redis; a Redis without it may have lost everything. */
 export const recoveryBaselineKey = (prefix: string) => `${prefix}recovery:baseline`;
+/** The baseline of one cluster master, under a hash tag whose slot it serves. */
+export const nodeRecoveryBaselineKey = (prefix: string, tag: string) => `${prefix}recovery:baseline:{${tag}}`;
 
-export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number): Promise<ReconcileReport | null> {
+export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number, scope: RecoveryScope = singleRedisScope): Promise<ReconcileReport | null> {
   const prefix = rt.config.REDIS_PREFIX;
-  const hasBaseline = (await rt.redis.exists(recoveryBaselineKey(prefix))) === 1;
+  const baselineKey = scope.tag === null ? recoveryBaselineKey(prefix) : nodeRecoveryBaselineKey(prefix, scope.tag);
+  const hasBaseline = (await rt.redis.exists(baselineKey)) === 1;
   const since = hasBaseline ? sql.fragment`AND e.persisted_at > now() - make_interval(secs => ${windowMs / 1000})` : sql.fragment``;
   const rows = await rt.db.any(sql.type(aheadRow)`
     SELECT e.project_id, e.customer_id, max(e.seq) AS seq
@@ -34,8 +41,8 @@ export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number): 
     JOIN ledger_entries e ON e.project_id = p.project_id
     WHERE p.prefix = ${prefix} ${since}
     GROUP BY e.project_id, e.customer_id`);
-  const report = await rebuildAhead(rt, rows);
-  await rt.redis.set(recoveryBaselineKey(prefix), new Date().toISOString());
+  const report = await rebuildAhead(rt, rows.filter((r) => scope.holds(customerKeys(prefix, r.project_id, r.customer_id).meta)));
+  await rt.redis.set(baselineKey, new Date().toISOString());
   return report;
 }
 

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './client.js';
 
 const luaDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'lua');
 
@@ -69,7 +69,7 @@ export interface Scripts {
   runOther<T = unknown[]>(name: string, keys: string[], args: (string | number)[]): Promise<T>;
 }
 
-export function registerScripts(redis: Redis): Scripts {
+export function registerScripts(redis: RedisClient): Scripts {
   cached ??= loadScripts();
   const scripts = cached;
   for (const s of scripts.values()) {

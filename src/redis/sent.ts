@@ -8,7 +8,7 @@
  * it to the connection: a command that was never written fails with a
  * CommandNotSentError, and only that error lets the API say "nothing was applied".
  */
-import type { Command, Redis } from 'ioredis';
+import type { Cluster, Command, Redis } from 'ioredis';
 import { ApiError } from '../errors/catalogue.js';
 
 /** A Redis command that failed before any byte of it was written to a connection. */
@@ -31,8 +31,8 @@ export class CommandNotSentError extends Error {
  * answers 503 "outcome unknown".
  */
 export class OutcomeUnknownError extends Error {
-  constructor(cause: Error) {
-    super(cause.message, { cause });
+  constructor(cause: Error, message = cause.message) {
+    super(message, { cause });
     this.name = 'OutcomeUnknownError';
   }
 }
@@ -62,6 +62,35 @@ interface SendState {
   written: boolean;
   /** Its promise has failed: the caller has its answer. */
   failed: boolean;
+  /** Cluster: the promise whose failure reached the caller; that promise is never sent again. */
+  answered?: Promise<unknown>;
+  /** Cluster: the promise the cluster-level wrapper follows (a pipeline retry makes a new one). */
+  followed?: Promise<unknown>;
+  /** Cluster: the offline queue (the cluster's or a node's) it was last put in. */
+  queue?: WaitingQueue;
+}
+
+/** An offline queue of ioredis (a denque), as trackClusterWrites searches it. */
+interface WaitingQueue {
+  peekBack(): { command: Command } | undefined;
+  peekAt(index: number): { command: Command } | undefined;
+  removeOne(index: number): unknown;
+  size(): number;
+}
+
+/**
+ * Takes a command whose caller has its failure out of the offline queue it waits in, so
+ * that it is never written. A promise is not enough to recognise it there: a pipeline
+ * whose commands all failed with one error gives each a new promise even when it does not
+ * send them again.
+ */
+function unqueue(state: SendState, command: Command): void {
+  const queue = state.queue;
+  state.queue = undefined;
+  if (!queue) return;
+  for (let i = queue.size() - 1; i >= 0; i--) {
+    if (queue.peekAt(i)?.command === command) queue.removeOne(i);
+  }
 }
 
 type TrackedCommand = Command & { [sendState]?: SendState };
@@ -127,4 +156,128 @@ export function trackWrites(redis: Redis): void {
       }
     });
   }
+}
+
+/**
+ * Replies by which a cluster node refuses a command without running it; the cluster
+ * client sends it again where the reply says (ASK, MOVED) or later (TRYAGAIN, CLUSTERDOWN).
+ */
+const redirection = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /;
+
+/**
+ * The message of a written command that failed without its reply on a cluster. It must
+ * differ from ioredis's "Connection is closed.": for that exact message, the cluster
+ * client sends a failed command (and a pipeline whose commands all failed with it) again
+ * after a failover delay, which would run a money script twice.
+ */
+const written_unknown_message = 'Connection is closed after the command was written: its outcome is unknown.';
+
+type ClusterSend = Cluster['sendCommand'];
+
+/**
+ * The proof of trackWrites on a Redis Cluster client, for the money connection (the one
+ * that never sends an unanswered command again). ioredis's cluster client routes every
+ * command through its own `sendCommand`, which queues it in the cluster's offline queue
+ * (before the cluster is ready, while it reconnects) or hands it to the connection of the
+ * node that serves its slot; that node connection writes it or queues it in its own
+ * offline queue. It retries a command on another node after a redirection (MOVED, ASK,
+ * TRYAGAIN, CLUSTERDOWN: replies of a node that did not run it) and after "Connection is
+ * closed." (a node lost: a failover); a pipeline (auto-pipelining) is retried as a whole
+ * when all its commands failed with one error. So:
+ * - every node connection (the `+node` event; a lost node gets a new connection) follows
+ *   each attempt: a written command is "may have run" until a redirection reply says the
+ *   node refused it; a written one whose connection failed fails as OutcomeUnknownError,
+ *   with a message for which the cluster client does not send it again;
+ * - the cluster-level wrapper sits below the cluster client's own retry handling, so it
+ *   sees only the failure that reaches the caller: never written (or refused by every
+ *   node it reached) becomes CommandNotSentError, and that promise is never sent again
+ *   (from the cluster's offline queue after a timeout, say);
+ * - a command waiting in the cluster's offline queue has no timeout of ioredis's own
+ *   (commandTimeout belongs to the node connection), so it gets the node's commandTimeout
+ *   here: while the whole cluster is away, commands fail as not sent instead of waiting.
+ */
+export function trackClusterWrites(cluster: Cluster): void {
+  if (cluster.options.redisOptions?.autoResendUnfulfilledCommands !== false) return;
+  const timeoutMs = cluster.options.redisOptions?.commandTimeout;
+  const send: ClusterSend = cluster.sendCommand.bind(cluster);
+  const tracked = ((command: TrackedCommand, stream?: unknown, node?: unknown) => {
+    const state = stateOf(command);
+    if (state.answered === command.promise) return command.promise;
+    if (state.followed !== command.promise) {
+      const promise = command.promise;
+      state.followed = promise;
+      const reject = command.reject;
+      command.reject = (err: Error) => {
+        state.answered = promise;
+        unqueue(state, command);
+        const proven = err instanceof CommandNotSentError || err instanceof OutcomeUnknownError;
+        reject(proven || state.written ? err : new CommandNotSentError(err));
+      };
+    }
+    if (typeof timeoutMs === 'number') command.setTimeout(timeoutMs);
+    const result = (send as (c: Command, s?: unknown, n?: unknown) => Promise<unknown>)(command, stream, node);
+    const offline = (cluster as unknown as { offlineQueue: WaitingQueue }).offlineQueue;
+    if (offline.peekBack()?.command === command) state.queue = offline;
+    return result;
+  }) as ClusterSend;
+  cluster.sendCommand = tracked;
+  for (const redis of cluster.nodes('all')) trackNodeWrites(redis);
+  cluster.on('+node', (redis: Redis) => trackNodeWrites(redis));
+}
+
+function stateOf(command: TrackedCommand): SendState {
+  let state = command[sendState];
+  if (state === undefined) {
+    state = { written: false, failed: false };
+    command[sendState] = state;
+  }
+  return state;
+}
+
+const trackedNodes = new WeakSet<Redis>();
+
+/** One node connection of a tracked cluster client: follows each attempt (see trackClusterWrites). */
+function trackNodeWrites(redis: Redis): void {
+  if (trackedNodes.has(redis)) return;
+  trackedNodes.add(redis);
+  const send: SendCommand = redis.sendCommand.bind(redis);
+  const tracked: SendCommand = (command: TrackedCommand, stream) => {
+    const state = stateOf(command);
+    if (state.answered === command.promise) return command.promise;
+    // A command sent on the node connection itself (not through the cluster client): this
+    // attempt's failure is the caller's.
+    const direct = state.followed !== command.promise;
+    const promise = command.promise;
+    const reject = command.reject;
+    let settled = false;
+    let written = false;
+    const wrapper = (err: Error) => {
+      settled = true;
+      if (command.reject === wrapper) command.reject = reject;
+      if (err.name === 'ReplyError') {
+        // The node answered: a redirection says it did not run the command.
+        if (redirection.test(err.message)) state.written = false;
+      } else if (written && !(err instanceof OutcomeUnknownError)) {
+        err = new OutcomeUnknownError(err, err.message === connection_closed_message ? written_unknown_message : err.message);
+      }
+      if (direct) {
+        state.answered = promise;
+        unqueue(state, command);
+        if (!state.written && !(err instanceof CommandNotSentError) && !(err instanceof OutcomeUnknownError)) err = new CommandNotSentError(err);
+      }
+      reject(err);
+    };
+    command.reject = wrapper;
+    const result = send(command, stream);
+    const offline = (redis as unknown as { offlineQueue: WaitingQueue }).offlineQueue;
+    if (settled) return result;
+    if (offline.peekBack()?.command === command) {
+      state.queue = offline;
+    } else {
+      written = true;
+      state.written = true;
+    }
+    return result;
+  };
+  redis.sendCommand = tracked;
 }

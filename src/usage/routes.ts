@@ -5,7 +5,7 @@
  */
 import type { Router } from 'express';
 import { exactRouter } from '../http/router.js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis/client.js';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
@@ -44,7 +44,7 @@ function decodeCursor(cursor: string): { createdAtMs: number; id: string } {
   throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
 }
 
-export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; redis: Redis; prefix: string }): Router {
+export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; redis: RedisClient; prefix: string }): Router {
   const r = exactRouter();
   const readers = requireKeyType('project', 'customer');
 
@@ -99,7 +99,7 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
 }
 
 async function receiptFromOutbox(
-  deps: { ledger: LedgerService; redis: Redis },
+  deps: { ledger: LedgerService; redis: RedisClient },
   scope: { projectId: string; organizationId: string },
   customerId: string,
   transactionId: string,

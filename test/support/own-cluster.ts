@@ -1,0 +1,127 @@
+/**
+ * A Redis Cluster of a test's own: `masters` redis-server processes in cluster mode, in a
+ * temporary directory, on ports that stay the same across restarts, the slots split
+ * evenly between them, no replicas, nothing persisted. For tests that kill or restart a
+ * node without touching the shared test cluster (scripts/redis-cluster.sh).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { slot_count } from '../../src/redis/slots.js';
+import { waitFor } from '../helpers.js';
+import { freePort } from './processes.js';
+
+export interface OwnClusterNode {
+  port: number;
+  /** "127.0.0.1:port", as the cluster names the node. */
+  key: string;
+  /** First and last slot it serves. */
+  slots: [number, number];
+  readonly running: boolean;
+  /** kill -9, as a crash. */
+  kill(): Promise<void>;
+  /** Starts it again (its cluster config kept, its data gone); resolves once the cluster is ok again. */
+  restart(): Promise<void>;
+}
+
+export interface OwnCluster {
+  url: string;
+  nodes: OwnClusterNode[];
+  /** The node that serves `slot`. */
+  nodeOf(slot: number): OwnClusterNode;
+  remove(): Promise<void>;
+}
+
+const start_timeout_ms = 10_000;
+
+export async function ownCluster(masters = 3): Promise<OwnCluster> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-own-cluster-'));
+  const per = Math.ceil(slot_count / masters);
+  const nodes: (OwnClusterNode & { start(): Promise<void> })[] = [];
+  for (let i = 0; i < masters; i++) {
+    const port = await freePort();
+    const nodeDir = join(dir, String(port));
+    mkdirSync(nodeDir);
+    let child: ChildProcess | null = null;
+    let exited: Promise<void> = Promise.resolve();
+    const running = () => child !== null && child.exitCode === null && child.signalCode === null;
+    const node = {
+      port,
+      key: `127.0.0.1:${port}`,
+      slots: [i * per, Math.min(slot_count, (i + 1) * per) - 1] as [number, number],
+      get running() {
+        return running();
+      },
+      async start() {
+        const c = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', nodeDir, '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+        child = c;
+        exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
+        let out = '';
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${out}`)), start_timeout_ms);
+          const onData = (d: Buffer) => {
+            out += d;
+            if (out.includes('Ready to accept connections')) {
+              clearTimeout(timer);
+              resolve();
+            }
+          };
+          c.stdout!.on('data', onData);
+          c.stderr!.on('data', onData);
+          c.once('exit', () => {
+            clearTimeout(timer);
+            reject(new Error(`redis-server exited: ${out}`));
+          });
+        });
+      },
+      async kill() {
+        if (running()) child!.kill('SIGKILL');
+        await exited;
+      },
+      async restart() {
+        await node.kill();
+        await node.start();
+        await clusterOk(nodes.map((n) => n.port));
+      },
+    };
+    nodes.push(node);
+  }
+  await Promise.all(nodes.map((n) => n.start()));
+  const admin = nodes.map((n) => new Redis(n.port, '127.0.0.1'));
+  try {
+    for (let i = 0; i < masters; i++) {
+      await admin[i].call('CLUSTER', 'ADDSLOTSRANGE', String(nodes[i].slots[0]), String(nodes[i].slots[1]));
+      if (i > 0) await admin[i].call('CLUSTER', 'MEET', '127.0.0.1', String(nodes[0].port));
+    }
+  } finally {
+    for (const a of admin) a.disconnect();
+  }
+  await clusterOk(nodes.map((n) => n.port));
+  return {
+    url: `redis://127.0.0.1:${nodes[0].port}`,
+    nodes,
+    nodeOf: (slot) => nodes.find((n) => slot >= n.slots[0] && slot <= n.slots[1])!,
+    async remove() {
+      await Promise.all(nodes.map((n) => n.kill()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Every node says cluster_state:ok and knows every other. */
+async function clusterOk(ports: number[]): Promise<void> {
+  const conns = ports.map((p) => new Redis(p, '127.0.0.1', { maxRetriesPerRequest: 1 }));
+  try {
+    await waitFor(async () => {
+      for (const c of conns) {
+        const info = String(await c.call('CLUSTER', 'INFO'));
+        if (!/cluster_state:ok/.test(info) || !new RegExp(`cluster_known_nodes:${ports.length}\\b`).test(info)) return false;
+      }
+      return true;
+    }, 20_000, 'the cluster to be ok');
+  } finally {
+    for (const c of conns) c.disconnect();
+  }
+}
