@@ -54,9 +54,8 @@ export class Retention {
   async persisted(bases: readonly string[]): Promise<void> {
     if (bases.length === 0) return;
     const at = Date.now() + this.retentionMs;
-    const p = this.redis.pipeline();
-    for (const base of new Set(bases)) p.zadd(trimDueKeyOf(this.prefix, base), 'LT', at, base);
-    await p.exec();
+    // One command each (auto-pipelined): the due shards are different slots.
+    await Promise.all([...new Set(bases)].map((base) => this.redis.zadd(trimDueKeyOf(this.prefix, base), 'LT', at, base)));
   }
 
   /**

@@ -382,12 +382,11 @@ async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: 
   const check = async (kind: 't' | 'd', names: string[]) => {
     for (let i = 0; i < names.length; i += index_read_batch_size) {
       const batch = names.slice(i, i + index_read_batch_size);
-      const p = redis.pipeline();
-      for (const name of batch) p.hget(bindingKeys(prefix, ids.projectId, kind, name).ids, name);
-      const owners = ((await p.exec()) ?? []).map(([err, v]) => {
-        if (err) throw err;
-        return v === null ? null : String(v).slice(0, String(v).lastIndexOf('|'));
-      });
+      // One command each, not a pipeline: the buckets are in different slots (on a
+      // cluster, different masters); auto-pipelining still batches them per connection.
+      const owners = (await Promise.all(batch.map((name) => redis.hget(bindingKeys(prefix, ids.projectId, kind, name).ids, name)))).map((v) =>
+        v === null ? null : v.slice(0, v.lastIndexOf('|')),
+      );
       batch.forEach((name, j) => {
         if (owners[j] === ids.customerId) return;
         const id = kind === 't' ? { transaction_id: name } : { idempotency_key: name };
