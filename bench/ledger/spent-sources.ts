@@ -90,11 +90,13 @@ export async function runSpentSources(o: SpentSourcesOptions): Promise<SpentSour
     const hash = requestHash(['deposit', amount, 'credits']);
     ok('deposit', await s.run('deposit', keysOf(customerId), [
       ...base(customerId), newId('le'), '', hash, amount, 'credits', 'bench', '', '', '0', '0', '0', '', newId('src'),
+      // The binding read time: none, as a call without a binding makes.
+      '',
     ]));
   };
   const deductHash = requestHash(['deduct', 1, null, null, null]);
   const deduct = (customerId: string, txid: string) =>
-    scripts.run('deduct', keysOf(customerId), [...base(customerId), newId('le'), txid, 1, deductHash, '', '', '', '', '1']);
+    scripts.run('deduct', keysOf(customerId), [...base(customerId), newId('le'), txid, 1, deductHash, '', '', '', '', '1', '']);
 
   // A customer with `spent` spent deposits, its outbox emptied (nothing persists it here).
   // Each deposit is followed by the deduct that spends it, in the same pipelined write, so
