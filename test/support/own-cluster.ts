@@ -4,13 +4,13 @@
  * evenly between them, no replicas, nothing persisted. For tests that kill or restart a
  * node without touching the shared test cluster (scripts/redis-cluster.sh).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { slot_count } from '../../src/redis/slots.js';
 import { waitFor } from '../helpers.js';
+import { redisServerProcess } from './own-redis.js';
 import { freePort } from './processes.js';
 
 export interface OwnClusterNode {
@@ -34,8 +34,6 @@ export interface OwnCluster {
   remove(): Promise<void>;
 }
 
-const start_timeout_ms = 10_000;
-
 export async function ownCluster(masters = 3): Promise<OwnCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-own-cluster-'));
   const per = Math.ceil(slot_count / masters);
@@ -44,42 +42,17 @@ export async function ownCluster(masters = 3): Promise<OwnCluster> {
     const port = await freePort();
     const nodeDir = join(dir, String(port));
     mkdirSync(nodeDir);
-    let child: ChildProcess | null = null;
-    let exited: Promise<void> = Promise.resolve();
-    const running = () => child !== null && child.exitCode === null && child.signalCode === null;
+    const server = redisServerProcess(port, nodeDir);
     const node = {
       port,
       key: `127.0.0.1:${port}`,
       slots: [i * per, Math.min(slot_count, (i + 1) * per) - 1] as [number, number],
       get running() {
-        return running();
+        return server.running;
       },
-      async start() {
-        const c = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', nodeDir, '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
-        child = c;
-        exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
-        let out = '';
-        await new Promise<void>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${out}`)), start_timeout_ms);
-          const onData = (d: Buffer) => {
-            out += d;
-            if (out.includes('Ready to accept connections')) {
-              clearTimeout(timer);
-              resolve();
-            }
-          };
-          c.stdout!.on('data', onData);
-          c.stderr!.on('data', onData);
-          c.once('exit', () => {
-            clearTimeout(timer);
-            reject(new Error(`redis-server exited: ${out}`));
-          });
-        });
-      },
-      async kill() {
-        if (running()) child!.kill('SIGKILL');
-        await exited;
-      },
+      start: () =>
+        server.start(['--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000', '--save', '', '--appendonly', 'no']),
+      kill: () => server.kill(),
       async restart() {
         await node.kill();
         await node.start();

@@ -23,26 +23,33 @@ export interface OwnRedis {
   remove(): Promise<void>;
 }
 
-export async function ownRedis(prefix: string): Promise<OwnRedis> {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  const port = await freePort();
+/** One redis-server process on a fixed port and directory, started and killed at will. */
+export interface RedisServerProcess {
+  /** True while the process runs. */
+  readonly running: boolean;
+  /** Starts redis-server with these arguments; resolves once it accepts connections. */
+  start(args: string[]): Promise<void>;
+  /** kill -9, as a crash. */
+  kill(): Promise<void>;
+}
+
+const start_timeout_ms = 10_000;
+
+export function redisServerProcess(port: number, dir: string): RedisServerProcess {
   let child: ChildProcess | null = null;
   let exited: Promise<void> = Promise.resolve();
   const running = () => child !== null && child.exitCode === null && child.signalCode === null;
-  const self: OwnRedis = {
-    dir,
-    port,
-    url: `redis://127.0.0.1:${port}`,
+  return {
     get running() {
       return running();
     },
-    async start(args = ['--save', '', '--appendonly', 'no']) {
+    async start(args) {
       const c = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
       child = c;
       exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
       let out = '';
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${out}`)), 10_000);
+        const timer = setTimeout(() => reject(new Error(`redis-server did not start: ${out}`)), start_timeout_ms);
         const onData = (d: Buffer) => {
           out += d;
           if (out.includes('Ready to accept connections')) {
@@ -62,6 +69,22 @@ export async function ownRedis(prefix: string): Promise<OwnRedis> {
       if (running()) child!.kill('SIGKILL');
       await exited;
     },
+  };
+}
+
+export async function ownRedis(prefix: string): Promise<OwnRedis> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const port = await freePort();
+  const server = redisServerProcess(port, dir);
+  const self: OwnRedis = {
+    dir,
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    get running() {
+      return server.running;
+    },
+    start: (args = ['--save', '', '--appendonly', 'no']) => server.start(args),
+    kill: () => server.kill(),
     async remove() {
       await self.kill();
       rmSync(dir, { recursive: true, force: true });
@@ -69,4 +92,3 @@ export async function ownRedis(prefix: string): Promise<OwnRedis> {
   };
   return self;
 }
-
