@@ -10,6 +10,7 @@
 import type { RedisClient } from '../redis/client.js';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import { ledgerEntryRow } from './queries.js';
 import { bindingKeys, customerKeys, type BindingKind } from '../redis/keys.js';
 import type { Scripts } from '../redis/scripts.js';
 import { foldCustomer, type EntryRow } from '../reconcile/fold.js';
@@ -44,19 +45,7 @@ export interface Archive {
   claim(projectId: string, customerId: string, key: string): Promise<string | null>;
 }
 
-const entryRow = z.object({
-  customer_id: z.string(),
-  seq: z.number(),
-  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
-  transaction_id: z.string(),
-  amount: z.number(),
-  wallet: z.string().nullable(),
-  details: z.unknown(),
-  reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
-  business_type: z.string().nullable(),
-  result: z.unknown(),
-  extra: z.record(z.unknown()).nullable(),
-});
+const entryRow = ledgerEntryRow.pick({ customer_id: true, seq: true, type: true, transaction_id: true, amount: true, wallet: true, details: true, reason: true, business_type: true, result: true, extra: true });
 
 /**
  * Looks archived ids up in PostgreSQL. A record is folded as the scripts would hold it

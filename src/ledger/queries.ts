@@ -4,7 +4,11 @@ import { z } from 'zod';
 import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry, type OutboxEntry } from './entries.js';
 import type { SourceState } from './sources.js';
 
-const entryRow = z.object({
+/**
+ * A row of `ledger_entries`, every column a query reads; each query picks its own (the
+ * archived-id lookups, reconcile's fold and the ledger pages).
+ */
+export const ledgerEntryRow = z.object({
   id: z.string(),
   seq: z.number(),
   customer_id: z.string(),
@@ -17,8 +21,12 @@ const entryRow = z.object({
   reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
   business_type: z.string().nullable(),
   description: z.string().nullable(),
+  result: z.unknown(),
+  extra: z.record(z.unknown()).nullable(),
   created_at: z.number(),
 });
+
+const entryRow = ledgerEntryRow.omit({ result: true, extra: true });
 
 const archivedSourceRow = z.object({
   id: z.string(),

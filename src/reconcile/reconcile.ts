@@ -20,6 +20,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import { ledgerEntryRow } from '../ledger/queries.js';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
 import { createClient, isCluster, type RedisClient } from '../redis/client.js';
@@ -87,20 +88,7 @@ const customerRow = z.object({
   created_at: z.number(),
 });
 
-const entryRow = z.object({
-  id: z.string(),
-  seq: z.number(),
-  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
-  transaction_id: z.string(),
-  amount: z.number(),
-  wallet: z.string().nullable(),
-  details: z.unknown(),
-  reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
-  business_type: z.string().nullable(),
-  result: z.unknown(),
-  extra: z.record(z.unknown()).nullable(),
-  created_at: z.number(),
-});
+const entryRow = ledgerEntryRow.pick({ id: true, seq: true, type: true, transaction_id: true, amount: true, wallet: true, details: true, reason: true, business_type: true, result: true, extra: true, created_at: true });
 
 function createReconcileQueries(pool: DatabasePool) {
   return {
