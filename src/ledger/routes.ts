@@ -4,6 +4,7 @@ import type { Route } from '../http/router.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { ApiError } from '../errors/catalogue.js';
+import { sendJson } from '../http/respond.js';
 import {
   depositSchema,
   drawSchema,
@@ -19,7 +20,7 @@ import { amountFields, readAmount, type Variant } from './amounts.js';
 import type { LedgerService, OpResult } from './service.js';
 
 function send(res: Response, result: OpResult, extra: Record<string, unknown> = {}): void {
-  res.status(200).json({ ...result.body, ...extra, is_idempotent_replay: result.replay });
+  sendJson(res, 200, { ...result.body, ...extra, is_idempotent_replay: result.replay });
 }
 
 /**

@@ -50,6 +50,8 @@ export const pending_wait_ms = 3_000;
 export const pending_retry_after_seconds = 1;
 /** Tries of recording operations counted without a reservation (TTL auto-consumes). */
 export const record_attempts_max = 5;
+/** Organizations whose current period a process keeps; past it, it forgets them all. */
+export const cached_periods_max = 100_000;
 
 export interface Reservation {
   /** False when the plan's hard limit is reached: only replays may go on. */
@@ -72,6 +74,8 @@ export function effectivePlan(org: OrgRow, nowMs: number): PlanId {
 
 export class PlanService {
   private readonly anchors = new Map<string, number>();
+  /** The current period of each organization and its keys (currentKeys). */
+  private readonly periods = new Map<string, Omit<PeriodKeys, 'now'> & { anchor: number }>();
   private readonly projectOrgs = new Map<string, string>();
   private readonly leases: PlanLeases;
 
@@ -133,11 +137,27 @@ export class PlanService {
     return org;
   }
 
+  /**
+   * The billing period and its keys at this moment. Every billable operation asks (the
+   * lease it is served from belongs to one period), so the organization's current period
+   * and its keys are kept while `now` stays inside it: periodAt's calendar arithmetic and
+   * the key strings are made once per period, not per operation.
+   */
   private async currentKeys(orgId: string): Promise<PeriodKeys & { anchor: number }> {
     const now = this.nowMs();
-    const anchor = await this.anchorOf(orgId);
-    const period = periodAt(anchor, now);
-    return { now, anchor, period, ...this.keys(orgId, period.startMs) };
+    let current = this.periods.get(orgId);
+    if (current === undefined || now < current.period.startMs || now >= current.period.endMs) {
+      const anchor = this.anchors.get(orgId) ?? (await this.anchorOf(orgId));
+      const period = periodAt(anchor, now);
+      current = { anchor, period, ...this.keys(orgId, period.startMs) };
+      // periodAt answers the first period for a time before the anchor: not kept, since
+      // `now` is not inside it.
+      if (now >= period.startMs && now < period.endMs) {
+        if (this.periods.size >= cached_periods_max) this.periods.clear();
+        this.periods.set(orgId, current);
+      }
+    }
+    return { now, ...current };
   }
 
   /**
