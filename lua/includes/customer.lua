@@ -349,19 +349,38 @@ local ttl_entries_written = 0
 -- Appends one ledger entry to the outbox. `e` holds the entry's fields, amounts as
 -- strings. The operation's own entry is named by the entry id base; entries of lazy TTL
 -- settlements in the same call get `.t1`, `.t2`, ... so each id stays unique and stable.
+--
+-- The entry is written as stream fields (src/redis/codec.ts reads them back): the scalar
+-- ones as they are (a nil or cjson.null one is left out), `details` and `x` as JSON of
+-- their own, `result` and `usage` as the JSON strings the script already made. Nothing
+-- is JSON inside JSON.
+local entry_scalars = { 'type', 'transaction_id', 'amount', 'returned_amount', 'wallet', 'reason',
+  'business_type', 'description', 'state', 'result', 'usage' }
+
 local function write_entry(e, now, ttl_settlement)
+  local id
   if ttl_settlement then
     ttl_entries_written = ttl_entries_written + 1
-    e.id = entry_id_base .. '.t' .. ttl_entries_written
+    id = entry_id_base .. '.t' .. ttl_entries_written
   else
-    e.id = entry_id_base
+    id = entry_id_base
   end
-  e.seq = N(next_seq())
-  e.project_id = project_id
-  e.customer_id = customer_id
-  e.at = N(now)
-  redis.call('XADD', K_outbox, '*', 'e', cjson.encode(e))
-  return e.id
+  local f = { 'id', id, 'seq', N(next_seq()), 'project_id', project_id, 'customer_id', customer_id, 'at', N(now) }
+  for _, name in ipairs(entry_scalars) do
+    local v = e[name]
+    if v ~= nil and v ~= cjson.null then
+      f[#f + 1] = name
+      f[#f + 1] = v
+    end
+  end
+  f[#f + 1] = 'details'
+  f[#f + 1] = cjson.encode(e.details)
+  if e.x ~= nil and e.x ~= cjson.null then
+    f[#f + 1] = 'x'
+    f[#f + 1] = cjson.encode(e.x)
+  end
+  redis.call('XADD', K_outbox, '*', unpack(f))
+  return id
 end
 
 local function details_wallet(details, fallback)

@@ -24,6 +24,7 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { customerKeysFromBase, parseCustomerBase, scriptKeys, trim_due_shards, trimDueKey, trimDueKeyOf } from '../redis/keys.js';
 import type { Scripts } from '../redis/scripts.js';
+import { parseTransaction } from '../redis/codec.js';
 import { claimId, type Bindings } from './bindings.js';
 
 /** Must equal BINDING_GRACE_MS in lua/includes/customer.lua. */
@@ -83,7 +84,7 @@ export class Retention {
     const records = calls.length === 0 ? [] : await this.redis.hmget(k.tx, ...calls);
     const claims = calls.flatMap((txid, i) => {
       if (records[i] === null) return [];
-      const call = JSON.parse(records[i]!) as { ik?: string; st: string; by?: string };
+      const call = parseTransaction(records[i]!);
       // A call released by the API billed nothing and freed its key already.
       if (call.ik === undefined || (call.st === 'released' && call.by === 'api')) return [];
       return [{ txid, id: claimId(ids.customerId, call.ik) }];

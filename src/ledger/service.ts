@@ -13,7 +13,7 @@ import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
-import { decodeSource, type SourceState } from './sources.js';
+import { decodeSource, type SourceState } from '../redis/codec.js';
 import { Bindings, type Archive } from './bindings.js';
 
 export interface ProjectScope {
@@ -423,4 +423,5 @@ export interface CustomerView {
   autoConsumed: number;
 }
 
-export { decodeSource, isActive, type SourceState } from './sources.js';
+export { isActive } from './sources.js';
+export { decodeSource, type SourceState } from '../redis/codec.js';
