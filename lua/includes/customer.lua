@@ -350,12 +350,16 @@ local ttl_entries_written = 0
 -- strings. The operation's own entry is named by the entry id base; entries of lazy TTL
 -- settlements in the same call get `.t1`, `.t2`, ... so each id stays unique and stable.
 --
--- The entry is written as stream fields (src/redis/codec.ts reads them back): the scalar
--- ones as they are (a nil or cjson.null one is left out), `details` and `x` as JSON of
--- their own, `result` and `usage` as the JSON strings the script already made. Nothing
--- is JSON inside JSON.
-local entry_scalars = { 'type', 'transaction_id', 'amount', 'returned_amount', 'wallet', 'reason',
-  'business_type', 'description', 'state', 'result', 'usage' }
+-- The entry is written as stream fields (src/redis/codec.ts reads them back), always the
+-- same fields in the same order, so that the stream stores their names once per node
+-- (Redis keeps only the values of an entry whose fields match its node's first entry).
+-- Scalars as they are, '' for a null one; `details` and `x` as JSON of their own ('' for
+-- no `x`); `result` and `usage` ('' for none) as the JSON strings the script already
+-- made. Nothing is JSON inside JSON.
+local function opt(v)
+  if v == nil or v == cjson.null then return '' end
+  return v
+end
 
 local function write_entry(e, now, ttl_settlement)
   local id
@@ -365,21 +369,13 @@ local function write_entry(e, now, ttl_settlement)
   else
     id = entry_id_base
   end
-  local f = { 'id', id, 'seq', N(next_seq()), 'project_id', project_id, 'customer_id', customer_id, 'at', N(now) }
-  for _, name in ipairs(entry_scalars) do
-    local v = e[name]
-    if v ~= nil and v ~= cjson.null then
-      f[#f + 1] = name
-      f[#f + 1] = v
-    end
-  end
-  f[#f + 1] = 'details'
-  f[#f + 1] = cjson.encode(e.details)
-  if e.x ~= nil and e.x ~= cjson.null then
-    f[#f + 1] = 'x'
-    f[#f + 1] = cjson.encode(e.x)
-  end
-  redis.call('XADD', K_outbox, '*', unpack(f))
+  redis.call('XADD', K_outbox, '*',
+    'id', id, 'seq', N(next_seq()), 'project_id', project_id, 'customer_id', customer_id, 'at', N(now),
+    'type', e.type, 'transaction_id', e.transaction_id, 'amount', e.amount,
+    'returned_amount', opt(e.returned_amount), 'wallet', opt(e.wallet), 'reason', opt(e.reason),
+    'business_type', opt(e.business_type), 'description', opt(e.description), 'state', opt(e.state),
+    'result', e.result, 'usage', opt(e.usage), 'details', cjson.encode(e.details),
+    'x', (e.x ~= nil and e.x ~= cjson.null and cjson.encode(e.x)) or '')
   return id
 end
 

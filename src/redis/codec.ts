@@ -10,7 +10,7 @@
  * - Transaction records (`tx` hash): JSON StoredTransaction; deposit records (`dep`
  *   hash): JSON {h, r}.
  * - Outbox entries (`outbox` stream): one stream field per entry field (see
- *   outboxEntryFields). Entries of an earlier version hold the whole entry as JSON in one
+ *   outbox_entry_fields). Entries of an earlier version hold the whole entry as JSON in one
  *   field `e`; parseOutboxEntry reads both.
  *
  * Amounts and times are strings everywhere, as the scripts print them with '%.0f'.
@@ -218,20 +218,24 @@ export interface OutboxEntry {
 
 const entryTypes: ReadonlySet<string> = new Set(outboxEntryTypes);
 const requiredStrings = ['id', 'seq', 'project_id', 'customer_id', 'transaction_id', 'amount', 'result', 'at'] as const;
-/** Stream fields that hold JSON of their own; every other field is a plain string. */
-const jsonFields: ReadonlySet<string> = new Set(['details', 'x']);
-
 /**
- * The stream fields of an entry, as write_entry in lua/includes/customer.lua writes them:
- * the scalar fields as they are (absent when null), `details` and `x` as JSON, `result`
- * and `usage` as the JSON strings they already are. Tests and benches that write entries
- * themselves use it.
+ * The stream fields of an entry, in the order write_entry (lua/includes/customer.lua)
+ * writes them, every one always present. An optional field is '' when null, and `details`
+ * and `x` hold JSON of their own ('' for no `x`).
  */
+export const outbox_entry_fields = [
+  'id', 'seq', 'project_id', 'customer_id', 'at', 'type', 'transaction_id', 'amount', 'returned_amount', 'wallet', 'reason',
+  'business_type', 'description', 'state', 'result', 'usage', 'details', 'x',
+] as const;
+const jsonFields: ReadonlySet<string> = new Set(['details', 'x']);
+const optionalFields: ReadonlySet<string> = new Set(['returned_amount', 'wallet', 'reason', 'business_type', 'description', 'state', 'usage', 'x']);
+
+/** The stream fields of an entry as write_entry writes them (tests and benches that write entries). */
 export function outboxEntryFields(e: OutboxEntry): string[] {
   const out: string[] = [];
-  for (const [k, v] of Object.entries(e)) {
-    if (v === null || v === undefined) continue;
-    out.push(k, jsonFields.has(k) ? JSON.stringify(v) : String(v));
+  for (const k of outbox_entry_fields) {
+    const v = e[k];
+    out.push(k, v === null || v === undefined ? '' : jsonFields.has(k) ? JSON.stringify(v) : String(v));
   }
   return out;
 }
@@ -251,7 +255,9 @@ export function parseOutboxEntry(fields: string[]): OutboxEntry {
     const o: Record<string, unknown> = {};
     for (let i = 0; i < fields.length; i += 2) {
       const k = fields[i];
-      o[k] = jsonFields.has(k) ? JSON.parse(fields[i + 1]) : fields[i + 1];
+      const v = fields[i + 1];
+      if (v === '' && optionalFields.has(k)) continue;
+      o[k] = jsonFields.has(k) ? JSON.parse(v) : v;
     }
     e = o as unknown as OutboxEntry;
   }
