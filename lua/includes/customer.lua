@@ -15,12 +15,12 @@
 --                          when they became final (Redis ms, no clock offset): the trim
 --                          (lua/trim-5.lua) archives them after the retention
 -- and starts ARGV with:
---   ARGV[1] clock offset, ms (0 outside tests)
---   ARGV[2] project id
---   ARGV[3] customer id
---   ARGV[4] entry id base: ledger entries of this call are named base, base.t1, base.t2 ...
+--   ARGV[1] clock_offset_ms: clock offset, ms (0 outside tests)
+--   ARGV[2] project_id: project id
+--   ARGV[3] customer_id: customer id
+--   ARGV[4] entry_id_base: entry id base: ledger entries of this call are named base, base.t1, base.t2 ...
 -- and ends it with:
---   ARGV[#ARGV] Redis time (ms, no clock offset) at which the binding that named this
+--   ARGV[#ARGV] binding_read_at_ms: Redis time (ms, no clock offset) at which the binding that named this
 --               customer was read (lua/bind-2.lua), '' when no binding led here. A
 --               record absent while that read is older than BINDING_GRACE_MS may have
 --               been archived after the read: the script refuses with E_STALE_BINDING,
