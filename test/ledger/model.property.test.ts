@@ -520,7 +520,7 @@ class Scenario {
     if (raw) observed.body = numbersIn(JSON.parse(raw)) as Record<string, unknown>;
     this.trace.push(`   gateway_${cmd.op} ${customerId} ${stableJson(args)} -> ${stableJson(observed)}`);
     this.count(`gateway_${cmd.op}:${observed.status}`);
-    if (cmd.op === 'hold' && observed.status === 'ok') this.gatewayHolds.push({ txid, customerId, wallet: String(args[1]), hold: Number(observed.body?.hold) });
+    if (cmd.op === 'hold' && observed.status === 'ok') this.gatewayHolds.push({ txid, customerId, wallet: String(args.wallet), hold: Number(observed.body?.hold) });
     if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.shortfall) > 0) this.count('gateway_settle:down_to_zero');
     if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.reserved) > 0 && Number(observed.body?.returned) === 0 && cost > Number(observed.body?.reserved)) {
       this.count('gateway_settle:beyond_hold');
@@ -543,7 +543,7 @@ class Scenario {
         x.setNow(t);
         const expected =
           cmd.op === 'hold'
-            ? x.gatewayHold(customerId, txid, { wallet: String(args[1]), inputBound: cmd.input, outPrice: cmd.price, wanted: cmd.wanted, fixed: cmd.fixed, ttlSeconds: hold_ttl_seconds })
+            ? x.gatewayHold(customerId, txid, { wallet: String(args.wallet), inputBound: cmd.input, outPrice: cmd.price, wanted: cmd.wanted, fixed: cmd.fixed, ttlSeconds: hold_ttl_seconds })
             : cmd.op === 'settle'
               ? x.gatewaySettle(customerId, txid, cost, gateway_model)
               : x.gatewayRelease(customerId, txid);
