@@ -230,7 +230,7 @@ export type ScriptApi = {
   trim_due(keys: OtherKeys<'trim_due'>, args: OtherArgs<'trim_due'>): Promise<unknown>;
   plan_commit(keys: OtherKeys<'plan_commit'>, args: OtherArgs<'plan_commit'>): Promise<unknown>;
   plan_reserve(keys: OtherKeys<'plan_reserve'>, args: OtherArgs<'plan_reserve'>): Promise<[number, number, number]>;
-  plan_lease(keys: OtherKeys<'plan_lease'>, args: OtherArgs<'plan_lease'>): Promise<unknown[]>;
+  plan_lease(keys: OtherKeys<'plan_lease'>, args: OtherArgs<'plan_lease'>): Promise<[number, number, number, number, number, number]>;
 };
 
 /** The typed functions over a set of registered scripts (registerScripts, or the generation guard's wrapper). */
