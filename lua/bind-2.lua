@@ -4,9 +4,9 @@
 --
 -- KEYS[1] ids    hash    id -> owner .. '|' .. bound at (Redis ms)
 -- KEYS[2] bloom  string  Bloom filter of the ids archived from this bucket
--- ARGV[1] id
--- ARGV[2] owner to bind; '' to read only (consume, unfreeze, receipts)
--- ARGV[3] '1' to bind even when the filter has the id (PostgreSQL said it has no entries
+-- ARGV[1] id: the id (transaction id or deposit key) to bind
+-- ARGV[2] owner: owner to bind; '' to read only (consume, unfreeze, receipts)
+-- ARGV[3] force: '1' to bind even when the filter has the id (PostgreSQL said it has no entries
 --         of it: a false positive), else '0'
 --
 -- Returns {status, owner, bound at ms, read at ms}: read at is the Redis time of this

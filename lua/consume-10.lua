@@ -2,10 +2,10 @@
 -- the sources it was frozen from.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  transaction id
--- ARGV[6]  amount to consume, credits; '' for the whole frozen amount
--- ARGV[7]  description, '' for none
--- ARGV[8]  '0' when the plan's limit is reached: replays answer, nothing new applies
+-- ARGV[5]  transaction_id: transaction id
+-- ARGV[6]  amount: amount to consume, credits; '' for the whole frozen amount
+-- ARGV[7]  description: description, '' for none
+-- ARGV[8]  admitted: '0' when the plan's limit is reached: replays answer, nothing new applies
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
 -- REPLAY, E_STALE_BINDING, E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN, E_USAGE_LIMIT or

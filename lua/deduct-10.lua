@@ -1,14 +1,14 @@
 -- Deducts an amount at once (no intermediate state): all of it, or nothing.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  transaction id
--- ARGV[6]  amount, credits (integer > 0)
--- ARGV[7]  request hash (hex) of the normalised parameters
--- ARGV[8]  wallet filter: JSON array of wallet names, '' for all wallets
--- ARGV[9]  wallet named in the ledger entry, '' to derive it from the details
--- ARGV[10] business type, '' for none
--- ARGV[11] description, '' for none
--- ARGV[12] '0' when the plan's limit is reached: replays answer, nothing new applies
+-- ARGV[5]  transaction_id: transaction id
+-- ARGV[6]  amount: amount, credits (integer > 0)
+-- ARGV[7]  request_hash: request hash (hex) of the normalised parameters
+-- ARGV[8]  wallet_filter: JSON array of wallet names, '' for all wallets
+-- ARGV[9]  entry_wallet: wallet named in the ledger entry, '' to derive it from the details
+-- ARGV[10] business_type: business type, '' for none
+-- ARGV[11] description: description, '' for none
+-- ARGV[12] admitted: '0' when the plan's limit is reached: replays answer, nothing new applies
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
 -- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or

@@ -1,18 +1,18 @@
 -- Adds a funding source to a customer's wallet, creating the customer when absent.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  idempotency key, '' for none
--- ARGV[6]  request hash (hex) of the normalised parameters
--- ARGV[7]  amount, credits (integer > 0)
--- ARGV[8]  wallet name
--- ARGV[9]  source label
--- ARGV[10] starts_at, ms since epoch, '' for none
--- ARGV[11] expires_at, ms since epoch, '' for none
+-- ARGV[5]  idempotency_key: idempotency key, '' for none
+-- ARGV[6]  request_hash: request hash (hex) of the normalised parameters
+-- ARGV[7]  amount: amount, credits (integer > 0)
+-- ARGV[8]  wallet: wallet name
+-- ARGV[9]  label: source label
+-- ARGV[10] starts_at_ms: starts_at, ms since epoch, '' for none
+-- ARGV[11] expires_at_ms: expires_at, ms since epoch, '' for none
 -- ARGV[12] name: '1' .. value when given, '0' when not
 -- ARGV[13] email: same encoding
 -- ARGV[14] metadata: '1' .. raw JSON when given, '0' when not
--- ARGV[15] description, '' for none
--- ARGV[16] source (account) id to create
+-- ARGV[15] description: description, '' for none
+-- ARGV[16] source_id: source (account) id to create
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY, E_CONFLICT,
 -- E_STALE_BINDING,

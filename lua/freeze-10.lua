@@ -2,15 +2,15 @@
 -- consumes it automatically when it is not settled in time.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  transaction id
--- ARGV[6]  amount, credits (integer > 0)
--- ARGV[7]  request hash (hex) of the normalised parameters
--- ARGV[8]  wallet filter: JSON array of wallet names, '' for all wallets
--- ARGV[9]  wallet named in the ledger entry, '' to derive it from the details
--- ARGV[10] business type, '' for none
--- ARGV[11] description, '' for none
--- ARGV[12] TTL kind: 'release', 'consume' or '' for none
--- ARGV[13] TTL, seconds (ignored without a kind)
+-- ARGV[5]  transaction_id: transaction id
+-- ARGV[6]  amount: amount, credits (integer > 0)
+-- ARGV[7]  request_hash: request hash (hex) of the normalised parameters
+-- ARGV[8]  wallet_filter: JSON array of wallet names, '' for all wallets
+-- ARGV[9]  entry_wallet: wallet named in the ledger entry, '' to derive it from the details
+-- ARGV[10] business_type: business type, '' for none
+-- ARGV[11] description: description, '' for none
+-- ARGV[12] ttl_kind: 'release', 'consume' or '' for none
+-- ARGV[13] ttl_seconds: TTL, seconds (ignored without a kind)
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-10.lua. The
 -- result carries auto_settle_at (ms) so the caller can schedule the expire job.

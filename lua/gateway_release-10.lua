@@ -2,8 +2,8 @@
 -- writes the call's usage record (status failed) for the workers; no ledger entry.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  gateway transaction id
--- ARGV[6]  usage record, JSON (opaque here)
+-- ARGV[5]  transaction_id: gateway transaction id
+-- ARGV[6]  usage_record: usage record, JSON (opaque here)
 --
 -- Returns {status, '', auto-consumed, TTL entries}; status OK, REPLAY (released by the API
 -- before), E_NO_CONSUMABLE (no such call, or settled) or E_ACCOUNT_NOT_FOUND (a source of

@@ -7,10 +7,10 @@
 -- Idempotent: a settled call answers its stored result.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  gateway transaction id (held by gateway_hold-10.lua)
--- ARGV[6]  cost, credits (integer >= 0)
--- ARGV[7]  usage record, JSON (opaque here; persisted by the workers)
--- ARGV[8]  model id (the entry's description)
+-- ARGV[5]  transaction_id: gateway transaction id (held by gateway_hold-10.lua)
+-- ARGV[6]  cost: cost, credits (integer >= 0)
+-- ARGV[7]  usage_record: usage record, JSON (opaque here; persisted by the workers)
+-- ARGV[8]  model_id: model id (the entry's description)
 --
 -- Returns {status, JSON {transaction_id, cost, shortfall, returned, reserved, details,
 -- balance_after, settled_at}, auto-consumed, TTL entries}; `cost` is what was charged and

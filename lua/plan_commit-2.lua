@@ -5,7 +5,7 @@
 --
 -- KEYS[1] counter string committed billable operations in the period
 -- KEYS[2] pending zset   reservations in flight
--- ARGV[1] the reservation's member
+-- ARGV[1] member: the reservation's member
 --
 -- Returns 1 when committed now, 0 when it was counted before.
 

@@ -17,16 +17,16 @@
 -- KEYS[1] plan    hash   limit (0 = none), pending_limit, pending_from (ms)
 -- KEYS[2] counter string committed billable operations in the period (`used`)
 -- KEYS[3] pending zset   reservations and leases, scored by deadline (ms)
--- ARGV[1] now, ms
--- ARGV[2] the lease's name (unique per process and lease generation)
--- ARGV[3] the weight of the lease's member now in the pending set (0: none)
+-- ARGV[1] now_ms: now, ms
+-- ARGV[2] lease: the lease's name (unique per process and lease generation)
+-- ARGV[3] weight: the weight of the lease's member now in the pending set (0: none)
 -- ARGV[4] consumed: operations of the lease that applied since the last call
--- ARGV[5] in flight: operations of the lease taken and not finished (kept)
+-- ARGV[5] in_flight: operations of the lease taken and not finished (kept)
 -- ARGV[6] keep: unused operations the process keeps (0 gives them back)
 -- ARGV[7] want: operations wanted on top (0: none)
--- ARGV[8] divisor of the free operations that bounds a grant
+-- ARGV[8] divisor: divisor of the free operations that bounds a grant
 -- ARGV[9] grant_min: a smaller grant is none
--- ARGV[10] the lease's new deadline, ms
+-- ARGV[10] deadline_ms: the lease's new deadline, ms
 --
 -- Returns {status, weight, granted, used, free, lost}: status 0 done, 2 plan or counter
 -- not loaded (nothing changed: the caller seeds them). `weight` is the member's weight now

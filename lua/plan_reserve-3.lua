@@ -16,9 +16,9 @@
 --                        that takes effect at the start of the next period
 -- KEYS[2] counter string committed billable operations in the current period (`used`)
 -- KEYS[3] pending zset   reservations in flight, scored by deadline (ms)
--- ARGV[1] now, ms
--- ARGV[2] member to reserve (`1:<id>`), or '' to fold due members only
--- ARGV[3] the reservation's deadline, ms
+-- ARGV[1] now_ms: now, ms
+-- ARGV[2] member: member to reserve (`1:<id>`), or '' to fold due members only
+-- ARGV[3] deadline_ms: the reservation's deadline, ms
 --
 -- Returns {status, used, pending}: 0 reserved (or folded), 1 limit reached (used alone
 -- reaches it: nothing reserved), 3 undecided (used is under the limit but used + pending

@@ -9,7 +9,7 @@
 -- KEYS[3] fin  zset  final records by when (lua/includes/customer.lua)
 -- KEYS[4] arch zset  archived records by when they may be deleted (lua/trim-5.lua)
 -- ARGV[1] member: 't:<txid>', 'g:<gateway txid>' or 'd:<key>'
--- ARGV[2] the record as the scripts store it
+-- ARGV[2] record: the record as the scripts store it
 --
 -- Returns 1 when written, 0 when it was there.
 

@@ -2,9 +2,9 @@
 -- unless the persist loop moved it meanwhile (src/ledger/retention.ts).
 --
 -- KEYS[1] due  zset  customer key base -> when its next trim is due (Redis ms)
--- ARGV[1] customer key base
--- ARGV[2] the score the trim pass read
--- ARGV[3] next due time (ms), '' to remove
+-- ARGV[1] base: customer key base
+-- ARGV[2] score: the score the trim pass read
+-- ARGV[3] next_due_ms: next due time (ms), '' to remove
 --
 -- Returns 1 when changed, 0 when the score had moved.
 

@@ -4,8 +4,8 @@
 -- same include function.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  retention, ms: sources dead for less than this stay
--- ARGV[6]  at most this many sources per call
+-- ARGV[5]  retention_ms: retention, ms: sources dead for less than this stay
+-- ARGV[6]  count_max: at most this many sources per call
 --
 -- Returns {OK, '', 0, 0, archived count, when the oldest dead source left is due (Redis ms
 -- with the clock offset, '' when none is left)}.

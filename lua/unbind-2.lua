@@ -4,8 +4,8 @@
 --
 -- KEYS[1] ids    hash    id -> owner .. '|' .. bound at (Redis ms)
 -- KEYS[2] bloom  string  Bloom filter of the ids archived from this bucket
--- ARGV[1] owner whose bindings these are: a binding that names another owner stays
--- ARGV[2..] ids
+-- ARGV[1] owner: owner whose bindings these are: a binding that names another owner stays
+-- ARGV[2..] ids: the ids to unbind
 --
 -- Returns the Redis time (ms) after which every binding named is gone.
 

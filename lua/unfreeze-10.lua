@@ -1,8 +1,8 @@
 -- Unfreezes a frozen transaction: all of its frozen credits return to their sources.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  transaction id
--- ARGV[6]  description, '' for none
+-- ARGV[5]  transaction_id: transaction id
+-- ARGV[6]  description: description, '' for none
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
 -- REPLAY, E_STALE_BINDING, E_NO_UNFREEZABLE or E_ACCOUNT_NOT_FOUND (a source of the holds is missing;

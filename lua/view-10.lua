@@ -3,7 +3,7 @@
 -- counters of dead ones that still count; only the full listing reads the dead sources.
 --
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
--- ARGV[5]  '1' to list the sources Redis holds (live and dead), '0' for the sums only
+-- ARGV[5]  list_sources: '1' to list the sources Redis holds (live and dead), '0' for the sums only
 --
 -- Returns {OK, profile JSON, auto-consumed TTL count, TTL entries written, now ms,
 -- wallets JSON {wallet: {t, u, f}} (sums over the sources active now, strings),

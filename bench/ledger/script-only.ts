@@ -13,7 +13,7 @@ import { newId } from '../../src/ids.js';
 import { requestHash } from '../../src/ledger/service.js';
 import { createRedis } from '../../src/redis/client.js';
 import { customerKeys, scriptKeys } from '../../src/redis/keys.js';
-import { registerScripts, ScriptStatus, type Scripts } from '../../src/redis/scripts.js';
+import { registerScripts, scriptApi, ScriptStatus, type CustomerCall, type ScriptApi } from '../../src/redis/scripts.js';
 import { deleteByPrefix, redisCpuSeconds } from '../lib/redis.js';
 
 export const deposit_credits = 1_000_000_000_000;
@@ -43,20 +43,25 @@ export interface ScriptOnlyResult {
 
 const projectId = 'proj_script_only';
 
-async function fund(scripts: Scripts, prefix: string, customerId: string): Promise<void> {
+/** ARGV[1..4] and the binding read time of a script call on a customer (no binding led here). */
+function callOn(prefix: string, customerId: string): CustomerCall {
   const keys = scriptKeys(customerKeys(prefix, projectId, customerId));
+  return { keys, clockOffsetMs: 0, projectId, customerId, entryIdBase: newId('le'), bindingReadAtMs: null };
+}
+
+async function fund(scripts: ScriptApi, prefix: string, customerId: string): Promise<void> {
   const hash = requestHash(['deposit', deposit_credits, 'credits']);
-  const reply = await scripts.run('deposit', keys, [
-    0, projectId, customerId, newId('le'), '', hash, deposit_credits, 'credits', 'bench', '', '', '0', '0', '0', '', newId('src'), '',
-  ]);
+  const reply = await scripts.deposit(callOn(prefix, customerId), {
+    idempotencyKey: '', requestHash: hash, amount: deposit_credits, wallet: 'credits', label: 'bench', startsAtMs: '', expiresAtMs: '',
+    name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'),
+  });
   if (reply[0] !== ScriptStatus.Ok) throw new Error(`deposit for ${customerId} answered status ${reply[0]}`);
 }
 
 export async function runScriptOnly(o: ScriptOnlyOptions): Promise<ScriptOnlyResult> {
-  const scripts = registerScripts(o.redis);
+  const scripts = scriptApi(registerScripts(o.redis));
   const customerIds = Array.from({ length: o.customers }, (_, i) => `script-only-${i}`);
   for (const id of customerIds) await fund(scripts, o.prefix, id);
-  const keysOf = customerIds.map((id) => scriptKeys(customerKeys(o.prefix, projectId, id)));
   const hash = requestHash(['deduct', 1, null, null, null]);
   const runTag = randomBytes(4).toString('hex');
 
@@ -66,7 +71,9 @@ export async function runScriptOnly(o: ScriptOnlyOptions): Promise<ScriptOnlyRes
   const deduct = async () => {
     const n = next++;
     const c = n % customerIds.length;
-    const reply = await scripts.run('deduct', keysOf[c], [0, projectId, customerIds[c], newId('le'), `so-${runTag}-${n}`, 1, hash, '', '', '', '', '1', '']);
+    const reply = await scripts.deduct(callOn(o.prefix, customerIds[c]), {
+      transactionId: `so-${runTag}-${n}`, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1',
+    });
     if (reply[0] === ScriptStatus.Ok) ops++;
     else failures++;
   };

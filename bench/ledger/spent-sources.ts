@@ -24,7 +24,7 @@ import { newId } from '../../src/ids.js';
 import { requestHash } from '../../src/ledger/service.js';
 import { createRedis } from '../../src/redis/client.js';
 import { customerKeys, scriptKeys } from '../../src/redis/keys.js';
-import { registerScripts, ScriptStatus, type Scripts } from '../../src/redis/scripts.js';
+import { registerScripts, scriptApi, ScriptStatus, type CustomerCall } from '../../src/redis/scripts.js';
 import { startBenchRedis } from '../lib/bench-redis.js';
 import { deleteByPrefix, redisCpuSeconds } from '../lib/redis.js';
 
@@ -80,23 +80,27 @@ async function inBatches(count: number, batchSize: number, one: (i: number) => P
 }
 
 export async function runSpentSources(o: SpentSourcesOptions): Promise<SpentSourcesResult> {
-  const scripts = registerScripts(o.redis);
-  const base = (customerId: string) => [0, projectId, customerId] as const;
-  const keysOf = (customerId: string) => scriptKeys(customerKeys(o.prefix, projectId, customerId));
+  const scripts = scriptApi(registerScripts(o.redis));
+  // No binding led to these calls: the binding read time is none.
+  const callOn = (customerId: string): CustomerCall => ({
+    keys: scriptKeys(customerKeys(o.prefix, projectId, customerId)), clockOffsetMs: 0, projectId, customerId, entryIdBase: newId('le'),
+    bindingReadAtMs: null,
+  });
   const ok = (what: string, reply: [number, ...unknown[]]) => {
     if (reply[0] !== ScriptStatus.Ok) throw new Error(`${what} answered status ${reply[0]}`);
   };
-  const deposit = async (s: Scripts, customerId: string, amount: number) => {
+  const deposit = async (customerId: string, amount: number) => {
     const hash = requestHash(['deposit', amount, 'credits']);
-    ok('deposit', await s.run('deposit', keysOf(customerId), [
-      ...base(customerId), newId('le'), '', hash, amount, 'credits', 'bench', '', '', '0', '0', '0', '', newId('src'),
-      // The binding read time: none, as a call without a binding makes.
-      '',
-    ]));
+    ok('deposit', await scripts.deposit(callOn(customerId), {
+      idempotencyKey: '', requestHash: hash, amount, wallet: 'credits', label: 'bench', startsAtMs: '', expiresAtMs: '',
+      name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'),
+    }));
   };
   const deductHash = requestHash(['deduct', 1, null, null, null]);
   const deduct = (customerId: string, txid: string) =>
-    scripts.run('deduct', keysOf(customerId), [...base(customerId), newId('le'), txid, 1, deductHash, '', '', '', '', '1', '']);
+    scripts.deduct(callOn(customerId), {
+      transactionId: txid, amount: 1, requestHash: deductHash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1',
+    });
 
   // A customer with `spent` spent deposits, its outbox emptied (nothing persists it here).
   // Each deposit is followed by the deduct that spends it, in the same pipelined write, so
@@ -104,12 +108,12 @@ export async function runSpentSources(o: SpentSourcesOptions): Promise<SpentSour
   // wallet's total).
   const withHistory = async (customerId: string, spent: number) => {
     await inBatches(spent, o.batchSize, async (i) => {
-      const deposited = deposit(scripts, customerId, 1);
+      const deposited = deposit(customerId, 1);
       const deducted = deduct(customerId, `setup-${i}`);
       await deposited;
       ok('setup deduct', await deducted);
     });
-    await deposit(scripts, customerId, big_deposit_credits);
+    await deposit(customerId, big_deposit_credits);
     await o.redis.del(customerKeys(o.prefix, projectId, customerId).outbox);
   };
 
@@ -117,7 +121,7 @@ export async function runSpentSources(o: SpentSourcesOptions): Promise<SpentSour
   await withHistory('one', 1);
   await withHistory('many', o.spent);
   await withHistory('archived', o.spent);
-  const archived = await scripts.run('trim_sources', keysOf('archived'), [...base('archived'), newId('le'), 0, o.spent + 1]);
+  const archived = await scripts.trim_sources(callOn('archived'), { retentionMs: 0, countMax: o.spent + 1 });
   if (Number(archived[4]) !== o.spent) throw new Error(`archived ${String(archived[4])} sources, not ${o.spent}`);
   const setupS = (performance.now() - setupStarted) / 1000;
 

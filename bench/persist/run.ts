@@ -18,6 +18,7 @@
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { newId } from '../../src/ids.js';
+import { outboxEntryFields, parseOutboxEntry } from '../../src/redis/codec.js';
 import { customerKeys, dirtySetKey } from '../../src/redis/keys.js';
 import { matchingProcessesCpu, processCpu, withCpu } from '../lib/cpu.js';
 import { waitUntil } from '../lib/processes.js';
@@ -76,7 +77,7 @@ await run.finish(async () => {
   await rt.ledger.deduct(scope, { customerId: 'c0', transactionId: 'template', amount: 1, wallets: null, businessType: null, description: null });
   const outboxes = customers.map((c) => customerKeys(redisPrefix, project.projectId, c));
   const [[, fields]] = (await rt.redis.xrevrange(outboxes[0].outbox, '+', '-', 'COUNT', 1)) as [string, string[]][];
-  const template = JSON.parse(fields[1]) as Record<string, unknown>;
+  const template = parseOutboxEntry(fields);
   const backlog = async () => (await Promise.all(outboxes.map((k) => rt.redis.xlen(k.outbox)))).reduce((a, b) => a + b, 0);
   await waitUntil('the setup entries to persist', async () => (await backlog()) === 0, settings.drainTimeoutMs, worker);
 
@@ -109,7 +110,7 @@ await run.finish(async () => {
             const c = (written + i) % outboxes.length;
             seqs[c]++;
             const e = { ...template, id: newId('le'), seq: String(seqs[c]), customer_id: customers[c], transaction_id: newId('tx'), at: String(Date.now()) };
-            pipeline.xadd(outboxes[c].outbox, '*', 'e', JSON.stringify(e));
+            pipeline.xadd(outboxes[c].outbox, '*', ...outboxEntryFields(e));
             touched.add(outboxes[c].base);
           }
           pipeline.sadd(dirtySetKey(redisPrefix), ...touched);

@@ -15,12 +15,12 @@
 --                          when they became final (Redis ms, no clock offset): the trim
 --                          (lua/trim-5.lua) archives them after the retention
 -- and starts ARGV with:
---   ARGV[1] clock offset, ms (0 outside tests)
---   ARGV[2] project id
---   ARGV[3] customer id
---   ARGV[4] entry id base: ledger entries of this call are named base, base.t1, base.t2 ...
+--   ARGV[1] clock_offset_ms: clock offset, ms (0 outside tests)
+--   ARGV[2] project_id: project id
+--   ARGV[3] customer_id: customer id
+--   ARGV[4] entry_id_base: entry id base: ledger entries of this call are named base, base.t1, base.t2 ...
 -- and ends it with:
---   ARGV[#ARGV] Redis time (ms, no clock offset) at which the binding that named this
+--   ARGV[#ARGV] binding_read_at_ms: Redis time (ms, no clock offset) at which the binding that named this
 --               customer was read (lua/bind-2.lua), '' when no binding led here. A
 --               record absent while that read is older than BINDING_GRACE_MS may have
 --               been archived after the read: the script refuses with E_STALE_BINDING,
@@ -349,19 +349,34 @@ local ttl_entries_written = 0
 -- Appends one ledger entry to the outbox. `e` holds the entry's fields, amounts as
 -- strings. The operation's own entry is named by the entry id base; entries of lazy TTL
 -- settlements in the same call get `.t1`, `.t2`, ... so each id stays unique and stable.
+--
+-- The entry is written as stream fields (src/redis/codec.ts reads them back), always the
+-- same fields in the same order, so that the stream stores their names once per node
+-- (Redis keeps only the values of an entry whose fields match its node's first entry).
+-- Scalars as they are, '' for a null one; `details` and `x` as JSON of their own ('' for
+-- no `x`); `result` and `usage` ('' for none) as the JSON strings the script already
+-- made. Nothing is JSON inside JSON.
+local function opt(v)
+  if v == nil or v == cjson.null then return '' end
+  return v
+end
+
 local function write_entry(e, now, ttl_settlement)
+  local id
   if ttl_settlement then
     ttl_entries_written = ttl_entries_written + 1
-    e.id = entry_id_base .. '.t' .. ttl_entries_written
+    id = entry_id_base .. '.t' .. ttl_entries_written
   else
-    e.id = entry_id_base
+    id = entry_id_base
   end
-  e.seq = N(next_seq())
-  e.project_id = project_id
-  e.customer_id = customer_id
-  e.at = N(now)
-  redis.call('XADD', K_outbox, '*', 'e', cjson.encode(e))
-  return e.id
+  redis.call('XADD', K_outbox, '*',
+    'id', id, 'seq', N(next_seq()), 'project_id', project_id, 'customer_id', customer_id, 'at', N(now),
+    'type', e.type, 'transaction_id', e.transaction_id, 'amount', e.amount,
+    'returned_amount', opt(e.returned_amount), 'wallet', opt(e.wallet), 'reason', opt(e.reason),
+    'business_type', opt(e.business_type), 'description', opt(e.description), 'state', opt(e.state),
+    'result', e.result, 'usage', opt(e.usage), 'details', cjson.encode(e.details),
+    'x', (e.x ~= nil and e.x ~= cjson.null and cjson.encode(e.x)) or '')
+  return id
 end
 
 local function details_wallet(details, fallback)

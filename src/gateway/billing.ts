@@ -8,7 +8,6 @@
  */
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
-import { ApiError } from '../errors/catalogue.js';
 import type { AuthContext } from '../http/auth.js';
 import { newId } from '../ids.js';
 import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
@@ -16,7 +15,7 @@ import type { UsageRecordInput } from '../ledger/queries.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
 import { gatewayBindings } from '../ledger/bindings.js';
-import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
+import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
 import { provesNothingSent } from '../redis/sent.js';
 import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
@@ -56,6 +55,11 @@ export const billingHeaderNames = [
   'X-Service-Balance-Credits',
   'X-Service-Balance-Usd',
 ] as const;
+
+/** A script that retryLater sends until Redis answers. */
+type Background =
+  | { script: 'gateway_settle'; args: CustomerScriptArgs<'gateway_settle'> }
+  | { script: 'gateway_release'; args: CustomerScriptArgs<'gateway_release'> };
 
 export interface SettleResult {
   cost: number;
@@ -136,19 +140,21 @@ export class GatewayBilling {
       // of after it: the transaction id is new, and an entry whose transaction does not
       // exist reads as no receipt, so a failed hold only has to take its entry back.
       const [held, indexed] = await Promise.allSettled([
-        this.deps.ledger.run('gateway_hold', c.scope, c.customerId, [
-          c.transactionId, c.wallet, inputCostBound(c.rawBytes, prices), prices.output, wanted,
-          c.explicitMax !== null ? '1' : '0', hold_ttl_seconds, reservation.admitted ? '1' : '0', c.answers, c.idempotencyKey,
-        ]),
+        this.deps.ledger.run('gateway_hold', c.scope, c.customerId, {
+          transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices), outputPrice: prices.output,
+          outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
+          admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey,
+        }),
         bindings.indexCall(c.transactionId, c.customerId),
       ]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       if (held.status === 'rejected') throw held.reason;
       const [status, raw] = held.value;
-      if (status === ScriptStatus.CustomerNotFound) throw new ApiError('customer_not_found');
+      if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
+      // The gateway answers any shortfall as insufficient_balance, with 402 (the hold names one wallet).
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
-        throw new ApiError('insufficient_balance', { status: 402 });
+        throw scriptError('gateway_hold', ScriptStatus.Insufficient, { status: 402 });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
       if (indexed.status === 'rejected') throw indexed.reason;
@@ -164,7 +170,7 @@ export class GatewayBilling {
         // of the client freezes more.
         if (holdMayExist) {
           const call: Call = { ...c, startedAt, reservation, hold: 0, outputTokens: 0, requestBytes: c.rawBytes };
-          this.retryLater('gateway_release', call, [call.transactionId, this.failedRecord(call, null)]);
+          this.retryLater({ script: 'gateway_release', args: { transactionId: call.transactionId, usageRecord: this.failedRecord(call, null) } }, call);
         }
       }
     }
@@ -180,13 +186,16 @@ export class GatewayBilling {
    * is charged once. The pauses do not keep a stopping process alive: what is still
    * unsent when the process ends is the residual risk that docs/ARCHITECTURE.md names.
    */
-  private retryLater(script: 'gateway_release' | 'gateway_settle', call: Call, args: (string | number)[]): void {
+  private retryLater(send: Background, call: Call): void {
+    const { script, args } = send;
     const { transactionId } = call;
     const giveUpAt = Date.now() + background_retry_total_ms;
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
-          const [status] = await this.deps.ledger.run(script, call.scope, call.customerId, args);
+          const [status] = await (send.script === 'gateway_settle'
+            ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
+            : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
           if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
             this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
           } else if (script === 'gateway_settle') {
@@ -256,7 +265,7 @@ export class GatewayBilling {
   async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
     const cost = costOf(usage, call.model.prices);
     const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
-    const args = [call.transactionId, cost, JSON.stringify(record), call.model.id];
+    const args: CustomerScriptArgs<'gateway_settle'> = { transactionId: call.transactionId, cost, usageRecord: JSON.stringify(record), modelId: call.model.id };
     call.settleTried = true;
     let reply: ScriptReply | undefined;
     try {
@@ -266,7 +275,7 @@ export class GatewayBilling {
         } catch (err) {
           if (attempt >= settle_attempts_max) {
             this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
-            this.retryLater('gateway_settle', call, args);
+            this.retryLater({ script: 'gateway_settle', args }, call);
             throw err;
           }
           this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
@@ -277,7 +286,7 @@ export class GatewayBilling {
       const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
       void this.deps.plans.finish(call.reservation, mayHaveSettled ? 'commit' : 'release');
     }
-    if (reply[0] === ScriptStatus.AccountNotFound) throw new ApiError('billing_account_not_found');
+    if (reply[0] === ScriptStatus.AccountNotFound) throw scriptError('gateway_settle', reply[0]);
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
     const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
     if (Number(r.shortfall) > 0) {
@@ -293,11 +302,11 @@ export class GatewayBilling {
   async release(call: Call, upstreamStatus: number | null): Promise<void> {
     const record = this.failedRecord(call, upstreamStatus);
     void this.deps.plans.finish(call.reservation, 'release');
-    const args = [call.transactionId, record];
+    const args: CustomerScriptArgs<'gateway_release'> = { transactionId: call.transactionId, usageRecord: record };
     try {
       await this.deps.ledger.run('gateway_release', call.scope, call.customerId, args);
     } catch (err) {
-      this.retryLater('gateway_release', call, args);
+      this.retryLater({ script: 'gateway_release', args }, call);
       throw err;
     }
   }

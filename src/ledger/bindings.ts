@@ -12,7 +12,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ledgerEntryRow } from './queries.js';
 import { bindingKeys, customerKeys, type BindingKind } from '../redis/keys.js';
-import type { Scripts } from '../redis/scripts.js';
+import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { foldCustomer, type EntryRow } from '../reconcile/fold.js';
 
 export enum BindStatus {
@@ -86,10 +86,14 @@ export function claimId(customerId: string, key: string): string {
 export class Bindings {
   constructor(
     private readonly redis: Pick<RedisClient, 'hdel'>,
-    private readonly scripts: Scripts,
+    scripts: Scripts,
     private readonly prefix: string,
     readonly archived: Archive | null,
-  ) {}
+  ) {
+    this.api = scriptApi(scripts);
+  }
+
+  private readonly api: ScriptApi;
 
   /**
    * One binding command: binds `id` to `owner` ('' to read only). With `force` the Bloom
@@ -97,7 +101,7 @@ export class Bindings {
    */
   async command(projectId: string, kind: BindingKind, id: string, owner: string, force = false): Promise<Binding> {
     const k = bindingKeys(this.prefix, projectId, kind, id);
-    const [status, o, , readAt] = await this.scripts.runOther<[number, string, string, number]>('bind', [k.ids, k.bloom], [id, owner, force ? '1' : '0']);
+    const [status, o, , readAt] = await this.api.bind(k, { id, owner, force: force ? '1' : '0' });
     return { status, owner: status === BindStatus.New || status === BindStatus.Bound ? o : null, readAtMs: Number(readAt) };
   }
 
@@ -119,7 +123,7 @@ export class Bindings {
   /** Writes an archived record back into its customer's keys, unless it is there. */
   async restore(projectId: string, kind: 't' | 'd', id: string, record: ArchivedRecord): Promise<void> {
     const c = customerKeys(this.prefix, projectId, record.customerId);
-    await this.scripts.runOther('restore', [c.tx, c.dep, c.fin, c.arch], [`${kind}:${id}`, record.value]);
+    await this.api.restore(c, { member: `${kind}:${id}`, record: record.value });
   }
 
   /** Removes a binding that nothing was done under (a gateway call that billed nothing). */
@@ -132,14 +136,14 @@ export class Bindings {
    * Returns the latest Redis time (ms) at which one was removed (0 for none).
    */
   async archive(projectId: string, kind: BindingKind, owner: string, ids: string[]): Promise<number> {
-    const byBucket = new Map<string, { keys: [string, string]; ids: string[] }>();
+    const byBucket = new Map<string, { keys: { ids: string; bloom: string }; ids: string[] }>();
     for (const id of ids) {
       const k = bindingKeys(this.prefix, projectId, kind, id);
-      const group = byBucket.get(k.ids) ?? { keys: [k.ids, k.bloom] as [string, string], ids: [] };
+      const group = byBucket.get(k.ids) ?? { keys: k, ids: [] };
       group.ids.push(id);
       byBucket.set(k.ids, group);
     }
-    const times = await Promise.all([...byBucket.values()].map((g) => this.scripts.runOther<number>('unbind', g.keys, [owner, ...g.ids])));
+    const times = await Promise.all([...byBucket.values()].map((g) => this.api.unbind(g.keys, { owner, ids: g.ids })));
     return times.reduce((a, b) => Math.max(a, Number(b)), 0);
   }
 }

@@ -1,41 +1,8 @@
 /**
- * Ledger entries as the Lua scripts write them into a customer's outbox (amounts and
- * times as strings), and their public form.
+ * The public form of ledger entries and stored results. How the scripts write them into
+ * a customer's outbox (amounts and times as strings) is src/redis/codec.ts.
  */
-export const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE'] as const;
-
-interface DetailRaw {
-  account_id: string;
-  credit_type: string;
-  amount: string;
-}
-
-export interface OutboxEntry {
-  id: string;
-  seq: string;
-  project_id: string;
-  customer_id: string;
-  /** USAGE: a gateway call that moved no money; it carries a usage record only. */
-  type: (typeof outboxEntryTypes)[number];
-  transaction_id: string;
-  amount: string;
-  returned_amount?: string | null;
-  wallet?: string | null;
-  /** cjson encodes an empty list as {}. */
-  details: DetailRaw[] | Record<string, never>;
-  reason?: 'ttl_release' | 'ttl_consume' | null;
-  business_type?: string | null;
-  description?: string | null;
-  state?: string | null;
-  result: string;
-  x?: Record<string, unknown> | null;
-  /** Gateway calls: the usage record (JSON), persisted beside the entry. */
-  usage?: string;
-  at: string;
-}
-
-const entryTypes: ReadonlySet<string> = new Set(outboxEntryTypes);
-const requiredStrings = ['id', 'seq', 'project_id', 'customer_id', 'transaction_id', 'amount', 'result', 'at'] as const;
+import type { OutboxEntry } from '../redis/codec.js';
 
 export interface DetailItem {
   account_id: string;
@@ -73,20 +40,6 @@ export function toDetails(raw: unknown): DetailItem[] {
     credit_type: d.credit_type,
     amount: Number(d.amount),
   }));
-}
-
-/**
- * Parses an entry the scripts wrote. No schema validation: the service wrote it itself.
- * The sanity check (the fields every entry has, a known type) catches an outbox of
- * another version or a corrupted one before PostgreSQL does, with a clearer message.
- */
-export function parseOutboxEntry(json: string): OutboxEntry {
-  const e = JSON.parse(json) as OutboxEntry;
-  for (const f of requiredStrings) {
-    if (typeof e[f] !== 'string') throw new Error(`outbox entry ${String(e.id)}: ${f} is not a string`);
-  }
-  if (!entryTypes.has(e.type)) throw new Error(`outbox entry ${e.id}: unknown type ${String(e.type)}`);
-  return e;
 }
 
 export function outboxEntryToPublic(e: OutboxEntry & { type: LedgerEntryType }): LedgerEntry {

@@ -15,7 +15,7 @@
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { customerKeysFromBase } from '../redis/keys.js';
-import { parseOutboxEntry, type OutboxEntry } from './entries.js';
+import { parseOutboxEntry, type OutboxEntry } from '../redis/codec.js';
 import type { LedgerQueries } from './queries.js';
 
 /** The most entries one read of one outbox returns. */
@@ -69,7 +69,7 @@ export async function readOutboxEntries(redis: RedisClient, outboxKey: string): 
   const out: OutboxEntry[] = [];
   for (let from = '-'; ; ) {
     const stream = await redis.xrange(outboxKey, from, '+', 'COUNT', outbox_read_count_max);
-    for (const [, fields] of stream) out.push(parseOutboxEntry(fields[1]));
+    for (const [, fields] of stream) out.push(parseOutboxEntry(fields));
     if (stream.length < outbox_read_count_max) return out;
     from = `(${stream[stream.length - 1][0]}`;
   }
@@ -80,7 +80,7 @@ function batchOf(base: string, stream: [string, string[]][]): OutboxBatch {
   const entries: OutboxEntry[] = new Array(stream.length);
   for (let i = 0; i < stream.length; i++) {
     ids[i] = stream[i][0];
-    entries[i] = parseOutboxEntry(stream[i][1][1]);
+    entries[i] = parseOutboxEntry(stream[i][1]);
   }
   return { base, ids, entries };
 }

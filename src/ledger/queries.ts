@@ -1,8 +1,8 @@
 /** Ledger queries on PostgreSQL, the system of record. */
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry, type OutboxEntry } from './entries.js';
-import type { SourceState } from './sources.js';
+import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry } from './entries.js';
+import type { OutboxEntry, SourceState } from '../redis/codec.js';
 
 /**
  * A row of `ledger_entries`, every column a query reads; each query picks its own (the

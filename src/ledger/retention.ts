@@ -23,7 +23,8 @@
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { customerKeysFromBase, parseCustomerBase, scriptKeys, trim_due_shards, trimDueKey, trimDueKeyOf } from '../redis/keys.js';
-import type { Scripts } from '../redis/scripts.js';
+import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
+import { parseTransaction } from '../redis/codec.js';
 import { claimId, type Bindings } from './bindings.js';
 
 /** Must equal BINDING_GRACE_MS in lua/includes/customer.lua. */
@@ -40,12 +41,16 @@ export const trim_interval_ms = 1_000;
 export class Retention {
   constructor(
     private readonly redis: RedisClient,
-    private readonly scripts: Scripts,
+    scripts: Scripts,
     private readonly bindings: Bindings,
     private readonly prefix: string,
     readonly retentionMs: number,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.api = scriptApi(scripts);
+  }
+
+  private readonly api: ScriptApi;
 
   /**
    * The persist loop persisted these customers' entries: their records may be due once the
@@ -67,10 +72,12 @@ export class Retention {
     if (!ids) throw new Error(`not a customer key base: ${base}`);
     const k = customerKeysFromBase(base);
     // Spent and expired sources leave by the same rule (lua/trim_sources-10.lua).
-    const sources = await this.scripts.run('trim_sources', scriptKeys(k), [0, ids.projectId, ids.customerId, 'trim', this.retentionMs, trim_records_max, '']);
+    const sources = await this.api.trim_sources(
+      { keys: scriptKeys(k), clockOffsetMs: 0, projectId: ids.projectId, customerId: ids.customerId, entryIdBase: 'trim', bindingReadAtMs: null },
+      { retentionMs: this.retentionMs, countMax: trim_records_max },
+    );
     const sourcesNext = sources[5] === '' || sources[5] === undefined ? null : Number(sources[5]);
-    const keys = [k.tx, k.dep, k.fin, k.arch, k.outbox];
-    const [due, cutoff, nextRaw] = await this.scripts.runOther<[string[], string, string, number]>('trim', keys, ['scan', this.retentionMs, trim_records_max]);
+    const [due, cutoff, nextRaw] = await this.api.trimScan(k, { retentionMs: this.retentionMs, countMax: trim_records_max });
     let next = nextRaw === '' ? sourcesNext : sourcesNext === null ? Number(nextRaw) : Math.min(Number(nextRaw), sourcesNext);
     if (due.length === 0) return next;
     const of = (kind: string) => due.filter((m) => m[0] === kind || (kind === 't' && m[0] === 'g')).map((m) => m.slice(2));
@@ -83,14 +90,14 @@ export class Retention {
     const records = calls.length === 0 ? [] : await this.redis.hmget(k.tx, ...calls);
     const claims = calls.flatMap((txid, i) => {
       if (records[i] === null) return [];
-      const call = JSON.parse(records[i]!) as { ik?: string; st: string; by?: string };
+      const call = parseTransaction(records[i]!);
       // A call released by the API billed nothing and freed its key already.
       if (call.ik === undefined || (call.st === 'released' && call.by === 'api')) return [];
       return [{ txid, id: claimId(ids.customerId, call.ik) }];
     });
     const claimedAt = await Promise.all(claims.map((c) => this.bindings.archive(ids.projectId, 'g', c.txid, [c.id])));
     const deleteAt = Math.max(removedAt, ...claimedAt) + archive_grace_ms;
-    await this.scripts.runOther('trim', keys, ['mark', cutoff, deleteAt, ...due]);
+    await this.api.trimMark(k, { cutoff, deleteAtMs: deleteAt, members: due });
     next = next === null ? deleteAt : Math.min(next, deleteAt);
     return next;
   }
@@ -110,7 +117,7 @@ export class Retention {
           due.slice(i, i + trim_concurrency).map(async ([base, score]) => {
             try {
               const next = await this.trimCustomer(base);
-              await this.scripts.runOther('trim_due', [key], [base, score, next === null ? '' : next]);
+              await this.api.trim_due({ due: key }, { base, score, nextDueMs: next === null ? '' : next });
               trimmed++;
             } catch (err) {
               this.logger.error({ err, customer: base }, 'trim of a customer failed; it stays due');

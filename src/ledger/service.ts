@@ -7,13 +7,15 @@ import { createHash } from 'node:crypto';
 import type { RedisClient } from '../redis/client.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
 import { customerKeys, dirtySetKey, scriptKeys, type CustomerKeys } from '../redis/keys.js';
-import { ScriptStatus, type CustomerScriptName, type Scripts, type ScriptReply } from '../redis/scripts.js';
+import {
+  scriptApi, scriptError, ScriptStatus, type CustomerScriptArgs, type CustomerScriptName, type ScriptApi, type Scripts, type ScriptReply,
+} from '../redis/scripts.js';
 import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
-import { decodeSource, type SourceState } from './sources.js';
+import { decodeSource, type SourceState } from '../redis/codec.js';
 import { Bindings, type Archive } from './bindings.js';
 
 export interface ProjectScope {
@@ -92,21 +94,6 @@ export interface LedgerHooks {
   ready?(): Promise<void>;
 }
 
-const statusErrors: Partial<Record<ScriptStatus, ErrorCode>> = {
-  [ScriptStatus.CustomerNotFound]: 'customer_not_found',
-  [ScriptStatus.Conflict]: 'transaction_conflict',
-  [ScriptStatus.Insufficient]: 'insufficient_balance',
-  [ScriptStatus.InsufficientSelected]: 'insufficient_balance_in_selected_credit_types',
-  [ScriptStatus.NoConsumable]: 'no_consumable_freeze_records',
-  [ScriptStatus.AlreadyConsumed]: 'freeze_records_already_consumed',
-  [ScriptStatus.NoUnfreezable]: 'no_unfreezable_records',
-  [ScriptStatus.ExceedsFrozen]: 'actual_amount_exceeds_frozen_amount',
-  [ScriptStatus.InvalidExpires]: 'invalid_expires_at',
-  [ScriptStatus.UsageLimit]: 'usage_limit_exceeded',
-  [ScriptStatus.AccountNotFound]: 'billing_account_not_found',
-  [ScriptStatus.DepositLimit]: 'invalid_amount',
-};
-
 /**
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
  * the way are counted in reply[3]): nothing for the workers to persist.
@@ -136,14 +123,16 @@ export class LedgerService {
   /** Outboxes written since the last SADD to the dirty set (markDirty). */
   private readonly dirty = new Set<string>();
   readonly bindings: Bindings;
+  private readonly api: ScriptApi;
 
   constructor(
     private readonly redis: RedisClient,
-    private readonly scripts: Scripts,
+    scripts: Scripts,
     private readonly prefix: string,
     private readonly clock: Clock,
     private readonly hooks: LedgerHooks = {},
   ) {
+    this.api = scriptApi(scripts);
     this.bindings = new Bindings(redis, scripts, prefix, hooks.archived ?? null);
   }
 
@@ -182,11 +171,18 @@ export class LedgerService {
    * (expire) included: a process that just started or reconnected is verified within a
    * round trip or two, and a script sent before would be refused with a 503.
    */
-  async run(name: CustomerScriptName, scope: ProjectScope, customerId: string, args: (string | number)[], bindingReadAtMs: number | null = null): Promise<ScriptReply> {
+  async run<N extends CustomerScriptName>(
+    name: N,
+    scope: ProjectScope,
+    customerId: string,
+    args: CustomerScriptArgs<N>,
+    bindingReadAtMs: number | null = null,
+  ): Promise<ScriptReply> {
     await this.ready();
     const k = this.keys(scope, customerId);
-    const entryId = newId('le');
-    const reply = await this.scripts.run(name, scriptKeys(k), [this.clock.offsetMs(), scope.projectId, customerId, entryId, ...args, bindingReadAtMs ?? '']);
+    const reply = await this.api.customer(name, {
+      keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le'), bindingReadAtMs,
+    }, args);
     if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
@@ -199,11 +195,11 @@ export class LedgerService {
    * script whether the plan admits a new operation; the reservation is committed when the
    * operation applied now (or may have), and given back otherwise.
    */
-  private async runBillable(
-    name: 'deduct' | 'consume',
+  private async runBillable<N extends 'deduct' | 'consume'>(
+    name: N,
     scope: ProjectScope,
     lookup: Promise<{ customerId: string; readAtMs: number }>,
-    args: (string | number)[],
+    args: Omit<CustomerScriptArgs<N>, 'admitted'>,
   ): Promise<{ reply: ScriptReply; customerId: string }> {
     const [customer, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? Promise.resolve(null)]);
     const reservation = reserved.status === 'fulfilled' ? reserved.value : null;
@@ -213,7 +209,8 @@ export class LedgerService {
       if (customer.status === 'rejected') throw customer.reason;
       if (reserved.status === 'rejected') throw reserved.reason;
       try {
-        reply = await this.run(name, scope, customer.value.customerId, [...args, reservation && !reservation.admitted ? '0' : '1'], customer.value.readAtMs);
+        const admitted = reservation && !reservation.admitted ? '0' : '1';
+        reply = await this.run(name, scope, customer.value.customerId, { ...args, admitted } as CustomerScriptArgs<N>, customer.value.readAtMs);
       } catch (err) {
         unsent = provesNothingSent(err);
         throw err;
@@ -240,11 +237,9 @@ export class LedgerService {
     if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
       return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
     }
-    const code = statusErrors[status as ScriptStatus];
-    if (!code) throw new Error(`unexpected script status ${status}`);
-    if (status === ScriptStatus.DepositLimit) throw new ApiError(code, { param: 'amount', message: deposit_limit_message });
+    if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
     const param = status === ScriptStatus.Conflict ? idParam : status === ScriptStatus.InvalidExpires ? 'expires_at' : undefined;
-    throw new ApiError(code, { param });
+    throw scriptError('customer script', status, { param });
   }
 
   /**
@@ -277,12 +272,12 @@ export class LedgerService {
       input.name ?? null, input.email ?? null, input.metadata ?? null,
     ]);
     const opt = (v: string | undefined) => (v === undefined ? '0' : `1${v}`);
-    const args = [
-      input.idempotencyKey ?? '', hash, input.amount, input.wallet, input.label,
-      input.startsAtMs ?? '', input.expiresAtMs ?? '',
-      opt(input.name), opt(input.email), opt(input.metadata === undefined ? undefined : JSON.stringify(input.metadata)),
-      input.description ?? '', newId('src'),
-    ];
+    const args: CustomerScriptArgs<'deposit'> = {
+      idempotencyKey: input.idempotencyKey ?? '', requestHash: hash, amount: input.amount, wallet: input.wallet, label: input.label,
+      startsAtMs: input.startsAtMs ?? '', expiresAtMs: input.expiresAtMs ?? '',
+      name: opt(input.name), email: opt(input.email), metadata: opt(input.metadata === undefined ? undefined : JSON.stringify(input.metadata)),
+      description: input.description ?? '', sourceId: newId('src'),
+    };
     const key = input.idempotencyKey;
     const reply = await this.fromBinding(async () => {
       const bound = key === null ? null : await this.bindTo(scope, 'd', key, input.customerId, 'idempotency_key');
@@ -296,10 +291,13 @@ export class LedgerService {
     return this.bindTo(scope, 't', input.transactionId, input.customerId, 'transaction_id');
   }
 
-  private drawArgs(input: DrawInput, hash: string): (string | number)[] {
-    const filter = input.wallets === null ? '' : JSON.stringify([...new Set(input.wallets)]);
+  private drawArgs(input: DrawInput, hash: string): Omit<CustomerScriptArgs<'deduct'>, 'admitted'> {
+    const walletFilter = input.wallets === null ? '' : JSON.stringify([...new Set(input.wallets)]);
     const entryWallet = input.wallets !== null && input.wallets.length === 1 ? input.wallets[0] : '';
-    return [input.transactionId, input.amount, hash, filter, entryWallet, input.businessType ?? '', input.description ?? ''];
+    return {
+      transactionId: input.transactionId, amount: input.amount, requestHash: hash, walletFilter, entryWallet,
+      businessType: input.businessType ?? '', description: input.description ?? '',
+    };
   }
 
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
@@ -315,7 +313,7 @@ export class LedgerService {
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
       input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
     ]);
-    const args = [...this.drawArgs(input, hash), input.ttl?.kind ?? '', input.ttl?.seconds ?? 0];
+    const args: CustomerScriptArgs<'freeze'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
     const reply = await this.fromBinding(async () => {
       const bound = await this.bindTransaction(scope, input);
       return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
@@ -348,7 +346,9 @@ export class LedgerService {
     let customerId = '';
     const reply = await this.fromBinding(async () => {
       const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
-      const r = await this.runBillable('consume', scope, owner, [input.transactionId, input.amount ?? '', input.description ?? '']);
+      const r = await this.runBillable('consume', scope, owner, {
+        transactionId: input.transactionId, amount: input.amount ?? '', description: input.description ?? '',
+      });
       customerId = r.customerId;
       return r.reply;
     });
@@ -364,14 +364,14 @@ export class LedgerService {
     const reply = await this.fromBinding(async () => {
       const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
       customerId = owner.customerId;
-      return this.run('unfreeze', scope, owner.customerId, [input.transactionId, input.description ?? ''], owner.readAtMs);
+      return this.run('unfreeze', scope, owner.customerId, { transactionId: input.transactionId, description: input.description ?? '' }, owner.readAtMs);
     });
     return this.outcome(reply, customerId);
   }
 
   /** Settles due TTL freezes of one customer (the expire worker). */
   async expire(scope: ProjectScope, customerId: string): Promise<number> {
-    const reply = await this.run('expire', scope, customerId, []);
+    const reply = await this.run('expire', scope, customerId, {});
     return reply[2];
   }
 
@@ -381,7 +381,7 @@ export class LedgerService {
    * Returns how many left Redis.
    */
   async trimSources(scope: ProjectScope, customerId: string, retentionMs: number, countMax: number): Promise<number> {
-    const reply = await this.run('trim_sources', scope, customerId, [retentionMs, countMax]);
+    const reply = await this.run('trim_sources', scope, customerId, { retentionMs, countMax });
     return Number(reply[4]);
   }
 
@@ -390,7 +390,7 @@ export class LedgerService {
    * `listing` adds the sources Redis holds (live, and dead ones not archived yet).
    */
   async view(scope: ProjectScope, customerId: string, listing = false): Promise<CustomerView | null> {
-    const reply = await this.run('view', scope, customerId, [listing ? '1' : '0']);
+    const reply = await this.run('view', scope, customerId, { listSources: listing ? '1' : '0' });
     if (reply[0] === ScriptStatus.CustomerNotFound) return null;
     const profile = JSON.parse(reply[1]) as { created_at: string; name: string | null; email: string | null; metadata: string | null };
     const nowMs = Number(reply[4]);
@@ -423,4 +423,5 @@ export interface CustomerView {
   autoConsumed: number;
 }
 
-export { decodeSource, isActive, type SourceState } from './sources.js';
+export { isActive } from './sources.js';
+export { decodeSource, type SourceState } from '../redis/codec.js';

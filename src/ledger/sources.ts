@@ -1,66 +1,19 @@
 /**
- * How Redis stores a customer's sources (lua/includes/customer.lua, "Sources"), read and
- * written the same way by the service, reconcile and the tests:
- * - `src` hash: `<id>` the static fields as JSON {w, l, t, s, e, q}; `<id>:u` used and
- *   `<id>:f` frozen as integers; `<id>:d` the meta seq when the source died.
+ * A customer's sources as the scripts keep them (lua/includes/customer.lua, "Sources"):
+ * the rules (active, dead), the reads, and the layout reconcile expects. The encoding of
+ * each stored value is src/redis/codec.ts.
  * - `live` zset: sources that may still give credits, scored by expiry ('+inf' for none),
- *   member `<creation seq on 15 digits>:<id>`, so that its order is the draw order.
+ *   in draw order.
  * - `dead` zset: id -> when it died (ms).
- * - `spent` zset: dead sources spent while active, `id|total|used|wallet` scored by
- *   expiry: they count in their wallet's totals (meta `wt:<w>`, `wu:<w>`) until then.
+ * - `spent` zset: dead sources spent while active, scored by expiry: they count in their
+ *   wallet's totals (meta `wt:<w>`, `wu:<w>`) until then.
  * - meta `src_total` (every source's total, the deposit cap) and `src_archived`.
  */
 import type { RedisClient } from '../redis/client.js';
 import type { CustomerKeys } from '../redis/keys.js';
-
-/** A whole source, every field a string, '' for no start or expiry (the deposit entry's `x.source`). */
-export interface StoredSource {
-  id: string;
-  w: string;
-  l: string;
-  q: string;
-  t: string;
-  u: string;
-  f: string;
-  s: string;
-  e: string;
-}
-
-export interface SourceState {
-  id: string;
-  wallet: string;
-  label: string;
-  seq: number;
-  total: number;
-  used: number;
-  frozen: number;
-  startsAtMs: number | null;
-  expiresAtMs: number | null;
-}
-
-/** encode_source in lua/includes/customer.lua: every field a string. */
-export function encodeSource(s: StoredSource): string {
-  return JSON.stringify({ id: s.id, w: s.w, l: s.l, q: s.q, t: s.t, u: s.u, f: s.f, s: s.s, e: s.e });
-}
-
-export function toSourceState(s: StoredSource): SourceState {
-  return {
-    id: s.id,
-    wallet: s.w,
-    label: s.l,
-    seq: Number(s.q),
-    total: Number(s.t),
-    used: Number(s.u),
-    frozen: Number(s.f),
-    startsAtMs: s.s === '' ? null : Number(s.s),
-    expiresAtMs: s.e === '' ? null : Number(s.e),
-  };
-}
-
-/** A source as the view script lists it (encode_source). */
-export function decodeSource(raw: string): SourceState {
-  return toSourceState(JSON.parse(raw) as StoredSource);
-}
+import {
+  liveMember, liveScore, parseSpentMember, sourceFields, sourcesOfHash, spentMember, toSourceState, type SourceState, type StoredSource,
+} from '../redis/codec.js';
 
 export function isActive(s: SourceState, nowMs: number): boolean {
   return (s.startsAtMs === null || s.startsAtMs <= nowMs) && (s.expiresAtMs === null || s.expiresAtMs > nowMs);
@@ -69,57 +22,6 @@ export function isActive(s: SourceState, nowMs: number): boolean {
 /** is_dead in customer.lua: nothing frozen, and spent or expired. */
 export function isDead(s: SourceState, nowMs: number): boolean {
   return s.frozen <= 0 && (s.used >= s.total || (s.expiresAtMs !== null && s.expiresAtMs <= nowMs));
-}
-
-export function liveMember(s: StoredSource): string {
-  return `${s.q.padStart(15, '0')}:${s.id}`;
-}
-
-export function liveScore(s: StoredSource): string {
-  return s.e === '' ? 'inf' : s.e;
-}
-
-export function spentMember(s: StoredSource): string {
-  return `${s.id}|${s.t}|${s.u}|${s.w}`;
-}
-
-/** The src hash fields of one source (create_source). */
-export function sourceFields(s: StoredSource): Record<string, string> {
-  return {
-    [s.id]: JSON.stringify({ w: s.w, l: s.l, q: s.q, t: s.t, s: s.s, e: s.e }),
-    [`${s.id}:u`]: s.u,
-    [`${s.id}:f`]: s.f,
-  };
-}
-
-/**
- * The sources of a src hash as read with HGETALL, by id; `died` holds the seq recorded at
- * death. A source whose static field is missing has only the fields found.
- */
-export function sourcesOfHash(hash: Record<string, string>): Map<string, { source: Partial<StoredSource> & { id: string }; died: string | null }> {
-  const out = new Map<string, { source: Partial<StoredSource> & { id: string }; died: string | null }>();
-  const entry = (id: string) => {
-    let e = out.get(id);
-    if (!e) out.set(id, (e = { source: { id }, died: null }));
-    return e;
-  };
-  for (const [field, value] of Object.entries(hash)) {
-    const m = /^(.*):([ufd])$/.exec(field);
-    if (m === null) {
-      let st: Record<string, string>;
-      try {
-        st = JSON.parse(value) as Record<string, string>;
-      } catch {
-        st = {};
-      }
-      Object.assign(entry(field).source, { w: st.w, l: st.l, q: st.q, t: st.t, s: st.s, e: st.e });
-    } else if (m[2] === 'd') {
-      entry(m[1]).died = value;
-    } else {
-      entry(m[1]).source[m[2] as 'u' | 'f'] = value;
-    }
-  }
-  return out;
 }
 
 /** Every source Redis holds for a customer (live and dead), by creation order. */
@@ -201,10 +103,10 @@ export function effectiveCounters(meta: Record<string, string>, spent: Record<st
   for (const [k, v] of Object.entries(meta)) if (/^w[tu]:/.test(k)) out[k] = Number(v);
   for (const [m, at] of Object.entries(spent)) {
     if (at > nowMs) continue;
-    const match = /^[^|]*\|(\d+)\|(\d+)\|(.*)$/.exec(m);
-    if (!match) continue;
-    out[`wt:${match[3]}`] = (out[`wt:${match[3]}`] ?? 0) - Number(match[1]);
-    out[`wu:${match[3]}`] = (out[`wu:${match[3]}`] ?? 0) - Number(match[2]);
+    const sm = parseSpentMember(m);
+    if (!sm) continue;
+    out[`wt:${sm.wallet}`] = (out[`wt:${sm.wallet}`] ?? 0) - sm.total;
+    out[`wu:${sm.wallet}`] = (out[`wu:${sm.wallet}`] ?? 0) - sm.used;
   }
   return out;
 }

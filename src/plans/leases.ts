@@ -19,7 +19,7 @@
  */
 import type { Logger } from 'pino';
 import { newId } from '../ids.js';
-import type { Scripts } from '../redis/scripts.js';
+import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { provesNothingSent } from '../redis/sent.js';
 
 /** The most operations a lease holds. */
@@ -120,9 +120,13 @@ export class PlanLeases {
 
   constructor(
     private readonly owner: LeaseOwner,
-    private readonly scripts: Scripts,
+    scripts: Scripts,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.api = scriptApi(scripts);
+  }
+
+  private readonly api: ScriptApi;
 
   /**
    * One billable operation: from the organization's lease when it has one to spare (no
@@ -197,10 +201,10 @@ export class PlanLeases {
         lease.available = keep;
         let reply: [number, number, number, number, number, number];
         try {
-          reply = await this.scripts.runOther('plan_lease', [lease.k.plan, lease.k.counter, lease.k.pending], [
-            this.owner.nowMs(), lease.name, lease.weight, consumed, inFlight, keep, want,
-            lease_divisor, lease_ops_min, this.owner.nowMs() + lease_deadline_ms,
-          ]);
+          reply = await this.api.plan_lease(lease.k, {
+            nowMs: this.owner.nowMs(), lease: lease.name, weight: lease.weight, consumed, inFlight, keep, want,
+            divisor: lease_divisor, grantMin: lease_ops_min, deadlineMs: this.owner.nowMs() + lease_deadline_ms,
+          });
         } catch (err) {
           // A call that provably never reached Redis changed nothing there.
           if (provesNothingSent(err)) lease.available += givenBack;

@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
-import type { Scripts } from '../redis/scripts.js';
+import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 
@@ -78,15 +78,17 @@ export class PlanService {
   private readonly periods = new Map<string, Omit<PeriodKeys, 'now'> & { anchor: number }>();
   private readonly projectOrgs = new Map<string, string>();
   private readonly leases: PlanLeases;
+  private readonly api: ScriptApi;
 
   constructor(
     private readonly redis: RedisClient,
-    private readonly scripts: Scripts,
+    scripts: Scripts,
     private readonly db: DatabasePool,
     private readonly prefix: string,
     private readonly clock: Clock,
     private readonly logger: Logger,
   ) {
+    this.api = scriptApi(scripts);
     this.leases = new PlanLeases(
       {
         nowMs: () => this.nowMs(),
@@ -239,7 +241,7 @@ export class PlanService {
     let seeded = false;
     for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
       const k = await this.currentKeys(orgId);
-      const [status] = await this.scripts.runOther<[number, number, number]>('plan_reserve', [k.plan, k.counter, k.pending], [k.now, member, k.now + reservationMs]);
+      const [status] = await this.api.plan_reserve(k, { nowMs: k.now, member, deadlineMs: k.now + reservationMs });
       const r = { counterKey: k.counter, pendingKey: k.pending };
       if (status === 0) return { ...r, admitted: true, undecided: false, member };
       if (status === 1) return { ...r, admitted: false, undecided: false, member: null };
@@ -257,7 +259,7 @@ export class PlanService {
 
   /** The operation of a reservation applied, or may have (a lost reply): it counts. */
   async commit(r: Reservation): Promise<void> {
-    if (r.member !== null) await this.scripts.runOther('plan_commit', [r.counterKey, r.pendingKey], [r.member]);
+    if (r.member !== null) await this.api.plan_commit({ counter: r.counterKey, pending: r.pendingKey }, { member: r.member });
   }
 
   /**
@@ -341,7 +343,7 @@ export class PlanService {
     const plan = plans[effectivePlan(org, k.now)];
     // Recorded operations (and reservations past their deadline) are folded in first;
     // reservations in flight are not counted yet.
-    const [, billable] = await this.scripts.runOther<[number, number, number]>('plan_reserve', [k.plan, k.counter, k.pending], [k.now, '', 0]);
+    const [, billable] = await this.api.plan_reserve(k, { nowMs: k.now, member: '', deadlineMs: 0 });
     const overage = plan.includedOps === null || plan.hardLimit ? 0 : Math.max(0, billable - plan.includedOps);
     const pendingStill = org.pending_plan !== null && org.pending_from !== null && org.pending_from > k.now;
     return {

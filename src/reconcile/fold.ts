@@ -10,9 +10,10 @@
  * meaning has to match, and comparable() below compares by meaning.
  */
 import { isDeepStrictEqual } from 'node:util';
-import { encodeSource, type StoredSource } from '../ledger/sources.js';
-
-export { encodeSource, type StoredSource };
+import {
+  encodeDeposit, encodeSource, encodeTransaction, parseStoredSource, parseTransaction, type StoredHold as Hold, type StoredSource,
+  type StoredTransaction,
+} from '../redis/codec.js';
 
 export type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
 
@@ -40,35 +41,6 @@ export interface CustomerRow {
   metadata: unknown;
   /** Epoch ms. */
   created_at: number;
-}
-
-interface Hold {
-  account_id: string;
-  credit_type: string;
-  amount: string;
-}
-
-/**
- * A transaction as stored in the tx hash (deduct-10.lua, freeze-10.lua, gateway_hold-10.lua
- * and the settlements).
- */
-export interface StoredTransaction {
-  k: 'deduct' | 'freeze' | 'gateway';
-  st: string;
-  h?: string;
-  a: string;
-  r?: string;
-  holds?: Hold[];
-  w?: string | null;
-  bt?: string;
-  ttlk?: string;
-  ttla?: string;
-  ca?: string;
-  by?: 'api' | 'ttl';
-  cr?: string;
-  ur?: string;
-  /** A gateway call's Idempotency-Key (gateway_hold-10.lua; the GATEWAY entry's extra.gk). */
-  ik?: string;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -177,7 +149,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
     const result = JSON.stringify(e.result);
     switch (e.type) {
       case 'DEPOSIT': {
-        const s = JSON.parse(needString(e, 'source')) as StoredSource;
+        const s = parseStoredSource(needString(e, 'source'));
         sources.set(s.id, s);
         srcLastSeq[s.id] = e.seq;
         srcSeq = Math.max(srcSeq, Number(s.q));
@@ -185,7 +157,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         if (typeof ik === 'string' && dep[ik] !== undefined && lenient(e)) {
           anomaly(`DEPOSIT entry seq ${e.seq} credited idempotency key ${ik} again (written on a Redis that had forgotten the first; the first result is kept for replays)`);
         } else if (typeof ik === 'string') {
-          dep[ik] = JSON.stringify({ h: needString(e, 'h'), r: result });
+          dep[ik] = encodeDeposit({ h: needString(e, 'h'), r: result });
         }
         break;
       }
@@ -288,7 +260,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
     src[s.id] = encodeSource(s);
   }
   const tx: Record<string, string> = {};
-  for (const [id, t] of txs) tx[id] = JSON.stringify(t);
+  for (const [id, t] of txs) tx[id] = encodeTransaction(t);
   return { meta, src, srcLastSeq, tx, dep, ttl };
 }
 
@@ -311,14 +283,14 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
   for (const [id, raw] of Object.entries(redis.tx)) {
     let tx: StoredTransaction;
     try {
-      tx = JSON.parse(raw) as StoredTransaction;
+      tx = parseTransaction(raw);
     } catch {
       continue;
     }
     if (tx.k !== 'gateway') continue;
     const ledger = out.tx[id];
     if (ledger !== undefined) {
-      out.tx[id] = JSON.stringify({ ...tx, ...(JSON.parse(ledger) as StoredTransaction) });
+      out.tx[id] = encodeTransaction({ ...tx, ...parseTransaction(ledger) });
       continue;
     }
     // A settled call is in the ledger (its GATEWAY entry, amount 0 included): not carried.
@@ -329,7 +301,7 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
     for (const h of Array.isArray(tx.holds) ? tx.holds : []) {
       const s = out.src[h.account_id];
       if (s === undefined) continue;
-      const source = JSON.parse(s) as StoredSource;
+      const source = parseStoredSource(s);
       source.f = str(Number(source.f) + Number(h.amount));
       out.src[h.account_id] = encodeSource(source);
     }

@@ -22,7 +22,10 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ledgerEntryRow } from '../ledger/queries.js';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
-import { isLedgerEntry, parseOutboxEntry, type LedgerEntryType, type OutboxEntry } from '../ledger/entries.js';
+import { isLedgerEntry, type LedgerEntryType } from '../ledger/entries.js';
+import {
+  parseOutboxEntry, parseStoredSource, parseTransaction, sourcesOfHash, toSourceState, type OutboxEntry,
+} from '../redis/codec.js';
 import { createClient, isCluster, type RedisClient } from '../redis/client.js';
 import { scanKeys } from '../redis/scan.js';
 import { bindingKeys, customerBase, customerKeysFromBase, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
@@ -31,7 +34,7 @@ import { registerScripts } from '../redis/scripts.js';
 import { queueExpiry } from '../ledger/expiry.js';
 import type { Runtime } from '../runtime.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
-import { effectiveCounters, sourceLayout, sourcesOfHash, toSourceState, type SourceLayout, type StoredSource } from '../ledger/sources.js';
+import { effectiveCounters, sourceLayout, type SourceLayout } from '../ledger/sources.js';
 
 /** Redis hash: customer key base -> JSON list of the anomalies its last repair found (/health counts them). */
 export const anomaliesKey = (prefix: string) => `${prefix}ledger:anomalies`;
@@ -160,7 +163,7 @@ async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapsho
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
   return {
     meta, src, tx, dep, ttl, live: zsetOf(live), dead: zsetOf(dead), spent: zsetOf(spent),
-    outbox: stream.map(([, fields]) => parseOutboxEntry(fields[1])), outboxIds: stream.map(([id]) => id),
+    outbox: stream.map(([, fields]) => parseOutboxEntry(fields)), outboxIds: stream.map(([id]) => id),
   };
 }
 
@@ -263,7 +266,7 @@ function layoutOf(expected: FoldedCustomer, snap: Snapshot, nowMs: number, persi
   }
   const deadAt: Record<string, number> = {};
   for (const [id, at] of Object.entries(snap.dead)) deadAt[id] = Number(at);
-  const sources = Object.values(expected.src).map((raw) => JSON.parse(raw) as StoredSource);
+  const sources = Object.values(expected.src).map(parseStoredSource);
   return sourceLayout(sources, expected.srcLastSeq, nowMs, persistedSeq, { present, deadAt, died, archived: snap.meta.src_archived === '1' });
 }
 
@@ -286,7 +289,7 @@ function compareSources(base: { project_id: string; customer_id: string }, snap:
     const id = member.slice(member.indexOf(':') + 1);
     const raw = expected.src[id];
     if (raw === undefined) return false;
-    const s = toSourceState(JSON.parse(raw) as StoredSource);
+    const s = toSourceState(parseStoredSource(raw));
     return s.frozen <= 0 && s.expiresAtMs !== null && s.expiresAtMs <= nowMs;
   };
   for (const m of new Set([...Object.keys(snap.live), ...Object.keys(layout.live)])) {
@@ -413,7 +416,7 @@ function dueRecords(folded: FoldedCustomer, stored: IdentifiedEntry[], pending: 
   }
   const due: RecordIds = { tx: new Set(), dep: new Set() };
   for (const [id, raw] of Object.entries(folded.tx)) {
-    const tx = JSON.parse(raw) as { k: string; st: string };
+    const tx = parseTransaction(raw);
     const final = tx.k === 'deduct' || tx.st !== 'frozen';
     const at = lastAt.get(`t:${id}`);
     if (final && at !== undefined && at <= cutoffMs && !unpersisted.has(id)) due.tx.add(id);
@@ -455,7 +458,7 @@ function queueRewrite(m: ReturnType<RedisClient['multi']>, k: CustomerKeys, fold
   if (ttl.length > 0) m.zadd(k.ttl, ...ttl);
   const fin: (string | number)[] = [];
   for (const [id, raw] of Object.entries(folded.tx)) {
-    const tx = JSON.parse(raw) as { k: string; st: string };
+    const tx = parseTransaction(raw);
     if (tx.k !== 'deduct' && tx.st === 'frozen') continue;
     fin.push(lastAt.get(`t:${id}`) ?? Date.now(), `${tx.k === 'gateway' ? 'g' : 't'}:${id}`);
   }

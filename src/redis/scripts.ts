@@ -9,6 +9,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { RedisClient } from './client.js';
+import { ApiError, type ErrorCode } from '../errors/catalogue.js';
 
 const luaDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'lua');
 
@@ -30,6 +31,39 @@ export enum ScriptStatus {
   DepositLimit = 21,
   /** The binding read that led here is older than the grace and the record is absent: nothing applied, start over from the binding. */
   StaleBinding = 22,
+}
+
+/**
+ * The one map from script status to API error. null: not an error (Ok, Replay), or not one
+ * a caller may answer with (StaleBinding: nothing applied, the caller starts over from the
+ * binding).
+ */
+export const scriptStatusErrors: Readonly<Record<ScriptStatus, ErrorCode | null>> = {
+  [ScriptStatus.Ok]: null,
+  [ScriptStatus.Replay]: null,
+  [ScriptStatus.CustomerNotFound]: 'customer_not_found',
+  [ScriptStatus.Conflict]: 'transaction_conflict',
+  [ScriptStatus.Insufficient]: 'insufficient_balance',
+  [ScriptStatus.InsufficientSelected]: 'insufficient_balance_in_selected_credit_types',
+  [ScriptStatus.NoConsumable]: 'no_consumable_freeze_records',
+  [ScriptStatus.AlreadyConsumed]: 'freeze_records_already_consumed',
+  [ScriptStatus.NoUnfreezable]: 'no_unfreezable_records',
+  [ScriptStatus.ExceedsFrozen]: 'actual_amount_exceeds_frozen_amount',
+  [ScriptStatus.InvalidExpires]: 'invalid_expires_at',
+  [ScriptStatus.UsageLimit]: 'usage_limit_exceeded',
+  [ScriptStatus.AccountNotFound]: 'billing_account_not_found',
+  [ScriptStatus.DepositLimit]: 'invalid_amount',
+  [ScriptStatus.StaleBinding]: null,
+};
+
+/**
+ * The API error of a script status, with `opts` (param, message, HTTP status); a status
+ * that is not an error, or an unknown one, throws: a programming error.
+ */
+export function scriptError(script: string, status: number, opts: ConstructorParameters<typeof ApiError>[1] = {}): ApiError {
+  const code = scriptStatusErrors[status as ScriptStatus] ?? null;
+  if (code === null) throw new Error(`${script} answered status ${status}`);
+  return new ApiError(code, opts);
 }
 
 export const customerScriptNames = [
@@ -98,4 +132,130 @@ export function scriptSource(name: string): { sha1: string; lua: string } {
   const s = cached.get(name);
   if (!s) throw new Error(`no Lua script named ${name}`);
   return { sha1: createHash('sha1').update(s.lua).digest('hex'), lua: s.lua };
+}
+
+// ---------------------------------------------------------------- the typed script layer
+//
+// One function per script under lua/, with named arguments: callers never build ARGV or
+// KEYS arrays themselves. Each list below is the script's header (`-- ARGV[n] name:` and
+// `-- KEYS[n] name` lines), names in camelCase; test/redis/script-headers.test.ts checks
+// them against the Lua files.
+
+/** KEYS of every customer script, in order (lua/includes/customer.lua). */
+export const customer_script_keys = ['meta', 'src', 'tx', 'dep', 'ttl', 'outbox', 'live', 'dead', 'spent', 'fin'] as const;
+
+/** ARGV[1..4] of every customer script; the last ARGV is `bindingReadAtMs`. */
+export const customer_script_base_args = ['clockOffsetMs', 'projectId', 'customerId', 'entryIdBase'] as const;
+
+/** The named ARGV of each customer script, after ARGV[1..4] and before the binding read time. */
+export const customer_script_args = {
+  deposit: [
+    'idempotencyKey', 'requestHash', 'amount', 'wallet', 'label', 'startsAtMs', 'expiresAtMs', 'name', 'email', 'metadata', 'description',
+    'sourceId',
+  ],
+  deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted'],
+  freeze: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds'],
+  consume: ['transactionId', 'amount', 'description', 'admitted'],
+  unfreeze: ['transactionId', 'description'],
+  expire: [],
+  view: ['listSources'],
+  gateway_hold: [
+    'transactionId', 'wallet', 'inputCostBound', 'outputPrice', 'outputTokens', 'explicitMax', 'holdTtlSeconds', 'admitted', 'answers',
+    'idempotencyKey',
+  ],
+  gateway_settle: ['transactionId', 'cost', 'usageRecord', 'modelId'],
+  gateway_release: ['transactionId', 'usageRecord'],
+  trim_sources: ['retentionMs', 'countMax'],
+} as const satisfies Record<CustomerScriptName, readonly string[]>;
+
+/**
+ * The other scripts: their KEYS and ARGV by name. `rest` names a list of ARGV that follows
+ * the named ones (`-- ARGV[n..] name:`). The trim (lua/trim-5.lua) has two modes with
+ * their own ARGV; its wrappers are trimScan and trimMark.
+ */
+export const other_scripts = {
+  bind: { keys: ['ids', 'bloom'], args: ['id', 'owner', 'force'] },
+  unbind: { keys: ['ids', 'bloom'], args: ['owner'], rest: 'ids' },
+  restore: { keys: ['tx', 'dep', 'fin', 'arch'], args: ['member', 'record'] },
+  trim: { keys: ['tx', 'dep', 'fin', 'arch', 'outbox'], args: null },
+  trim_due: { keys: ['due'], args: ['base', 'score', 'nextDueMs'] },
+  plan_commit: { keys: ['counter', 'pending'], args: ['member'] },
+  plan_reserve: { keys: ['plan', 'counter', 'pending'], args: ['nowMs', 'member', 'deadlineMs'] },
+  plan_lease: {
+    keys: ['plan', 'counter', 'pending'],
+    args: ['nowMs', 'lease', 'weight', 'consumed', 'inFlight', 'keep', 'want', 'divisor', 'grantMin', 'deadlineMs'],
+  },
+} as const;
+
+export type ScriptArg = string | number;
+type Named<A extends readonly string[]> = { [K in A[number]]: ScriptArg };
+
+/** Where a customer script runs and who calls it: its KEYS and ARGV[1..4], and the last ARGV. */
+export interface CustomerCall {
+  /** The customer's keys, in customer_script_keys order (scriptKeys in src/redis/keys.ts). */
+  keys: readonly string[];
+  clockOffsetMs: number;
+  projectId: string;
+  customerId: string;
+  entryIdBase: string;
+  /** When the binding that named this customer was read (Redis ms), null when none did. */
+  bindingReadAtMs: number | null;
+}
+
+export type CustomerScriptArgs<N extends CustomerScriptName> = Named<(typeof customer_script_args)[N]>;
+type OtherName = Exclude<keyof typeof other_scripts, 'trim'>;
+type OtherKeys<N extends keyof typeof other_scripts> = { [K in (typeof other_scripts)[N]['keys'][number]]: string };
+type OtherArgs<N extends OtherName> = Named<(typeof other_scripts)[N]['args']> &
+  ((typeof other_scripts)[N] extends { rest: infer R extends string } ? { [K in R]: readonly ScriptArg[] } : unknown);
+
+/** Orders named arguments as a script's header lists them; a missing one is a programming error. */
+function ordered(script: string, names: readonly string[], args: Record<string, unknown>): ScriptArg[] {
+  return names.map((n) => {
+    const v = args[n];
+    if (typeof v !== 'string' && typeof v !== 'number') throw new Error(`${script}: argument ${n} is missing`);
+    return v;
+  });
+}
+
+export type ScriptApi = {
+  [N in CustomerScriptName]: (call: CustomerCall, args: CustomerScriptArgs<N>) => Promise<ScriptReply>;
+} & {
+  /** Any customer script by name (callers that choose the script at run time). */
+  customer<N extends CustomerScriptName>(name: N, call: CustomerCall, args: CustomerScriptArgs<N>): Promise<ScriptReply>;
+  bind(keys: OtherKeys<'bind'>, args: OtherArgs<'bind'>): Promise<[number, string, string, number]>;
+  unbind(keys: OtherKeys<'unbind'>, args: OtherArgs<'unbind'>): Promise<number>;
+  restore(keys: OtherKeys<'restore'>, args: OtherArgs<'restore'>): Promise<unknown>;
+  trimScan(keys: OtherKeys<'trim'>, args: { retentionMs: number; countMax: number }): Promise<[string[], string, string, number]>;
+  trimMark(keys: OtherKeys<'trim'>, args: { cutoff: string; deleteAtMs: number; members: readonly string[] }): Promise<number>;
+  trim_due(keys: OtherKeys<'trim_due'>, args: OtherArgs<'trim_due'>): Promise<unknown>;
+  plan_commit(keys: OtherKeys<'plan_commit'>, args: OtherArgs<'plan_commit'>): Promise<unknown>;
+  plan_reserve(keys: OtherKeys<'plan_reserve'>, args: OtherArgs<'plan_reserve'>): Promise<[number, number, number]>;
+  plan_lease(keys: OtherKeys<'plan_lease'>, args: OtherArgs<'plan_lease'>): Promise<[number, number, number, number, number, number]>;
+};
+
+/** The typed functions over a set of registered scripts (registerScripts, or the generation guard's wrapper). */
+export function scriptApi(scripts: Scripts): ScriptApi {
+  const customer = <N extends CustomerScriptName>(name: N, call: CustomerCall, args: CustomerScriptArgs<N>): Promise<ScriptReply> =>
+    scripts.run(name, [...call.keys], [
+      call.clockOffsetMs, call.projectId, call.customerId, call.entryIdBase,
+      ...ordered(name, customer_script_args[name], args as Record<string, unknown>),
+      call.bindingReadAtMs ?? '',
+    ]);
+  const other = <T>(name: OtherName, keys: Record<string, string>, args: Record<string, unknown>): Promise<T> => {
+    const spec = other_scripts[name] as { keys: readonly string[]; args: readonly string[]; rest?: string };
+    const rest = spec.rest === undefined ? [] : (args[spec.rest] as readonly ScriptArg[]);
+    return scripts.runOther<T>(name, spec.keys.map((k) => keys[k]), [...ordered(name, spec.args, args), ...rest]);
+  };
+  const trimKeys = (k: OtherKeys<'trim'>) => other_scripts.trim.keys.map((n) => k[n]);
+  const api: Record<string, unknown> = {
+    customer,
+    trimScan: (k: OtherKeys<'trim'>, a: { retentionMs: number; countMax: number }) => scripts.runOther('trim', trimKeys(k), ['scan', a.retentionMs, a.countMax]),
+    trimMark: (k: OtherKeys<'trim'>, a: { cutoff: string; deleteAtMs: number; members: readonly string[] }) =>
+      scripts.runOther('trim', trimKeys(k), ['mark', a.cutoff, a.deleteAtMs, ...a.members]),
+  };
+  for (const name of customerScriptNames) api[name] = (call: CustomerCall, args: Record<string, unknown>) => customer(name, call, args as never);
+  for (const name of Object.keys(other_scripts) as (keyof typeof other_scripts)[]) {
+    if (name !== 'trim') api[name] = (keys: Record<string, string>, args: Record<string, unknown>) => other(name, keys, args);
+  }
+  return api as ScriptApi;
 }

@@ -5,7 +5,7 @@
  * deposit's source row references the customer row.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseOutboxEntry } from '../../src/ledger/entries.js';
+import { parseOutboxEntry } from '../../src/redis/codec.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
 
@@ -24,7 +24,7 @@ describe('persisting a batch', () => {
       expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'po1', amount } })).status).toBe(200);
     }
     const outbox = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'po1').outbox;
-    const [creating, later] = (await svc.rt.redis.xrange(outbox, '-', '+')).map(([, fields]) => parseOutboxEntry(fields[1]));
+    const [creating, later] = (await svc.rt.redis.xrange(outbox, '-', '+')).map(([, fields]) => parseOutboxEntry(fields));
     // Ids are random: give the later deposit the id that sorts first.
     const entries = [{ ...creating, id: `${creating.id}_z` }, { ...later, id: `${creating.id}_a` }];
     await expect(svc.rt.ledgerQueries.insertEntries(entries)).resolves.toBe(2);

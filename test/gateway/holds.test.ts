@@ -39,7 +39,7 @@ describe('a hold whose outcome was unknown when the call failed', () => {
     let releasesRefused = 0;
     ledger.run = async (...args: Parameters<typeof run>): Promise<ScriptReply> => {
       if (args[0] === 'gateway_hold' && args[2] === 'lost-hold') {
-        txid = String(args[3][0]);
+        txid = String((args[3] as { transactionId: string }).transactionId);
         await run(...args);
         // The script ran; its reply never arrives, as when the connection drops.
         throw new Error('Command timed out');
@@ -68,7 +68,7 @@ describe('a hold whose outcome was unknown when the call failed', () => {
 
     // Released before: a second release answers so and changes nothing.
     const scope = { projectId: env.p.projectId, organizationId: env.p.organizationId };
-    const again = await ledger.run('gateway_release', scope, 'lost-hold', [txid, JSON.stringify({ id: 'usage_again' })]);
+    const again = await ledger.run('gateway_release', scope, 'lost-hold', { transactionId: txid, usageRecord: JSON.stringify({ id: 'usage_again' }) });
     expect(again[0]).toBe(ScriptStatus.Replay);
     expect(await env.balance('lost-hold')).toMatchObject({ used: 0, frozen: 0, available: 1_000_000 });
     await env.svc.drained();

@@ -47,7 +47,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { bindingKeys } from '../../src/redis/keys.js';
-import { ScriptStatus } from '../../src/redis/scripts.js';
+import { ScriptStatus, type ScriptReply } from '../../src/redis/scripts.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import {
   LedgerModel, default_wallet, isApprox, stableJson, type Expected, type GatewayAnswer, type LedgerRequest, type ModelEntry, type Tallies, type Variant,
@@ -476,10 +476,18 @@ class Scenario {
     const no = ++this.requestNo;
     let customerId = this.customer(cmd.c);
     let txid = `${this.prefix}-g${no}`;
-    let args: (string | number)[];
+    const scope = { projectId: this.project.projectId, organizationId: this.project.organizationId };
+    const via = this.next();
+    let args: Record<string, string | number>;
+    let send: () => Promise<ScriptReply>;
     let cost = 0;
     if (cmd.op === 'hold') {
-      args = [txid, wallet_names[this.variant][cmd.wallet], cmd.input, cmd.price, cmd.wanted, cmd.fixed ? '1' : '0', hold_ttl_seconds, '1', 1];
+      const hold = {
+        transactionId: txid, wallet: wallet_names[this.variant][cmd.wallet], inputCostBound: cmd.input, outputPrice: cmd.price,
+        outputTokens: cmd.wanted, explicitMax: cmd.fixed ? '1' : '0', holdTtlSeconds: hold_ttl_seconds, admitted: '1', answers: 1, idempotencyKey: '',
+      };
+      args = hold;
+      send = () => via.rt.ledger.run('gateway_hold', scope, customerId, hold);
     } else {
       let wallet = wallet_names[this.variant][0];
       if (this.gatewayHolds.length > 0) ({ txid, customerId, wallet } = this.gatewayHolds[this.gatewayHolds.length - 1 - (cmd.target % this.gatewayHolds.length)]);
@@ -487,15 +495,21 @@ class Scenario {
       const held = this.gatewayHolds.find((h) => h.txid === txid)?.hold ?? 0;
       cost = { zero: 0, half: Math.floor(held / 2), exact: held, over: held + 37, beyond: 1_000_000_000 }[cmd.cost];
       const record = usageRecord(customerId, wallet, cmd.op === 'settle' ? 'settled' : 'failed', cost);
-      args = cmd.op === 'settle' ? [txid, cost, record, gateway_model] : [txid, record];
+      if (cmd.op === 'settle') {
+        const settle = { transactionId: txid, cost, usageRecord: record, modelId: gateway_model };
+        args = settle;
+        send = () => via.rt.ledger.run('gateway_settle', scope, customerId, settle);
+      } else {
+        const release = { transactionId: txid, usageRecord: record };
+        args = release;
+        send = () => via.rt.ledger.run('gateway_release', scope, customerId, release);
+      }
     }
-    const scope = { projectId: this.project.projectId, organizationId: this.project.organizationId };
-    const via = this.next();
     // The gateway indexes a hold's transaction for receipts beside the hold, and takes the entry back when the hold fails.
     const txIndex = bindingKeys(via.rt.config.REDIS_PREFIX, scope.projectId, 't', txid).ids;
     if (cmd.op === 'hold') await via.rt.redis.hset(txIndex, txid, `${customerId}|${Date.now()}`);
     const lo = await this.serviceNow();
-    const [code, raw] = await via.rt.ledger.run(`gateway_${cmd.op}`, scope, customerId, args);
+    const [code, raw] = await send();
     const hi = await this.serviceNow();
     if (cmd.op === 'hold' && code !== ScriptStatus.Ok) await via.rt.redis.hdel(txIndex, txid);
     const statuses: Record<number, GatewayAnswer['status']> = {
@@ -506,7 +520,7 @@ class Scenario {
     if (raw) observed.body = numbersIn(JSON.parse(raw)) as Record<string, unknown>;
     this.trace.push(`   gateway_${cmd.op} ${customerId} ${stableJson(args)} -> ${stableJson(observed)}`);
     this.count(`gateway_${cmd.op}:${observed.status}`);
-    if (cmd.op === 'hold' && observed.status === 'ok') this.gatewayHolds.push({ txid, customerId, wallet: String(args[1]), hold: Number(observed.body?.hold) });
+    if (cmd.op === 'hold' && observed.status === 'ok') this.gatewayHolds.push({ txid, customerId, wallet: String(args.wallet), hold: Number(observed.body?.hold) });
     if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.shortfall) > 0) this.count('gateway_settle:down_to_zero');
     if (cmd.op === 'settle' && observed.status === 'ok' && Number(observed.body?.reserved) > 0 && Number(observed.body?.returned) === 0 && cost > Number(observed.body?.reserved)) {
       this.count('gateway_settle:beyond_hold');
@@ -529,7 +543,7 @@ class Scenario {
         x.setNow(t);
         const expected =
           cmd.op === 'hold'
-            ? x.gatewayHold(customerId, txid, { wallet: String(args[1]), inputBound: cmd.input, outPrice: cmd.price, wanted: cmd.wanted, fixed: cmd.fixed, ttlSeconds: hold_ttl_seconds })
+            ? x.gatewayHold(customerId, txid, { wallet: String(args.wallet), inputBound: cmd.input, outPrice: cmd.price, wanted: cmd.wanted, fixed: cmd.fixed, ttlSeconds: hold_ttl_seconds })
             : cmd.op === 'settle'
               ? x.gatewaySettle(customerId, txid, cost, gateway_model)
               : x.gatewayRelease(customerId, txid);

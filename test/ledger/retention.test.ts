@@ -194,7 +194,9 @@ describe('retention of idempotency records', () => {
     // Its customer script finds no record: without the check it would apply the id again.
     const scope = { projectId: p.projectId, organizationId: p.organizationId };
     const hash = requestHash(['deduct', 30, null, null, null]);
-    const stale = await svc.rt.ledger.run('deduct', scope, 's1', ['s1-d1', 30, hash, '', '', '', '', '1'], read.readAtMs);
+    const stale = await svc.rt.ledger.run('deduct', scope, 's1', {
+      transactionId: 's1-d1', amount: 30, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1',
+    }, read.readAtMs);
     expect(stale[0]).toBe(ScriptStatus.StaleBinding);
     expect(await balance('s1')).toMatchObject({ used: 30 });
     expect(await recordGone('s1', 'tx', 's1-d1')).toBe(true);

@@ -174,16 +174,19 @@ describe('reconcile', () => {
     // Each hold is 100 of input bound plus 500 output tokens at one credit each; the
     // project index entry is the one the gateway service adds after its hold.
     const hold = async (id: string) => {
-      const reply = await svc.rt.ledger.run('gateway_hold', scope, 'c3', [id, 'credits', 100, 1_000_000, 500, '1', 3_600, '1']);
+      const reply = await svc.rt.ledger.run('gateway_hold', scope, 'c3', {
+        transactionId: id, wallet: 'credits', inputCostBound: 100, outputPrice: 1_000_000, outputTokens: 500, explicitMax: '1', holdTtlSeconds: 3_600,
+        admitted: '1', answers: 1, idempotencyKey: '',
+      });
       expect(reply[0]).toBe(0);
       await svc.rt.redis.hset(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 't', id).ids, id, `c3|${Date.now()}`);
     };
     await hold('gw-billed');
-    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-billed', 250, usage('gw-billed', 'settled', 250), 'm']))[0]).toBe(0);
+    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', { transactionId: 'gw-billed', cost: 250, usageRecord: usage('gw-billed', 'settled', 250), modelId: 'm' }))[0]).toBe(0);
     await hold('gw-free');
-    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-free', 0, usage('gw-free', 'settled', 0), 'm']))[0]).toBe(0);
+    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', { transactionId: 'gw-free', cost: 0, usageRecord: usage('gw-free', 'settled', 0), modelId: 'm' }))[0]).toBe(0);
     await hold('gw-failed');
-    expect((await svc.rt.ledger.run('gateway_release', scope, 'c3', ['gw-failed', usage('gw-failed', 'failed', 0)]))[0]).toBe(0);
+    expect((await svc.rt.ledger.run('gateway_release', scope, 'c3', { transactionId: 'gw-failed', usageRecord: usage('gw-failed', 'failed', 0) }))[0]).toBe(0);
     await hold('gw-in-flight');
     await svc.drained();
 
@@ -200,7 +203,7 @@ describe('reconcile', () => {
     expect(await balances('c3')).toEqual(before);
     // The id of a settled call stays taken; the call in flight still settles.
     expect((await post('/v1/billing/deduct', { customer_id: 'c3', transaction_id: 'gw-billed', amount: 1 })).body.error.code).toBe('transaction_conflict');
-    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', ['gw-in-flight', 100, usage('gw-in-flight', 'settled', 100), 'm']))[0]).toBe(0);
+    expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', { transactionId: 'gw-in-flight', cost: 100, usageRecord: usage('gw-in-flight', 'settled', 100), modelId: 'm' }))[0]).toBe(0);
     expect((await svc.call('GET', '/v1/customers/c3/balance', { key: p.projectKey })).body).toMatchObject({ total: 10_000, used: 350, frozen: 0 });
     await svc.drained();
     expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, errors: [] });
