@@ -7,7 +7,8 @@
  */
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dirtySetKey } from '../../src/redis/keys.js';
+import { dirtyKeyOf } from '../../src/redis/keys.js';
+import { active_mark_window_ms } from '../../src/ledger/service.js';
 import { startWorkers } from '../../workers/index.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 
@@ -46,13 +47,15 @@ describe('the sweeper', () => {
   it('persists the entries of an outbox that nobody marked dirty', async () => {
     const customer = 'unmarked';
     const keys = svc.rt.ledger.keys(scope(), customer);
-    const dirty = dirtySetKey(svc.rt.config.REDIS_PREFIX);
+    const dirty = dirtyKeyOf(svc.rt.config.REDIS_PREFIX, keys.base);
     await post('/v1/customers/deposit', { customer_id: customer, amount: 1_000 });
     await post('/v1/billing/freeze', { customer_id: customer, transaction_id: 'unmarked-1', amount: 300 });
     // The API marks the outbox dirty in the same round trip as its script; take the mark away.
     await waitFor(async () => (await svc.rt.redis.sismember(dirty, keys.base)) === 1, 5_000, 'the dirty mark');
     await svc.rt.redis.srem(dirty, keys.base);
     expect(await svc.rt.redis.xlen(keys.outbox)).toBe(2);
+    // The sweeper looks at a customer once the API's active mark on it is over (as after the API died).
+    svc.rt.clock.advance(active_mark_window_ms + 1_000);
 
     await withWorkers(async () => {
       // The persist loop only drains marked outboxes: the entries reach PostgreSQL only when the sweeper marks this one again.
