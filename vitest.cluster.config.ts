@@ -15,12 +15,13 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: [
-      // The ledger, with two API processes on one customer (multi-process) and the model
-      // test's two processes; the sweeper and the TTL fallback walk the sharded indexes.
+      // The ledger, with three API runtimes on one customer (multi-process: own connections
+      // and HTTP servers, in this OS process); the sweeper and the TTL fallback walk the
+      // sharded indexes. Separate web and worker OS processes are not covered here.
       'test/ledger/*.test.ts',
       'test/workers/*.test.ts',
       'test/gateway/*.test.ts',
-      // Two API processes (pub/sub revocations, one rate-limit budget).
+      // Two API runtimes (pub/sub revocations, one rate-limit budget).
       'test/keys/keys.test.ts',
       'test/reconcile/*.test.ts',
       'test/crash/persist-order.test.ts',
