@@ -17,7 +17,7 @@ export default defineConfig({
     include: [
       // The ledger, with three API runtimes on one customer (multi-process: own connections
       // and HTTP servers, in this OS process); the sweeper and the TTL fallback walk the
-      // sharded indexes. Separate web and worker OS processes are not covered here.
+      // sharded indexes.
       'test/ledger/*.test.ts',
       'test/workers/*.test.ts',
       'test/gateway/*.test.ts',
@@ -25,6 +25,8 @@ export default defineConfig({
       'test/keys/keys.test.ts',
       'test/reconcile/*.test.ts',
       'test/crash/persist-order.test.ts',
+      // Two web and two worker OS processes, one of each killed with kill -9 and restarted.
+      'test/crash/web-worker-pairs.test.ts',
     ],
     exclude: ['test/gateway/late-settlement.test.ts'],
     globalSetup: ['test/cluster-setup.ts'],
