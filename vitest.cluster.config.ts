@@ -1,22 +1,34 @@
 /**
- * The suites that run on a local Redis Cluster (`npm run test:cluster`): the service,
- * started with REDIS_URL naming one node, finds the cluster by itself. (test/cluster/*
- * start clusters of their own and run in the normal suite.)
+ * The suites that run on a local Redis Cluster (`npm run test:cluster`, and `.ci/run` after
+ * the single-Redis run): the service, started with REDIS_URL naming one node, finds the
+ * cluster by itself. (test/cluster/* start clusters of their own and run in the normal
+ * suite.)
+ *
+ * Left out, because they talk to one Redis around the client:
+ * - test/crash/crash.test.ts starts a redis-server of its own (appendfsync always) behind a
+ *   TCP proxy, and kills and restarts it; a variant that kills a cluster master is not
+ *   written yet.
+ * - test/gateway/late-settlement.test.ts cuts the connection of one Redis with a proxy.
  */
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
     include: [
-      'test/ledger/smoke.test.ts',
-      'test/ledger/deposit.test.ts',
-      'test/ledger/billing.test.ts',
-      'test/gateway/gateway.test.ts',
-      // Two API processes (pub/sub revocations, one rate-limit budget), two processes on one customer.
+      // The ledger, with three API runtimes on one customer (multi-process: own connections
+      // and HTTP servers, in this OS process); the sweeper and the TTL fallback walk the
+      // sharded indexes.
+      'test/ledger/*.test.ts',
+      'test/workers/*.test.ts',
+      'test/gateway/*.test.ts',
+      // Two API runtimes (pub/sub revocations, one rate-limit budget).
       'test/keys/keys.test.ts',
-      'test/ledger/multi-process.test.ts',
-      'test/reconcile/reconcile.test.ts',
+      'test/reconcile/*.test.ts',
+      'test/crash/persist-order.test.ts',
+      // Two web and two worker OS processes, one of each killed with kill -9 and restarted.
+      'test/crash/web-worker-pairs.test.ts',
     ],
+    exclude: ['test/gateway/late-settlement.test.ts'],
     globalSetup: ['test/cluster-setup.ts'],
     pool: 'forks',
     maxWorkers: 2,

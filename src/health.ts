@@ -8,10 +8,13 @@
  * whose persistence can lose acknowledged writes (anything but AOF with
  * `appendfsync always`, which is fine on a development machine and not in production),
  * customers whose entries the persist loop set aside, ledger anomalies a repair kept.
+ * On a Redis Cluster every master is asked for its persistence, and the weakest answers
+ * for the whole (each master holds acknowledged writes of its own slots alone).
  */
-import type { RedisClient } from './redis/client.js';
+import { isCluster, type RedisClient } from './redis/client.js';
+import type { Redis } from 'ioredis';
 import type { Runtime } from './runtime.js';
-import { customerKeysFromBase, dirtySetKey } from './redis/keys.js';
+import { customerKeysFromBase, dirty_shards, dirtyKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
 import { setAsideKey } from './ledger/outbox.js';
 import { sql } from 'slonik';
@@ -19,8 +22,8 @@ import { sql } from 'slonik';
 export const worker_heartbeat_stale_ms = 15_000;
 /** Older unpersisted entries than this make the service `degraded`. */
 export const outbox_lag_degraded_ms = 30_000;
-/** Dirty outboxes looked at to measure the lag. */
-export const outbox_lag_sample_size = 100;
+/** Dirty outboxes looked at to measure the lag, per shard of the dirty marks. */
+export const outbox_lag_sample_size = 8;
 export const heartbeatKey = (prefix: string) => `${prefix}worker:heartbeat`;
 
 /** How long a Redis's persistence settings are cached (CONFIG GET is not free). */
@@ -29,13 +32,28 @@ export const durability_cache_ms = 2_000;
 /** What a Redis crash can lose: `always` nothing acknowledged; `everysec` about a second; `no` and `off` more. */
 export type RedisDurability = 'always' | 'everysec' | 'no' | 'off' | 'unknown';
 
-const durabilityCache = new WeakMap<RedisClient, { atMs: number; value: RedisDurability }>();
+const durabilityCache = new WeakMap<Redis, { atMs: number; value: RedisDurability }>();
+
+/** Weakest first: what a crash of that node can lose. */
+const durability_order: RedisDurability[] = ['off', 'no', 'unknown', 'everysec', 'always'];
+
+/**
+ * The persistence of every master (a single Redis is its own one master, named `single`),
+ * and the weakest of them.
+ */
+async function durabilityOfMasters(redis: RedisClient): Promise<{ weakest: RedisDurability; byMaster: Record<string, RedisDurability> }> {
+  const nodes: [string, Redis][] = isCluster(redis) ? redis.nodes('master').map((n) => [`${n.options.host}:${n.options.port}`, n]) : [['single', redis]];
+  const values = await Promise.all(nodes.map(([, n]) => redisDurability(n)));
+  const byMaster = Object.fromEntries(nodes.map(([name], i) => [name, values[i]]));
+  const weakest = values.reduce((a, b) => (durability_order.indexOf(b) < durability_order.indexOf(a) ? b : a), 'always' as RedisDurability);
+  return { weakest: values.length === 0 ? 'unknown' : weakest, byMaster };
+}
 
 /**
  * Reads appendonly and appendfsync with CONFIG GET; `unknown` when CONFIG is disabled or
  * renamed (managed Redis services often do): the operator then has to know.
  */
-async function redisDurability(redis: RedisClient): Promise<RedisDurability> {
+async function redisDurability(redis: Redis): Promise<RedisDurability> {
   const cached = durabilityCache.get(redis);
   if (cached && Date.now() - cached.atMs < durability_cache_ms) return cached.value;
   let value: RedisDurability;
@@ -85,14 +103,16 @@ export async function health(rt: Runtime) {
       const aof = /aof_enabled:(\d)/.exec(info)?.[1] === '1';
       const rdbSaves = /rdb_last_save_time/.test(info);
       const [durability, setAside, anomalies] = await Promise.all([
-        redisDurability(rt.redis),
+        durabilityOfMasters(rt.redis),
         rt.redis.hlen(setAsideKey(prefix)),
         rt.redis.hlen(anomaliesKey(prefix)),
       ]);
       return {
         aof_enabled: aof,
         rdb: rdbSaves,
-        redis_durability: durability,
+        // The weakest master's, on a cluster; each master's below.
+        redis_durability: durability.weakest,
+        ...(isCluster(rt.redis) ? { redis_durability_by_master: durability.byMaster } : {}),
         // The generation guard: false while this Redis is checked against PostgreSQL.
         verified: rt.generation.verified,
         run_id: rt.generation.runId,
@@ -102,12 +122,15 @@ export async function health(rt: Runtime) {
     }),
     check(() => rt.db.oneFirst(sql.unsafe`SELECT 1`)),
     check(async () => {
-      const [dirty, beat, sample, [seconds, micros]] = await Promise.all([
-        rt.redis.scard(dirtySetKey(prefix)),
+      const shards = Array.from({ length: dirty_shards }, (_, n) => dirtyKey(prefix, n));
+      const [counts, beat, samples, [seconds, micros]] = await Promise.all([
+        Promise.all(shards.map((key) => rt.redis.scard(key))),
         rt.redis.get(heartbeatKey(prefix)),
-        rt.redis.srandmember(dirtySetKey(prefix), outbox_lag_sample_size),
+        Promise.all(shards.map((key) => rt.redis.srandmember(key, outbox_lag_sample_size))),
         rt.redis.time(),
       ]);
+      const dirty = counts.reduce((a, b) => a + b, 0);
+      const sample = samples.flat();
       // Outbox entry ids carry the Redis time of their write: the oldest first entry among
       // the sampled outboxes is how far PostgreSQL is behind.
       const firsts = await Promise.all(sample.map((base) => rt.redis.xrange(customerKeysFromBase(base).outbox, '-', '+', 'COUNT', 1)));

@@ -18,7 +18,7 @@ import { createClient, createRedis, detectCluster, throttled, type RedisClient }
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
-import { registerScripts } from './redis/scripts.js';
+import { registerScripts, type Scripts } from './redis/scripts.js';
 import { PlanService } from './plans/service.js';
 import { createModelQueries, type ModelQueries } from './admin/models.js';
 import { loadMasterKey } from './keys/crypto.js';
@@ -45,6 +45,8 @@ export interface Runtime {
   redis: RedisClient;
   db: DatabasePool;
   clock: Clock;
+  /** The Lua scripts, behind the generation guard. */
+  scripts: Scripts;
   ledger: LedgerService;
   /** The trim of idempotency records past REDIS_RETENTION_SECONDS (the worker runs it). */
   retention: Retention;
@@ -180,6 +182,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     redis,
     db,
     clock,
+    scripts,
     ledger,
     retention,
     plans,

@@ -132,9 +132,9 @@ export async function startTestService(opts: { workers?: boolean; config?: Parti
         });
         if (pending === 0) return;
         if (!workers) {
-          for (const base of await rt.redis.smembers(`${config.REDIS_PREFIX}dirty`)) {
-            await rt.redis.srem(`${config.REDIS_PREFIX}dirty`, base);
-          }
+          await scanKeys(rt.redis, `${config.REDIS_PREFIX}dirty:*`, 1000, async (keys) => {
+            for (const k of keys) await rt.redis.del(k);
+          });
           throw new Error('drained() needs a service started with workers: true');
         }
         if (Date.now() > deadline) throw new Error(`outboxes still hold ${pending} entries`);

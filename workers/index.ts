@@ -60,7 +60,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
       if (job.name === 'sweep') {
         const t = await rt.redis.time();
         const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + rt.clock.offsetMs();
-        return sweep(rt.redis, config.REDIS_PREFIX, rt.ledger, nowMs);
+        return sweep(rt.redis, rt.scripts, config.REDIS_PREFIX, rt.ledger, nowMs);
       }
       throw new Error(`unknown job ${job.name}`);
     },

@@ -1,5 +1,5 @@
 /**
- * The persist loop: takes customers from the dirty set and has the ledger's outbox
+ * The persist loop: takes customers from the dirty shards (`dirty:{n}`) and has the ledger's outbox
  * (src/ledger/outbox.ts) copy their entries to PostgreSQL. The loop only decides how much
  * to take per pass and when to run the next.
  *
@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../src/redis/client.js';
 import { LedgerOutbox, outbox_read_count_max, type OutboxHooks } from '../src/ledger/outbox.js';
 import type { LedgerQueries } from '../src/ledger/queries.js';
-import { dirtySetKey } from '../src/redis/keys.js';
+import { dirty_shards, dirtyKey, dirtyKeyOf } from '../src/redis/keys.js';
 
 /** Customers popped per pass without a backlog, and at most under one. */
 export const dirty_pop_count_min = 64;
@@ -47,6 +47,8 @@ export class PersistLoop {
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private popCount = dirty_pop_count_min;
+  /** The shard that takes the first of a pass's remainder; moves by one each pass. */
+  private firstShard = 0;
   readonly outbox: LedgerOutbox;
 
   constructor(
@@ -94,22 +96,33 @@ export class PersistLoop {
   }
 
   /**
-   * One pass: pops dirty customers, persists their oldest entries in one transaction
-   * (LedgerOutbox.persist), and puts back those with more waiting or that failed.
+   * One pass: pops dirty customers from the shards, persists their oldest entries in one
+   * transaction (LedgerOutbox.persist), and puts back those with more waiting or that
+   * failed. The pops go to every shard at once (auto-pipelined: one round trip per node),
+   * each for its part of the pass, the first shards in a rotating order taking the
+   * remainder, so that no shard waits behind the others.
    */
   async pass(): Promise<{ moved: number; backlog: boolean; failed: boolean }> {
-    const dirty = dirtySetKey(this.prefix);
-    const popped = await this.redis.spop(dirty, this.popCount);
+    const base = Math.floor(this.popCount / dirty_shards);
+    const extra = this.popCount % dirty_shards;
+    const counts = Array.from({ length: dirty_shards }, (_, i) => base + ((i - this.firstShard + dirty_shards) % dirty_shards < extra ? 1 : 0));
+    this.firstShard = (this.firstShard + 1) % dirty_shards;
+    const pops = await Promise.all(counts.map((count, shard) => (count === 0 ? Promise.resolve([]) : this.redis.spop(dirtyKey(this.prefix, shard), count))));
+    const popped = pops.flat();
     if (popped.length === 0) return { moved: 0, backlog: false, failed: false };
     const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / this.popCount)));
     const r = await this.outbox.persist(popped, perCustomer);
     const again = [...r.full, ...r.failed];
-    if (again.length > 0) await this.redis.sadd(dirty, ...again);
+    // One command each (auto-pipelined): the shards are different slots.
+    if (again.length > 0) await Promise.all(again.map((b) => this.redis.sadd(dirtyKeyOf(this.prefix, b), b)));
     if (r.persisted.length > 0 && this.hooks.persisted) {
       await this.hooks.persisted(r.persisted).catch((err: unknown) => this.logger.error({ err }, 'customers not handed to the trim; their records stay until they are persisted again'));
     }
-    // A full pop or full outboxes mean a backlog: take more per pass, and go on at once.
-    const backlog = popped.length === this.popCount || r.full.length > 0 || r.moved >= persist_batch_grow_below;
+    // A pop that came back at least half full with some shard full, or full outboxes, mean
+    // a backlog: take more per pass, and go on at once. (A shard alone can be full by the
+    // luck of the hash while the others are empty.)
+    const shardFull = pops.some((p, shard) => counts[shard] > 0 && p.length === counts[shard]);
+    const backlog = (shardFull && popped.length * 2 >= this.popCount) || r.full.length > 0 || r.moved >= persist_batch_grow_below;
     this.popCount = backlog ? Math.min(dirty_pop_count_max, this.popCount * 2) : Math.max(dirty_pop_count_min, this.popCount / 2);
     return { moved: r.moved, backlog: backlog && r.failed.length === 0, failed: r.failed.length > 0 };
   }

@@ -1,40 +1,72 @@
 /**
  * The sweeper: finds outboxes with entries that no dirty mark points at (an API process
- * killed between its script and its SADD, a worker killed mid-drain) and TTL freezes that
- * are overdue because their expire job was lost. Runs as a BullMQ job scheduler, so one
- * worker sweeps at a time however many run.
+ * killed between its script and its SADD, a worker killed mid-drain, a customer set
+ * aside) and TTL freezes that are overdue because their expire job was lost. Runs as a
+ * BullMQ job scheduler, so one worker sweeps at a time however many run.
+ *
+ * It scans no keyspace: it walks the active index (`active:{n}`, src/redis/keys.ts), to
+ * which an API process adds a customer before its first script on it in a window
+ * (LedgerService.markActive). A member whose window is over is looked at: a non-empty
+ * outbox is marked dirty and the member stays (looked at again next sweep); an overdue
+ * TTL is settled; a TTL still pending moves the member to when it is due; a customer
+ * with neither leaves the index. So the index holds the customers active in the last
+ * window, plus those with entries not yet in PostgreSQL or pending TTLs.
  */
 import type { RedisClient } from '../src/redis/client.js';
-import { dirtySetKey, parseCustomerBase } from '../src/redis/keys.js';
+import type { Scripts } from '../src/redis/scripts.js';
+import { activeKey, customerKeysFromBase, dirty_shards, dirtyKeyOf, parseCustomerBase } from '../src/redis/keys.js';
 import type { LedgerService } from '../src/ledger/service.js';
 
-export const scan_count = 1_000;
+/** Members read from a shard of the active index per command. */
+export const sweep_page_size = 500;
+/** Pages per shard and sweep: what is left waits for the next sweep. */
+export const sweep_pages_per_shard_max = 20;
+/** Customers looked at at once. */
+export const sweep_concurrency = 16;
 
-export async function sweep(redis: RedisClient, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number }> {
+export async function sweep(redis: RedisClient, scripts: Scripts, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number; released: number }> {
   let outboxes = 0;
   let expired = 0;
-  const scanAll = async (suffix: string, each: (base: string, key: string) => Promise<void>) => {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}c:*:${suffix}`, 'COUNT', scan_count);
-      cursor = next;
-      for (const key of keys) await each(key.slice(0, -(suffix.length + 1)), key);
-    } while (cursor !== '0');
-  };
-  await scanAll('outbox', async (base, key) => {
-    if ((await redis.xlen(key)) > 0) {
-      await redis.sadd(dirtySetKey(prefix), base);
-      outboxes++;
+  let released = 0;
+  for (let shard = 0; shard < dirty_shards; shard++) {
+    const key = activeKey(prefix, shard);
+    // Members that stay due (their outbox has entries) keep their place: the next page starts after them.
+    let offset = 0;
+    for (let page = 0; page < sweep_pages_per_shard_max; page++) {
+      const flat = await redis.zrangebyscore(key, '-inf', nowMs, 'WITHSCORES', 'LIMIT', offset, sweep_page_size);
+      const due: [string, string][] = [];
+      for (let i = 0; i < flat.length; i += 2) due.push([flat[i], flat[i + 1]]);
+      for (let i = 0; i < due.length; i += sweep_concurrency) {
+        await Promise.all(
+          due.slice(i, i + sweep_concurrency).map(async ([base, score]) => {
+            const k = customerKeysFromBase(base);
+            const [length, first] = await Promise.all([redis.xlen(k.outbox), redis.zrange(k.ttl, 0, 0, 'WITHSCORES')]);
+            const ttlDueMs = first.length === 2 ? Number(first[1]) : null;
+            if (ttlDueMs !== null && ttlDueMs <= nowMs) {
+              const ids = parseCustomerBase(prefix, base);
+              // The organization is only needed for plan accounting; the sweeper settles late.
+              if (ids) await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId);
+              expired++;
+            }
+            if (length > 0) {
+              await redis.sadd(dirtyKeyOf(prefix, base), base);
+              outboxes++;
+              offset++;
+              return;
+            }
+            if (ttlDueMs !== null && ttlDueMs <= nowMs) {
+              // Settled just now: its entry is in the outbox, looked at next sweep.
+              offset++;
+              return;
+            }
+            // Unless an API process marked it again meanwhile (lua/trim_due-1.lua: set or remove if unchanged).
+            const changed = await scripts.runOther<number>('trim_due', [key], [base, score, ttlDueMs === null ? '' : ttlDueMs]);
+            if (changed === 1 && ttlDueMs === null) released++;
+          }),
+        );
+      }
+      if (due.length < sweep_page_size) break;
     }
-  });
-  await scanAll('ttl', async (base, key) => {
-    const due = await redis.zrangebyscore(key, '-inf', nowMs, 'LIMIT', 0, 1);
-    const ids = parseCustomerBase(prefix, base);
-    if (due.length > 0 && ids) {
-      // The organization is only needed for plan accounting; the sweeper settles late.
-      await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId);
-      expired++;
-    }
-  });
-  return { outboxes, expired };
+  }
+  return { outboxes, expired, released };
 }

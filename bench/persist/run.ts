@@ -19,7 +19,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { newId } from '../../src/ids.js';
 import { outboxEntryFields, parseOutboxEntry } from '../../src/redis/codec.js';
-import { customerKeys, dirtySetKey } from '../../src/redis/keys.js';
+import { customerKeys, dirtyKeyOf } from '../../src/redis/keys.js';
 import { matchingProcessesCpu, processCpu, withCpu } from '../lib/cpu.js';
 import { waitUntil } from '../lib/processes.js';
 import { fmt, markdownTable } from '../lib/report.js';
@@ -113,7 +113,7 @@ await run.finish(async () => {
             pipeline.xadd(outboxes[c].outbox, '*', ...outboxEntryFields(e));
             touched.add(outboxes[c].base);
           }
-          pipeline.sadd(dirtySetKey(redisPrefix), ...touched);
+          for (const base of touched) pipeline.sadd(dirtyKeyOf(redisPrefix, base), base);
           await pipeline.exec();
           written += due;
         }

@@ -257,7 +257,7 @@ export function adminRoutes(rt: Runtime): Router {
   r.post('/v1/admin/projects/:project_id/reconcile', async (req, res) => {
     const project = await projectOr404(req, res);
     const { repair } = strictBody(req, reconcileSchema, { optional: true });
-    res.json(await reconcile(rt, { projectId: project.id, repair }));
+    res.json(await reconcile(rt, { projectId: project.id, repair, redisOnly: true }));
   });
 
   return r;

@@ -1,7 +1,8 @@
 /**
- * `npm run reconcile [-- --repair] [-- --project ID] [-- --json]`: compares Redis with the
- * state folded from PostgreSQL and prints the drift; `--repair` rewrites the drifted
- * customers from PostgreSQL. Exits 0 when nothing drifted or everything was repaired,
+ * `npm run reconcile [-- --repair] [-- --project ID] [-- --json] [-- --skip-redis-scan]`:
+ * compares Redis with the state folded from PostgreSQL and prints the drift (customers
+ * from PostgreSQL in pages, then a scan of every master for customers only Redis holds,
+ * unless skipped); `--repair` rewrites the drifted customers from PostgreSQL. Exits 0 when nothing drifted or everything was repaired,
  * 1 when drift is left (found without --repair) or a customer could not be checked.
  */
 import { parseArgs } from 'node:util';
@@ -15,6 +16,8 @@ const { values } = parseArgs({
     repair: { type: 'boolean', default: false },
     project: { type: 'string' },
     json: { type: 'boolean', default: false },
+    // The extra step that scans every master for customers PostgreSQL does not have.
+    'skip-redis-scan': { type: 'boolean', default: false },
   },
 });
 
@@ -39,7 +42,7 @@ const logger = pino({ level: config.LOG_LEVEL }, pino.destination(2));
 const rt = await createRuntime(config, logger);
 let exitCode = 1;
 try {
-  const report = await reconcile(rt, { projectId: values.project, repair: values.repair });
+  const report = await reconcile(rt, { projectId: values.project, repair: values.repair, redisOnly: !values['skip-redis-scan'] });
   process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : describe(report, values.repair)}\n`);
   const unrepaired = report.customers_with_drift - (values.repair ? report.customers_repaired : 0);
   exitCode = unrepaired === 0 && report.errors.length === 0 ? 0 : 1;

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { RedisClient } from '../redis/client.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
-import { customerKeys, dirtySetKey, scriptKeys, type CustomerKeys } from '../redis/keys.js';
+import { activeKeyOf, customerKeys, dirty_shards, dirtyKey, scriptKeys, shardOf, type CustomerKeys } from '../redis/keys.js';
 import {
   scriptApi, scriptError, ScriptStatus, type CustomerScriptArgs, type CustomerScriptName, type ScriptApi, type Scripts, type ScriptReply,
 } from '../redis/scripts.js';
@@ -119,9 +119,23 @@ export function requestHash(parts: unknown[]): string {
 }
 
 
+/**
+ * How long an active mark lasts (LedgerService.markActive): the sweeper looks at a
+ * customer's outbox and TTLs once its mark is over, so an outbox an API process left
+ * unmarked when it died is found within about this long.
+ */
+export const active_mark_window_ms = 10_000;
+/** A process marks a customer again once less than this is left of its mark. */
+export const active_mark_refresh_ms = 5_000;
+/** Customers whose mark a process remembers; beyond it forgets them all (and marks again). */
+export const active_marks_remembered_max = 100_000;
+
 export class LedgerService {
-  /** Outboxes written since the last SADD to the dirty set (markDirty). */
-  private readonly dirty = new Set<string>();
+  /** Outboxes written since the last SADD to the dirty shards (markDirty), per shard. */
+  private readonly dirty = new Map<number, Set<string>>();
+  private dirtyFlushQueued = false;
+  /** Customer base -> until when its active mark holds (ms, service clock), or the ZADD in flight. */
+  private readonly activeUntil = new Map<string, number | Promise<void>>();
   readonly bindings: Bindings;
   private readonly api: ScriptApi;
 
@@ -137,19 +151,50 @@ export class LedgerService {
   }
 
   /**
-   * Adds a customer's outbox to the dirty set, together with every other outbox written
-   * in the same turn of the event loop: one SADD for many operations under load. Not
-   * awaited by the operation: the sweeper re-finds an outbox whose SADD was lost with
-   * this process.
+   * Adds a customer's outbox to its dirty shard (`dirty:{n}`, by a hash of the customer),
+   * together with every other outbox written in the same turn of the event loop: one SADD
+   * per shard for many operations under load. Not awaited by the operation: the sweeper
+   * finds an outbox whose SADD was lost with this process through the active mark.
    */
   private markDirty(base: string): void {
-    this.dirty.add(base);
-    if (this.dirty.size > 1) return;
+    const shard = shardOf(base, dirty_shards);
+    let members = this.dirty.get(shard);
+    if (!members) this.dirty.set(shard, (members = new Set()));
+    members.add(base);
+    if (this.dirtyFlushQueued) return;
+    this.dirtyFlushQueued = true;
     setImmediate(() => {
-      const members = [...this.dirty];
+      this.dirtyFlushQueued = false;
+      for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
       this.dirty.clear();
-      this.redis.sadd(dirtySetKey(this.prefix), ...members).catch(() => undefined);
     });
+  }
+
+  /**
+   * Makes sure the customer is in its shard of the active index before a script of this
+   * process may write its outbox: a mark that is applied before the script, unlike the
+   * dirty mark after it, survives this process dying in between, and the sweeper walks
+   * the index instead of the keyspace (workers/sweep.ts). A script cannot add it itself:
+   * the index is in another slot. Costs a command on the first operation on a customer
+   * per process and per active_mark_refresh_ms, none on the others; null when nothing is
+   * to wait for.
+   */
+  private markActive(base: string): Promise<void> | null {
+    const now = Date.now() + this.clock.offsetMs();
+    const held = this.activeUntil.get(base);
+    if (typeof held === 'number' && held - now > active_mark_refresh_ms) return null;
+    if (held instanceof Promise) return held;
+    if (this.activeUntil.size >= active_marks_remembered_max) this.activeUntil.clear();
+    const until = now + active_mark_window_ms;
+    const pending = this.redis.zadd(activeKeyOf(this.prefix, base), 'GT', until, base).then(
+      () => void this.activeUntil.set(base, until),
+      (err: unknown) => {
+        this.activeUntil.delete(base);
+        throw err;
+      },
+    );
+    this.activeUntil.set(base, pending);
+    return pending;
   }
 
   /**
@@ -178,8 +223,9 @@ export class LedgerService {
     args: CustomerScriptArgs<N>,
     bindingReadAtMs: number | null = null,
   ): Promise<ScriptReply> {
-    await this.ready();
     const k = this.keys(scope, customerId);
+    const marked = this.markActive(k.base);
+    await (marked ? Promise.all([this.ready(), marked]) : this.ready());
     const reply = await this.api.customer(name, {
       keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le'), bindingReadAtMs,
     }, args);

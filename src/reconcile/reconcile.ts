@@ -28,7 +28,7 @@ import {
 } from '../redis/codec.js';
 import { createClient, isCluster, type RedisClient } from '../redis/client.js';
 import { scanKeys } from '../redis/scan.js';
-import { bindingKeys, customerBase, customerKeysFromBase, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
+import { activeKey, bindingKeys, customerBase, customerKeysFromBase, dirty_shards, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
 import { Bindings, claimId } from '../ledger/bindings.js';
 import { registerScripts } from '../redis/scripts.js';
 import { queueExpiry } from '../ledger/expiry.js';
@@ -45,6 +45,10 @@ export const attempts_max = 10;
 export const retry_pause_ms_max = 10;
 export const scan_count = 1_000;
 export const index_read_batch_size = 500;
+/** Customers read from PostgreSQL per query: reconcile walks them in pages of this many. */
+export const customer_page_size = 500;
+/** Outbox entries read per XRANGE of a snapshot: a long outbox is read in pages. */
+export const snapshot_outbox_page_size = 500;
 
 export interface DriftItem {
   project_id: string;
@@ -95,11 +99,23 @@ const entryRow = ledgerEntryRow.pick({ id: true, seq: true, type: true, transact
 
 function createReconcileQueries(pool: DatabasePool) {
   return {
-    customerIds(projectId: string | null) {
+    /** The next page of customers after `after` (keyset order: project, id). */
+    customerPage(projectId: string | null, after: { project_id: string; id: string } | null, limit: number) {
+      const conditions = [
+        ...(projectId === null ? [] : [sql.fragment`project_id = ${projectId}`]),
+        ...(after === null ? [] : [sql.fragment`(project_id, id) > (${after.project_id}, ${after.id})`]),
+      ];
       return pool.any(sql.type(z.object({ project_id: z.string(), id: z.string() }))`
         SELECT project_id, id FROM customers
-        ${projectId === null ? sql.fragment`` : sql.fragment`WHERE project_id = ${projectId}`}
-        ORDER BY project_id, id`);
+        ${conditions.length === 0 ? sql.fragment`` : sql.fragment`WHERE ${sql.join(conditions, sql.fragment` AND `)}`}
+        ORDER BY project_id, id LIMIT ${limit}`);
+    },
+    /** Which of these customers PostgreSQL has. */
+    existing(ids: { projectId: string; customerId: string }[]) {
+      return pool.any(sql.type(z.object({ project_id: z.string(), id: z.string() }))`
+        SELECT c.project_id, c.id FROM customers c
+        JOIN unnest(${sql.array(ids.map((i) => i.projectId), 'text')}::text[], ${sql.array(ids.map((i) => i.customerId), 'text')}::text[]) AS w(project_id, id)
+          ON c.project_id = w.project_id AND c.id = w.id`);
     },
     async customer(projectId: string, customerId: string): Promise<CustomerRow | null> {
       const row = await pool.maybeOne(sql.type(customerRow)`
@@ -148,7 +164,7 @@ function zsetOf(flat: string[]): Record<string, string> {
 async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapshot> {
   const replies = await conn
     .pipeline()
-    .hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+')
+    .hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+', 'COUNT', snapshot_outbox_page_size)
     .zrange(k.live, 0, -1, 'WITHSCORES').zrange(k.dead, 0, -1, 'WITHSCORES').zrange(k.spent, 0, -1, 'WITHSCORES')
     .exec();
   const values = (replies ?? []).map(([err, v]) => {
@@ -159,6 +175,12 @@ async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapsho
     Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
     string[], string[], string[],
   ];
+  // The rest of a long outbox, page by page after the first: under the caller's WATCH, so
+  // a change between the pages fails its EXEC and the snapshot is read again.
+  for (let page = stream; page.length === snapshot_outbox_page_size; ) {
+    page = await conn.xrange(k.outbox, `(${page[page.length - 1][0]}`, '+', 'COUNT', snapshot_outbox_page_size);
+    stream.push(...page);
+  }
   const ttl: Record<string, number> = {};
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
   return {
@@ -494,17 +516,49 @@ function globEscape(s: string): string {
   return s.replace(/[*?[\]\\]/g, '\\$&');
 }
 
-/** Customer key bases found in Redis (of one project, or all). */
-async function redisCustomerBases(redis: RedisClient, prefix: string, projectId: string | null): Promise<string[]> {
+/**
+ * Copies to PostgreSQL the outboxes of the customers in the active index (of one project,
+ * or all): those written in the last window or with entries still waiting
+ * (workers/sweep.ts). A customer whose first entries are still in its outbox is then in
+ * PostgreSQL when the pages are read. A seq clash is left to the customer's check.
+ */
+async function drainActive(redis: RedisClient, persist: LedgerOutbox, prefix: string, projectId: string | null): Promise<void> {
   const head = `${prefix}c:{${projectId === null ? '' : `${encodeURIComponent(projectId)}:`}`;
-  const bases = new Set<string>();
+  for (let shard = 0; shard < dirty_shards; shard++) {
+    for (let start = 0; ; start += customer_page_size) {
+      const bases = await redis.zrange(activeKey(prefix, shard), start, start + customer_page_size - 1);
+      for (const base of bases) {
+        if (!base.startsWith(head)) continue;
+        await persist.drain(base).catch((err: unknown) => {
+          if (!isSeqClash(err)) throw err;
+        });
+      }
+      if (bases.length < customer_page_size) break;
+    }
+  }
+}
+
+/**
+ * Customers whose keys Redis holds (of one project, or all), batch by batch as the scan of
+ * every master finds them; a customer may come in several batches.
+ */
+async function scanRedisCustomers(
+  redis: RedisClient,
+  prefix: string,
+  projectId: string | null,
+  each: (found: [string, { projectId: string; customerId: string }][]) => Promise<void>,
+): Promise<void> {
+  const head = `${prefix}c:{${projectId === null ? '' : `${encodeURIComponent(projectId)}:`}`;
   await scanKeys(redis, `${globEscape(head)}*`, scan_count, async (keys) => {
+    const found = new Map<string, { projectId: string; customerId: string }>();
     for (const key of keys) {
       const end = key.lastIndexOf('}:');
-      if (end > 0) bases.add(key.slice(0, end + 1));
+      const base = end > 0 ? key.slice(0, end + 1) : null;
+      const ids = base === null ? null : parseCustomerBase(prefix, base);
+      if (base !== null && ids) found.set(base, ids);
     }
+    if (found.size > 0) await each([...found]);
   });
-  return [...bases];
 }
 
 interface CustomerOutcome {
@@ -594,10 +648,16 @@ async function reconcileKeys(
  * Checks (and with `repair` rewrites) every customer of the prefix, of one project, or
  * only the `customers` given (the recovery after a Redis restart, the persist loop's
  * repair of a clashing customer).
+ *
+ * Customers come from PostgreSQL, in pages of customer_page_size (keyset order), so that
+ * neither a project with a million customers nor a cluster makes one long read. With
+ * `redisOnly` (the CLI and the admin route, run by hand), an extra step then scans every
+ * master's keyspace (src/redis/scan.ts) for customers Redis holds and PostgreSQL does not:
+ * they are reported, never deleted. Nothing runs this scan on a timer.
  */
 export async function reconcile(
   rt: ReconcileRuntime,
-  opts: { projectId?: string; repair: boolean; customers?: { projectId: string; customerId: string }[] },
+  opts: { projectId?: string; repair: boolean; customers?: { projectId: string; customerId: string }[]; redisOnly?: boolean; pageSize?: number },
 ): Promise<ReconcileReport> {
   const prefix = rt.config.REDIS_PREFIX;
   const queries = createReconcileQueries(rt.db);
@@ -606,77 +666,90 @@ export async function reconcile(
   const retentionMs = rt.config.REDIS_RETENTION_SECONDS * 1000;
   const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] };
 
-  const customers = new Map<string, { projectId: string; customerId: string }>();
-  if (opts.customers) {
-    for (const ids of opts.customers) customers.set(customerBase(prefix, ids.projectId, ids.customerId), ids);
-  } else {
-    for (const row of await queries.customerIds(opts.projectId ?? null)) {
-      customers.set(customerBase(prefix, row.project_id, row.id), { projectId: row.project_id, customerId: row.id });
-    }
-    for (const base of await redisCustomerBases(rt.redis, prefix, opts.projectId ?? null)) {
-      const ids = parseCustomerBase(prefix, base);
-      if (ids && !customers.has(base)) customers.set(base, ids);
-    }
-  }
-
   const organizations = new Map<string, string | null>();
   // WATCH belongs to a connection: the shared client is used by others and its MULTIs
   // would end our WATCH.
   const conn = createClient(rt.config.REDIS_URL, isCluster(rt.redis), { enableAutoPipelining: false });
+  const checkCustomer = async (base: string, ids: { projectId: string; customerId: string }): Promise<void> => {
+    report.customers_checked++;
+    let outcome: CustomerOutcome;
+    try {
+      outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs(), retentionMs }, base, ids, opts.repair);
+    } catch (err) {
+      await conn.unwatch().catch(() => undefined);
+      const permanent = err instanceof FoldError;
+      if (!permanent) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
+      report.errors.push({ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message, permanent });
+      return;
+    }
+    for (const message of outcome.anomalies) report.anomalies.push({ project_id: ids.projectId, customer_id: ids.customerId, message });
+    if (opts.repair && outcome.rewritten && outcome.anomalies.length > 0) {
+      rt.logger.error({ ...ids, anomalies: outcome.anomalies }, 'reconcile kept ledger anomalies; see docs/OPERATIONS.md');
+      await rt.redis.hset(anomaliesKey(prefix), base, JSON.stringify({ at: new Date().toISOString(), anomalies: outcome.anomalies }));
+    }
+
+    const { folded } = outcome;
+    // An archived record's id goes into its bucket's Bloom filter (its binding, if one
+    // is left, is removed), so that after a rebuild from an empty Redis a replay of it
+    // still asks PostgreSQL instead of applying as new.
+    if (outcome.rewritten) {
+      await bindings.archive(ids.projectId, 't', ids.customerId, [...outcome.archived.tx]);
+      await bindings.archive(ids.projectId, 'd', ids.customerId, [...outcome.archived.dep]);
+      for (const txid of outcome.archived.tx) {
+        const ik = (JSON.parse(folded?.tx[txid] ?? '{}') as { ik?: string }).ik;
+        if (ik !== undefined) await bindings.archive(ids.projectId, 'g', txid, [claimId(ids.customerId, ik)]);
+      }
+    }
+    const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound))];
+    if (drift.length === 0) return;
+    report.customers_with_drift++;
+    report.drift.push(...drift);
+    // Redis state without a PostgreSQL customer is reported, never deleted.
+    if (!opts.repair || folded === null) return;
+
+    const boundAt = Date.now();
+    for (const d of drift) {
+      const [kind, id] = d.field === 'txidx' ? (['t', d.transaction_id!] as const) : d.field === 'depidx' ? (['d', d.idempotency_key!] as const) : [null, ''];
+      if (kind !== null) await rt.redis.hset(bindingKeys(prefix, ids.projectId, kind, id).ids, id, `${ids.customerId}|${boundAt}`);
+    }
+    if (outcome.rewritten) {
+      await rt.redis.hdel(setAsideKey(prefix), base);
+      if (!organizations.has(ids.projectId)) organizations.set(ids.projectId, await queries.organizationOf(ids.projectId));
+      const organizationId = organizations.get(ids.projectId) ?? '';
+      for (const [transactionId, atMs] of Object.entries(folded.ttl)) {
+        // A Redis loss takes the delayed jobs with it; one that still exists is not added again.
+        await queueExpiry(rt.ledgerQueue, rt.clock, { projectId: ids.projectId, organizationId, customerId: ids.customerId, transactionId }, atMs);
+      }
+    }
+    rt.logger.info({ ...ids, drift: drift.length }, 'reconcile repaired a customer');
+    report.customers_repaired++;
+  };
   try {
-    for (const [base, ids] of customers) {
-      report.customers_checked++;
-      let outcome: CustomerOutcome;
-      try {
-        outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs(), retentionMs }, base, ids, opts.repair);
-      } catch (err) {
-        await conn.unwatch().catch(() => undefined);
-        const permanent = err instanceof FoldError;
-        if (!permanent) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
-        report.errors.push({ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message, permanent });
-        continue;
+    if (opts.customers) {
+      const given = new Map(opts.customers.map((ids) => [customerBase(prefix, ids.projectId, ids.customerId), ids]));
+      for (const [base, ids] of given) await checkCustomer(base, ids);
+    } else {
+      await drainActive(rt.redis, persist, prefix, opts.projectId ?? null);
+      let after: { project_id: string; id: string } | null = null;
+      for (;;) {
+        const pageSize = opts.pageSize ?? customer_page_size;
+        const page = await queries.customerPage(opts.projectId ?? null, after, pageSize);
+        for (const row of page) await checkCustomer(customerBase(prefix, row.project_id, row.id), { projectId: row.project_id, customerId: row.id });
+        if (page.length < pageSize) break;
+        after = page[page.length - 1];
       }
-      for (const message of outcome.anomalies) report.anomalies.push({ project_id: ids.projectId, customer_id: ids.customerId, message });
-      if (opts.repair && outcome.rewritten && outcome.anomalies.length > 0) {
-        rt.logger.error({ ...ids, anomalies: outcome.anomalies }, 'reconcile kept ledger anomalies; see docs/OPERATIONS.md');
-        await rt.redis.hset(anomaliesKey(prefix), base, JSON.stringify({ at: new Date().toISOString(), anomalies: outcome.anomalies }));
+      if (opts.redisOnly) {
+        const seen = new Set<string>();
+        await scanRedisCustomers(rt.redis, prefix, opts.projectId ?? null, async (found) => {
+          const fresh = found.filter(([base]) => !seen.has(base));
+          if (fresh.length === 0) return;
+          const known = new Set((await queries.existing(fresh.map(([, ids]) => ids))).map((r) => customerBase(prefix, r.project_id, r.id)));
+          for (const [base, ids] of fresh) {
+            seen.add(base);
+            if (!known.has(base)) await checkCustomer(base, ids);
+          }
+        });
       }
-
-      const { folded } = outcome;
-      // An archived record's id goes into its bucket's Bloom filter (its binding, if one
-      // is left, is removed), so that after a rebuild from an empty Redis a replay of it
-      // still asks PostgreSQL instead of applying as new.
-      if (outcome.rewritten) {
-        await bindings.archive(ids.projectId, 't', ids.customerId, [...outcome.archived.tx]);
-        await bindings.archive(ids.projectId, 'd', ids.customerId, [...outcome.archived.dep]);
-        for (const txid of outcome.archived.tx) {
-          const ik = (JSON.parse(folded?.tx[txid] ?? '{}') as { ik?: string }).ik;
-          if (ik !== undefined) await bindings.archive(ids.projectId, 'g', txid, [claimId(ids.customerId, ik)]);
-        }
-      }
-      const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound))];
-      if (drift.length === 0) continue;
-      report.customers_with_drift++;
-      report.drift.push(...drift);
-      // Redis state without a PostgreSQL customer is reported, never deleted.
-      if (!opts.repair || folded === null) continue;
-
-      const boundAt = Date.now();
-      for (const d of drift) {
-        const [kind, id] = d.field === 'txidx' ? (['t', d.transaction_id!] as const) : d.field === 'depidx' ? (['d', d.idempotency_key!] as const) : [null, ''];
-        if (kind !== null) await rt.redis.hset(bindingKeys(prefix, ids.projectId, kind, id).ids, id, `${ids.customerId}|${boundAt}`);
-      }
-      if (outcome.rewritten) {
-        await rt.redis.hdel(setAsideKey(prefix), base);
-        if (!organizations.has(ids.projectId)) organizations.set(ids.projectId, await queries.organizationOf(ids.projectId));
-        const organizationId = organizations.get(ids.projectId) ?? '';
-        for (const [transactionId, atMs] of Object.entries(folded.ttl)) {
-          // A Redis loss takes the delayed jobs with it; one that still exists is not added again.
-          await queueExpiry(rt.ledgerQueue, rt.clock, { projectId: ids.projectId, organizationId, customerId: ids.customerId, transactionId }, atMs);
-        }
-      }
-      rt.logger.info({ ...ids, drift: drift.length }, 'reconcile repaired a customer');
-      report.customers_repaired++;
     }
   } finally {
     conn.disconnect();

@@ -103,8 +103,41 @@ export function trimDueKeyOf(prefix: string, base: string): string {
   return trimDueKey(prefix, parseInt(idHash(base).slice(0, 4), 16) % trim_due_shards);
 }
 
-export function dirtySetKey(prefix: string): string {
-  return `${prefix}dirty`;
+/**
+ * Shards of the dirty marks and of the active index: customers spread by a hash of their
+ * key base, each shard a hash tag (a cluster slot) of its own, so that every master holds
+ * some and no one set is a hot key.
+ */
+export const dirty_shards = 16;
+
+/** A cheap string hash (FNV-1a, 32 bits): computed per operation by markDirty, so not SHA-1. */
+export function shardOf(base: string, shards: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < base.length; i++) h = Math.imul(h ^ base.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % shards;
+}
+
+/** set: customer key bases whose outbox has entries to persist (LedgerService.markDirty, the persist loop). */
+export function dirtyKey(prefix: string, shard: number): string {
+  return `${prefix}dirty:{${shard}}`;
+}
+
+export function dirtyKeyOf(prefix: string, base: string): string {
+  return dirtyKey(prefix, shardOf(base, dirty_shards));
+}
+
+/**
+ * zset: customer key base -> until when (ms, service clock) it counts as active. An API
+ * process adds a customer before its first script on it in a window (LedgerService.run);
+ * the sweeper walks the members whose window is over, marks their non-empty outboxes
+ * dirty and settles their overdue TTLs (workers/sweep.ts).
+ */
+export function activeKey(prefix: string, shard: number): string {
+  return `${prefix}active:{${shard}}`;
+}
+
+export function activeKeyOf(prefix: string, base: string): string {
+  return activeKey(prefix, shardOf(base, dirty_shards));
 }
 
 /** Parses project and customer back out of a customer base (for the sweeper). */

@@ -14,7 +14,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
+import { isCluster } from '../../src/redis/client.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
+import { keySlot, masterSlots } from '../../src/redis/slots.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 
 let svc: TestService;
@@ -70,14 +72,28 @@ function measuredKeys(): string[] {
 async function meta(): Promise<{ fields: string[]; bytes: number }> {
   const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customer);
   const fields = (await svc.rt.redis.hkeys(k.meta)).sort();
-  return { fields, bytes: Number((await svc.rt.redis.memory('USAGE', k.meta, 'SAMPLES', 0)) ?? 0) };
+  return { fields, bytes: await memoryUsage(k.meta) };
 }
 const meta_counter_growth_bytes_max = 64;
+
+/**
+ * MEMORY USAGE of one key. ioredis does not know where its key is, so on a cluster it is
+ * sent to the master that serves the key's slot.
+ */
+async function memoryUsage(key: string): Promise<number> {
+  const redis = svc.rt.redis;
+  if (!isCluster(redis)) return Number((await redis.memory('USAGE', key, 'SAMPLES', 0)) ?? 0);
+  const slot = keySlot(key);
+  const master = [...masterSlots(redis)].find(([, slots]) => slots.has(slot))?.[0];
+  const node = redis.nodes('master').find((n) => `${n.options.host}:${n.options.port}` === master);
+  if (!node) throw new Error(`no master serves slot ${slot}`);
+  return Number((await node.memory('USAGE', key, 'SAMPLES', 0)) ?? 0);
+}
 
 /** Bytes Redis uses for the measured keys (MEMORY USAGE, every element counted). */
 async function memory(): Promise<number> {
   let total = 0;
-  for (const key of measuredKeys()) total += Number((await svc.rt.redis.memory('USAGE', key, 'SAMPLES', 0)) ?? 0);
+  for (const key of measuredKeys()) total += await memoryUsage(key);
   return total;
 }
 

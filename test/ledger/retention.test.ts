@@ -162,7 +162,9 @@ describe('retention of idempotency records', () => {
     const buckets = (['t', 'd'] as const).flatMap((kind) =>
       Array.from({ length: binding_buckets }, (_, b) => Object.values(bindingKeysOfBucket(svc.rt.config.REDIS_PREFIX, p.projectId, kind, b))).flat(),
     );
-    await svc.rt.redis.del(k.meta, k.src, k.live, k.dead, k.spent, k.tx, k.dep, k.ttl, k.fin, k.arch, recoveryBaselineKey(svc.rt.config.REDIS_PREFIX), ...buckets);
+    // One DEL per key: on a cluster the buckets and the baseline are in other slots.
+    const lost = [k.meta, k.src, k.live, k.dead, k.spent, k.tx, k.dep, k.ttl, k.fin, k.arch, recoveryBaselineKey(svc.rt.config.REDIS_PREFIX), ...buckets];
+    await Promise.all(lost.map((key) => svc.rt.redis.del(key)));
     // The recovery after a Redis restart (src/reconcile/recovery.ts) rebuilds it.
     const repaired = await recoverForgotten(svc.rt, svc.rt.config.REDIS_RECOVERY_WINDOW_MS);
     expect(repaired?.drift.filter((d) => d.customer_id === 'e1').map((d) => d.field)).toContain('customer');

@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sweep } from '../../workers/sweep.js';
+import { active_mark_window_ms } from '../../src/ledger/service.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 
 let svc: TestService;
@@ -30,10 +31,11 @@ describe('a TTL freeze whose expiry job cannot be queued', () => {
     } finally {
       queue.add = add;
     }
-    svc.rt.clock.advance(2_000);
+    // Past the TTL, and past the API's active mark on the customer: the sweeper looks at a customer once its mark is over.
+    svc.rt.clock.advance(active_mark_window_ms + 1_000);
     const t = await svc.rt.redis.time();
     const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + svc.rt.clock.offsetMs();
-    await sweep(svc.rt.redis, svc.rt.config.REDIS_PREFIX, svc.rt.ledger, nowMs);
+    await sweep(svc.rt.redis, svc.rt.scripts, svc.rt.config.REDIS_PREFIX, svc.rt.ledger, nowMs);
     const ledger = await svc.call('GET', '/v1/customers/c1/ledger?type=UNFREEZE', { key: p.projectKey });
     expect(ledger.body.data).toEqual([expect.objectContaining({ transaction_id: 'f1', amount: 40, reason: 'ttl_release' })]);
   });

@@ -279,7 +279,10 @@ describe('reconcile', () => {
     const ghost = keysOf('ghost');
     await svc.rt.redis.hset(ghost.meta, { created_at: '1', seq: '1' });
     try {
-      const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+      // Customers come from PostgreSQL (here one per page); only the explicit scan finds the ghost.
+      const fromPostgres = await reconcile(svc.rt, { projectId: p.projectId, repair: true, pageSize: 1 });
+      expect(fromPostgres).toMatchObject({ customers_checked: 2, customers_with_drift: 0, drift: [] });
+      const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true, redisOnly: true });
       expect(report).toMatchObject({
         // The fixture's c1 and c2, and the ghost.
         customers_checked: 3,

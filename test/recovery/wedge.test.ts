@@ -17,7 +17,7 @@ import { Redis } from 'ioredis';
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
-import { customerKeys, dirtySetKey, scriptKeys } from '../../src/redis/keys.js';
+import { customerKeys, dirtyKeyOf, scriptKeys } from '../../src/redis/keys.js';
 import { setAsideKey } from '../../src/ledger/outbox.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
@@ -159,7 +159,7 @@ describe('a customer whose Redis state went back in place (the wedge)', () => {
     const drainAll = async () => {
       const loop = new PersistLoop(rt.redis, rt.ledgerQueries, prefix, 0, rt.logger);
       for (const c of ['alice', 'bob']) await loop.outbox.drain(customerKeys(prefix, s.p.projectId, c).base);
-      await rt.redis.del(dirtySetKey(prefix));
+      for (const c of ['alice', 'bob']) await rt.redis.del(dirtyKeyOf(prefix, customerKeys(prefix, s.p.projectId, c).base));
     };
     await s.runUpToTheClash(drainAll);
 
@@ -170,7 +170,7 @@ describe('a customer whose Redis state went back in place (the wedge)', () => {
       await waitFor(async () => (await s.outboxLength('bob')) === 0 && (await rt.redis.hexists(setAsideKey(prefix), alice)) === 1, 10_000, 'bob drained, alice set aside');
       // Set aside, not back in the dirty set: the loop has nothing left to retry, so it
       // cannot spin (the sweeper finds the outbox again on its schedule).
-      expect(await rt.redis.sismember(dirtySetKey(prefix), alice)).toBe(0);
+      expect(await rt.redis.sismember(dirtyKeyOf(prefix, alice), alice)).toBe(0);
       expect(inserts).toBeLessThanOrEqual(3);
       expect(await s.outboxLength('alice')).toBe(3);
       const health = await manual.call('GET', '/health');

@@ -7,7 +7,10 @@
  */
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dirtySetKey } from '../../src/redis/keys.js';
+import { activeKeyOf, dirtyKeyOf } from '../../src/redis/keys.js';
+import { PersistLoop } from '../../workers/persist.js';
+import { sweep } from '../../workers/sweep.js';
+import { active_mark_window_ms } from '../../src/ledger/service.js';
 import { startWorkers } from '../../workers/index.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 
@@ -46,13 +49,15 @@ describe('the sweeper', () => {
   it('persists the entries of an outbox that nobody marked dirty', async () => {
     const customer = 'unmarked';
     const keys = svc.rt.ledger.keys(scope(), customer);
-    const dirty = dirtySetKey(svc.rt.config.REDIS_PREFIX);
+    const dirty = dirtyKeyOf(svc.rt.config.REDIS_PREFIX, keys.base);
     await post('/v1/customers/deposit', { customer_id: customer, amount: 1_000 });
     await post('/v1/billing/freeze', { customer_id: customer, transaction_id: 'unmarked-1', amount: 300 });
     // The API marks the outbox dirty in the same round trip as its script; take the mark away.
     await waitFor(async () => (await svc.rt.redis.sismember(dirty, keys.base)) === 1, 5_000, 'the dirty mark');
     await svc.rt.redis.srem(dirty, keys.base);
     expect(await svc.rt.redis.xlen(keys.outbox)).toBe(2);
+    // The sweeper looks at a customer once the API's active mark on it is over (as after the API died).
+    svc.rt.clock.advance(active_mark_window_ms + 1_000);
 
     await withWorkers(async () => {
       // The persist loop only drains marked outboxes: the entries reach PostgreSQL only when the sweeper marks this one again.
@@ -88,5 +93,42 @@ describe('the sweeper', () => {
     ]);
     const balance = await svc.call('GET', `/v1/customers/${customer}/balance`, { key: p.projectKey });
     expect(balance.body).toMatchObject({ total: 1_000, used: 0, frozen: 0, available: 1_000 });
+  });
+  it('keeps a customer in the active index while its outbox or a TTL needs it, and then lets it go', async () => {
+    const customer = 'indexed';
+    const prefix = svc.rt.config.REDIS_PREFIX;
+    const keys = svc.rt.ledger.keys(scope(), customer);
+    const active = activeKeyOf(prefix, keys.base);
+    const outbox = new PersistLoop(svc.rt.redis, svc.rt.ledgerQueries, prefix, 0, svc.rt.logger).outbox;
+    const sweepNow = async () => {
+      const t = await svc.rt.redis.time();
+      return sweep(svc.rt.redis, svc.rt.scripts, prefix, svc.rt.ledger, Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + svc.rt.clock.offsetMs());
+    };
+    await post('/v1/customers/deposit', { customer_id: customer, amount: 1_000 });
+    await post('/v1/billing/freeze', { customer_id: customer, transaction_id: 'indexed-1', amount: 100, release_after_seconds: 3_600 });
+    // Marked before its scripts ran, for the window.
+    expect(await svc.rt.redis.zscore(active, keys.base)).not.toBeNull();
+
+    // Window over, entries waiting: marked dirty, and it stays due.
+    svc.rt.clock.advance(active_mark_window_ms + 1_000);
+    const first = await sweepNow();
+    expect(first.outboxes).toBeGreaterThanOrEqual(1);
+    expect(await svc.rt.redis.sismember(dirtyKeyOf(prefix, keys.base), keys.base)).toBe(1);
+    const stillDue = Number(await svc.rt.redis.zscore(active, keys.base));
+
+    // Persisted, a TTL pending: the member waits for the TTL's due time.
+    await outbox.drain(keys.base);
+    await sweepNow();
+    const [ttlDue] = (await svc.rt.redis.zrange(keys.ttl, 0, 0, 'WITHSCORES')).slice(1);
+    expect(Number(await svc.rt.redis.zscore(active, keys.base))).toBe(Number(ttlDue));
+    expect(Number(ttlDue)).toBeGreaterThan(stillDue);
+
+    // Nothing pending and nothing waiting: it leaves the index.
+    await post('/v1/billing/unfreeze', { transaction_id: 'indexed-1' });
+    await outbox.drain(keys.base);
+    svc.rt.clock.advance(3_600_000);
+    const last = await sweepNow();
+    expect(last.released).toBeGreaterThanOrEqual(1);
+    expect(await svc.rt.redis.zscore(active, keys.base)).toBeNull();
   });
 });
