@@ -9,6 +9,9 @@
  *   TCP proxy, and kills and restarts it; a variant that kills a cluster master is not
  *   written yet.
  * - test/gateway/late-settlement.test.ts cuts the connection of one Redis with a proxy.
+ * - test/workers/shutdown.test.ts kills a single redis-server of its own to stop the
+ *   workers during an outage; under this config it hung past its timeouts (a clean-clone
+ *   CI run waited for it for 8 minutes), and it proves nothing about a cluster.
  */
 import { defineConfig } from 'vitest/config';
 
@@ -28,7 +31,7 @@ export default defineConfig({
       // Two web and two worker OS processes, one of each killed with kill -9 and restarted.
       'test/crash/web-worker-pairs.test.ts',
     ],
-    exclude: ['test/gateway/late-settlement.test.ts'],
+    exclude: ['test/gateway/late-settlement.test.ts', 'test/workers/shutdown.test.ts'],
     globalSetup: ['test/cluster-setup.ts'],
     pool: 'forks',
     maxWorkers: 2,
