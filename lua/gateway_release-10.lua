@@ -17,10 +17,8 @@ local usage = ARGV[6]
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local raw = redis.call('HGET', K_tx, txid)
-if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
-local tx = cjson.decode(raw)
-if tx.k ~= 'gateway' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+local tx = gateway_call(txid)
+if tx == nil then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 if tx.st == 'released' and tx.by == 'api' then return { REPLAY, '', auto_consumed, ttl_entries_written } end
 if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 

@@ -28,10 +28,8 @@ local model = ARGV[8]
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local raw = redis.call('HGET', K_tx, txid)
-if not raw then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
-local tx = cjson.decode(raw)
-if tx.k ~= 'gateway' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
+local tx = gateway_call(txid)
+if tx == nil then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
 if tx.st == 'settled' then return { REPLAY, tx.r, auto_consumed, ttl_entries_written } end
 local live = tx.st == 'frozen'
 if not live and not (tx.st == 'released' and tx.by == 'ttl') then

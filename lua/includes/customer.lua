@@ -340,6 +340,15 @@ local function archive_dead_sources(horizon_ms, count_max)
   return archived
 end
 
+-- A gateway call's record (lua/gateway_hold-10.lua), or nil when `txid` names none.
+local function gateway_call(txid)
+  local raw = redis.call('HGET', K_tx, txid)
+  if not raw then return nil end
+  local tx = cjson.decode(raw)
+  if tx.k ~= 'gateway' then return nil end
+  return tx
+end
+
 local function next_seq()
   return redis.call('HINCRBY', K_meta, 'seq', 1)
 end

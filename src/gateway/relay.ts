@@ -38,26 +38,18 @@ export class GatewayRelay {
 
   /** Relays a whole answer; true when the call was settled, false when its hold was released. */
   async whole(res: Response, call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined): Promise<boolean> {
-    const abort = new AbortController();
-    let clientGone = false;
-    const onClose = () => {
-      if (!res.writableFinished) {
-        clientGone = true;
-        abort.abort();
-      }
-    };
-    res.once('close', onClose);
+    const watch = new ClientWatch(res);
     let upstream: NonNullable<Awaited<ReturnType<GatewayRelay['send']>>>;
     let bytes: Buffer;
     try {
-      const sent = await this.send(call, body, anthropicVersion, abort.signal);
+      const sent = await this.send(call, body, anthropicVersion, watch.abort.signal);
       if (sent === null) return true;
       upstream = sent;
       try {
         bytes = await readAll(upstream.body);
       } catch (err) {
         // The client left while the answer was coming: the upstream did the work.
-        if (clientGone && upstream.status < 400) {
+        if (watch.gone && upstream.status < 400) {
           await this.deps.billing.settleAborted(call, null, upstream.status);
           return true;
         }
@@ -65,7 +57,7 @@ export class GatewayRelay {
         throw upstreamError(err);
       }
     } finally {
-      res.off('close', onClose);
+      watch.stop();
     }
     const contentType = String(upstream.headers['content-type'] ?? 'application/json');
     if (upstream.status >= 400) {
@@ -84,8 +76,8 @@ export class GatewayRelay {
       throw new ApiError('upstream_error', { message: 'the upstream answered without a valid response body or usage' });
     }
     // A client that left as the whole answer arrived is billed it in full.
-    const settled = await this.deps.billing.settle(call, usage, clientGone ? 'client_aborted' : 'settled', false, upstream.status);
-    if (clientGone) return true;
+    const settled = await this.deps.billing.settle(call, usage, watch.gone ? 'client_aborted' : 'settled', false, upstream.status);
+    if (watch.gone) return true;
     res.set(this.deps.billing.billingHeaders(settled));
     res.status(upstream.status).type(contentType).send(bytes);
     return true;
@@ -93,24 +85,16 @@ export class GatewayRelay {
 
   /** Relays a streamed answer; true when the call was settled, false when its hold was released. */
   async stream(res: Response, call: Call, body: Record<string, unknown>, clientWantsUsage: boolean, anthropicVersion: string | undefined): Promise<boolean> {
-    const abort = new AbortController();
-    let clientGone = false;
-    const onClose = () => {
-      if (!res.writableFinished) {
-        clientGone = true;
-        abort.abort();
-      }
-    };
-    res.once('close', onClose);
-    const upstream = await this.send(call, body, anthropicVersion, abort.signal);
+    const watch = new ClientWatch(res);
+    const upstream = await this.send(call, body, anthropicVersion, watch.abort.signal);
     if (upstream === null) {
-      res.off('close', onClose);
+      watch.stop();
       return true;
     }
     if (upstream.status >= 400) {
       const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
       await this.deps.billing.release(call, upstream.status);
-      res.off('close', onClose);
+      watch.stop();
       res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
       return false;
     }
@@ -121,7 +105,7 @@ export class GatewayRelay {
     const first: Uint8Array[] = [];
     let ended = false;
     try {
-      while (first.length === 0 && !relay.invalid() && !clientGone) {
+      while (first.length === 0 && !relay.invalid() && !watch.gone) {
         const next = await chunks.next();
         if (next.done) {
           ended = true;
@@ -133,17 +117,17 @@ export class GatewayRelay {
         if (out.length > 0) first.push(out);
       }
     } catch (err) {
-      res.off('close', onClose);
+      watch.stop();
       // The client left before the first event: the upstream read the prompt all the same.
-      if (clientGone) {
+      if (watch.gone) {
         await this.settleEstimate(call, relay, 'client_aborted', upstream.status);
         return true;
       }
       await this.deps.billing.release(call, upstream.status);
       throw upstreamError(err);
     }
-    if (!clientGone && (relay.invalid() || first.length === 0)) {
-      res.off('close', onClose);
+    if (!watch.gone && (relay.invalid() || first.length === 0)) {
+      watch.stop();
       await this.deps.billing.release(call, upstream.status);
       throw new ApiError('upstream_error', { message: 'the upstream stream is not a valid event stream' });
     }
@@ -156,8 +140,8 @@ export class GatewayRelay {
 
     let upstreamFailed = false;
     try {
-      for (const out of first) if (!clientGone) res.write(out);
-      while (!ended && !clientGone && !relay.invalid()) {
+      for (const out of first) if (!watch.gone) res.write(out);
+      while (!ended && !watch.gone && !relay.invalid()) {
         const next = await chunks.next();
         if (next.done) {
           const tail = relay.end();
@@ -165,19 +149,19 @@ export class GatewayRelay {
           break;
         }
         const out = relay.push(next.value as Uint8Array);
-        if (out.length > 0 && !clientGone) res.write(out);
+        if (out.length > 0 && !watch.gone) res.write(out);
       }
     } catch (err) {
-      if (!clientGone) {
+      if (!watch.gone) {
         upstreamFailed = true;
         this.deps.logger.warn({ err, transactionId: call.transactionId }, 'upstream stream failed');
       }
     } finally {
-      res.off('close', onClose);
+      watch.stop();
     }
 
     // The client left: the input and the output already relayed are charged (estimated).
-    if (clientGone) {
+    if (watch.gone) {
       await this.settleEstimate(call, relay, 'client_aborted', upstream.status);
       return true;
     }
@@ -219,4 +203,27 @@ function upstreamError(err: unknown): ApiError {
   // The model's own configuration is at fault, not the provider: the message says what.
   if (kind === 'refused') return new ApiError('upstream_error', { message: (err as Error).message });
   return new ApiError('upstream_error');
+}
+
+/**
+ * Watches for the client leaving before its answer is written: the upstream call is then
+ * aborted (`abort`), and `gone` says so. `stop` once the answer no longer needs it.
+ */
+class ClientWatch {
+  readonly abort = new AbortController();
+  gone = false;
+  private readonly onClose = (): void => {
+    if (!this.res.writableFinished) {
+      this.gone = true;
+      this.abort.abort();
+    }
+  };
+
+  constructor(private readonly res: Response) {
+    res.once('close', this.onClose);
+  }
+
+  stop(): void {
+    this.res.off('close', this.onClose);
+  }
 }
