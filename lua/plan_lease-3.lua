@@ -35,6 +35,8 @@
 -- weight was counted: `consumed`, `in flight` and `keep` are counted already, and the
 -- new member holds only the grant).
 
+--@include plan
+
 local plan_key, counter_key, pending_key = KEYS[1], KEYS[2], KEYS[3]
 local now = tonumber(ARGV[1])
 local name = ARGV[2]
@@ -53,15 +55,7 @@ used = tonumber(used)
 local plan = redis.call('HMGET', plan_key, 'limit', 'pending_limit', 'pending_from')
 if want > 0 and not plan[1] then return { 2, 0, 0, used, 0, 0 } end
 
-local function weight_of(m) return tonumber(string.match(m, '^(%d+):')) or 1 end
-
-local due = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now)
-if #due > 0 then
-  local add = 0
-  for _, m in ipairs(due) do add = add + weight_of(m) end
-  redis.call('ZREMRANGEBYSCORE', pending_key, '-inf', now)
-  used = redis.call('INCRBY', counter_key, add)
-end
+used = fold_due(pending_key, counter_key, now, used)
 
 local lost = 0
 local carry = 0

@@ -26,6 +26,8 @@
 -- 2 plan or counter not loaded (nothing reserved: the caller seeds them). With ARGV[2] ''
 -- the plan is not needed: the answer is 0 once the counter exists.
 
+--@include plan
+
 local plan_key, counter_key, pending_key = KEYS[1], KEYS[2], KEYS[3]
 local now = tonumber(ARGV[1])
 local member = ARGV[2]
@@ -35,15 +37,7 @@ local used = redis.call('GET', counter_key)
 if not used then return { 2, 0, 0 } end
 used = tonumber(used)
 
-local function weight_of(m) return tonumber(string.match(m, '^(%d+):')) or 1 end
-
-local due = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now)
-if #due > 0 then
-  local add = 0
-  for _, m in ipairs(due) do add = add + weight_of(m) end
-  redis.call('ZREMRANGEBYSCORE', pending_key, '-inf', now)
-  used = redis.call('INCRBY', counter_key, add)
-end
+used = fold_due(pending_key, counter_key, now, used)
 
 -- Few members: the leases of the processes serving the organization, and reservations
 -- in flight only near the limit (elsewhere operations come from leases).
