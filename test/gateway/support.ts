@@ -191,21 +191,21 @@ export interface RawResponse {
 }
 
 /**
- * POST through node:http (fetch cannot read trailers). `body` as a string is sent byte for
- * byte, so a test knows the request's exact size; so is `path` (no URL parsing, so no
- * normalisation of `./` or `//` on the way).
+ * A request with the path byte for byte as written (no URL normalisation): any method, a
+ * key when given, and a JSON body when given.
  */
-export function rawPost(baseUrl: string, path: string, o: { key: string; headers?: Record<string, string>; body: unknown }): Promise<RawResponse> {
-  const payload = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
+export function rawRequest(
+  baseUrl: string,
+  method: string,
+  path: string,
+  o: { key?: string; headers?: Record<string, string>; body?: unknown } = {},
+): Promise<RawResponse> {
+  const payload = o.body === undefined ? undefined : typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
   const { hostname, port } = new URL(baseUrl);
+  const headers: Record<string, string | number> = { ...(o.key ? { authorization: `Bearer ${o.key}` } : {}) };
+  if (payload !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
   return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: hostname,
-      port,
-      path,
-      method: 'POST',
-      headers: { authorization: `Bearer ${o.key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...o.headers },
-    });
+    const req = http.request({ host: hostname, port, path, method, headers: { ...headers, ...o.headers } });
     req.on('error', reject);
     req.on('response', (res) => {
       const parts: Buffer[] = [];
@@ -218,6 +218,15 @@ export function rawPost(baseUrl: string, path: string, o: { key: string; headers
     });
     req.end(payload);
   });
+}
+
+/**
+ * POST through node:http (fetch cannot read trailers). `body` as a string is sent byte for
+ * byte, so a test knows the request's exact size; so is `path` (no URL parsing, so no
+ * normalisation of `./` or `//` on the way).
+ */
+export function rawPost(baseUrl: string, path: string, o: { key: string; headers?: Record<string, string>; body: unknown }): Promise<RawResponse> {
+  return rawRequest(baseUrl, 'POST', path, o);
 }
 
 /** The `data` of every event of an SSE body, JSON-parsed (OpenAI's `[DONE]` kept as the string). */

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorHandler } from '../../src/http/errors.js';
 import { hotRoutes, underPrefix } from '../../src/http/router.js';
 import { ApiError } from '../../src/errors/catalogue.js';
-import { startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { rawRequest, startGatewayEnv, type GatewayEnv, type RawResponse } from '../gateway/support.js';
 
 let env: GatewayEnv;
 
@@ -21,25 +21,11 @@ beforeAll(async () => {
 });
 afterAll(() => env?.close());
 
-interface Raw {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-}
+type Raw = RawResponse;
 
 /** A request with the path byte for byte as written (no URL normalisation). */
 function send(base: string, method: string, path: string, key?: string): Promise<Raw> {
-  const { hostname, port } = new URL(base);
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: hostname, port, path, method, headers: key ? { authorization: `Bearer ${key}` } : {} });
-    req.on('error', reject);
-    req.on('response', (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(parts).toString('utf8') }));
-    });
-    req.end();
-  });
+  return rawRequest(base, method, path, { key });
 }
 
 const code = (r: Raw) => (JSON.parse(r.text) as { error: { code: string } }).error.code;
