@@ -1,6 +1,7 @@
 /** Starts the HTTP server of a runtime and subscribes it to key revocations. */
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createApp } from './http/app.js';
+import { createApi } from './http/app.js';
 import type { Runtime } from './runtime.js';
 
 export interface RunningServer {
@@ -13,8 +14,7 @@ export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.confi
   const subscriber = rt.extraConnection();
   await rt.keyCache.subscribe(subscriber, rt.config.REDIS_PREFIX);
   await rt.models.subscribe(subscriber, rt.config.REDIS_PREFIX);
-  const app = createApp(rt);
-  const server = app.listen(port, host);
+  const server = createServer(createApi(rt).listener).listen(port, host);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);

@@ -1,4 +1,5 @@
 /** The Express application: logging, parsing, auth, the hot routes, domain routers, errors. */
+import type { RequestListener } from 'node:http';
 import express, { type RequestHandler } from 'express';
 import { adminRoutes } from '../admin/routes.js';
 import { customerRoutes } from '../customers/routes.js';
@@ -10,7 +11,8 @@ import { authenticate } from './auth.js';
 import { rateLimit } from '../keys/rate-limit.js';
 import { accessLog } from './access-log.js';
 import { errorHandler, notFound } from './errors.js';
-import { exactRouter, hotRoutes, underPrefix } from './router.js';
+import { exactRouter, underPrefix } from './router.js';
+import { frontDoor } from './front-door.js';
 import { measuredJson } from './validate.js';
 import { gatewayRoutes } from '../gateway/routes.js';
 import { modelRoutes } from '../gateway/model-routes.js';
@@ -24,13 +26,28 @@ export const body_bytes_max_billing = 1024 * 1024;
  * only these two paths reach the gateway; the billing parser measures what it reads all
  * the same (measuredJson), so a gateway hold never rests on a body nobody measured.
  */
-export function jsonBodies(): RequestHandler {
-  const billingJson = measuredJson(body_bytes_max_billing);
-  const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
-  return (req, res, next) => (gatewayPaths.has(req.path) ? next() : billingJson(req, res, next));
+export function jsonBodies(parserOf = bodyParsers()): RequestHandler {
+  return (req, res, next) => {
+    const parser = parserOf(req.path);
+    return parser === null ? next() : parser(req, res, next);
+  };
 }
 
-export function createApp(rt: Runtime): express.Express {
+/** The JSON body parser of a path: the billing one, or null on the gateway's two paths. */
+function bodyParsers(): (path: string) => RequestHandler | null {
+  const billingJson = measuredJson(body_bytes_max_billing);
+  const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
+  return (path) => (gatewayPaths.has(path) ? null : billingJson);
+}
+
+export interface Api {
+  /** Everything but the hot routes' own methods. */
+  app: express.Express;
+  /** The server's request listener: the hot routes, then the app (src/http/front-door.ts). */
+  listener: RequestListener;
+}
+
+export function createApi(rt: Runtime): Api {
   const app = express();
   // `/health/` is not `/health`, as every router's paths are exact. The `/v1` prefix of
   // the authentication below is matched in any case on purpose: `/V1/...` is
@@ -46,14 +63,15 @@ export function createApp(rt: Runtime): express.Express {
     res.status(h.httpStatus).json(h.body);
   });
 
-  app.use(jsonBodies());
-  app.use(underPrefix('/v1', [authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger)]));
+  const parsers = bodyParsers();
+  app.use(jsonBodies(parsers));
+  const underV1 = [authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger)];
+  app.use(underPrefix('/v1', underV1));
   const ledger = ledgerRoutes(rt.ledger);
   const customers = customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries });
   const gateway = gatewayRoutes(rt.gateway);
-  // The hot routes first, found in one lookup; the routers below keep them too, for the
-  // HEAD and OPTIONS requests Express answers from them (src/http/router.ts).
-  app.use(hotRoutes([...ledger, ...customers, ...gateway].filter((r) => r.hot)));
+  // The hot routes' own methods never reach the app (the front door below serves them); the
+  // routers keep them for the HEAD and OPTIONS requests Express answers from them.
   app.use(exactRouter(ledger));
   app.use(exactRouter(customers));
   app.use(profileRoutes({ ledger: rt.ledger, redis: rt.redis, db: rt.db, ledgerQueries: rt.ledgerQueries, prefix: rt.config.REDIS_PREFIX, logger: rt.logger }));
@@ -62,6 +80,15 @@ export function createApp(rt: Runtime): express.Express {
   app.use(usageRoutes({ usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis, prefix: rt.config.REDIS_PREFIX }));
   app.use(adminRoutes(rt));
   app.use(notFound);
-  app.use(errorHandler(rt.logger));
-  return app;
+  const onError = errorHandler(rt.logger);
+  app.use(onError);
+  const listener = frontDoor({
+    app,
+    first: logAccess === null ? [] : [logAccess],
+    bodyParser: parsers,
+    underV1,
+    routes: [...ledger, ...customers, ...gateway].filter((r) => r.hot),
+    onError,
+  });
+  return { app, listener };
 }

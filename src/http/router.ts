@@ -5,12 +5,12 @@
  * exact path (which body parser runs, so which bytes bound a gateway hold). Duplicate
  * slashes and `.` segments never match a route, so they are 404 as well.
  *
- * The hot routes (money operations, balance reads, gateway calls) are not walked through
- * Express's routers at all: `hotRoutes` finds them by method and path in one map lookup
- * (a path with parameters: a few segment comparisons), with the same exact matching, and
- * runs their handlers the way Express does. What it does not find goes on to the routers,
- * where the hot routes are registered too: a HEAD or an OPTIONS request of a hot path (which
- * Express answers from the GET route, or with an Allow header) is theirs, as before.
+ * The hot routes (money operations, balance reads, gateway calls) do not reach Express at
+ * all: the front door (src/http/front-door.ts) finds them with `routeTable`, by method and
+ * path in one map lookup (a path with parameters: a few segment comparisons), with the same
+ * exact matching, and runs their handlers the way Express does. What it does not find goes
+ * to the Express app, whose routers have the hot routes too: a HEAD or an OPTIONS request of
+ * a hot path (which Express answers from the GET route, or with an Allow header) is theirs.
  */
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 
@@ -18,7 +18,7 @@ export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /**
  * One route: its method, its exact path (`:name` segments are parameters), its handlers in
- * order, and whether the app serves it through hotRoutes before its router.
+ * order, and whether the front door serves it before the app (src/http/front-door.ts).
  */
 export interface Route {
   method: Method;
@@ -100,44 +100,38 @@ export function runHandlers(handlers: readonly RequestHandler[], req: Request, r
   }
 }
 
+/** A route found by routeTable, with its path parameters decoded. */
+export interface RouteMatch {
+  route: Route;
+  params: Record<string, string>;
+}
+
 /**
- * The middleware that serves `routes` without Express's routers, for their own method only.
- * Static paths are found by `METHOD path` in a map; paths with parameters are compared
- * segment by segment, in the order given, after the static ones (as `/v1/customers/deposit`
- * came before `/v1/customers/:customer_id` in the routers). Matching is exact, like
- * exactRouter's: a trailing slash, another case, an empty segment is no match and goes on
- * to `next`. A request served here is one the routers would have given to the same
- * handlers: the app puts it after the same middleware, and no router before a hot route
- * has middleware of its own or a route of the same method and path.
+ * Finds `routes` by method and exact path without Express's routers, as the front door
+ * does (src/http/front-door.ts). Static paths are found by `METHOD path` in a map; paths
+ * with parameters are compared segment by segment, in the order given, after the static
+ * ones (as `/v1/customers/deposit` came before `/v1/customers/:customer_id` in the
+ * routers). Matching is exact, like exactRouter's: a trailing slash, another case, an
+ * empty segment is no match (null). A malformed escape in a parameter throws the router's
+ * 400 URIError.
  */
-export function hotRoutes(routes: readonly Route[]): RequestHandler {
-  const fixed = new Map<string, Route>();
+export function routeTable(routes: readonly Route[]): (method: string, path: string) => RouteMatch | null {
+  const fixed = new Map<string, RouteMatch>();
   const withParams: ParamRoute[] = [];
   for (const route of routes) {
     const segments = route.path.split('/');
     if (segments.some((s) => s.startsWith(':'))) withParams.push({ route, segments });
-    else fixed.set(`${route.method} ${route.path}`, route);
+    else fixed.set(`${route.method} ${route.path}`, { route, params: {} });
   }
-  return (req, res, next) => {
-    const path = req.path;
-    const hit = fixed.get(`${req.method} ${path}`);
-    if (hit !== undefined) {
-      req.params = {};
-      return runHandlers(hit.handlers, req, res, next);
-    }
+  return (method, path) => {
+    const hit = fixed.get(`${method} ${path}`);
+    if (hit !== undefined) return { route: hit.route, params: {} };
     for (const { route, segments } of withParams) {
-      if (route.method !== req.method) continue;
-      let params: Record<string, string> | null;
-      try {
-        params = matchSegments(segments, path);
-      } catch (err) {
-        return next(err);
-      }
-      if (params === null) continue;
-      req.params = params;
-      return runHandlers(route.handlers, req, res, next);
+      if (route.method !== method) continue;
+      const params = matchSegments(segments, path);
+      if (params !== null) return { route, params };
     }
-    next();
+    return null;
   };
 }
 

@@ -50,8 +50,35 @@ export function jsonBody(req: Request): Record<string, unknown> {
  * A JSON body parser that records how many bytes it read (`bodyBytes`). Every JSON parser
  * of the API is one of these, so whichever parser read a body, a gateway hold is bounded
  * by the bytes of that same body.
+ *
+ * The common request (a declared length within the limit, `Content-Type: application/json`
+ * with no charset or utf-8, no Content-Encoding) is read here, with one listener set and
+ * no stream machinery: body-parser's read (raw-body, on-finished, type-is, content-type,
+ * iconv) was about 5% of the API's CPU on the deduct route. It answers exactly what
+ * express.json would. Anything else (chunked, compressed, another charset or media type, an
+ * empty or oversized declared body, a body already read) goes to express.json itself.
  */
-export function measuredJson(limit: number): RequestHandler {
+export function measuredJson(limit: number, full = measuredExpressJson(limit)): RequestHandler {
+  return (req, res, next) => {
+    const length = plainJsonLength(req, limit);
+    if (length === null) return full(req, res, next);
+    readDeclared(req, length, (err, bytes) => {
+      if (err !== null) return next(err);
+      (req as unknown as { bodyBytes: number }).bodyBytes = bytes!.length;
+      // As iconv-lite's utf-8 decoder: a byte order mark is not part of the text.
+      const bom = bytes!.length >= 3 && bytes![0] === 0xef && bytes![1] === 0xbb && bytes![2] === 0xbf;
+      try {
+        req.body = JSON.parse(bytes!.toString('utf8', bom ? 3 : 0));
+      } catch {
+        return next(clientError(400, 'entity.parse.failed', 'request body is not valid JSON'));
+      }
+      next();
+    });
+  };
+}
+
+/** express.json with the API's settings, measuring what it reads: measuredJson's fallback. */
+export function measuredExpressJson(limit: number): RequestHandler {
   return express.json({
     limit,
     strict: false,
@@ -60,6 +87,58 @@ export function measuredJson(limit: number): RequestHandler {
       (req as unknown as { bodyBytes: number }).bodyBytes = buf.length;
     },
   });
+}
+
+const plainJsonType = /^application\/json\s*(?:;\s*charset\s*=\s*"?utf-8"?\s*)?$/i;
+
+/**
+ * The declared length of a body that measuredJson reads itself, else null. The HTTP parser
+ * of node:http has checked the Content-Length header and delivers exactly that many bytes.
+ */
+function plainJsonLength(req: Request, limit: number): number | null {
+  const h = req.headers;
+  if (h['transfer-encoding'] !== undefined || (h['content-encoding'] !== undefined && h['content-encoding'].toLowerCase() !== 'identity')) return null;
+  const declared = h['content-length'];
+  const type = h['content-type'];
+  if (declared === undefined || type === undefined || !plainJsonType.test(type)) return null;
+  const n = Number(declared);
+  if (!(n > 0 && n <= limit) || (req as unknown as { bodyBytes?: number }).bodyBytes !== undefined || req.readableEnded) return null;
+  return n;
+}
+
+/** An error as body-parser makes them, for the error middleware (src/http/errors.ts). */
+function clientError(status: number, type: string, message: string): Error {
+  return Object.assign(new Error(message), { status, statusCode: status, expose: true, type });
+}
+
+/** Reads a body of `length` declared bytes; one callback, with the bytes or an error. */
+function readDeclared(req: Request, length: number, done: (err: Error | null, bytes?: Buffer) => void): void {
+  let first: Buffer | null = null;
+  let chunks: Buffer[] | null = null;
+  let got = 0;
+  let settled = false;
+  const finish = (err: Error | null) => {
+    if (settled) return;
+    settled = true;
+    req.removeListener('data', onData);
+    req.removeListener('end', onEnd);
+    req.removeListener('error', onAbort);
+    req.removeListener('close', onAbort);
+    if (err !== null) return done(err);
+    done(null, chunks === null ? (first ?? Buffer.alloc(0)) : Buffer.concat(chunks, got));
+  };
+  const onData = (chunk: Buffer) => {
+    got += chunk.length;
+    if (first === null) first = chunk;
+    else (chunks ??= [first]).push(chunk);
+  };
+  const onEnd = () => finish(got === length ? null : clientError(400, 'request.size.invalid', 'request size did not match content length'));
+  // raw-body's answer to a body the client did not finish sending.
+  const onAbort = () => finish(clientError(400, 'request.aborted', 'request aborted'));
+  req.on('data', onData);
+  req.on('end', onEnd);
+  req.on('error', onAbort);
+  req.on('close', onAbort);
 }
 
 /**
