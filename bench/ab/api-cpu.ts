@@ -1,0 +1,104 @@
+/**
+ * `npx tsx bench/ab/api-cpu.ts <baseline-root>`: the API CPU per request of this checkout
+ * against another checkout of the project (a `git worktree` of an earlier commit, say),
+ * on a machine that is not quiet. Both API processes serve the same Redis prefix and
+ * database (one worker, this checkout's); short load rounds alternate between them, so a
+ * change of load on the machine hits both alike, and the median over the rounds is what
+ * is compared. Throughput under such load says little; CPU microseconds per request of the
+ * process under load say more, and the ratio between the two checkouts more still.
+ *
+ * Knobs: AB_ROUTE (deduct | pair | balance; deduct), AB_ROUNDS (6), AB_ROUND_S (3),
+ * AB_CONNECTIONS (50). The baseline needs its own node_modules (a symlink to this one's
+ * works when the dependencies are the same).
+ */
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { cpuSeconds } from '../lib/cpu.js';
+import { assertHealthy, runLoad } from '../lib/load.js';
+import { freePort, waitForPort } from '../lib/processes.js';
+import { benchEnvSettings, createBenchRun } from '../lib/run.js';
+import { createBenchRuntime, createPaidProject, startBenchService, type BenchServiceOptions } from '../lib/service.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const baselineRoot = process.argv[2] ? resolve(process.argv[2]) : null;
+const env = process.env;
+const settings = {
+  ...benchEnvSettings(env),
+  route: env.AB_ROUTE ?? 'deduct',
+  rounds: Number(env.AB_ROUNDS ?? 6),
+  roundS: Number(env.AB_ROUND_S ?? 3),
+  connections: Number(env.AB_CONNECTIONS ?? 50),
+  customers: 8,
+  startTimeoutMs: 30_000,
+};
+const run = createBenchRun({ logDirPrefix: 'svc-ab-', runTimeoutMs: 600_000 });
+const { tag, redisPrefix, group, logDir } = run;
+
+async function post(url: string, key: string, body: unknown): Promise<void> {
+  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  if (res.status !== 200) throw new Error(`POST ${url} answered ${res.status}: ${await res.text()}`);
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function main(): Promise<void> {
+  if (baselineRoot === null) throw new Error('usage: npx tsx bench/ab/api-cpu.ts <baseline-root>');
+  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix };
+  const bench = await createBenchRuntime(serviceOptions);
+  run.runtime = bench.rt;
+  const { api, apiUrl } = await startBenchService(serviceOptions, bench);
+  const basePort = await freePort();
+  const base = group.start({ name: 'baseline api', script: join(baselineRoot, 'src', 'web.ts'), env: { ...bench.env, PORT: String(basePort) }, logPath: join(logDir, 'baseline.log'), cwd: baselineRoot });
+  await waitForPort(basePort, settings.startTimeoutMs, base);
+  const contenders = [
+    { name: 'baseline', pid: base.pid, url: `http://127.0.0.1:${basePort}`, cpuUs: [] as number[], rps: [] as number[] },
+    { name: 'this checkout', pid: api.pid, url: apiUrl, cpuUs: [] as number[], rps: [] as number[] },
+  ];
+  const { projectKey: key } = await createPaidProject(bench.rt, `ab ${tag}`);
+  const customers = Array.from({ length: settings.customers }, (_, i) => `ab-${i}`);
+  for (const c of customers) await post(`${apiUrl}/v1/customers/deposit`, key, { customer_id: c, amount: 1_000_000_000_000 });
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  let seq = 0;
+  const next = () => {
+    const n = seq++;
+    return { customer: customers[n % customers.length]!, tx: `ab-${tag}-${n}` };
+  };
+  const requests = () => {
+    if (settings.route === 'balance') {
+      return [{ method: 'GET' as const, path: `/v1/customers/${customers[0]}/balance`, headers: { authorization: `Bearer ${key}` } }];
+    }
+    if (settings.route === 'pair') {
+      return [
+        { method: 'POST' as const, path: '/v1/billing/freeze', headers, setupRequest: (req: Record<string, unknown>, ctx: Record<string, unknown>) => {
+          const { customer, tx } = next();
+          Object.assign(ctx, { customer, tx });
+          return { ...req, body: JSON.stringify({ customer_id: customer, transaction_id: tx, amount: 1 }) };
+        } },
+        { method: 'POST' as const, path: '/v1/billing/consume', headers, setupRequest: (req: Record<string, unknown>, ctx: Record<string, unknown>) =>
+          ({ ...req, body: JSON.stringify({ customer_id: ctx.customer, transaction_id: ctx.tx }) }) },
+      ];
+    }
+    return [{ method: 'POST' as const, path: '/v1/billing/deduct', headers, setupRequest: (req: Record<string, unknown>) => {
+      const { customer, tx } = next();
+      return { ...req, body: JSON.stringify({ customer_id: customer, transaction_id: tx, amount: 1 }) };
+    } }];
+  };
+  console.log(`A/B ${settings.route}: ${settings.rounds} rounds of ${settings.roundS} s per checkout at ${settings.connections} connections`);
+  for (let round = 0; round < settings.rounds; round++) {
+    // Alternate which goes first, so neither always follows the other.
+    const order = round % 2 === 0 ? contenders : [...contenders].reverse();
+    for (const c of order) {
+      const before = cpuSeconds(c.pid);
+      const load = assertHealthy(await runLoad({ title: c.name, url: c.url, connections: settings.connections, durationS: settings.roundS, warmupS: 1, requests: requests() as never }));
+      const cpu = cpuSeconds(c.pid) - before;
+      c.cpuUs.push((cpu / load.totalWithWarmup) * 1e6);
+      c.rps.push(load.rps);
+      console.log(`  round ${round + 1} ${c.name}: ${Math.round(load.rps)} req/s, API CPU ${Math.round(c.cpuUs.at(-1)!)} us/req`);
+    }
+  }
+  const [a, b] = contenders as [(typeof contenders)[0], (typeof contenders)[0]];
+  console.log(`\nmedian API CPU us/req: baseline ${Math.round(median(a.cpuUs))}, this checkout ${Math.round(median(b.cpuUs))} ` +
+    `(${(median(b.cpuUs) / median(a.cpuUs)).toFixed(3)}x); median req/s: ${Math.round(median(a.rps))} vs ${Math.round(median(b.rps))}`);
+}
+
+void run.finish(main);
