@@ -8,12 +8,13 @@
  * process under load say more, and the ratio between the two checkouts more still.
  *
  * Knobs: AB_ROUTE (deduct | pair | balance; deduct), AB_ROUNDS (6), AB_ROUND_S (3),
- * AB_CONNECTIONS (50). The baseline needs its own node_modules (a symlink to this one's
+ * AB_CONNECTIONS (50); BENCH_REDIS_PERSISTENCE=none gives the run a Redis of its own, so that
+ * its CPU per request (counted too) is not other clients'. The baseline needs its own node_modules (a symlink to this one's
  * works when the dependencies are the same).
  */
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cpuSeconds } from '../lib/cpu.js';
+import { cpuDelta, cpuSeconds, redisCpu } from '../lib/cpu.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort } from '../lib/processes.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
@@ -39,11 +40,33 @@ async function post(url: string, key: string, body: unknown): Promise<void> {
   if (res.status !== 200) throw new Error(`POST ${url} answered ${res.status}: ${await res.text()}`);
 }
 
+/** INFO commandstats as command -> [calls, usec]. */
+async function commandStats(redis: { info(section: string): Promise<string> }): Promise<Map<string, [number, number]>> {
+  const stats = new Map<string, [number, number]>();
+  for (const line of (await redis.info('commandstats')).split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
+    if (m) stats.set(m[1]!, [Number(m[2]), Number(m[3])]);
+  }
+  return stats;
+}
+
+/** What Redis spent per request by command in one round: calls and microseconds. */
+function perRequest(before: Map<string, [number, number]>, after: Map<string, [number, number]>, requests: number): string {
+  const rows: [string, number, number][] = [];
+  for (const [cmd, [calls, usec]] of after) {
+    const [c0, u0] = before.get(cmd) ?? [0, 0];
+    if (calls > c0) rows.push([cmd, (calls - c0) / requests, (usec - u0) / requests]);
+  }
+  rows.sort((x, y) => y[2] - x[2]);
+  return rows.map(([cmd, calls, usec]) => `${cmd} ${calls.toFixed(2)} calls ${usec.toFixed(1)} us`).join('; ');
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
   if (baselineRoot === null) throw new Error('usage: npx tsx bench/ab/api-cpu.ts <baseline-root>');
-  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix };
+  const redisUrl = await run.startRedis(settings.redisPersistence, settings.startTimeoutMs);
+  const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix, redisUrl };
   const bench = await createBenchRuntime(serviceOptions);
   run.runtime = bench.rt;
   const { api, apiUrl } = await startBenchService(serviceOptions, bench);
@@ -51,8 +74,8 @@ async function main(): Promise<void> {
   const base = group.start({ name: 'baseline api', script: join(baselineRoot, 'src', 'web.ts'), env: { ...bench.env, PORT: String(basePort) }, logPath: join(logDir, 'baseline.log'), cwd: baselineRoot });
   await waitForPort(basePort, settings.startTimeoutMs, base);
   const contenders = [
-    { name: 'baseline', pid: base.pid, url: `http://127.0.0.1:${basePort}`, cpuUs: [] as number[], rps: [] as number[] },
-    { name: 'this checkout', pid: api.pid, url: apiUrl, cpuUs: [] as number[], rps: [] as number[] },
+    { name: 'baseline', pid: base.pid, url: `http://127.0.0.1:${basePort}`, cpuUs: [] as number[], redisUs: [] as number[], rps: [] as number[], stats: '' },
+    { name: 'this checkout', pid: api.pid, url: apiUrl, cpuUs: [] as number[], redisUs: [] as number[], rps: [] as number[], stats: '' },
   ];
   const { projectKey: key } = await createPaidProject(bench.rt, `ab ${tag}`);
   const customers = Array.from({ length: settings.customers }, (_, i) => `ab-${i}`);
@@ -88,17 +111,23 @@ async function main(): Promise<void> {
     // Alternate which goes first, so neither always follows the other.
     const order = round % 2 === 0 ? contenders : [...contenders].reverse();
     for (const c of order) {
+      const redis = redisCpu('redis', bench.rt.redis);
+      const redisBefore = await redis.read();
+      const statsBefore = await commandStats(bench.rt.redis);
       const before = cpuSeconds(c.pid);
       const load = assertHealthy(await runLoad({ title: c.name, url: c.url, connections: settings.connections, durationS: settings.roundS, warmupS: 1, requests: requests() as never }));
       const cpu = cpuSeconds(c.pid) - before;
       c.cpuUs.push((cpu / load.totalWithWarmup) * 1e6);
+      c.redisUs.push((cpuDelta(redisBefore, await redis.read()) / load.totalWithWarmup) * 1e6);
       c.rps.push(load.rps);
-      console.log(`  round ${round + 1} ${c.name}: ${Math.round(load.rps)} req/s, API CPU ${Math.round(c.cpuUs.at(-1)!)} us/req`);
+      c.stats = perRequest(statsBefore, await commandStats(bench.rt.redis), load.totalWithWarmup);
+      console.log(`  round ${round + 1} ${c.name}: ${Math.round(load.rps)} req/s, API CPU ${Math.round(c.cpuUs.at(-1)!)} us/req, Redis ${Math.round(c.redisUs.at(-1)!)} us/req`);
     }
   }
+  for (const c of contenders) console.log(`Redis commands per request, last round of ${c.name}: ${c.stats}`);
   const [a, b] = contenders as [(typeof contenders)[0], (typeof contenders)[0]];
   console.log(`\nmedian API CPU us/req: baseline ${Math.round(median(a.cpuUs))}, this checkout ${Math.round(median(b.cpuUs))} ` +
-    `(${(median(b.cpuUs) / median(a.cpuUs)).toFixed(3)}x); median req/s: ${Math.round(median(a.rps))} vs ${Math.round(median(b.rps))}`);
+    `(${(median(b.cpuUs) / median(a.cpuUs)).toFixed(3)}x); Redis ${Math.round(median(a.redisUs))} vs ${Math.round(median(b.redisUs))}; median req/s: ${Math.round(median(a.rps))} vs ${Math.round(median(b.rps))}`);
 }
 
 void run.finish(main);
