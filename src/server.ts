@@ -14,7 +14,8 @@ export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.confi
   const subscriber = rt.extraConnection();
   await rt.keyCache.subscribe(subscriber, rt.config.REDIS_PREFIX);
   await rt.models.subscribe(subscriber, rt.config.REDIS_PREFIX);
-  const server = createServer(createApi(rt).listener).listen(port, host);
+  const api = createApi(rt);
+  const server = createServer(api.serverOptions, api.listener).listen(port, host);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);

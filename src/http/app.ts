@@ -1,5 +1,5 @@
 /** The Express application: logging, parsing, auth, the hot routes, domain routers, errors. */
-import type { RequestListener } from 'node:http';
+import type { RequestListener, ServerOptions } from 'node:http';
 import express, { type RequestHandler } from 'express';
 import { adminRoutes } from '../admin/routes.js';
 import { customerRoutes } from '../customers/routes.js';
@@ -12,7 +12,7 @@ import { rateLimit } from '../keys/rate-limit.js';
 import { accessLog } from './access-log.js';
 import { errorHandler, notFound } from './errors.js';
 import { exactRouter, underPrefix } from './router.js';
-import { frontDoor } from './front-door.js';
+import { expressClasses, frontDoor } from './front-door.js';
 import { measuredJson } from './validate.js';
 import { gatewayRoutes } from '../gateway/routes.js';
 import { modelRoutes } from '../gateway/model-routes.js';
@@ -45,6 +45,8 @@ export interface Api {
   app: express.Express;
   /** The server's request listener: the hot routes, then the app (src/http/front-door.ts). */
   listener: RequestListener;
+  /** The server's request and response classes, which the listener needs. */
+  serverOptions: ServerOptions;
 }
 
 export function createApi(rt: Runtime): Api {
@@ -90,5 +92,5 @@ export function createApi(rt: Runtime): Api {
     routes: [...ledger, ...customers, ...gateway].filter((r) => r.hot),
     onError,
   });
-  return { app, listener };
+  return { app, listener, serverOptions: expressClasses(app) };
 }

@@ -11,7 +11,7 @@ import express, { type RequestHandler } from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorHandler } from '../../src/http/errors.js';
 import { underPrefix } from '../../src/http/router.js';
-import { frontDoor } from '../../src/http/front-door.js';
+import { expressClasses, frontDoor } from '../../src/http/front-door.js';
 import { ApiError } from '../../src/errors/catalogue.js';
 import { rawRequest, startGatewayEnv, type GatewayEnv, type RawResponse } from '../gateway/support.js';
 
@@ -110,7 +110,7 @@ describe('the front door', () => {
       onError: errorHandler(),
     });
     const server = await new Promise<http.Server>((resolve) => {
-      const s = http.createServer(listener).listen(0, '127.0.0.1', () => resolve(s));
+      const s = http.createServer(expressClasses(app), listener).listen(0, '127.0.0.1', () => resolve(s));
     });
     try {
       const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
