@@ -55,7 +55,7 @@ const settings = {
   runTimeoutMs: 330_000,
 };
 
-/** Issue 9's targets (docs/PERFORMANCE.md, "Hot path v2 targets"), and the paced p99 of this bench's own. */
+/** The hot path targets (docs/PERFORMANCE.md, "Hot path v2 targets"); the paced p99 is this bench's own. */
 const targets = { deductRatio: 0.6, pairRatio: 0.3, halfRateP99Ms: 10, spentScriptUs: 40 };
 
 const command = `${settings.redisPersistence === 'shared' ? '' : `BENCH_REDIS_PERSISTENCE=${settings.redisPersistence} `}npm run bench:ledger`;
