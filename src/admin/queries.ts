@@ -50,26 +50,31 @@ export function decodeCursor(text: string): PageCursor {
 }
 
 /**
- * Newest first by (creation time, id). Times are compared at millisecond precision
- * because that is what a cursor carries (timestamptz reads as epoch ms); comparing the
- * stored microseconds against a truncated cursor would skip or repeat rows.
+ * Newest first by (creation time, id), or by another time column. Times are compared at
+ * millisecond precision because that is what a cursor carries (timestamptz reads as epoch
+ * ms); comparing the stored microseconds against a truncated cursor would skip or repeat
+ * rows.
  */
-export function keysetOrder(page: PageRequest): { where: FragmentSqlToken; orderLimit: FragmentSqlToken } {
-  const created = sql.fragment`date_trunc('milliseconds', created_at)`;
+export function keysetOrder(page: PageRequest, column = 'created_at'): { where: FragmentSqlToken; orderLimit: FragmentSqlToken } {
+  const at = sql.fragment`date_trunc('milliseconds', ${sql.identifier([column])})`;
   return {
     where:
       page.after === null
         ? sql.fragment`TRUE`
-        : sql.fragment`(${created}, id) < (${sql.timestamp(new Date(page.after.createdAtMs))}, ${page.after.id})`,
-    orderLimit: sql.fragment`ORDER BY ${created} DESC, id DESC LIMIT ${page.limit + 1}`,
+        : sql.fragment`(${at}, id) < (${sql.timestamp(new Date(page.after.createdAtMs))}, ${page.after.id})`,
+    orderLimit: sql.fragment`ORDER BY ${at} DESC, id DESC LIMIT ${page.limit + 1}`,
   };
 }
 
-/** Cuts the one extra row a keyset query reads into the next cursor. */
-export function toPage<T extends { id: string; created_at: number }>(rows: readonly T[], limit: number): Page<T> {
+/** Cuts the one extra row a keyset query reads into the next cursor (`timeOf`: the row's ordering time). */
+export function toPage<T extends { id: string }>(
+  rows: readonly T[],
+  limit: number,
+  timeOf: (row: T) => number = (row) => (row as T & { created_at: number }).created_at,
+): Page<T> {
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];
-  return { rows: page, next: rows.length > limit ? { createdAtMs: last.created_at, id: last.id } : null };
+  return { rows: page, next: rows.length > limit ? { createdAtMs: timeOf(last), id: last.id } : null };
 }
 
 export interface ProjectPatch {

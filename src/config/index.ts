@@ -60,6 +60,26 @@ const schema = z.object({
    * entries, and a replay is answered from PostgreSQL.
    */
   REDIS_RETENTION_SECONDS: z.coerce.number().int().min(1).default(86_400),
+  /** A dashboard session ends this long after sign-in, however much it is used. */
+  SESSION_TTL_SECONDS: z.coerce.number().int().min(60).default(12 * 3_600),
+  /** ...and this long after its last request. */
+  SESSION_IDLE_SECONDS: z.coerce.number().int().min(60).default(2 * 3_600),
+  /**
+   * Marks the session cookie Secure (sent over https only). Set it when the dashboard is
+   * served over https (directly or behind a TLS proxy); unset, it is on in production only.
+   */
+  SESSION_COOKIE_SECURE: bool.optional(),
+  /** Failed sign-ins allowed per email, and per client address, in SIGNIN_WINDOW_SECONDS. */
+  SIGNIN_EMAIL_ATTEMPTS: z.coerce.number().int().min(1).default(5),
+  SIGNIN_IP_ATTEMPTS: z.coerce.number().int().min(1).default(20),
+  SIGNIN_WINDOW_SECONDS: z.coerce.number().int().min(1).default(900),
+  /** How often the worker looks for billing periods to close into invoices. */
+  INVOICE_INTERVAL_MS: z.coerce.number().int().min(100).default(60_000),
+  /**
+   * How long after a period's end it is closed: operations of its last moments reach
+   * PostgreSQL first (the job also waits for any outbox entry of the period still in Redis).
+   */
+  INVOICE_GRACE_SECONDS: z.coerce.number().int().min(0).default(300),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
 });
 

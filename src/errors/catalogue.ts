@@ -23,6 +23,9 @@ export const errorCatalogue = {
   permission_denied: { status: 403, message: 'this key may not call this endpoint' },
   model_not_allowed: { status: 403, message: 'model is not allowed for this key' },
   plan_limit_reached: { status: 403, message: 'the plan limit is reached; upgrade the plan' },
+  invalid_credentials: { status: 401, message: 'email or password is incorrect' },
+  not_signed_in: { status: 401, message: 'sign in first: no valid session' },
+  csrf_token_invalid: { status: 403, message: 'missing or wrong X-CSRF-Token header: send the csrf_token of GET /dashboard/api/session' },
 
   // Lookups
   not_found: { status: 404, message: 'not found' },
@@ -41,6 +44,10 @@ export const errorCatalogue = {
   customer_scope_mismatch: { status: 409, message: 'the transaction belongs to a different customer' },
   idempotency_key_reused: { status: 409, message: 'this Idempotency-Key was already used; the first call was not charged again' },
   byok_key_required: { status: 402, message: 'the model has no upstream provider key configured' },
+
+  // Organisation members
+  email_taken: { status: 409, message: 'a member of this organisation already has this email' },
+  last_owner: { status: 409, message: 'an organisation keeps at least one owner' },
 
   // Limits
   usage_limit_exceeded: { status: 429, message: 'monthly transaction limit of the Free plan reached; upgrade to continue' },

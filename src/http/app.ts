@@ -1,7 +1,8 @@
 /** The Express application: logging, parsing, auth, the hot routes, domain routers, errors. */
 import type { RequestListener, ServerOptions } from 'node:http';
 import express, { type RequestHandler } from 'express';
-import { adminRoutes } from '../admin/routes.js';
+import { managementOperations } from '../admin/operations.js';
+import { adminRoutes, dashboardApiRoutes } from '../admin/routes.js';
 import { customerRoutes } from '../customers/routes.js';
 import { profileRoutes } from '../customers/profile.js';
 import { health } from '../health.js';
@@ -80,7 +81,10 @@ export function createApi(rt: Runtime): Api {
   app.use(exactRouter(gateway));
   app.use(modelRoutes(rt.modelQueries));
   app.use(usageRoutes({ usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis, prefix: rt.config.REDIS_PREFIX }));
-  app.use(adminRoutes(rt));
+  // One set of management operations: for admin keys, and for dashboard sessions.
+  const management = managementOperations(rt);
+  app.use(adminRoutes(management));
+  app.use(dashboardApiRoutes(rt, management));
   app.use(notFound);
   const onError = errorHandler(rt.logger);
   app.use(onError);

@@ -18,18 +18,20 @@ export interface Plan {
   /** null: unlimited. */
   projectsMax: number | null;
   keysPerProjectMax: number | null;
+  /** Team members (owners included); null: unlimited. */
+  membersMax: number | null;
   /** Used to tell an upgrade (applies now) from a downgrade (next period). */
   rank: number;
 }
 
 export const plans: Record<PlanId, Plan> = {
-  free: { id: 'free', includedOps: 50_000, hardLimit: true, priceMicroUsd: 0, overageMicroUsdPerOp: 0, projectsMax: 1, keysPerProjectMax: 2, rank: 0 },
-  pro_500k: { id: 'pro_500k', includedOps: 500_000, hardLimit: false, priceMicroUsd: 20_000_000, overageMicroUsdPerOp: 50, projectsMax: null, keysPerProjectMax: null, rank: 1 },
-  pro_2m: { id: 'pro_2m', includedOps: 2_000_000, hardLimit: false, priceMicroUsd: 50_000_000, overageMicroUsdPerOp: 30, projectsMax: null, keysPerProjectMax: null, rank: 2 },
-  pro_5m: { id: 'pro_5m', includedOps: 5_000_000, hardLimit: false, priceMicroUsd: 100_000_000, overageMicroUsdPerOp: 25, projectsMax: null, keysPerProjectMax: null, rank: 3 },
-  pro_15m: { id: 'pro_15m', includedOps: 15_000_000, hardLimit: false, priceMicroUsd: 200_000_000, overageMicroUsdPerOp: 18, projectsMax: null, keysPerProjectMax: null, rank: 4 },
-  pro_50m: { id: 'pro_50m', includedOps: 50_000_000, hardLimit: false, priceMicroUsd: 500_000_000, overageMicroUsdPerOp: 12, projectsMax: null, keysPerProjectMax: null, rank: 5 },
-  enterprise: { id: 'enterprise', includedOps: null, hardLimit: false, priceMicroUsd: null, overageMicroUsdPerOp: 0, projectsMax: null, keysPerProjectMax: null, rank: 6 },
+  free: { id: 'free', includedOps: 50_000, hardLimit: true, priceMicroUsd: 0, overageMicroUsdPerOp: 0, projectsMax: 1, keysPerProjectMax: 2, membersMax: 1, rank: 0 },
+  pro_500k: { id: 'pro_500k', includedOps: 500_000, hardLimit: false, priceMicroUsd: 20_000_000, overageMicroUsdPerOp: 50, projectsMax: null, keysPerProjectMax: null, membersMax: 5, rank: 1 },
+  pro_2m: { id: 'pro_2m', includedOps: 2_000_000, hardLimit: false, priceMicroUsd: 50_000_000, overageMicroUsdPerOp: 30, projectsMax: null, keysPerProjectMax: null, membersMax: 5, rank: 2 },
+  pro_5m: { id: 'pro_5m', includedOps: 5_000_000, hardLimit: false, priceMicroUsd: 100_000_000, overageMicroUsdPerOp: 25, projectsMax: null, keysPerProjectMax: null, membersMax: 5, rank: 3 },
+  pro_15m: { id: 'pro_15m', includedOps: 15_000_000, hardLimit: false, priceMicroUsd: 200_000_000, overageMicroUsdPerOp: 18, projectsMax: null, keysPerProjectMax: null, membersMax: 5, rank: 4 },
+  pro_50m: { id: 'pro_50m', includedOps: 50_000_000, hardLimit: false, priceMicroUsd: 500_000_000, overageMicroUsdPerOp: 12, projectsMax: null, keysPerProjectMax: null, membersMax: 5, rank: 5 },
+  enterprise: { id: 'enterprise', includedOps: null, hardLimit: false, priceMicroUsd: null, overageMicroUsdPerOp: 0, projectsMax: null, keysPerProjectMax: null, membersMax: null, rank: 6 },
 };
 
 /** The hard limit the reserve script enforces: 0 for none. */

@@ -16,6 +16,7 @@ import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
+import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
 import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 
@@ -68,7 +69,7 @@ export interface Reservation {
 }
 
 /** The plan in force at `nowMs`: a pending downgrade applies from its period on. */
-export function effectivePlan(org: OrgRow, nowMs: number): PlanId {
+export function effectivePlan(org: Pick<OrgRow, 'plan' | 'pending_plan' | 'pending_from'>, nowMs: number): PlanId {
   return org.pending_plan !== null && org.pending_from !== null && org.pending_from <= nowMs ? org.pending_plan : org.plan;
 }
 
@@ -316,20 +317,49 @@ export class PlanService {
     }
   }
 
-  /** Changes the plan: an upgrade at once, a downgrade from the next period. */
-  async setPlan(orgId: string, plan: PlanId): Promise<void> {
+  /** What changing to `plan` would do now (the preview endpoint): nothing is written. */
+  async previewPlan(orgId: string, plan: PlanId): Promise<PlanQuote> {
     const now = this.nowMs();
     const org = await this.loadOrg(orgId);
-    const current = effectivePlan(org, now);
-    const period = periodAt(org.created_at, now);
-    if (plans[plan].rank >= plans[current].rank) {
-      await this.db.query(sql.unsafe`UPDATE organizations SET plan = ${plan}, pending_plan = NULL, pending_from = NULL WHERE id = ${orgId}`);
-    } else {
-      await this.db.query(sql.unsafe`
-        UPDATE organizations SET plan = ${current}, pending_plan = ${plan}, pending_from = ${sql.timestamp(new Date(period.endMs))}
-        WHERE id = ${orgId}`);
-    }
-    await this.writePlanHash(await this.loadOrg(orgId), this.keys(orgId, period.startMs).plan);
+    return quotePlanChange(effectivePlan(org, now), plan, periodAt(org.created_at, now), now);
+  }
+
+  /**
+   * Changes the plan: an upgrade at once, charged pro rata for the rest of the period
+   * (src/billing/proration.ts) and recorded with its charge in plan_changes for the
+   * period's invoice; a downgrade from the next period. Either replaces a downgrade still
+   * waiting. The organization row is locked for the whole change, so two concurrent
+   * upgrades charge the difference once each from the plan the other left, never twice
+   * from the same one.
+   */
+  async setPlan(orgId: string, plan: PlanId): Promise<PlanQuote> {
+    const now = this.nowMs();
+    const at = sql.timestamp(new Date(now));
+    const quote = await this.db.transaction(async (tx) => {
+      const org = await tx.one(sql.type(orgRow)`
+        SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
+      const current = effectivePlan(org, now);
+      const q = quotePlanChange(current, plan, periodAt(org.created_at, now), now);
+      await tx.query(sql.unsafe`
+        UPDATE plan_changes SET cancelled_at = ${at}
+        WHERE organization_id = ${orgId} AND kind = 'downgrade' AND cancelled_at IS NULL AND effective_at > ${at}`);
+      if (q.change === 'downgrade') {
+        await tx.query(sql.unsafe`
+          UPDATE organizations SET plan = ${current}, pending_plan = ${plan}, pending_from = ${sql.timestamp(new Date(q.period_end_ms))}
+          WHERE id = ${orgId}`);
+      } else {
+        await tx.query(sql.unsafe`UPDATE organizations SET plan = ${plan}, pending_plan = NULL, pending_from = NULL WHERE id = ${orgId}`);
+      }
+      if (q.change !== 'none') {
+        await tx.query(sql.unsafe`
+          INSERT INTO plan_changes (id, organization_id, kind, from_plan, to_plan, requested_at, effective_at, period_start, period_end, remaining_ms, charge_cents)
+          VALUES (${newId('pchg')}, ${orgId}, ${q.change}, ${current}, ${plan}, ${at}, ${sql.timestamp(new Date(q.effective_at_ms))},
+                  ${sql.timestamp(new Date(q.period_start_ms))}, ${sql.timestamp(new Date(q.period_end_ms))}, ${q.remaining_ms}, ${q.prorated_charge_cents})`);
+      }
+      return q;
+    });
+    await this.writePlanHash(await this.loadOrg(orgId), this.keys(orgId, quote.period_start_ms).plan);
+    return quote;
   }
 
   /** GET /v1/admin/organization. */
@@ -362,10 +392,10 @@ export class PlanService {
     };
   }
 
-  /** Projects and keys a plan allows (403 plan_limit_reached beyond). */
+  /** Projects, keys and members a plan allows (403 plan_limit_reached beyond). */
   async limitsOf(orgId: string) {
     const org = await this.loadOrg(orgId);
     const plan = plans[effectivePlan(org, this.nowMs())];
-    return { projectsMax: plan.projectsMax, keysPerProjectMax: plan.keysPerProjectMax };
+    return { projectsMax: plan.projectsMax, keysPerProjectMax: plan.keysPerProjectMax, membersMax: plan.membersMax };
   }
 }
