@@ -3,6 +3,8 @@
  * that the first `npm start` on an empty database sets up.
  */
 import { createAdminQueries } from './admin/queries.js';
+import { generatePassword, hashPassword } from './members/passwords.js';
+import { createMemberQueries } from './members/store.js';
 import type { Runtime } from './runtime.js';
 
 export async function bootstrapOrganization(rt: Runtime, name: string) {
@@ -20,6 +22,17 @@ export interface Demo {
   project_key: string;
   customer_key: string;
   customer_id: string;
+  /** The dashboard's sign-in: the organization's owner. */
+  owner: { email: string; password: string };
+}
+
+export const demo_owner_email = 'owner@demo.example';
+
+/** An organization's owner member with a password made here (shown once by the caller). */
+export async function createOwner(rt: Runtime, organizationId: string, email: string) {
+  const password = generatePassword();
+  await createMemberQueries(rt.db).create(organizationId, { email, role: 'owner', passwordHash: await hashPassword(password) }, null);
+  return { email, password };
 }
 
 export const demo_customer_id = 'demo-customer';
@@ -73,6 +86,7 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
       description: 'demo funding',
     },
   );
+  const owner = await createOwner(rt, organization_id, demo_owner_email);
   return {
     models: ['demo-gpt', 'demo-claude'],
     organization_id,
@@ -81,5 +95,6 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
     project_key: projectKey.secret,
     customer_key: customerKey.secret,
     customer_id: demo_customer_id,
+    owner,
   };
 }

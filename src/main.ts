@@ -47,7 +47,7 @@ Demo organization ${demo.organization_id}, project ${demo.project_id} (kept in $
   admin key     ${demo.admin_key}
   project key   ${demo.project_key}
   customer key  ${demo.customer_key}  (bound to ${demo.customer_id})
-
+${demo.owner ? `  owner         ${demo.owner.email} / ${demo.owner.password}  (dashboard sign-in: POST ${u}/dashboard/api/session)\n` : ''}
 Try it:
   curl -s ${u}/v1/customers/${demo.customer_id}/balance -H 'Authorization: Bearer ${demo.project_key}'
   curl -s ${u}/v1/billing/deduct -H 'Authorization: Bearer ${demo.project_key}' -H 'Content-Type: application/json' \\

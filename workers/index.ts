@@ -1,6 +1,6 @@
 /**
  * A worker process's parts: the persist loop, the BullMQ worker of the ledger queue
- * (TTL expiry, sweeps) and the sweep schedule. Started by `npm run worker` and by
+ * (TTL expiry, sweeps, closing billing periods) and the sweep and invoice schedules. Started by `npm run worker` and by
  * `npm start` beside the API.
  */
 import { Worker } from 'bullmq';
@@ -13,6 +13,7 @@ import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';
 import { sweep } from './sweep.js';
+import { Invoicing } from '../src/billing/invoices.js';
 
 export interface Workers {
   persist: PersistLoop;
@@ -30,6 +31,9 @@ export interface Workers {
  * A job cut short by this bound is idempotent and runs again when its lock expires.
  */
 export const worker_close_wait_ms = 5_000;
+
+/** The repeatable job that closes due billing periods into invoices. */
+export const close_periods_job = 'close-periods';
 
 export async function startWorkers(rt: Runtime): Promise<Workers> {
   const { config, logger } = rt;
@@ -50,6 +54,8 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();
 
+  const invoicing = new Invoicing(rt.db, rt.redis, config.REDIS_PREFIX, config.INVOICE_GRACE_SECONDS * 1000, logger);
+
   const worker = new Worker<LedgerJobData>(
     ledgerQueueName,
     async (job) => {
@@ -62,6 +68,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
         const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + rt.clock.offsetMs();
         return sweep(rt.redis, rt.scripts, config.REDIS_PREFIX, rt.ledger, nowMs);
       }
+      if (job.name === close_periods_job) return invoicing.closeDue(rt.plans.nowMs());
       throw new Error(`unknown job ${job.name}`);
     },
     { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8 },
@@ -69,6 +76,13 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
   await rt.ledgerQueue.upsertJobScheduler('sweep', { every: config.SWEEP_INTERVAL_MS }, { name: 'sweep', data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } });
+  // Finds every organization whose period is due, however many workers run: each
+  // invoice is unique per organization and period (src/billing/invoices.ts).
+  await rt.ledgerQueue.upsertJobScheduler(close_periods_job, { every: config.INVOICE_INTERVAL_MS }, {
+    name: close_periods_job,
+    data: {},
+    opts: { removeOnComplete: true, removeOnFail: 100 },
+  });
 
   const beat = () => rt.redis.set(heartbeatKey(config.REDIS_PREFIX), String(Date.now()), 'PX', 60_000).catch(() => undefined);
   await beat();
