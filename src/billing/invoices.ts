@@ -173,6 +173,9 @@ export class Invoicing {
   async closeDue(nowMs: number): Promise<CloseResult> {
     const result: CloseResult = { closed: 0, postponed: 0 };
     const seen = new Set<string>();
+    // Read once per run: an entry written after the run started is later than any end
+    // due now, so it cannot hold a due period back.
+    const pending = await this.unpersisted();
     for (;;) {
       const due = await this.db.anyFirst(sql.type(z.object({ id: z.string() }))`
         SELECT id FROM organizations
@@ -182,15 +185,18 @@ export class Invoicing {
       if (due.length === 0) return result;
       for (const id of due) {
         seen.add(id);
-        const r = await this.closeOrganization(id, nowMs);
+        const r = await this.closeOrganization(id, nowMs, pending);
         result.closed += r.closed;
         result.postponed += r.postponed;
       }
     }
   }
 
-  /** Closes the organization's due periods, oldest first. */
-  async closeOrganization(organizationId: string, nowMs: number): Promise<CloseResult> {
+  /**
+   * Closes the organization's due periods, oldest first. `pending`: the oldest entry time
+   * still in Redis per project (read now when not given).
+   */
+  async closeOrganization(organizationId: string, nowMs: number, pending?: Map<string, number>): Promise<CloseResult> {
     const result: CloseResult = { closed: 0, postponed: 0 };
     for (;;) {
       const org = await this.db.one(sql.type(orgRow)`
@@ -203,7 +209,8 @@ export class Invoicing {
         }
         return result;
       }
-      if (await this.unpersistedBefore(organizationId, endMs)) {
+      pending ??= await this.unpersisted();
+      if (await this.heldBack(organizationId, endMs, pending)) {
         this.logger.info({ organizationId, periodEnd: iso(endMs) }, 'period not closed yet: some of its ledger entries are still in Redis');
         result.postponed++;
         return result;
@@ -242,23 +249,31 @@ export class Invoicing {
   }
 
   /**
-   * Whether an outbox of the organization's projects still holds an entry from before
-   * `endMs`, among the outboxes the dirty marks point at (every outbox with entries has
-   * one, or gets one from the sweeper).
+   * The oldest entry time of each project's outboxes that still hold entries, among the
+   * outboxes the dirty marks point at (every outbox with entries has one, or gets one
+   * from the sweeper). The persist loop keeps the marks few: it drains them within
+   * milliseconds.
    */
-  private async unpersistedBefore(organizationId: string, endMs: number): Promise<boolean> {
-    const projects = new Set(
-      await this.db.anyFirst(sql.type(z.object({ id: z.string() }))`SELECT id FROM projects WHERE organization_id = ${organizationId}`),
-    );
+  private async unpersisted(): Promise<Map<string, number>> {
+    const oldest = new Map<string, number>();
     for (let shard = 0; shard < dirty_shards; shard++) {
       for (const base of await this.redis.smembers(dirtyKey(this.prefix, shard))) {
         const ids = parseCustomerBase(this.prefix, base);
-        if (ids === null || !projects.has(ids.projectId)) continue;
+        if (ids === null) continue;
         const first = await this.redis.xrange(customerKeysFromBase(base).outbox, '-', '+', 'COUNT', 1);
-        if (first.length > 0 && Number(parseOutboxEntry(first[0][1]).at) < endMs) return true;
+        if (first.length === 0) continue;
+        const at = Number(parseOutboxEntry(first[0][1]).at);
+        oldest.set(ids.projectId, Math.min(at, oldest.get(ids.projectId) ?? at));
       }
     }
-    return false;
+    return oldest;
+  }
+
+  /** Whether a project of the organization has an entry from before `endMs` still in Redis. */
+  private async heldBack(organizationId: string, endMs: number, pending: Map<string, number>): Promise<boolean> {
+    if (pending.size === 0) return false;
+    const projects = await this.db.anyFirst(sql.type(z.object({ id: z.string() }))`SELECT id FROM projects WHERE organization_id = ${organizationId}`);
+    return projects.some((id) => (pending.get(id) ?? Infinity) < endMs);
   }
 
   async list(organizationId: string, page: PageRequest): Promise<Page<InvoiceRow>> {
