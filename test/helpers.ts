@@ -66,7 +66,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     // The queue prefix is a hash tag, as BullMQ needs on a Redis Cluster (REDIS_URL may name one).
     { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `{tq${tag}}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5,
       // Tests move their clocks by months: a test closes periods itself, no schedule does it behind another's back.
-      INVOICE_INTERVAL_MS: 24 * 3_600_000, ...overrides },
+      INVOICE_INTERVAL_MS: 0, ...overrides },
   );
 }
 

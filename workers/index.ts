@@ -78,11 +78,13 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   await rt.ledgerQueue.upsertJobScheduler('sweep', { every: config.SWEEP_INTERVAL_MS }, { name: 'sweep', data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } });
   // Finds every organization whose period is due, however many workers run: each
   // invoice is unique per organization and period (src/billing/invoices.ts).
-  await rt.ledgerQueue.upsertJobScheduler(close_periods_job, { every: config.INVOICE_INTERVAL_MS }, {
-    name: close_periods_job,
-    data: {},
-    opts: { removeOnComplete: true, removeOnFail: 100 },
-  });
+  if (config.INVOICE_INTERVAL_MS > 0) {
+    await rt.ledgerQueue.upsertJobScheduler(close_periods_job, { every: config.INVOICE_INTERVAL_MS }, {
+      name: close_periods_job,
+      data: {},
+      opts: { removeOnComplete: true, removeOnFail: 100 },
+    });
+  }
 
   const beat = () => rt.redis.set(heartbeatKey(config.REDIS_PREFIX), String(Date.now()), 'PX', 60_000).catch(() => undefined);
   await beat();

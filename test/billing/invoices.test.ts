@@ -11,12 +11,16 @@ import { sql } from 'slonik';
 import { Invoicing } from '../../src/billing/invoices.js';
 import { close_periods_job } from '../../workers/index.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { ownDatabase } from '../support/own-database.js';
 
 const grace_seconds = 60;
 let svc: TestService;
 
 beforeAll(async () => {
-  svc = await startTestService({ workers: true, config: { INVOICE_GRACE_SECONDS: grace_seconds, INVOICE_INTERVAL_MS: 3_600_000 } });
+  // The job closes every organization of its database: this file's clock, months ahead,
+  // must not close those of the files running beside it.
+  const DATABASE_URL = await ownDatabase('invoices');
+  svc = await startTestService({ workers: true, config: { INVOICE_GRACE_SECONDS: grace_seconds, DATABASE_URL } });
 });
 afterAll(() => svc.close());
 
