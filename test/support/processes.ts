@@ -41,7 +41,8 @@ export async function spawnService(entry: 'src/web.ts' | 'workers/main.ts', env:
   const childLevel = wanted <= log_levels.info ? (env.LOG_LEVEL ?? 'info') : 'info';
   const child = spawn(process.execPath, ['--import', 'tsx', entry], {
     // The mock upstreams of the tests listen on 127.0.0.1.
-    env: { ...process.env, UPSTREAM_ALLOW_PRIVATE: '1', ...env, LOG_LEVEL: childLevel, PORT: '0' },
+    // No invoice schedule (INVOICE_INTERVAL_MS 0): its job would close every test file's periods.
+    env: { ...process.env, UPSTREAM_ALLOW_PRIVATE: '1', INVOICE_INTERVAL_MS: '0', ...env, LOG_LEVEL: childLevel, PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
