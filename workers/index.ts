@@ -5,6 +5,7 @@
  */
 import { Worker } from 'bullmq';
 import { heartbeatKey } from '../src/health.js';
+import { scheduleSweeps } from '../src/ledger/expiry.js';
 import { throttled } from '../src/redis/client.js';
 import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
 import { projectRecorder } from '../src/reconcile/recovery.js';
@@ -68,7 +69,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   );
   worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
-  await rt.ledgerQueue.upsertJobScheduler('sweep', { every: config.SWEEP_INTERVAL_MS }, { name: 'sweep', data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } });
+  await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
 
   const beat = () => rt.redis.set(heartbeatKey(config.REDIS_PREFIX), String(Date.now()), 'PX', 60_000).catch(() => undefined);
   await beat();

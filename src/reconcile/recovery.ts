@@ -22,6 +22,7 @@ import { z } from 'zod';
 import { singleRedisScope, type RecoveryScope } from '../redis/generation.js';
 import { customerKeys } from '../redis/keys.js';
 import { reconcile, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
+import { restoreSharedKeys } from './shared-keys.js';
 
 const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq: z.number() });
 
@@ -42,6 +43,9 @@ export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number, s
     WHERE p.prefix = ${prefix} ${since}
     GROUP BY e.project_id, e.customer_id`);
   const report = await rebuildAhead(rt, rows.filter((r) => scope.holds(customerKeys(prefix, r.project_id, r.customer_id).meta)));
+  // Without its baseline this Redis may have lost every key: also those it held for the
+  // customers of other masters (bindings, marks, the queue).
+  if (!hasBaseline) await restoreSharedKeys(rt, scope);
   await rt.redis.set(baselineKey, new Date().toISOString());
   return report;
 }
