@@ -16,29 +16,39 @@
  *    and dirty marks, the ledger queue's sweep schedule: the queue lives on that master
  *    here). What it loses for good is what no worker had copied yet: acknowledged
  *    operations of its own customers whose entries were not in PostgreSQL when it died
- *    (docs/OPERATIONS.md); the test finds those in PostgreSQL during the outage and allows
- *    exactly those to be missing.
+ *    (docs/OPERATIONS.md): the test reads PostgreSQL during the outage, and only the
+ *    operations missing from it then may be missing at the end.
  *
- * After each variant, with the outboxes drained and TTLs settled: every acknowledged
- * operation is in the ledger with its amount and no operation or gateway call is there
- * twice; no request sent while the master was down got a 2xx, and such requests got 503s;
- * Redis balances equal the ledger's fold, none below zero; reconcile finds no drift. At the
- * end, every acknowledged operation of both variants answers its replay with its original
- * answer (by then most are archived from Redis: REDIS_RETENTION_SECONDS is 3), and every
- * gateway call's Idempotency-Key is refused as reused, naming its call. Customers left idle
- * with a TTL freeze across the empty restart (one whose active mark and expiry job were on
- * the emptied master) have their freeze released by the TTL without any request of theirs.
+ * After each variant, with the outboxes drained and TTLs settled: the master came back
+ * with its data or empty, as meant (whether it still holds its previous generation's
+ * recovery marker); every acknowledged operation is in the ledger with its amount and no
+ * operation or gateway call is there twice; nothing applied after a 503 "nothing was
+ * applied"; requests answered while the master was down got 503s, and none sent then got
+ * a 2xx before it was back; every client's customer was served again after it; Redis
+ * balances equal the ledger's fold, none below zero; reconcile finds no drift and no
+ * anomaly. At the end, every acknowledged operation of both variants answers its replay
+ * with its original answer (by then most are archived from Redis: REDIS_RETENTION_SECONDS
+ * is 3), and every gateway call's Idempotency-Key is refused as reused, naming its call,
+ * with no call billed twice. Customers left idle with a TTL freeze across the empty
+ * restart (one whose active mark and expiry job were on the emptied master) have their
+ * freeze released by the TTL without any request of theirs.
+ *
+ * The summary line printed at the end counts, per variant, the operations acknowledged,
+ * the 503s during the outage, how long after the restart money was served again, and the
+ * operations the empty restart lost for good.
  */
 import { randomBytes } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
+import { Redis } from 'ioredis';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
+import { nodeRecoveredMarkerKey } from '../../src/redis/generation.js';
 import { activeKeyOf, customerKeys } from '../../src/redis/keys.js';
-import { keySlot } from '../../src/redis/slots.js';
+import { keySlot, tagIn } from '../../src/redis/slots.js';
 import { createRuntime, ledgerQueueName, type Runtime } from '../../src/runtime.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
 import { testConfig } from '../helpers.js';
@@ -48,7 +58,7 @@ import { ServiceProcess, sleep } from './processes.js';
 /** Billing clients per master, each on a customer of its own whose keys live on that master. */
 const billing_clients_per_master = 3;
 const gateway_clients = 2;
-const load_ms = 7_000;
+const load_ms = 8_000;
 const kill_at_ms = 1_500;
 /**
  * Longer than a money operation waits for the generation guard (2 s) before its 503, so
@@ -115,8 +125,8 @@ interface Run {
   failures: { what: string; dependsOn: string | null }[];
   /** Replays that followed only "nothing was applied" answers: those answers were false. */
   lies: string[];
-  /** [sent, answered, status] of every attempt. */
-  attempts: [number, number, number][];
+  /** [sent, answered, status (0: no answer), customer] of every attempt. */
+  attempts: [number, number, number, string][];
   replaysAfterUncertainty: number;
 }
 
@@ -131,7 +141,7 @@ const summaries: Record<string, unknown>[] = [];
 
 const billingCustomers: string[] = [];
 const gatewayCustomers: string[] = [];
-/** Idle across the empty restart, each with a TTL freeze: [customer, where its keys and active mark live]. */
+/** Idle across the empty restart, each with a TTL freeze; `why` says where its keys and active mark live. */
 const idleCustomers: { id: string; why: string }[] = [];
 
 function nodeOf(key: string): OwnClusterNode {
@@ -244,7 +254,7 @@ async function webPort(n: number): Promise<number> {
  * POSTs one operation and retries it with the same body after a connection error or a
  * 503 of either kind. Null when no final answer came before `giveUpAt`.
  */
-async function send(run: Run, key: string, path: string, body: Record<string, unknown>, giveUpAt: number, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers } | null> {
+async function send(run: Run, customerId: string, key: string, path: string, body: Record<string, unknown>, giveUpAt: number, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers } | null> {
   let uncertainBefore = false;
   let refusedBefore = false;
   for (let attempt = 0; ; attempt++) {
@@ -259,9 +269,9 @@ async function send(run: Run, key: string, path: string, body: Record<string, un
         signal: AbortSignal.timeout(request_timeout_ms),
       });
       answer = { status: res.status, body: await res.json(), headers: res.headers };
-      run.attempts.push([sent, Date.now(), res.status]);
+      run.attempts.push([sent, Date.now(), res.status, customerId]);
     } catch {
-      run.attempts.push([sent, Date.now(), 0]);
+      run.attempts.push([sent, Date.now(), 0, customerId]);
       uncertainBefore = true;
     }
     if (answer?.status === 503) {
@@ -309,7 +319,7 @@ const settled_by_ttl = new Set(['freeze_records_already_consumed', 'no_consumabl
 async function op(run: Run, customerId: string, type: EntryType, body: Record<string, unknown>, giveUpAt: number, o: { ttl?: boolean; dependsOn?: string } = {}): Promise<Record<string, any> | null> {
   const id = String(type === 'DEPOSIT' ? body.idempotency_key : body.transaction_id);
   const key = `${type}:${id}`;
-  const res = await send(run, key, op_path[type], body, giveUpAt);
+  const res = await send(run, customerId, key, op_path[type], body, giveUpAt);
   if (res === null) return null;
   if (res.status === 200) {
     const ack: Ack = { type, customerId, id, path: op_path[type], body, answer: res.body, amount: res.body[answered_amount[type]], at: Date.now() };
@@ -367,7 +377,7 @@ async function gatewayClient(run: Run, variant: string, i: number, stopAt: numbe
   await op(run, customerId, 'DEPOSIT', { customer_id: customerId, amount: 50_000_000, idempotency_key: `${customerId}-${variant}-fund` }, giveUpAt);
   for (let n = 0; Date.now() < stopAt; n++) {
     const key = `${customerId}-${variant}-c${n}`;
-    const res = await send(run, `GATEWAY:${key}`, '/v1/chat/completions', { model: OPENAI_MODEL, max_tokens: 16, messages: [{ role: 'user', content: `call ${n}` }] }, giveUpAt, {
+    const res = await send(run, customerId, `GATEWAY:${key}`, '/v1/chat/completions', { model: OPENAI_MODEL, max_tokens: 16, messages: [{ role: 'user', content: `call ${n}` }] }, giveUpAt, {
       'x-service-customer': customerId,
       'idempotency-key': key,
     });
@@ -419,6 +429,30 @@ async function until(what: string, timeoutMs: number, check: () => Promise<boole
   }
 }
 
+/**
+ * Whether `node` still holds the recovery marker of the generation it had before a restart:
+ * a master back from its append-only file does, one back empty does not.
+ */
+async function keptMarkerOf(node: OwnClusterNode, runId: string): Promise<boolean> {
+  const slots = new Set<number>();
+  for (let s = node.slots[0]; s <= node.slots[1]; s++) slots.add(s);
+  const conn = new Redis(node.port, '127.0.0.1');
+  try {
+    return (await conn.exists(nodeRecoveredMarkerKey(rt.config.REDIS_PREFIX, tagIn(slots), runId))) === 1;
+  } finally {
+    conn.disconnect();
+  }
+}
+
+async function runIdOf(node: OwnClusterNode): Promise<string> {
+  const conn = new Redis(node.port, '127.0.0.1');
+  try {
+    return /run_id:([0-9a-f]+)/.exec(await conn.info('server'))![1];
+  } finally {
+    conn.disconnect();
+  }
+}
+
 const everyCustomer = () => [...billingCustomers, ...gatewayCustomers, ...idleCustomers.map((c) => c.id)];
 
 /**
@@ -434,6 +468,8 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
   let revivedAt = 0;
   /** Ledger entries of the node's customers that PostgreSQL held while it was down. */
   let inPostgresAtKill = new Set<string>();
+  const runIdBefore = await runIdOf(node);
+  let markerKept: boolean | null = null;
   const chaos = async () => {
     await sleep(kill_at_ms);
     killedAt = Date.now();
@@ -443,6 +479,7 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     await sleep(Math.max(0, killedAt + outage_ms - Date.now()));
     revivedAt = Date.now();
     await node.start({ wipe });
+    markerKept = await keptMarkerOf(node, runIdBefore);
   };
   await Promise.all([
     chaos(),
@@ -488,12 +525,14 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
   // A consume or unfreeze of a freeze the emptied master lost answers that there is no such freeze.
   const failures = run.failures.filter((f) => f.dependsOn === null || !lostForGood.has(f.dependsOn)).map((f) => f.what);
 
-  // The outage: nothing sent while the master was down (after its connections closed) was
-  // applied, and such requests did get 503s.
-  const downFrom = killedAt + 100;
-  const during = run.attempts.filter(([sent]) => sent >= downFrom && sent < revivedAt);
-  const okDuringOutage = during.filter(([, answered, status]) => status >= 200 && status < 300 && answered < revivedAt).length;
-  const unavailableDuringOutage = during.filter(([, , status]) => status === 503).length;
+  // The outage: nothing sent while the master was down (once its connections closed) was
+  // answered 2xx before it was back, and requests got 503s meanwhile.
+  const okDuringOutage = run.attempts.filter(([sent, answered, status]) => sent >= killedAt + 100 && answered < revivedAt && status >= 200 && status < 300).length;
+  const unavailableDuringOutage = run.attempts.filter(([, answered, status]) => answered >= killedAt && answered < revivedAt && status === 503).length;
+  // The load went on: every client's customer, those of the restarted master included, was answered again.
+  const servedAfter = new Set(run.attempts.filter(([, answered, status]) => answered > revivedAt && status !== 0 && status !== 503).map(([, , , c]) => c));
+  // How long after the master was started again money was served: its recovery included.
+  const servedAgainMs = Math.min(...run.attempts.filter(([sent, , status]) => sent >= revivedAt && status === 200).map(([, answered]) => answered)) - revivedAt;
 
   // Redis balances are the ledger's fold; none below zero.
   const balanceDiff: string[] = [];
@@ -523,8 +562,11 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     refused: run.refused.size,
     lostForGood: lost.length,
     outageMs: revivedAt - killedAt,
+    servedAgainMs,
   };
   summaries.push(summary);
+  // The master came back with its data from its append-only file, or empty.
+  expect(markerKept).toBe(!wipe);
   expect(missing).toEqual([]);
   expect(appliedTwice).toEqual([]);
   expect(run.lies).toEqual([]);
@@ -532,6 +574,7 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
   expect(failures).toEqual([]);
   expect([...run.uncertain]).toEqual([]);
   expect({ okDuringOutage, someUnavailable: unavailableDuringOutage > 0 }).toEqual({ okDuringOutage: 0, someUnavailable: true });
+  expect([...billingCustomers, ...gatewayCustomers].filter((c) => !servedAfter.has(c))).toEqual([]);
   expect(balanceDiff).toEqual([]);
   expect(negative).toEqual([]);
   expect(report).toMatchObject({ customers_with_drift: 0, drift: [], errors: [], anomalies: [] });
