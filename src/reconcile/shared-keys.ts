@@ -30,8 +30,10 @@
  *   is, else now) when it has entries or pending TTLs, and its trim due time when records
  *   wait in `fin` or `arch`;
  * - and the sweep schedule, when this Redis holds the ledger queue.
- * Lost expiry jobs are not queued again: the sweeper settles those TTLs through the active
- * index. A customer none of whose entries reached PostgreSQL before the loss is not in
+ * On a single Redis that came back empty the repair rebuilt every customer already; the
+ * walk then adds what the repair does not write: claims, bindings of refused operations,
+ * the sweep schedule. Lost expiry jobs are not queued again: the sweeper settles those
+ * TTLs through the active index. A customer none of whose entries reached PostgreSQL before the loss is not in
  * the walk; its next operation marks it again, and `reconcile --repair` finds it.
  */
 import { sql } from 'slonik';
@@ -45,9 +47,9 @@ import { registerScripts } from '../redis/scripts.js';
 import type { ReconcileRuntime } from './reconcile.js';
 
 /** Customers read from PostgreSQL per page. */
-export const shared_keys_page_size = 500;
+const shared_keys_page_size = 500;
 /** Customers whose Redis keys are read at once. */
-const customers_at_once = 16;
+const customers_at_once = 64;
 /** Ids added to the filters per script call: one call must not hold Redis for long. */
 const filter_ids_per_call = 1_000;
 
