@@ -21,7 +21,7 @@
  *
  * After each variant, with the outboxes drained and TTLs settled: the master came back
  * with its data or empty, as meant (whether it still holds its previous generation's
- * recovery marker); every acknowledged operation is in the ledger with its amount and no
+ * recovery marker), and the guard verified its new generation (its marker); every acknowledged operation is in the ledger with its amount and no
  * operation or gateway call is there twice; nothing applied after a 503 "nothing was
  * applied"; requests answered while the master was down got 503s, and none sent then got
  * a 2xx before it was back; every client's customer was served again after it; Redis
@@ -430,10 +430,11 @@ async function until(what: string, timeoutMs: number, check: () => Promise<boole
 }
 
 /**
- * Whether `node` still holds the recovery marker of the generation it had before a restart:
- * a master back from its append-only file does, one back empty does not.
+ * Whether `node` holds the recovery marker of generation `runId`: the guard sets it once
+ * the generation is verified (recovered). After a restart, a master back from its
+ * append-only file still has its previous generation's, one back empty has not.
  */
-async function keptMarkerOf(node: OwnClusterNode, runId: string): Promise<boolean> {
+async function hasMarker(node: OwnClusterNode, runId: string): Promise<boolean> {
   const slots = new Set<number>();
   for (let s = node.slots[0]; s <= node.slots[1]; s++) slots.add(s);
   const conn = new Redis(node.port, '127.0.0.1');
@@ -479,7 +480,7 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     await sleep(Math.max(0, killedAt + outage_ms - Date.now()));
     revivedAt = Date.now();
     await node.start({ wipe });
-    markerKept = await keptMarkerOf(node, runIdBefore);
+    markerKept = await hasMarker(node, runIdBefore);
   };
   await Promise.all([
     chaos(),
@@ -565,8 +566,10 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     servedAgainMs,
   };
   summaries.push(summary);
-  // The master came back with its data from its append-only file, or empty.
+  // The master came back with its data from its append-only file, or empty; the guard
+  // verified (and recovered) its new generation.
   expect(markerKept).toBe(!wipe);
+  expect(await hasMarker(node, await runIdOf(node))).toBe(true);
   expect(missing).toEqual([]);
   expect(appliedTwice).toEqual([]);
   expect(run.lies).toEqual([]);
