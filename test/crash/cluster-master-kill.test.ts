@@ -488,10 +488,12 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     ...gatewayCustomers.map((_, i) => gatewayClient(run, variant, i, stopAt)),
   ]);
 
-  // Lost for good: acknowledged on the emptied master before it died, not in PostgreSQL then.
+  // What the emptied master may have lost: operations of its customers acknowledged
+  // before it was started again (so applied before it died: nothing can be applied on it
+  // while it is down, and a reply cannot outlive its connection) that PostgreSQL did not
+  // hold while it was down. Lost for good are those of them still missing at the end.
   const onNode = (customerId: string) => nodeOf(customerKeys(rt.config.REDIS_PREFIX, projectId, customerId).meta) === node;
-  const lost = wipe ? run.acks.filter((a) => a.at <= killedAt + settle_ms && onNode(a.customerId) && !inPostgresAtKill.has(`${a.type}:${a.id}`)) : [];
-  for (const a of lost) lostForGood.add(`${a.type}:${a.id}`);
+  const mayBeLost = wipe ? run.acks.filter((a) => a.at < revivedAt && onNode(a.customerId) && !inPostgresAtKill.has(`${a.type}:${a.id}`)) : [];
 
   // Drained and settled: TTL freezes (seconds; gateway holds have an hour), outboxes.
   await until('TTL freezes were not settled', 20_000, async () => {
@@ -511,6 +513,8 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     stored.set(key, { count: (stored.get(key)?.count ?? 0) + 1, amount: r.amount });
     if (r.type === 'CONSUME' || r.type === 'UNFREEZE') endings.set(r.transaction_id, (endings.get(r.transaction_id) ?? 0) + 1);
   }
+  const lost = mayBeLost.filter((a) => !stored.has(`${a.type}:${a.id}`));
+  for (const a of lost) lostForGood.add(`${a.type}:${a.id}`);
   const gatewayByTx = new Map(rows.filter((r) => r.type === 'GATEWAY').map((r) => [r.transaction_id, r]));
   const gatewayByKey = new Map<string, number>();
   for (const r of rows) if (r.type === 'GATEWAY' && r.gk !== null) gatewayByKey.set(`${r.customer_id}|${r.gk}`, (gatewayByKey.get(`${r.customer_id}|${r.gk}`) ?? 0) + 1);
