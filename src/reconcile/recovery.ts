@@ -9,9 +9,9 @@
  * persisted in the last `windowMs`, whose PostgreSQL max(seq) is above the Redis meta
  * `seq`. A Redis that lost everything (no persistence, a new instance) has no baseline
  * marker, and then the window does not apply: every customer of the prefix is checked, so
- * a customer idle for longer than the window is not left empty; it then also gets back
- * what it held for customers it does not hold (src/reconcile/shared-keys.ts). A customer that a Redis
- * with its baseline lost longer ago than the window is left to
+ * a customer idle for longer than the window is not left empty; such a Redis then also
+ * gets back what it held for customers it does not hold (src/reconcile/shared-keys.ts).
+ * A customer that a Redis with its baseline lost longer ago than the window is left to
  * `npm run reconcile -- --repair`, the full scan (docs/OPERATIONS.md). On a fresh Redis
  * and an empty ledger this is one query that finds nothing.
  *

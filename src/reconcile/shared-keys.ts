@@ -33,8 +33,9 @@
  * On a single Redis that came back empty the repair rebuilt every customer already; the
  * walk then adds what the repair does not write: claims, bindings of refused operations,
  * the sweep schedule. Lost expiry jobs are not queued again: the sweeper settles those
- * TTLs through the active index. A customer none of whose entries reached PostgreSQL before the loss is not in
- * the walk; its next operation marks it again, and `reconcile --repair` finds it.
+ * TTLs through the active index. A customer none of whose entries reached PostgreSQL
+ * before the loss is not in the walk; its next operation marks it again, and
+ * `reconcile --repair` finds it.
  */
 import { sql } from 'slonik';
 import { z } from 'zod';
