@@ -13,7 +13,7 @@
  * gets back what it held for customers it does not hold (src/reconcile/shared-keys.ts).
  * A customer that a Redis with its baseline lost longer ago than the window is left to
  * `npm run reconcile -- --repair`, the full scan (docs/OPERATIONS.md). On a fresh Redis
- * and an empty ledger this is one query that finds nothing.
+ * and an empty ledger this is two queries that find nothing.
  *
  * On a Redis Cluster a recovery covers one master (`scope`): the customers whose slot it
  * serves, and a baseline marker of its own that lives on it.
