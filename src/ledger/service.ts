@@ -394,9 +394,15 @@ export class LedgerService {
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
     const args = this.drawArgs(input, hash);
     const reply = await this.fromBinding(
-      async () => (await this.runBillable(scope, null, (_, admitted) => this.runBound('deduct', scope, input.customerId, input.transactionId, { ...args, admitted }))).reply,
-      async () => (await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
-        this.run('deduct', scope, input.customerId, { ...args, admitted }, bound.readAtMs))).reply,
+      async () => {
+        const r = await this.runBillable(scope, null, (_, admitted) => this.runBound('deduct', scope, input.customerId, input.transactionId, { ...args, admitted }));
+        return r.reply;
+      },
+      async () => {
+        const r = await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
+          this.run('deduct', scope, input.customerId, { ...args, admitted }, bound.readAtMs));
+        return r.reply;
+      },
     );
     return this.outcome(reply, input.customerId, 'transaction_id');
   }
@@ -445,8 +451,10 @@ export class LedgerService {
     let customerId = input.customerId ?? '';
     const named = input.customerId;
     const reply = await this.fromBinding(
-      named === null ? null : async () => (await this.runBillable(scope, null, (_, admitted) =>
-        this.runBound('consume', scope, named, input.transactionId, { ...args, admitted }))).reply,
+      named === null ? null : async () => {
+        const r = await this.runBillable(scope, null, (_, admitted) => this.runBound('consume', scope, named, input.transactionId, { ...args, admitted }));
+        return r.reply;
+      },
       async () => {
         const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
         const r = await this.runBillable(scope, owner, (found, admitted) => this.run('consume', scope, found.customerId, { ...args, admitted }, found.readAtMs));
