@@ -1,6 +1,8 @@
 -- Binds an id to its owner in its project bucket, or reads the binding: the one command
 -- before a money operation's customer script (transaction id -> customer, deposit key ->
--- customer, gateway Idempotency-Key -> call).
+-- customer, gateway Idempotency-Key -> call). On a single Redis, deduct, freeze, deposit
+-- and consume or unfreeze naming their customer bind in their own script instead
+-- (lua/includes/bound.lua).
 --
 -- KEYS[1] ids    hash    id -> owner .. '|' .. bound at (Redis ms)
 -- KEYS[2] bloom  string  Bloom filter of the ids archived from this bucket
@@ -13,22 +15,8 @@
 -- read, which the customer script checks against its grace (lua/includes/customer.lua).
 -- Status 0 NEW (bound now to ARGV[2]), 1 BOUND (owner and when), 2 ABSENT (read only,
 -- never bound or archived: the filter does not have it), 3 ARCHIVED (absent, and the
--- filter has it: nothing written; the caller asks PostgreSQL).
+-- filter has it: nothing written; the caller asks PostgreSQL). See includes/binding.lua.
 
---@include bloom
+--@include binding
 
-local K_ids, K_bloom = KEYS[1], KEYS[2]
-local id = ARGV[1]
-local owner = ARGV[2]
-local force = ARGV[3] == '1'
-
-local now = bucket_now_ms()
-local v = redis.call('HGET', K_ids, id)
-if v then
-  local o, at = parse_binding(v)
-  return { 1, o, at, now }
-end
-if not force and bloom_has(K_bloom, id) then return { 3, '', '', now } end
-if owner == '' then return { 2, '', '', now } end
-redis.call('HSET', K_ids, id, owner .. '|' .. now)
-return { 0, owner, now, now }
+return bind_id(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3] == '1')

@@ -53,6 +53,11 @@ local E_USAGE_LIMIT = 19
 local E_ACCOUNT_NOT_FOUND = 20
 local E_DEPOSIT_LIMIT = 21
 local E_STALE_BINDING = 22
+-- Answered by the binding step of a bound script (includes/bound.lua), before anything is
+-- written: consume or unfreeze named another customer than the binding's, or the id's
+-- binding may be archived (the service asks PostgreSQL through the two-step path).
+local E_SCOPE_MISMATCH = 23
+local E_BINDING_ARCHIVED = 24
 
 -- How long a binding read stays proof that its record was not archived: the trim deletes
 -- a record only this long after it removed the record's binding (src/ledger/retention.ts,

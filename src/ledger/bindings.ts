@@ -6,6 +6,10 @@
  * archived one, or a false positive) costs a PostgreSQL lookup, which puts the archived
  * record back into its customer's keys (lua/restore-4.lua) and binds it again, so that
  * the customer script answers the replay or the conflict as it always did.
+ *
+ * On a single Redis the ledger's operations whose customer is known bind in their own
+ * script instead (lua/includes/bound.lua runs the same step as lua/bind-2.lua); they come
+ * here only for an id the filter has, which that script leaves as it was.
  */
 import type { RedisClient } from '../redis/client.js';
 import { sql, type DatabasePool } from 'slonik';

@@ -1,14 +1,16 @@
 /**
- * Ledger operations: each is one Lua script on the customer's keys (lua/), preceded by a
- * project-scope binding of its identifier. Nothing here decides what a concurrent request
- * could invalidate; the scripts decide.
+ * Ledger operations: each is one Lua script on the customer's keys (lua/), with a
+ * project-scope binding of its identifier: in the same script on a single Redis, a command
+ * before it on a Redis Cluster (fromBinding). Nothing here decides what a concurrent
+ * request could invalidate; the scripts decide.
  */
 import { createHash } from 'node:crypto';
-import type { RedisClient } from '../redis/client.js';
+import { isCluster, type RedisClient } from '../redis/client.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
-import { activeKeyOf, customerKeys, dirty_shards, dirtyKey, scriptKeys, shardOf, type CustomerKeys } from '../redis/keys.js';
+import { activeKeyOf, bindingKeys, customerKeys, dirty_shards, dirtyKey, scriptKeys, shardOf, type CustomerKeys } from '../redis/keys.js';
 import {
-  scriptApi, scriptError, ScriptStatus, type CustomerScriptArgs, type CustomerScriptName, type ScriptApi, type Scripts, type ScriptReply,
+  scriptApi, scriptError, ScriptStatus, type BoundOperation, type CustomerCall, type CustomerScriptArgs, type CustomerScriptName, type ScriptApi,
+  type Scripts, type ScriptReply,
 } from '../redis/scripts.js';
 import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
@@ -138,6 +140,11 @@ export class LedgerService {
   private readonly activeUntil = new Map<string, number | Promise<void>>();
   readonly bindings: Bindings;
   private readonly api: ScriptApi;
+  /**
+   * A single Redis: an operation whose customer is known binds its id in its own script
+   * (fromBinding). A Redis Cluster has the binding bucket and the customer in other slots.
+   */
+  private readonly oneScript: boolean;
 
   constructor(
     private readonly redis: RedisClient,
@@ -148,6 +155,7 @@ export class LedgerService {
   ) {
     this.api = scriptApi(scripts);
     this.bindings = new Bindings(redis, scripts, prefix, hooks.archived ?? null);
+    this.oneScript = !isCluster(redis);
   }
 
   /**
@@ -223,12 +231,29 @@ export class LedgerService {
     args: CustomerScriptArgs<N>,
     bindingReadAtMs: number | null = null,
   ): Promise<ScriptReply> {
+    return this.send(name, scope, customerId, (call) => this.api.customer(name, { ...call, bindingReadAtMs }, args));
+  }
+
+  /**
+   * Runs the bound script of `op` (a single Redis): the binding of `id` in its project
+   * bucket and the operation, in one script (lua/includes/bound.lua).
+   */
+  private runBound<N extends BoundOperation>(op: N, scope: ProjectScope, customerId: string, id: string, args: CustomerScriptArgs<N>): Promise<ScriptReply> {
+    const bucket = bindingKeys(this.prefix, scope.projectId, op === 'deposit' ? 'd' : 't', id);
+    return this.send(op, scope, customerId, (call) => this.api.bound(op, { ...call, bucket }, args));
+  }
+
+  /** What run and runBound share: the guard and the active mark before, the dirty mark and the TTL count after. */
+  private async send(
+    name: CustomerScriptName,
+    scope: ProjectScope,
+    customerId: string,
+    script: (call: Omit<CustomerCall, 'bindingReadAtMs'>) => Promise<ScriptReply>,
+  ): Promise<ScriptReply> {
     const k = this.keys(scope, customerId);
     const marked = this.markActive(k.base);
     await (marked ? Promise.all([this.ready(), marked]) : this.ready());
-    const reply = await this.api.customer(name, {
-      keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le'), bindingReadAtMs,
-    }, args);
+    const reply = await script({ keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le') });
     if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
@@ -236,39 +261,38 @@ export class LedgerService {
 
   /**
    * Runs a billable script (deduct, consume) under a plan reservation. `lookup` (binding
-   * or finding the transaction's customer) goes out in the same round trip as the
-   * reservation: neither needs the other's answer. The last script argument tells the
-   * script whether the plan admits a new operation; the reservation is committed when the
-   * operation applied now (or may have), and given back otherwise.
+   * or finding the transaction's customer; a value when the script binds itself) goes out
+   * in the same round trip as the reservation: neither needs the other's answer. `script`
+   * gets what the lookup found and whether the plan admits a new operation (its last
+   * argument); the reservation is committed when the operation applied now (or may
+   * have), and given back otherwise.
    */
-  private async runBillable<N extends 'deduct' | 'consume'>(
-    name: N,
+  private async runBillable<T>(
     scope: ProjectScope,
-    lookup: Promise<{ customerId: string; readAtMs: number }>,
-    args: Omit<CustomerScriptArgs<N>, 'admitted'>,
-  ): Promise<{ reply: ScriptReply; customerId: string }> {
-    const [customer, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? Promise.resolve(null)]);
+    lookup: T | Promise<T>,
+    script: (found: T, admitted: '0' | '1') => Promise<ScriptReply>,
+  ): Promise<{ reply: ScriptReply; found: T }> {
+    const [found, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? null]);
     const reservation = reserved.status === 'fulfilled' ? reserved.value : null;
     let reply: ScriptReply | undefined;
     let unsent = false;
     try {
-      if (customer.status === 'rejected') throw customer.reason;
+      if (found.status === 'rejected') throw found.reason;
       if (reserved.status === 'rejected') throw reserved.reason;
       try {
-        const admitted = reservation && !reservation.admitted ? '0' : '1';
-        reply = await this.run(name, scope, customer.value.customerId, { ...args, admitted } as CustomerScriptArgs<N>, customer.value.readAtMs);
+        reply = await script(found.value, reservation && !reservation.admitted ? '0' : '1');
       } catch (err) {
         unsent = provesNothingSent(err);
         throw err;
       }
       if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
-      return { reply, customerId: customer.value.customerId };
+      return { reply, found: found.value };
     } finally {
       // Given back when the script answered that nothing applied, or provably never
       // reached Redis (never written, or refused by the generation guard). Without an
       // answer otherwise (a lost reply) it may have applied: it counts, one too high at
       // worst, never too low.
-      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : unsent || customer.status === 'rejected' || reserved.status === 'rejected';
+      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : unsent || found.status === 'rejected' || reserved.status === 'rejected';
       // Not awaited: the answer does not wait on the count (neither rejects).
       if (reservation) void (notApplied ? reservation.release() : reservation.commit());
     }
@@ -284,18 +308,31 @@ export class LedgerService {
       return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
     }
     if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
-    const param = status === ScriptStatus.Conflict ? idParam : status === ScriptStatus.InvalidExpires ? 'expires_at' : undefined;
+    const param =
+      status === ScriptStatus.Conflict ? idParam
+      : status === ScriptStatus.InvalidExpires ? 'expires_at'
+      : status === ScriptStatus.ScopeMismatch ? 'customer_id'
+      : undefined;
     throw scriptError('customer script', status, { param });
   }
 
   /**
-   * Runs an operation that starts from a binding, again from the binding when its script
-   * refused a binding read older than the grace (the record may have been archived after
-   * the read; nothing applied).
+   * Runs an operation that starts from a binding. On a single Redis, `bound` (when the
+   * operation has one: its customer is known) runs the binding and the operation as one
+   * script, one command. Otherwise, and when that script found the id's binding possibly
+   * archived (it wrote nothing), the two steps: `twoSteps` binds first (asking PostgreSQL
+   * for an archived id, src/ledger/bindings.ts), then runs the customer script; again
+   * from the binding when that script refused a binding read older than the grace (the
+   * record may have been archived after the read; nothing applied). A Redis Cluster
+   * always takes the two steps: the binding bucket and the customer are in other slots.
    */
-  private async fromBinding(attempt: () => Promise<ScriptReply>): Promise<ScriptReply> {
+  private async fromBinding(bound: (() => Promise<ScriptReply>) | null, twoSteps: () => Promise<ScriptReply>): Promise<ScriptReply> {
+    if (bound !== null && this.oneScript) {
+      const reply = await bound();
+      if (reply[0] !== ScriptStatus.BindingArchived) return reply;
+    }
     for (let n = 1; ; n++) {
-      const reply = await attempt();
+      const reply = await twoSteps();
       if (reply[0] !== ScriptStatus.StaleBinding) return reply;
       if (n >= stale_binding_attempts_max) throw new Error(`binding read refused as stale ${n} times in a row`);
     }
@@ -325,10 +362,16 @@ export class LedgerService {
       description: input.description ?? '', sourceId: newId('src'),
     };
     const key = input.idempotencyKey;
-    const reply = await this.fromBinding(async () => {
-      const bound = key === null ? null : await this.bindTo(scope, 'd', key, input.customerId, 'idempotency_key');
-      return this.run('deposit', scope, input.customerId, args, bound?.readAtMs ?? null);
-    });
+    // Without a key there is nothing to bind: the deposit script alone.
+    const reply = key === null
+      ? await this.run('deposit', scope, input.customerId, args)
+      : await this.fromBinding(
+        () => this.runBound('deposit', scope, input.customerId, key, args),
+        async () => {
+          const bound = await this.bindTo(scope, 'd', key, input.customerId, 'idempotency_key');
+          return this.run('deposit', scope, input.customerId, args, bound.readAtMs);
+        },
+      );
     return this.outcome(reply, input.customerId, 'idempotency_key');
   }
 
@@ -349,7 +392,18 @@ export class LedgerService {
   async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
     await this.ready();
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
-    const reply = await this.fromBinding(async () => (await this.runBillable('deduct', scope, this.bindTransaction(scope, input), this.drawArgs(input, hash))).reply);
+    const args = this.drawArgs(input, hash);
+    const reply = await this.fromBinding(
+      async () => {
+        const r = await this.runBillable(scope, null, (_, admitted) => this.runBound('deduct', scope, input.customerId, input.transactionId, { ...args, admitted }));
+        return r.reply;
+      },
+      async () => {
+        const r = await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
+          this.run('deduct', scope, input.customerId, { ...args, admitted }, bound.readAtMs));
+        return r.reply;
+      },
+    );
     return this.outcome(reply, input.customerId, 'transaction_id');
   }
 
@@ -360,10 +414,13 @@ export class LedgerService {
       input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
     ]);
     const args: CustomerScriptArgs<'freeze'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
-    const reply = await this.fromBinding(async () => {
-      const bound = await this.bindTransaction(scope, input);
-      return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
-    });
+    const reply = await this.fromBinding(
+      () => this.runBound('freeze', scope, input.customerId, input.transactionId, args),
+      async () => {
+        const bound = await this.bindTransaction(scope, input);
+        return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
+      },
+    );
     const result = this.outcome(reply, input.customerId, 'transaction_id');
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
@@ -389,15 +446,22 @@ export class LedgerService {
     input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
   ): Promise<OpResult> {
     await this.ready();
-    let customerId = '';
-    const reply = await this.fromBinding(async () => {
-      const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
-      const r = await this.runBillable('consume', scope, owner, {
-        transactionId: input.transactionId, amount: input.amount ?? '', description: input.description ?? '',
-      });
-      customerId = r.customerId;
-      return r.reply;
-    });
+    const args = { transactionId: input.transactionId, amount: input.amount ?? '', description: input.description ?? '' };
+    // The customer the script ran on: the request's, or the binding's when it names none.
+    let customerId = input.customerId ?? '';
+    const named = input.customerId;
+    const reply = await this.fromBinding(
+      named === null ? null : async () => {
+        const r = await this.runBillable(scope, null, (_, admitted) => this.runBound('consume', scope, named, input.transactionId, { ...args, admitted }));
+        return r.reply;
+      },
+      async () => {
+        const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
+        const r = await this.runBillable(scope, owner, (found, admitted) => this.run('consume', scope, found.customerId, { ...args, admitted }, found.readAtMs));
+        customerId = r.found.customerId;
+        return r.reply;
+      },
+    );
     return this.outcome(reply, customerId);
   }
 
@@ -406,12 +470,17 @@ export class LedgerService {
     input: { transactionId: string; customerId: string | null; description: string | null },
   ): Promise<OpResult> {
     await this.ready();
-    let customerId = '';
-    const reply = await this.fromBinding(async () => {
-      const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
-      customerId = owner.customerId;
-      return this.run('unfreeze', scope, owner.customerId, { transactionId: input.transactionId, description: input.description ?? '' }, owner.readAtMs);
-    });
+    const args = { transactionId: input.transactionId, description: input.description ?? '' };
+    let customerId = input.customerId ?? '';
+    const named = input.customerId;
+    const reply = await this.fromBinding(
+      named === null ? null : () => this.runBound('unfreeze', scope, named, input.transactionId, args),
+      async () => {
+        const owner = await this.ownerOf(scope, input.transactionId, input.customerId, 'no_unfreezable_records');
+        customerId = owner.customerId;
+        return this.run('unfreeze', scope, owner.customerId, args, owner.readAtMs);
+      },
+    );
     return this.outcome(reply, customerId);
   }
 

@@ -1,13 +1,16 @@
 /**
- * Loads lua/<name>-<keys>.lua, splices `--@include <file>` from lua/includes, and
- * registers each script with ioredis defineCommand under a versioned name
- * (`svc_<name>_<sha8>`), so two deployments with different script versions can share one
- * Redis. ioredis sends EVALSHA and falls back to EVAL when Redis lost its script cache.
+ * Loads lua/<name>-<keys>.lua, splices `--@include <file>` from lua/includes and
+ * `--@script <name>` (another script under lua/, as the rest of this one: the bound
+ * scripts run their operation's script after their binding step), and registers each
+ * script with ioredis defineCommand under a versioned name (`svc_<name>_<sha8>`), so two
+ * deployments with different script versions can share one Redis. ioredis sends EVALSHA
+ * and falls back to EVAL when Redis lost its script cache.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { RedisClient } from './client.js';
+import type { BindingKeys } from './keys.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
 import { projectRoot } from '../root.js';
 
@@ -31,12 +34,17 @@ export enum ScriptStatus {
   DepositLimit = 21,
   /** The binding read that led here is older than the grace and the record is absent: nothing applied, start over from the binding. */
   StaleBinding = 22,
+  /** A bound script's consume or unfreeze named another customer than the id's binding: nothing written. */
+  ScopeMismatch = 23,
+  /** A bound script's id is not bound and the Bloom filter may have it archived: nothing written, take the two steps. */
+  BindingArchived = 24,
 }
 
 /**
  * The one map from script status to API error. null: not an error (Ok, Replay), or not one
  * a caller may answer with (StaleBinding: nothing applied, the caller starts over from the
- * binding).
+ * binding; BindingArchived: nothing written, the caller takes the two steps, which ask
+ * PostgreSQL).
  */
 export const scriptStatusErrors: Readonly<Record<ScriptStatus, ErrorCode | null>> = {
   [ScriptStatus.Ok]: null,
@@ -54,6 +62,8 @@ export const scriptStatusErrors: Readonly<Record<ScriptStatus, ErrorCode | null>
   [ScriptStatus.AccountNotFound]: 'billing_account_not_found',
   [ScriptStatus.DepositLimit]: 'invalid_amount',
   [ScriptStatus.StaleBinding]: null,
+  [ScriptStatus.ScopeMismatch]: 'customer_scope_mismatch',
+  [ScriptStatus.BindingArchived]: null,
 };
 
 /**
@@ -79,17 +89,35 @@ interface LoadedScript {
 }
 
 function loadScripts(): Map<string, LoadedScript> {
-  const scripts = new Map<string, LoadedScript>();
+  const files = new Map<string, { file: string; numberOfKeys: number }>();
   for (const file of readdirSync(luaDir)) {
     const m = /^([a-z_]+)-(\d+)\.lua$/.exec(file);
-    if (!m) continue;
-    const lua = readFileSync(join(luaDir, file), 'utf8').replace(/^--@include (\w+)\s*$/gm, (_, inc: string) =>
-      readFileSync(join(luaDir, 'includes', `${inc}.lua`), 'utf8'),
-    );
+    if (m) files.set(m[1], { file, numberOfKeys: Number(m[2]) });
+  }
+  const scripts = new Map<string, LoadedScript>();
+  for (const [name, { file, numberOfKeys }] of files) {
+    const lua = assemble(readFileSync(join(luaDir, file), 'utf8'), files, new Set());
     const sha8 = createHash('sha1').update(lua).digest('hex').slice(0, 8);
-    scripts.set(m[1], { command: `svc_${m[1]}_${sha8}`, numberOfKeys: Number(m[2]), lua });
+    scripts.set(name, { command: `svc_${name}_${sha8}`, numberOfKeys, lua });
   }
   return scripts;
+}
+
+/**
+ * Splices the includes and scripts a Lua text names, and theirs in turn, each once per
+ * script (`spliced`): the operation script a bound script splices says `--@include
+ * customer` too, which the bound script included already.
+ */
+function assemble(text: string, files: ReadonlyMap<string, { file: string }>, spliced: Set<string>): string {
+  return text.replace(/^--@(include|script) (\w+)\s*$/gm, (_, what: string, name: string) => {
+    const id = `${what}:${name}`;
+    if (spliced.has(id)) return '';
+    spliced.add(id);
+    const script = files.get(name);
+    if (what === 'script' && !script) throw new Error(`--@script ${name}: no script lua/${name}-<keys>.lua`);
+    const path = what === 'include' ? join(luaDir, 'includes', `${name}.lua`) : join(luaDir, script!.file);
+    return assemble(readFileSync(path, 'utf8'), files, spliced);
+  });
 }
 
 let cached: Map<string, LoadedScript> | undefined;
@@ -200,6 +228,18 @@ export const customer_script_args = {
 } as const satisfies Record<CustomerScriptName, readonly string[]>;
 
 /**
+ * Operations that a single Redis runs with the binding of their id, in one script:
+ * lua/bound_<op>-12.lua binds (or reads the binding of) ARGV[5], then runs lua/<op>-10.lua
+ * (lua/includes/bound.lua). Their ARGV are the operation's; the last one is '' (no grace:
+ * the binding is read in the same script).
+ */
+export const boundOperations = ['deposit', 'deduct', 'freeze', 'consume', 'unfreeze'] as const satisfies readonly CustomerScriptName[];
+export type BoundOperation = (typeof boundOperations)[number];
+export const boundScriptName = <N extends BoundOperation>(op: N): `bound_${N}` => `bound_${op}`;
+/** KEYS[11..12] of a bound script, after the customer's ten: the bucket of the operation's id. */
+export const bound_script_bucket_keys = ['ids', 'bloom'] as const;
+
+/**
  * The other scripts: their KEYS and ARGV by name. `rest` names a list of ARGV that follows
  * the named ones (`-- ARGV[n..] name:`). The trim (lua/trim-5.lua) has two modes with
  * their own ARGV; its wrappers are trimScan and trimMark.
@@ -233,6 +273,11 @@ export interface CustomerCall {
   bindingReadAtMs: number | null;
 }
 
+/** Where a bound script runs: a customer call without a binding read time, and the bucket of the operation's id. */
+export interface BoundCall extends Omit<CustomerCall, 'bindingReadAtMs'> {
+  bucket: BindingKeys;
+}
+
 export type CustomerScriptArgs<N extends CustomerScriptName> = Named<(typeof customer_script_args)[N]>;
 type OtherName = Exclude<keyof typeof other_scripts, 'trim'>;
 type OtherKeys<N extends keyof typeof other_scripts> = { [K in (typeof other_scripts)[N]['keys'][number]]: string };
@@ -251,8 +296,12 @@ function ordered(script: string, names: readonly string[], args: Record<string, 
 export type ScriptApi = {
   [N in CustomerScriptName]: (call: CustomerCall, args: CustomerScriptArgs<N>) => Promise<ScriptReply>;
 } & {
+  [N in BoundOperation as `bound_${N}`]: (call: BoundCall, args: CustomerScriptArgs<N>) => Promise<ScriptReply>;
+} & {
   /** Any customer script by name (callers that choose the script at run time). */
   customer<N extends CustomerScriptName>(name: N, call: CustomerCall, args: CustomerScriptArgs<N>): Promise<ScriptReply>;
+  /** The bound script of an operation, by the operation's name. */
+  bound<N extends BoundOperation>(op: N, call: BoundCall, args: CustomerScriptArgs<N>): Promise<ScriptReply>;
   bind(keys: OtherKeys<'bind'>, args: OtherArgs<'bind'>): Promise<[number, string, string, number]>;
   unbind(keys: OtherKeys<'unbind'>, args: OtherArgs<'unbind'>): Promise<number>;
   restore(keys: OtherKeys<'restore'>, args: OtherArgs<'restore'>): Promise<unknown>;
@@ -266,12 +315,19 @@ export type ScriptApi = {
 
 /** The typed functions over a set of registered scripts (registerScripts, or the generation guard's wrapper). */
 export function scriptApi(scripts: Scripts): ScriptApi {
+  const argv = (name: CustomerScriptName, call: Omit<CustomerCall, 'bindingReadAtMs'>, args: Record<string, unknown>, bindingReadAtMs: number | null) => [
+    call.clockOffsetMs, call.projectId, call.customerId, call.entryIdBase,
+    ...ordered(name, customer_script_args[name], args),
+    bindingReadAtMs ?? '',
+  ];
   const customer = <N extends CustomerScriptName>(name: N, call: CustomerCall, args: CustomerScriptArgs<N>): Promise<ScriptReply> =>
-    scripts.run(name, [...call.keys], [
-      call.clockOffsetMs, call.projectId, call.customerId, call.entryIdBase,
-      ...ordered(name, customer_script_args[name], args as Record<string, unknown>),
-      call.bindingReadAtMs ?? '',
-    ]);
+    scripts.run(name, [...call.keys], argv(name, call, args, call.bindingReadAtMs));
+  const bound = <N extends BoundOperation>(op: N, call: BoundCall, args: CustomerScriptArgs<N>): Promise<ScriptReply> => {
+    const a = argv(op, call, args, null);
+    // ARGV[5], the id the script binds: a deposit without a key has none, and no bound script.
+    if (a[4] === '') throw new Error(`${boundScriptName(op)}: the id to bind (${customer_script_args[op][0]}) is empty`);
+    return scripts.runOther<ScriptReply>(boundScriptName(op), [...call.keys, ...bound_script_bucket_keys.map((k) => call.bucket[k])], a);
+  };
   const other = <T>(name: OtherName, keys: Record<string, string>, args: Record<string, unknown>): Promise<T> => {
     const spec = other_scripts[name] as { keys: readonly string[]; args: readonly string[]; rest?: string };
     const rest = spec.rest === undefined ? [] : (args[spec.rest] as readonly ScriptArg[]);
@@ -280,11 +336,13 @@ export function scriptApi(scripts: Scripts): ScriptApi {
   const trimKeys = (k: OtherKeys<'trim'>) => other_scripts.trim.keys.map((n) => k[n]);
   const api: Record<string, unknown> = {
     customer,
+    bound,
     trimScan: (k: OtherKeys<'trim'>, a: { retentionMs: number; countMax: number }) => scripts.runOther('trim', trimKeys(k), ['scan', a.retentionMs, a.countMax]),
     trimMark: (k: OtherKeys<'trim'>, a: { cutoff: string; deleteAtMs: number; members: readonly string[] }) =>
       scripts.runOther('trim', trimKeys(k), ['mark', a.cutoff, a.deleteAtMs, ...a.members]),
   };
   for (const name of customerScriptNames) api[name] = (call: CustomerCall, args: Record<string, unknown>) => customer(name, call, args as never);
+  for (const op of boundOperations) api[boundScriptName(op)] = (call: BoundCall, args: Record<string, unknown>) => bound(op, call, args as never);
   for (const name of Object.keys(other_scripts) as (keyof typeof other_scripts)[]) {
     if (name !== 'trim') api[name] = (keys: Record<string, string>, args: Record<string, unknown>) => other(name, keys, args);
   }

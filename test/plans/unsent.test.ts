@@ -20,7 +20,14 @@ beforeAll(async () => {
 });
 afterAll(() => svc.close());
 
-type Op = 'deduct' | 'consume';
+type Op = 'deduct' | 'consume' | 'consume naming its customer';
+
+/**
+ * The script that carries each operation on a single Redis (this suite talks to one):
+ * deduct and a consume naming its customer bind in their own script (lua/bound_*-12.lua),
+ * a consume without one runs its script after the binding read.
+ */
+const scriptOf: Record<Op, string> = { deduct: 'bound_deduct', consume: 'consume', 'consume naming its customer': 'bound_consume' };
 type Failure = 'never written' | 'refused by the generation guard' | 'outcome unknown';
 
 const ops = async (p: TestProject) => (await svc.rt.plans.organization(p.organizationId)).billable_ops;
@@ -44,7 +51,7 @@ const pendingMembers = async (p: TestProject) => svc.rt.redis.zrange(await pendi
 async function withFailure<T>(op: Op, failure: Failure, f: () => Promise<T>): Promise<T> {
   const redis = svc.rt.redis;
   const send = redis.sendCommand;
-  const sha = scriptSource(op).sha1;
+  const sha = scriptSource(scriptOf[op]).sha1;
   const reserveShas = [scriptSource('plan_reserve').sha1, scriptSource('plan_lease').sha1];
   const generation = svc.rt.generation as unknown as { verifiedRunId: string | null };
   const runId = generation.verifiedRunId;
@@ -84,6 +91,9 @@ const cases: [Op, Failure, number][] = [
   ['consume', 'never written', 0],
   ['consume', 'refused by the generation guard', 0],
   ['consume', 'outcome unknown', 1],
+  ['consume naming its customer', 'never written', 0],
+  ['consume naming its customer', 'refused by the generation guard', 0],
+  ['consume naming its customer', 'outcome unknown', 1],
 ];
 
 describe('a billable script that failed without an answer', () => {
@@ -92,14 +102,14 @@ describe('a billable script that failed without an answer', () => {
     const key = p.projectKey;
     const customer = 'u1';
     expect((await svc.call('POST', '/v1/customers/deposit', { key, body: { customer_id: customer, amount: 1_000 } })).status).toBe(200);
-    if (op === 'consume') {
+    if (op !== 'deduct') {
       expect((await svc.call('POST', '/v1/billing/freeze', { key, body: { customer_id: customer, transaction_id: 't1', amount: 10 } })).status).toBe(200);
     }
     const before = await ops(p);
     const res = await withFailure(op, failure, () =>
       op === 'deduct'
         ? svc.call('POST', '/v1/billing/deduct', { key, body: { customer_id: customer, transaction_id: 't1', amount: 10 } })
-        : svc.call('POST', '/v1/billing/consume', { key, body: { transaction_id: 't1' } }),
+        : svc.call('POST', '/v1/billing/consume', { key, body: { transaction_id: 't1', ...(op === 'consume' ? {} : { customer_id: customer }) } }),
     );
     expect(res.status, JSON.stringify(res.body)).toBe(503);
     expect(res.body.error.message).toMatch(failure === 'outcome unknown' ? /may have been applied/ : /nothing was applied/);

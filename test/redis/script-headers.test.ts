@@ -1,14 +1,17 @@
 /**
  * The typed script layer (src/redis/scripts.ts) against the Lua files it calls: each
  * script's header lists its KEYS and ARGV (`-- KEYS[n] name`, `-- ARGV[n] name: ...`), and
- * lua/includes/customer.lua its status codes. A wrapper that passes arguments in another
- * order or count, or a status without its place in the error map, fails here.
+ * lua/includes/customer.lua its status codes. A bound script (lua/bound_<op>-12.lua) takes
+ * its operation's KEYS and ARGV and the bucket after them (lua/includes/bound.lua). A
+ * wrapper that passes arguments in another order or count, or a status without its place
+ * in the error map, fails here.
  */
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
-  customer_script_args, customer_script_base_args, customer_script_keys, customerScriptNames, other_scripts, scriptStatusErrors, ScriptStatus,
+  bound_script_bucket_keys, boundOperations, boundScriptName, customer_script_args, customer_script_base_args, customer_script_keys,
+  customerScriptNames, other_scripts, scriptSource, scriptStatusErrors, ScriptStatus,
 } from '../../src/redis/scripts.js';
 import { errorCatalogue } from '../../src/errors/catalogue.js';
 
@@ -41,10 +44,11 @@ const byName = new Map(files.map((f) => {
   return [m[1], { file: f, keyCount: Number(m[2]), text: readFileSync(join(luaDir, f), 'utf8') }] as const;
 }));
 const customerLua = readFileSync(join(luaDir, 'includes', 'customer.lua'), 'utf8');
+const boundLua = readFileSync(join(luaDir, 'includes', 'bound.lua'), 'utf8');
 
 describe('script headers', () => {
   it('every script under lua/ has a typed wrapper, and every wrapper a script', () => {
-    const wrapped = [...customerScriptNames, ...Object.keys(other_scripts)].sort();
+    const wrapped = [...customerScriptNames, ...Object.keys(other_scripts), ...boundOperations.map(boundScriptName)].sort();
     expect([...byName.keys()].sort()).toEqual(wrapped);
   });
 
@@ -61,6 +65,29 @@ describe('script headers', () => {
     expect(s.text).toMatch(/^--\s+KEYS\[1\.\.10\] and ARGV\[1\.\.4\]: see includes\/customer\.lua/m);
     expect(s.text).toMatch(/^--@include customer$/m);
     expect(header(s.text, 5).args).toEqual([...customer_script_args[name]]);
+  });
+
+  it('bound scripts: the bucket after the ten KEYS, and the operation\'s id in ARGV[5]', () => {
+    expect(header(boundLua, 1).keys.slice(customer_script_keys.length)).toEqual([...bound_script_bucket_keys]);
+    expect(boundLua).toMatch(/^--\s+KEYS\[11\] ids\s/m);
+    expect(boundLua).toMatch(/^local K_bucket_ids, K_bucket_bloom = KEYS\[11\], KEYS\[12\]$/m);
+    expect(boundLua).toMatch(/bind_id\(K_bucket_ids, K_bucket_bloom, ARGV\[5\], owner, false\)/);
+    // ARGV[5] is the id each operation binds: its transaction id or deposit key.
+    for (const op of boundOperations) expect(customer_script_args[op][0], op).toMatch(/^(transactionId|idempotencyKey)$/);
+  });
+
+  it.each([...boundOperations])('bound_%s: its binding step, then its operation\'s script, spliced whole', (op) => {
+    const s = byName.get(boundScriptName(op))!;
+    expect(s.keyCount).toBe(customer_script_keys.length + bound_script_bucket_keys.length);
+    expect(header(s.text, 1).keys.slice(customer_script_keys.length)).toEqual([...bound_script_bucket_keys]);
+    expect(s.text).toMatch(new RegExp(`^-- KEYS\\[1\\.\\.10\\] and ARGV: as lua/${op}-10\\.lua; the last ARGV is ''`, 'm'));
+    // The binding step returns before the operation: the operation is the script's last part.
+    expect(s.text.trimEnd()).toMatch(new RegExp(`\\nlocal refused = (bind_to_customer\\(\\)|bound_to_customer\\(E_[A-Z_]+\\))\\nif refused then return refused end\\n\\n--@script ${op}$`));
+    // Spliced: the operation's own text, its `--@include customer` already there.
+    const assembled = scriptSource(boundScriptName(op)).lua;
+    const operation = scriptSource(op).lua;
+    expect(assembled.endsWith(operation.slice(operation.indexOf('local now = now_ms()')))).toBe(true);
+    expect(assembled.match(/^local function now_ms\(\)/gm)).toHaveLength(1);
   });
 
   it.each(Object.keys(other_scripts) as (keyof typeof other_scripts)[])('%s: KEYS and ARGV as the wrapper passes them', (name) => {
@@ -92,9 +119,10 @@ describe('script headers', () => {
       const code = scriptStatusErrors[n as ScriptStatus];
       if (code !== null) expect(errorCatalogue[code], name).toBeDefined();
     }
-    // Errors are the E_ statuses but the stale binding, which the service retries.
+    // Errors are the E_ statuses but two the service handles itself: a stale binding (it
+    // starts over from the binding) and an archived one (it takes the two steps).
     for (const [name, n] of codes) {
-      expect(scriptStatusErrors[n as ScriptStatus] === null, name).toBe(!name.startsWith('E_') || name === 'E_STALE_BINDING');
+      expect(scriptStatusErrors[n as ScriptStatus] === null, name).toBe(!name.startsWith('E_') || name === 'E_STALE_BINDING' || name === 'E_BINDING_ARCHIVED');
     }
   });
 });

@@ -37,11 +37,16 @@ beforeAll(async () => {
   // for is then answered by the script itself, never by NOSCRIPT.
   await env.fund('warm', 1_000_000);
   for (const [path, body] of [
+    ['/v1/customers/deposit', { customer_id: 'warm', amount: 1, idempotency_key: 'warm-k' }],
     ['/v1/billing/deduct', { customer_id: 'warm', transaction_id: 'warm-d', amount: 1 }],
     ['/v1/billing/freeze', { customer_id: 'warm', transaction_id: 'warm-f1', amount: 1 }],
     ['/v1/billing/freeze', { customer_id: 'warm', transaction_id: 'warm-f2', amount: 1 }],
+    ['/v1/billing/freeze', { customer_id: 'warm', transaction_id: 'warm-f3', amount: 1 }],
+    ['/v1/billing/freeze', { customer_id: 'warm', transaction_id: 'warm-f4', amount: 1 }],
     ['/v1/billing/consume', { transaction_id: 'warm-f1' }],
     ['/v1/billing/unfreeze', { transaction_id: 'warm-f2' }],
+    ['/v1/billing/consume', { transaction_id: 'warm-f3', customer_id: 'warm' }],
+    ['/v1/billing/unfreeze', { transaction_id: 'warm-f4', customer_id: 'warm' }],
   ] as const) {
     const r = await post(path, body);
     expect(r.status, JSON.stringify(r.body)).toBe(200);
@@ -116,11 +121,14 @@ async function entries(customerId: string, query: string): Promise<{ type: strin
   return r.body.data;
 }
 
+// On this single Redis, deduct, freeze, a deposit with a key, and consume or unfreeze naming
+// their customer bind in their own script (lua/bound_*-12.lua): that script is the one
+// whose reply is lost.
 describe('a money script whose reply is lost answers 503 "outcome unknown", and its retry is the replay', () => {
   it('deduct', async () => {
     await env.fund('c-deduct', 1_000);
     const body = { customer_id: 'c-deduct', transaction_id: 'lost-deduct', amount: 10 };
-    expectOutcomeUnknown(await withLostReply('deduct', 'lost-deduct', 'c-deduct', () => post('/v1/billing/deduct', body)));
+    expectOutcomeUnknown(await withLostReply('bound_deduct', 'lost-deduct', 'c-deduct', () => post('/v1/billing/deduct', body)));
     await restore();
     const retry = await post('/v1/billing/deduct', body);
     expect([retry.status, retry.body.is_idempotent_replay]).toEqual([200, true]);
@@ -130,7 +138,7 @@ describe('a money script whose reply is lost answers 503 "outcome unknown", and 
   it('freeze', async () => {
     await env.fund('c-freeze', 1_000);
     const body = { customer_id: 'c-freeze', transaction_id: 'lost-freeze', amount: 10 };
-    expectOutcomeUnknown(await withLostReply('freeze', 'lost-freeze', 'c-freeze', () => post('/v1/billing/freeze', body)));
+    expectOutcomeUnknown(await withLostReply('bound_freeze', 'lost-freeze', 'c-freeze', () => post('/v1/billing/freeze', body)));
     await restore();
     const retry = await post('/v1/billing/freeze', body);
     expect([retry.status, retry.body.is_idempotent_replay]).toEqual([200, true]);
@@ -159,9 +167,22 @@ describe('a money script whose reply is lost answers 503 "outcome unknown", and 
     expect((await entries('c-unfreeze', 'transaction_id=lost-unfreeze&type=UNFREEZE')).length).toBe(1);
   });
 
+  it.each(['consume', 'unfreeze'] as const)('%s naming its customer', async (op) => {
+    const customer = `c-${op}-named`;
+    const txid = `lost-${op}-named`;
+    await env.fund(customer, 1_000);
+    expect((await post('/v1/billing/freeze', { customer_id: customer, transaction_id: txid, amount: 10 })).status).toBe(200);
+    const body = { transaction_id: txid, customer_id: customer };
+    expectOutcomeUnknown(await withLostReply(`bound_${op}`, txid, customer, () => post(`/v1/billing/${op}`, body)));
+    await restore();
+    const retry = await post(`/v1/billing/${op}`, body);
+    expect([retry.status, retry.body.is_idempotent_replay]).toEqual([200, true]);
+    expect((await entries(customer, `transaction_id=${txid}&type=${op.toUpperCase()}`)).length).toBe(1);
+  });
+
   it('deposit', async () => {
     const body = { customer_id: 'c-deposit', amount: 100, idempotency_key: 'lost-deposit' };
-    expectOutcomeUnknown(await withLostReply('deposit', 'lost-deposit', 'c-deposit', () => post('/v1/customers/deposit', body)));
+    expectOutcomeUnknown(await withLostReply('bound_deposit', 'lost-deposit', 'c-deposit', () => post('/v1/customers/deposit', body)));
     await restore();
     const retry = await post('/v1/customers/deposit', body);
     expect([retry.status, retry.body.is_idempotent_replay, retry.body.total_amount]).toEqual([200, true, 100]);
