@@ -106,6 +106,16 @@ function replaceEventData(eventText: string, oldData: string, data: string): str
   return out;
 }
 
+/** Appends `next` to `out`, as one view with the last part when it follows it in the same memory. */
+function appendJoined(out: Uint8Array[], next: Uint8Array): void {
+  const last = out.at(-1);
+  if (last !== undefined && last.buffer === next.buffer && last.byteOffset + last.length === next.byteOffset) {
+    out[out.length - 1] = Buffer.from(last.buffer, last.byteOffset, last.length + next.length);
+  } else {
+    out.push(next);
+  }
+}
+
 /**
  * Relays one streamed answer: feed it the upstream's bytes as they come, forward what it
  * returns. It forwards complete events only, each byte-identical to the upstream's, with
@@ -162,14 +172,18 @@ export class StreamRelay {
     });
   }
 
-  /** Takes raw upstream bytes; returns the bytes to forward to the client now (possibly none). */
+  /**
+   * Takes raw upstream bytes; returns the bytes to forward to the client now (possibly
+   * none). Events forwarded as they came are consecutive bytes of the framer's buffer, so
+   * a run of them is returned as one view of it, not copied.
+   */
   push(chunk: Uint8Array): Uint8Array {
     if (this.invalidReason !== null) return EMPTY;
     const out: Uint8Array[] = [];
     for (const event of this.framer.push(chunk)) {
       const forwarded = this.relayEvent(event, false);
       if (this.invalidReason !== null) break;
-      if (forwarded.length > 0) out.push(forwarded);
+      if (forwarded.length > 0) appendJoined(out, forwarded);
     }
     if (this.invalidReason === null && this.framer.pendingBytes() > this.eventBytesMax) {
       this.invalidReason = `an upstream event is longer than ${this.eventBytesMax} bytes`;

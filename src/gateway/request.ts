@@ -1,10 +1,9 @@
 /**
- * The parse of a gateway call, once, at its start: the body against its wire format's
- * schema (src/gateway/wire/), the customer, and the headers that steer billing. Every
- * refusal names the field or header at fault; the body itself goes upstream untouched.
+ * The parse of a gateway call, once, at its start: the body fields billing needs, read by
+ * its wire format (src/gateway/wire/), the customer, and the headers that steer billing.
+ * Every refusal names the field or header at fault; the body itself goes upstream untouched.
  */
 import type { Request } from 'express';
-import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import type { AuthContext } from '../http/auth.js';
 import { walletNameSchema } from '../ledger/schemas.js';
@@ -36,54 +35,44 @@ export interface GatewayRequest {
   rawBytes: number;
 }
 
-/** The headers read, by the name an error reports them under. */
-const headersSchema = z.object({
-  'X-Service-Wallet': z.custom<string | undefined>((v) => v === undefined || walletNameSchema.safeParse(v).success, {
-    message: 'X-Service-Wallet is not a valid wallet name',
-  }),
-  'X-Service-Trace-Id': z.custom<string | undefined>((v) => v === undefined || (typeof v === 'string' && v.length >= 1 && v.length <= trace_id_chars_max), {
-    message: `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`,
-  }),
-});
-
 function headerValue(req: Request, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The first issue of a failed parse as a 400 naming its field. */
-function refusal(error: z.ZodError): ApiError {
-  const issue = error.issues[0]!;
-  const param = issue.path.join('.') || undefined;
-  return new ApiError('invalid_request', { param, message: issue.message });
+/** A 400 naming the header at fault. */
+function refusedHeader(param: string, message: string): ApiError {
+  return new ApiError('invalid_request', { param, message });
 }
 
 export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawBytes: number): GatewayRequest {
   const format: WireFormat = endpoint === 'messages' ? 'anthropic' : 'openai';
   const body = req.body as Record<string, unknown>;
-  const parsed = formatOf(format).bodySchema.safeParse(body);
-  if (!parsed.success) throw refusal(parsed.error);
+  const fields = formatOf(format).readBody(body);
 
   const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : headerValue(req, 'x-service-customer');
   if (!customerId) throw new ApiError('customer_required');
-  const headers = headersSchema.safeParse({
-    'X-Service-Wallet': headerValue(req, 'x-service-wallet'),
-    'X-Service-Trace-Id': headerValue(req, 'x-service-trace-id'),
-  });
-  if (!headers.success) throw refusal(headers.error);
-  const wallet = headers.data['X-Service-Wallet'] ?? (auth.variant === 'A' ? 'default' : 'credits');
+  const walletHeader = headerValue(req, 'x-service-wallet');
+  if (walletHeader !== undefined && !walletNameSchema.safeParse(walletHeader).success) {
+    throw refusedHeader('X-Service-Wallet', 'X-Service-Wallet is not a valid wallet name');
+  }
+  const traceId = headerValue(req, 'x-service-trace-id');
+  if (traceId !== undefined && (traceId.length < 1 || traceId.length > trace_id_chars_max)) {
+    throw refusedHeader('X-Service-Trace-Id', `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`);
+  }
+  const wallet = walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
 
   return {
     endpoint,
     format,
     body,
-    modelId: parsed.data.model,
-    stream: parsed.data.stream,
-    explicitMax: parsed.data.limit,
-    answers: parsed.data.answers,
+    modelId: fields.model,
+    stream: fields.stream,
+    explicitMax: fields.limit,
+    answers: fields.answers,
     customerId,
     wallet,
-    traceId: headers.data['X-Service-Trace-Id'] ?? null,
+    traceId: traceId ?? null,
     // Keys are the customer's own (see the claim in billing.ts).
     idempotencyKey: headerValue(req, 'idempotency-key'),
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,

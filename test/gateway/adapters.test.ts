@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { ApiError } from '../../src/errors/catalogue.js';
 import {
+  formatOf,
   prepareUpstreamBody,
   requestedMaxTokens,
   deferred_data_chars_max,
@@ -116,6 +117,43 @@ describe('requestedMaxTokens', () => {
   });
 });
 
+describe('readBody', () => {
+  const messages = [{ role: 'user', content: 'hi' }];
+
+  it('reads the model, stream, the winning output limit and the answers, and leaves the body as it was', () => {
+    const body = { model: 'm', messages, stream: true, max_completion_tokens: null, max_tokens: 9, n: 3, extra: { nested: [1] } };
+    const before = structuredClone(body);
+    expect(formatOf('openai').readBody(body)).toEqual({ model: 'm', stream: true, limit: 9, answers: 3 });
+    expect(body).toEqual(before);
+    expect(formatOf('openai').readBody({ model: 'm', messages, max_completion_tokens: 7, max_tokens: 9 })).toEqual({ model: 'm', stream: false, limit: 7, answers: 1 });
+    expect(formatOf('anthropic').readBody({ model: 'm', messages, max_tokens: 5, max_completion_tokens: 3, n: 4 })).toEqual({ model: 'm', stream: false, limit: 5, answers: 1 });
+    expect(formatOf('anthropic').readBody({ model: 'm', messages, stream: false })).toEqual({ model: 'm', stream: false, limit: null, answers: 1 });
+  });
+
+  it.each([
+    ['openai', {}, 'model', 'model is required'],
+    ['openai', { model: '', messages: 'x' }, 'model', 'model is required'],
+    ['anthropic', { model: 7, messages }, 'model', 'model is required'],
+    ['openai', { model: 'm', messages: {}, stream: 'yes' }, 'messages', 'messages must be an array'],
+    ['anthropic', { model: 'm', messages, stream: null, max_tokens: 0 }, 'stream', 'stream must be a boolean'],
+    ['openai', { model: 'm', messages, max_completion_tokens: 0, n: 0 }, 'max_completion_tokens', 'max_completion_tokens must be a positive integer'],
+    // Every limit field is checked, also past the one that wins.
+    ['openai', { model: 'm', messages, max_completion_tokens: 4, max_tokens: '4' }, 'max_tokens', 'max_tokens must be a positive integer'],
+    ['anthropic', { model: 'm', messages, max_tokens: 1.5 }, 'max_tokens', 'max_tokens must be a positive integer'],
+    ['openai', { model: 'm', messages, n: 129 }, 'n', 'n must be an integer from 1 to 128'],
+    ['openai', { model: 'm', messages, n: 1.5 }, 'n', 'n must be an integer from 1 to 128'],
+  ] as const)('%s %j is a 400 invalid_request naming the first field at fault (%s)', (format, body, param, message) => {
+    let err: unknown;
+    try {
+      formatOf(format).readBody(body as Record<string, unknown>);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err).toMatchObject({ code: 'invalid_request', status: 400, param, message });
+  });
+});
+
 describe('prepareUpstreamBody', () => {
   it('copies every field, unknown and nested ones included, without touching the client body', () => {
     const nested = { deep: { list: [1, { x: 'y' }] } };
@@ -125,6 +163,20 @@ describe('prepareUpstreamBody', () => {
     expect(body).toEqual({ ...before, model: 'gpt-4.1-mini' });
     expect(body.metadata).toBe(nested);
     expect(client).toEqual(before);
+  });
+
+  it('sends every field in the client\'s order, an own __proto__ field (JSON.parse makes one) and fields added by the gateway included', () => {
+    for (const format of ['openai', 'anthropic'] as const) {
+      const text = `{"__proto__":{"x":1},"model":"client-model","messages":[],"stream_options":{"__proto__":{"y":2}},"z":3}`;
+      const client = JSON.parse(text) as Record<string, unknown>;
+      const { body } = prepareUpstreamBody(format, client, { upstreamModel: 'm', maxTokens: 7, stream: true });
+      expect(Object.getPrototypeOf(body)).toBe(Object.prototype);
+      const sent = JSON.parse(JSON.stringify(body)) as Record<string, unknown>;
+      expect(Object.keys(sent).slice(0, 5)).toEqual(['__proto__', 'model', 'messages', 'stream_options', 'z']);
+      expect(Object.getOwnPropertyDescriptor(sent, '__proto__')?.value).toEqual({ x: 1 });
+      expect(sent).toMatchObject({ model: 'm', stream: true });
+      if (format === 'openai') expect(JSON.stringify(sent.stream_options)).toBe('{"__proto__":{"y":2},"include_usage":true}');
+    }
   });
 
   it('puts the output limit in the field the client used (OpenAI), else max_completion_tokens', () => {

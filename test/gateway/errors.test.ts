@@ -85,6 +85,21 @@ describe('refused before the upstream is called', () => {
       param: 'X-Service-Wallet',
       run: () => call('/v1/chat/completions', openaiBody(), { headers: { 'x-service-wallet': 'not a wallet!' } }),
     },
+    {
+      name: 'an X-Service-Trace-Id over 256 characters',
+      status: 400,
+      code: 'invalid_request',
+      param: 'X-Service-Trace-Id',
+      run: () => call('/v1/messages', anthropicBody(), { headers: { 'x-service-trace-id': 't'.repeat(257) } }),
+    },
+    { name: 'a body without messages', status: 400, code: 'invalid_request', param: 'messages', run: () => call('/v1/messages', { model: ANTHROPIC_MODEL }) },
+    {
+      name: 'an output limit that is not a positive integer',
+      status: 400,
+      code: 'invalid_request',
+      param: 'max_tokens',
+      run: () => call('/v1/chat/completions', openaiBody({}, { max_completion_tokens: 10, max_tokens: -1 })),
+    },
   ];
 
   for (const c of cases) {

@@ -1,11 +1,13 @@
 /** Anthropic Messages (`POST /v1/messages`), whole and streamed. */
-import { bodySchemaOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage } from './format.js';
 
 /** The API version sent upstream when the client names none. */
 export const ANTHROPIC_VERSION_DEFAULT = '2023-06-01';
 
 /** Events that carry neither usage, nor the end, nor an error. */
 const plainEvents = new Set(['content_block_delta', 'content_block_start', 'content_block_stop', 'ping']);
+/** Data that may hold usage, an error or a message event: one scan instead of three. */
+const usageErrorOrMessage = /"(?:usage"|error"|message_)/;
 
 /** `usage`: `input_tokens` already excludes both cache kinds. */
 function usageOf(u: unknown): Usage | null {
@@ -33,13 +35,14 @@ export const anthropic: ProviderFormat = {
   upstreamPath: '/messages',
   upstreamHeaders: (apiKey, clientVersion) => ({ 'x-api-key': apiKey, 'anthropic-version': clientVersion ?? ANTHROPIC_VERSION_DEFAULT }),
 
-  bodySchema: bodySchemaOf(['max_tokens']),
+  readBody: bodyReaderOf(['max_tokens']),
 
   requestedMaxTokens: (body) => maxTokensField(body, 'max_tokens'),
 
   /** The limit goes in `max_tokens`; a stream always carries usage, so nothing else changes. */
   prepareUpstreamBody(clientBody, opts) {
-    const body: Json = { ...clientBody, model: opts.upstreamModel };
+    const body = copyOf(clientBody);
+    body.model = opts.upstreamModel;
     if (opts.stream || 'stream' in clientBody) body.stream = opts.stream;
     if (opts.maxTokens !== null) body.max_tokens = opts.maxTokens;
     return { body, clientWantsUsage: true };
@@ -52,7 +55,7 @@ export const anthropic: ProviderFormat = {
   /** By the SSE event name, when the data does not look like usage, an error or a message event. */
   plainEvent(eventName, data): Forward | null {
     if (eventName === undefined || !plainEvents.has(eventName)) return null;
-    if (data.includes('"usage"') || data.includes('"error"') || data.includes('"message_')) return null;
+    if (usageErrorOrMessage.test(data)) return null;
     return 'raw';
   },
 
