@@ -88,10 +88,41 @@ export interface Call {
   outputTokens: number;
   requestBytes: number;
   /** A settlement was sent: the call may be billed even if no reply came. */
-  settleTried?: boolean;
+  settleTried: boolean;
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes'> & { explicitMax: number | null; rawBytes: number; idempotencyKey: string };
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried'> & {
+  explicitMax: number | null;
+  rawBytes: number;
+  idempotencyKey: string;
+};
+
+/**
+ * The call of a hold request, built field by field: Node 20 adds each field to a spread
+ * copy (`{ ...c, startedAt, ... }`) through a slow path, which cost about 8 us per call
+ * for these five.
+ */
+function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold: number, outputTokens: number): Call {
+  return {
+    auth: c.auth,
+    scope: c.scope,
+    endpoint: c.endpoint,
+    format: c.format,
+    customerId: c.customerId,
+    wallet: c.wallet,
+    traceId: c.traceId,
+    model: c.model,
+    stream: c.stream,
+    transactionId: c.transactionId,
+    answers: c.answers,
+    startedAt,
+    reservation,
+    hold,
+    outputTokens,
+    requestBytes: c.rawBytes,
+    settleTried: false,
+  };
+}
 
 export class GatewayBilling {
   constructor(
@@ -160,7 +191,7 @@ export class GatewayBilling {
       if (indexed.status === 'rejected') throw indexed.reason;
       const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
       ok = true;
-      return { ...c, startedAt, reservation, hold: Number(hold.hold), outputTokens: Number(hold.output_tokens), requestBytes: c.rawBytes };
+      return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens));
     } finally {
       if (!ok) {
         void this.deps.plans.finish(reservation, 'release');
@@ -169,7 +200,7 @@ export class GatewayBilling {
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
         // of the client freezes more.
         if (holdMayExist) {
-          const call: Call = { ...c, startedAt, reservation, hold: 0, outputTokens: 0, requestBytes: c.rawBytes };
+          const call = callOf(c, startedAt, reservation, 0, 0);
           this.retryLater({ script: 'gateway_release', args: { transactionId: call.transactionId, usageRecord: this.failedRecord(call, null) } }, call);
         }
       }
@@ -311,14 +342,15 @@ export class GatewayBilling {
     }
   }
 
-  billingHeaders(s: SettleResult): Record<string, string> {
-    return {
-      'X-Service-Cost-Credits': String(s.cost),
-      'X-Service-Cost-Cents': creditsToCents(s.cost),
-      'X-Service-Cost-Usd': creditsToUsd(s.cost),
-      'X-Service-Balance-Credits': String(s.balanceAfter),
-      'X-Service-Balance-Usd': creditsToUsd(s.balanceAfter),
-    };
+  /** The billing headers (or trailers) of a settled call, in billingHeaderNames order. */
+  billingHeaders(s: SettleResult): [string, string][] {
+    return [
+      ['X-Service-Cost-Credits', String(s.cost)],
+      ['X-Service-Cost-Cents', creditsToCents(s.cost)],
+      ['X-Service-Cost-Usd', creditsToUsd(s.cost)],
+      ['X-Service-Balance-Credits', String(s.balanceAfter)],
+      ['X-Service-Balance-Usd', creditsToUsd(s.balanceAfter)],
+    ];
   }
 
   /**

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import { StreamRelay, usageFromResponse, type Usage } from './adapters.js';
 import { billingHeaderNames, type Call, type GatewayBilling, type SettleResult } from './billing.js';
-import type { UpstreamClient } from './upstream.js';
+import type { UpstreamClient, UpstreamResponse } from './upstream.js';
 
 export class GatewayRelay {
   constructor(private readonly deps: { upstream: UpstreamClient; billing: GatewayBilling; logger: Logger }) {}
@@ -59,10 +59,9 @@ export class GatewayRelay {
     } finally {
       watch.stop();
     }
-    const contentType = String(upstream.headers['content-type'] ?? 'application/json');
     if (upstream.status >= 400) {
       await this.deps.billing.release(call, upstream.status);
-      res.status(upstream.status).type(contentType).send(bytes);
+      sendRelayed(res, upstream, bytes);
       return false;
     }
     let usage: Usage | null = null;
@@ -78,8 +77,8 @@ export class GatewayRelay {
     // A client that left as the whole answer arrived is billed it in full.
     const settled = await this.deps.billing.settle(call, usage, watch.gone ? 'client_aborted' : 'settled', false, upstream.status);
     if (watch.gone) return true;
-    res.set(this.deps.billing.billingHeaders(settled));
-    res.status(upstream.status).type(contentType).send(bytes);
+    for (const [name, value] of this.deps.billing.billingHeaders(settled)) res.setHeader(name, value);
+    sendRelayed(res, upstream, bytes);
     return true;
   }
 
@@ -95,7 +94,7 @@ export class GatewayRelay {
       const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
       await this.deps.billing.release(call, upstream.status);
       watch.stop();
-      res.status(upstream.status).type(String(upstream.headers['content-type'] ?? 'application/json')).send(bytes);
+      sendRelayed(res, upstream, bytes);
       return false;
     }
     // Read until the first event can be forwarded, so that an upstream answering garbage
@@ -132,11 +131,12 @@ export class GatewayRelay {
       throw new ApiError('upstream_error', { message: 'the upstream stream is not a valid event stream' });
     }
 
-    res.status(200);
+    // The headers go out with the first events, in one write: flushing them on their own
+    // cost a socket write (a system call) per streamed call.
+    res.statusCode = 200;
     res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
     res.setHeader('Cache-Control', 'no-cache');
-    res.setHeader('Trailer', billingHeaderNames.join(', '));
-    res.flushHeaders();
+    res.setHeader('Trailer', trailerHeader);
 
     let upstreamFailed = false;
     try {
@@ -188,6 +188,40 @@ export class GatewayRelay {
   private settleEstimate(call: Call, relay: StreamRelay, status: 'settled' | 'client_aborted', upstreamStatus: number): Promise<SettleResult> {
     return this.deps.billing.settleEstimate(call, relay.usage(), relay.relayedOutputEstimate(), status, upstreamStatus);
   }
+}
+
+const trailerHeader = billingHeaderNames.join(', ');
+
+/**
+ * The Content-Type of a relayed answer, by the upstream's: what Express's `res.type`
+ * makes of it (a charset added to a type that has one, `application/json; charset=utf-8`
+ * for `application/json`), computed once per distinct upstream type instead of on every
+ * answer. At most content_types_remembered types are kept.
+ */
+const relayedTypes = new Map<string, string>();
+const content_types_remembered = 64;
+
+function relayedContentType(res: Response, upstreamType: string): string {
+  let type = relayedTypes.get(upstreamType);
+  if (type === undefined) {
+    res.type(upstreamType);
+    type = String(res.getHeader('Content-Type'));
+    if (relayedTypes.size >= content_types_remembered) relayedTypes.clear();
+    relayedTypes.set(upstreamType, type);
+  }
+  return type;
+}
+
+/**
+ * Answers with the upstream's status and body, as Express's res.status().type().send(bytes)
+ * would with this app's settings (no ETag; a POST, so never fresh), without its settings
+ * lookups and header re-reads on every call.
+ */
+function sendRelayed(res: Response, upstream: { status: number; headers: UpstreamResponse['headers'] }, bytes: Buffer): void {
+  res.statusCode = upstream.status;
+  res.setHeader('Content-Type', relayedContentType(res, String(upstream.headers['content-type'] ?? 'application/json')));
+  res.setHeader('Content-Length', bytes.length);
+  res.end(bytes);
 }
 
 async function readAll(body: AsyncIterable<unknown>): Promise<Buffer> {
