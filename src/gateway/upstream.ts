@@ -103,9 +103,19 @@ const DEFAULTS = {
   lookup: dnsLookup,
 } satisfies Required<UpstreamClientOptions>;
 
+interface Destination {
+  origin: string;
+  path: string;
+  refused: string | null;
+}
+
+/** Upstream URLs whose parse is kept (one per model's base URL and format, in practice). */
+const destinations_remembered = 1_024;
+
 export class UpstreamClient {
   private readonly opts: Required<UpstreamClientOptions>;
   private readonly pools = new Map<string, Pool>();
+  private readonly destinations = new Map<string, Destination>();
   private closed = false;
 
   constructor(opts: UpstreamClientOptions = {}) {
@@ -133,20 +143,18 @@ export class UpstreamClient {
   ): Promise<UpstreamResponse> {
     if (this.closed) throw new Error('UpstreamClient is closed');
     const wire = formatOf(target.format);
-    const url = new URL(target.baseUrl.replace(/\/+$/, '') + wire.upstreamPath);
+    const dest = this.destination(target.baseUrl, wire.upstreamPath);
     const headers: Record<string, string> = {
       ...opts.extraHeaders,
       'content-type': 'application/json',
       accept: opts.stream ? 'text/event-stream' : 'application/json',
       ...wire.upstreamHeaders(target.apiKey, opts.anthropicVersion),
     };
-    // A connection to a literal address makes no lookup, so the lookup's check cannot see it.
-    const refused = this.opts.allowPrivate ? null : literalHostRefusal(url);
-    if (refused !== null) throw new UpstreamError('refused', Object.assign(new Error(refused), { code: private_address_code }));
+    if (dest.refused !== null) throw new UpstreamError('refused', Object.assign(new Error(dest.refused), { code: private_address_code }));
     try {
-      const res = await this.pool(url.origin).request({
+      const res = await this.pool(dest.origin).request({
         method: 'POST',
-        path: url.pathname + url.search,
+        path: dest.path,
         headers,
         body: JSON.stringify(body),
         signal: opts.signal,
@@ -160,6 +168,24 @@ export class UpstreamClient {
       // An abort with a reason of the caller's rejects with that reason, whatever it is.
       throw new UpstreamError(opts.signal?.aborted ? 'aborted' : upstreamErrorKind(err), err);
     }
+  }
+
+  /**
+   * Where a call to `baseUrl` + `upstreamPath` goes, parsed once per distinct URL instead
+   * of on every call: its origin (the pool), its path, and why it is refused (a literal
+   * private address: a connection to one makes no lookup, so the lookup's check cannot
+   * see it), or null.
+   */
+  private destination(baseUrl: string, upstreamPath: string): Destination {
+    const key = baseUrl + upstreamPath;
+    let dest = this.destinations.get(key);
+    if (dest === undefined) {
+      const url = new URL(baseUrl.replace(/\/+$/, '') + upstreamPath);
+      dest = { origin: url.origin, path: url.pathname + url.search, refused: this.opts.allowPrivate ? null : literalHostRefusal(url) };
+      if (this.destinations.size >= destinations_remembered) this.destinations.clear();
+      this.destinations.set(key, dest);
+    }
+    return dest;
   }
 
   /** Waits for calls in flight, then closes every connection. */
