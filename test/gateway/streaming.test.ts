@@ -6,6 +6,7 @@
  * input plus the output already relayed is charged, marked as estimated.
  */
 import http from 'node:http';
+import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/server.js';
 import {
@@ -181,6 +182,41 @@ describe('streaming and not streaming', () => {
     expect(costs).toEqual({ openaiWhole: o, openaiStream: o, openaiStreamUsage: o, anthropicWhole: a, anthropicStream: a });
     const entries = await env.ledger('same', 'GATEWAY');
     expect(entries.map((e) => String(e.amount)).sort()).toEqual([o, o, o, a, a].sort());
+  });
+});
+
+describe('one keep-alive connection', () => {
+  it('carries streamed answers, sent at once or event by event, and the calls after them: a stream leaves nothing held in it', async () => {
+    await env.fund('kept', 1_000_000);
+    // A Client is one connection, made again only when the server closed it.
+    const client = new Client(env.svc.url, { pipelining: 1 });
+    let connects = 0;
+    client.on('connect', () => connects++);
+    try {
+      const send = async (body: Record<string, unknown>) => {
+        const res = await client.request({
+          method: 'POST',
+          path: '/v1/chat/completions',
+          headers: { authorization: `Bearer ${env.p.projectKey}`, 'x-service-customer': 'kept', 'content-type': 'application/json' },
+          body: JSON.stringify({ model: OPENAI_MODEL, ...body }),
+          headersTimeout: 5_000,
+          bodyTimeout: 5_000,
+        });
+        return { status: res.statusCode, text: await res.body.text(), trailers: res.trailers };
+      };
+      for (const controls of [{ output_tokens: 4 }, { output_tokens: 4, chunk_delay_ms: 5 }, { output_tokens: 3 }]) {
+        const streamed = await send({ stream: true, messages: ask(controls) });
+        expect(streamed.status).toBe(200);
+        expect(sseData(streamed.text).at(-1)).toBe('[DONE]');
+        expect(Number(streamed.trailers['x-service-cost-credits'])).toBeGreaterThan(0);
+        const whole = await send({ messages: ask({ output_tokens: 2 }) });
+        expect(whole.status).toBe(200);
+        expect(JSON.parse(whole.text).choices[0].message.content).toBe(mockOutputText(2));
+      }
+      expect(connects).toBe(1);
+    } finally {
+      await client.close();
+    }
   });
 });
 
