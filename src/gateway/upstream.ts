@@ -7,6 +7,7 @@
  * not failures here: they come back with their status, headers and body untouched.
  */
 import { lookup as dnsLookup } from 'node:dns';
+import type { EventEmitter } from 'node:events';
 import type { LookupFunction } from 'node:net';
 import type { Readable } from 'node:stream';
 import { Pool } from 'undici';
@@ -19,6 +20,12 @@ export interface UpstreamTarget {
   baseUrl: string;
   apiKey: string;
 }
+
+/**
+ * What aborts a call: an AbortSignal, or an EventEmitter that emits `abort` and says
+ * `aborted` (undici takes either; the latter costs far less to make and listen to).
+ */
+export type UpstreamSignal = AbortSignal | (EventEmitter & { readonly aborted: boolean });
 
 export interface UpstreamResponse {
   status: number;
@@ -139,7 +146,7 @@ export class UpstreamClient {
   async send(
     target: UpstreamTarget,
     body: Record<string, unknown>,
-    opts: { stream: boolean; signal?: AbortSignal; anthropicVersion?: string; extraHeaders?: Record<string, string> },
+    opts: { stream: boolean; signal?: UpstreamSignal; anthropicVersion?: string; extraHeaders?: Record<string, string> },
   ): Promise<UpstreamResponse> {
     if (this.closed) throw new Error('UpstreamClient is closed');
     const wire = formatOf(target.format);
