@@ -11,7 +11,8 @@
  *
  * PROFILE_BASE_DIR names a second checkout (another commit's tree with node_modules): its
  * API runs too, on the same Redis prefix, database and worker, and takes its turns as
- * "gateway (base)", for a before/after in one run.
+ * "gateway (base)", for a before/after in one run. Both run compiled (each checkout's
+ * dist/, built when stale), or both from source with BENCH_FROM_SOURCE=1.
  *
  * PROFILE_CPU=1 also runs the API with --cpu-prof (which costs CPU of its own: compare
  * microseconds between runs of the same setting only) and prints where its CPU went during
@@ -28,7 +29,7 @@ import { processCpu, withCpu } from '../lib/cpu.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, type NodeProcess } from '../lib/processes.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, startBenchService, type BenchServiceOptions } from '../lib/service.js';
+import { createBenchRuntime, createPaidProject, serviceScript, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { printSummary, summarize } from './summary.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -92,7 +93,7 @@ async function main(): Promise<void> {
   const mockUrl = `http://127.0.0.1:${mockPort}/v1`;
   const mock = group.start({
     name: 'mock',
-    script: join(root, 'src', 'gateway', 'mock', 'main.ts'),
+    script: serviceScript(root, 'src/gateway/mock/main', settings.fromSource),
     env: { ...env, MOCK_UPSTREAM_PORT: String(mockPort), MOCK_UPSTREAM_HOST: '127.0.0.1', MOCK_LATENCY_MS: '0', MOCK_REQUIRE_KEY: upstreamKey },
     logPath: join(logDir, 'mock.log'),
   });
@@ -105,9 +106,10 @@ async function main(): Promise<void> {
   const baseApi = settings.baseDir
     ? group.start({
         name: 'api (base)',
-        script: join(settings.baseDir, 'src', 'web.ts'),
+        script: serviceScript(settings.baseDir, 'src/web', settings.fromSource),
         env: { ...bench.env, PORT: String(basePort) },
         logPath: join(logDir, 'api-base.log'),
+        cwd: settings.baseDir,
         nodeArgs: profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [],
       })
     : null;
