@@ -47,6 +47,8 @@ const schema = z.object({
    * everywhere within 1 s).
    */
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(1_000),
+  /** How often an API process writes the last-used times of the keys it authenticated (src/keys/usage.ts). */
+  KEY_LAST_USED_FLUSH_MS: z.coerce.number().int().min(10).default(10_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),
   /**
