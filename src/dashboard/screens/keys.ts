@@ -57,7 +57,7 @@ function keyRow(projectId: string, k: KeyEntry, confirming: boolean, csrf: Html)
 <td>${k.customer_id ?? '—'}</td>
 <td>${k.allowed_models === null ? html`<span class="muted">all</span>` : k.allowed_models.join(', ')}</td>
 <td>${when(k.expires_at)}</td>
-<td>${when(k.last_used_at)}</td>
+<td data-testid="key-last-used">${when(k.last_used_at)}</td>
 <td><span class="status ${s}" data-testid="key-status">${s}</span></td>
 <td>${action}</td>
 </tr>`;
