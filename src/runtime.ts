@@ -55,6 +55,8 @@ export interface Runtime {
   ledgerQueries: LedgerQueries;
   keyQueries: KeyQueries;
   keyCache: KeyCache;
+  /** The last-used times of keys, written in batches (src/keys/usage.ts). */
+  keyUsage: KeyUsage;
   ledgerQueue: Queue<LedgerJobData>;
   modelQueries: ModelQueries;
   models: ModelCache;
@@ -191,6 +193,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     ledgerQueries,
     keyQueries,
     keyCache,
+    keyUsage,
     ledgerQueue,
     modelQueries,
     models,

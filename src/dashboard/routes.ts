@@ -43,6 +43,8 @@ import { usageRoutes } from './screens/usage.js';
 
 /** The sign-in form's token cookie (double submit): only a page of this origin can post the form. */
 const signin_cookie = 'svc_signin';
+const csrf_page_message = 'the CSRF token is missing or does not match this session: reload the page and try again';
+
 /** The project the project-scoped screens last showed, so that the navigation returns to it. */
 const project_cookie = 'svc_project';
 
@@ -200,7 +202,9 @@ export function dashboardPages(rt: Runtime, sessions: DashboardSessions, ops: re
     }
     if (err.headers) res.set(err.headers);
     const session = res.locals.session ? sessionOf(res) : null;
-    sendPage(res, errorPage(session, err), err.status);
+    // The API's message names its header; a form sends the token as a field.
+    const shown = err.code === 'csrf_token_invalid' ? new ApiError('csrf_token_invalid', { message: csrf_page_message }) : err;
+    sendPage(res, errorPage(session, shown), err.status);
   }) as express.ErrorRequestHandler);
   return r;
 }
