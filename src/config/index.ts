@@ -12,6 +12,11 @@ const schema = z.object({
   NODE_ENV: z.string().default('development'),
   HOST: z.string().default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+  /**
+   * The address browsers reach the API at (https://billing.example.com), used where the
+   * service names its dashboard (bootstrap, the demo); unset: http://HOST:PORT.
+   */
+  PUBLIC_URL: z.string().url().optional(),
   REDIS_URL: z.string().url().default('redis://127.0.0.1:6379'),
   /**
    * 1: REDIS_URL names a node of a Redis Cluster; 0: a single Redis. Unset, the process
