@@ -6,8 +6,9 @@
  *
  * Left out, because they talk to one Redis around the client:
  * - test/crash/crash.test.ts starts a redis-server of its own (appendfsync always) behind a
- *   TCP proxy, and kills and restarts it; a variant that kills a cluster master is not
- *   written yet.
+ *   TCP proxy, and kills and restarts it. Its cluster counterpart,
+ *   test/crash/cluster-master-kill.test.ts, starts a cluster of its own and runs in the
+ *   normal suite, like test/cluster/*.
  * - test/gateway/late-settlement.test.ts cuts the connection of one Redis with a proxy.
  * - test/workers/shutdown.test.ts kills a single redis-server of its own to stop the
  *   workers during an outage; under this config it hung past its timeouts (a clean-clone

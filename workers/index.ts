@@ -5,6 +5,7 @@
  */
 import { Worker } from 'bullmq';
 import { heartbeatKey } from '../src/health.js';
+import { scheduleSweeps } from '../src/ledger/expiry.js';
 import { throttled } from '../src/redis/client.js';
 import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
 import { projectRecorder } from '../src/reconcile/recovery.js';
@@ -75,7 +76,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   );
   worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
-  await rt.ledgerQueue.upsertJobScheduler('sweep', { every: config.SWEEP_INTERVAL_MS }, { name: 'sweep', data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } });
+  await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
   // Finds every organization whose period is due, however many workers run: each
   // invoice is unique per organization and period (src/billing/invoices.ts).
   if (config.INVOICE_INTERVAL_MS > 0) {

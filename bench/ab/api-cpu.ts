@@ -10,15 +10,18 @@
  * Knobs: AB_ROUTE (deduct | pair | balance; deduct), AB_ROUNDS (6), AB_ROUND_S (3),
  * AB_CONNECTIONS (50); BENCH_REDIS_PERSISTENCE=none gives the run a Redis of its own, so that
  * its CPU per request (counted too) is not other clients'. The baseline needs its own node_modules (a symlink to this one's
- * works when the dependencies are the same).
+ * works when the dependencies are the same). Both API processes run compiled (each
+ * checkout's dist/, built when stale), or both from source with BENCH_FROM_SOURCE=1, the
+ * only way for a baseline older than the build (no scripts/build-if-stale.mjs).
  */
+import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cpuDelta, cpuSeconds, redisCpu } from '../lib/cpu.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort } from '../lib/processes.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, startBenchService, type BenchServiceOptions } from '../lib/service.js';
+import { createBenchRuntime, createPaidProject, serviceScript, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const baselineRoot = process.argv[2] ? resolve(process.argv[2]) : null;
@@ -65,13 +68,16 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main(): Promise<void> {
   if (baselineRoot === null) throw new Error('usage: npx tsx bench/ab/api-cpu.ts <baseline-root>');
+  if (!settings.fromSource && !existsSync(join(baselineRoot, 'scripts', 'build-if-stale.mjs'))) {
+    throw new Error(`${baselineRoot} has no build (scripts/build-if-stale.mjs): compare both from source with BENCH_FROM_SOURCE=1`);
+  }
   const redisUrl = await run.startRedis(settings.redisPersistence, settings.startTimeoutMs);
   const serviceOptions: BenchServiceOptions = { ...settings, root, group, logDir, redisPrefix, redisUrl };
   const bench = await createBenchRuntime(serviceOptions);
   run.runtime = bench.rt;
   const { api, apiUrl } = await startBenchService(serviceOptions, bench);
   const basePort = await freePort();
-  const base = group.start({ name: 'baseline api', script: join(baselineRoot, 'src', 'web.ts'), env: { ...bench.env, PORT: String(basePort) }, logPath: join(logDir, 'baseline.log'), cwd: baselineRoot });
+  const base = group.start({ name: 'baseline api', script: serviceScript(baselineRoot, 'src/web', settings.fromSource), env: { ...bench.env, PORT: String(basePort) }, logPath: join(logDir, 'baseline.log'), cwd: baselineRoot });
   await waitForPort(basePort, settings.startTimeoutMs, base);
   const contenders = [
     { name: 'baseline', pid: base.pid, url: `http://127.0.0.1:${basePort}`, cpuUs: [] as number[], redisUs: [] as number[], rps: [] as number[], stats: '' },

@@ -37,7 +37,7 @@ import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
 import { describeRedis } from '../lib/bench-redis.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
+import { createBenchRuntime, createPaidProject, outboxBacklog, serviceScript, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
 import { checkAnswer, requestBody } from './answers.js';
 import { buildReport, cpuParts, type ContenderName, type CpuPart, type LatencyRun, type Measured } from './report.js';
@@ -104,7 +104,7 @@ async function main(): Promise<void> {
   const mockUrl = `http://127.0.0.1:${mockPort}/v1`;
   const mock = group.start({
     name: 'mock',
-    script: join(root, 'src', 'gateway', 'mock', 'main.ts'),
+    script: serviceScript(root, 'src/gateway/mock/main', settings.fromSource),
     env: { ...env, MOCK_UPSTREAM_PORT: String(mockPort), MOCK_UPSTREAM_HOST: '127.0.0.1', MOCK_LATENCY_MS: '0', MOCK_REQUIRE_KEY: upstreamKey },
     logPath: join(logDir, 'mock.log'),
   });

@@ -1,5 +1,6 @@
 /**
- * Child processes for benches: TypeScript entry points run by this same Node binary with
+ * Child processes for benches: entry points run by this same Node binary, the service's
+ * compiled JavaScript (dist/) with plain node as production runs it and TypeScript with
  * the tsx loader (and other programs, such as a bench's own redis-server), their output
  * sent to a log file (a terminal or a pipe read by the load
  * generator would become the bottleneck), and a group that stops every child it started,
@@ -14,12 +15,12 @@ export const log_tail_bytes = 4_000;
 
 export interface NodeProcessSpec {
   name: string;
-  /** A .ts (or .js) entry point. */
+  /** A .js entry point, or a .ts one (run with the tsx loader). */
   script: string;
   env: NodeJS.ProcessEnv;
   /** Where stdout and stderr go; '/dev/null' to discard. */
   logPath: string;
-  /** Extra Node flags, e.g. ['--cpu-prof', '--cpu-prof-dir=/tmp/prof']. */
+  /** Extra Node flags, e.g. ['--cpu-prof', '--cpu-prof-dir=/tmp/prof']; a .ts preload among them brings the tsx loader too. */
   nodeArgs?: string[];
   /** Arguments after the script, e.g. ['--port=8787']. */
   args?: string[];
@@ -105,7 +106,7 @@ export class ProcessGroup {
     const spawned = spawnLogged({
       name: spec.name,
       command: process.execPath,
-      args: ['--import', 'tsx', ...(spec.nodeArgs ?? []), spec.script, ...(spec.args ?? [])],
+      args: [...loaderFor(spec), ...(spec.nodeArgs ?? []), spec.script, ...(spec.args ?? [])],
       env: spec.env,
       logPath: spec.logPath,
       cwd: spec.cwd,
@@ -123,6 +124,16 @@ export class ProcessGroup {
   killAllNow(): void {
     for (const c of this.children) if (c.proc.isRunning()) c.child.kill('SIGKILL');
   }
+}
+
+/**
+ * The tsx loader when the child runs TypeScript (its script or a preload), nothing for
+ * JavaScript: a loader costs start-up, and tsx's keepNames wraps named closures in a
+ * `__name` call, which would show in the profiles of the compiled service.
+ */
+function loaderFor(spec: NodeProcessSpec): string[] {
+  const runsTypeScript = [spec.script, ...(spec.nodeArgs ?? [])].some((a) => a.endsWith('.ts'));
+  return runsTypeScript ? ['--import', 'tsx'] : [];
 }
 
 function readTail(path: string): string {

@@ -22,6 +22,8 @@ export function benchEnvSettings(env: NodeJS.ProcessEnv = process.env) {
     writeDocs: env.BENCH_WRITE_DOCS !== '0',
     databaseUrl: env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench',
     redisPersistence: parseRedisPersistence(env.BENCH_REDIS_PERSISTENCE),
+    // The service runs from dist/ as in production; 1 runs its TypeScript with tsx instead.
+    fromSource: env.BENCH_FROM_SOURCE === '1',
   };
 }
 

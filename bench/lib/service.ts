@@ -1,6 +1,7 @@
 /**
  * The service under test, as production runs it: one API process (src/web.ts) and one
- * worker process (workers/main.ts) started as children on their own Redis prefix and the
+ * worker process (workers/main.ts), compiled (dist/, built first when older than the
+ * sources; BENCH_FROM_SOURCE=1 runs the TypeScript with tsx), started as children on their own Redis prefix and the
  * bench database, plus this process's own runtime on the same prefix to set up data and
  * read state. Also a paid organization with a project and its key, since the free plan's
  * hard limit (50,000 operations) would refuse most of a run.
@@ -31,6 +32,8 @@ export interface BenchServiceOptions {
   /** Writes V8 CPU profiles of the API and the worker there. */
   cpuProfDir?: string;
   startTimeoutMs: number;
+  /** Runs the service's TypeScript with tsx instead of its build (BENCH_FROM_SOURCE=1). */
+  fromSource?: boolean;
 }
 
 export interface BenchRuntime {
@@ -38,6 +41,20 @@ export interface BenchRuntime {
   rt: Runtime;
   /** The environment of the service's processes. */
   env: NodeJS.ProcessEnv;
+}
+
+/** An entry point of the service, by its path under the repository without extension. */
+export type ServiceEntry = 'src/web' | 'workers/main' | 'src/gateway/mock/main';
+
+/**
+ * The file a bench child runs for `entry` of the checkout at `root`: its compiled
+ * JavaScript under dist/, which this builds first when dist/ is missing or older than the
+ * sources (scripts/build-if-stale.mjs), or with `fromSource` the TypeScript itself.
+ */
+export function serviceScript(root: string, entry: ServiceEntry, fromSource = false): string {
+  if (fromSource) return join(root, `${entry}.ts`);
+  execFileSync(process.execPath, [join(root, 'scripts', 'build-if-stale.mjs')], { stdio: 'inherit' });
+  return join(root, 'dist', `${entry}.js`);
 }
 
 /**
@@ -76,16 +93,16 @@ export async function createBenchRuntime(o: BenchServiceOptions): Promise<BenchR
 /** Starts the API and the worker; resolves when the API accepts connections and the worker beats. */
 export async function startBenchService(o: BenchServiceOptions, { rt, env }: BenchRuntime): Promise<{ api: NodeProcess; worker: NodeProcess; apiUrl: string }> {
   const apiPort = await freePort();
-  // Files are named by pid and thread (the tsx loader thread writes one too).
+  // Files are named by pid and thread (from source, the tsx loader thread writes one too).
   const profile = o.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${o.cpuProfDir}`] : [];
   const api = o.group.start({
     name: 'api',
-    script: join(o.root, 'src', 'web.ts'),
+    script: serviceScript(o.root, 'src/web', o.fromSource),
     env: { ...env, PORT: String(apiPort) },
     logPath: join(o.logDir, 'api.log'),
     nodeArgs: profile,
   });
-  const worker = o.group.start({ name: 'worker', script: join(o.root, 'workers', 'main.ts'), env, logPath: join(o.logDir, 'worker.log'), nodeArgs: profile });
+  const worker = o.group.start({ name: 'worker', script: serviceScript(o.root, 'workers/main', o.fromSource), env, logPath: join(o.logDir, 'worker.log'), nodeArgs: profile });
   await waitForPort(apiPort, o.startTimeoutMs, api);
   await waitUntil('the worker heartbeat', async () => (await rt.redis.exists(heartbeatKey(o.redisPrefix))) === 1, o.startTimeoutMs, worker);
   return { api, worker, apiUrl: `http://127.0.0.1:${apiPort}` };

@@ -24,7 +24,7 @@ import { matchingProcessesCpu, processCpu, withCpu } from '../lib/cpu.js';
 import { waitUntil } from '../lib/processes.js';
 import { fmt, markdownTable } from '../lib/report.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, type BenchServiceOptions } from '../lib/service.js';
+import { createBenchRuntime, createPaidProject, serviceScript, type BenchServiceOptions } from '../lib/service.js';
 import { heartbeatKey } from '../../src/health.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -58,11 +58,12 @@ await run.finish(async () => {
   const redisUrl = await run.startRedis(settings.redisPersistence, settings.startTimeoutMs);
   const o: BenchServiceOptions = {
     root, group, logDir, databaseUrl: settings.databaseUrl, redisPrefix, redisUrl, apiLogLevel: 'warn', startTimeoutMs: settings.startTimeoutMs,
+    fromSource: settings.fromSource,
   };
   const bench = await createBenchRuntime(o);
   const { rt } = bench;
   run.runtime = rt;
-  const worker = group.start({ name: 'worker', script: join(root, 'workers', 'main.ts'), env: bench.env, logPath: join(logDir, 'worker.log') });
+  const worker = group.start({ name: 'worker', script: serviceScript(root, 'workers/main', settings.fromSource), env: bench.env, logPath: join(logDir, 'worker.log') });
   await waitUntil('the worker heartbeat', async () => (await rt.redis.exists(heartbeatKey(redisPrefix))) === 1, settings.startTimeoutMs, worker);
 
   const project = await createPaidProject(rt, `bench-persist-${run.tag}`);

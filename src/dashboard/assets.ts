@@ -1,17 +1,18 @@
 /**
  * The page's three static files, read once at startup: htmx from its npm package (no CDN:
- * the page works on a machine without internet), and this folder's stylesheet and
- * script. Scripts are files because the CSP allows no inline script.
+ * the page works on a machine without internet), and our stylesheet and script from
+ * assets/ (beside lua/ and migrations/: read at run time, from src/ or dist/ alike).
+ * Scripts are files because the CSP allows no inline script.
  */
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import type { RequestHandler } from 'express';
+import { projectRoot } from '../root.js';
 import { asset_path } from './layout.js';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const require = createRequire(import.meta.url);
+const assetsDir = join(projectRoot, 'assets');
+const require = createRequire(join(projectRoot, 'package.json'));
 
 interface Asset {
   path: string;
@@ -33,7 +34,7 @@ function asset(name: string, file: string, type: string): Asset {
 export function assetRoutes(): Asset[] {
   return [
     asset('htmx.min.js', require.resolve('htmx.org/dist/htmx.min.js'), 'text/javascript'),
-    asset('dashboard.js', join(here, 'assets', 'dashboard.js'), 'text/javascript'),
-    asset('dashboard.css', join(here, 'assets', 'dashboard.css'), 'text/css'),
+    asset('dashboard.js', join(assetsDir, 'dashboard.js'), 'text/javascript'),
+    asset('dashboard.css', join(assetsDir, 'dashboard.css'), 'text/css'),
   ];
 }

@@ -4,11 +4,11 @@
  * a plain pg client because a migration file holds many statements (simple protocol).
  */
 import { readFileSync, readdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import pg from 'pg';
+import { projectRoot } from '../root.js';
 
-const migrationsDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'migrations');
+const migrationsDir = join(projectRoot, 'migrations');
 const lockId = 724_100_042;
 
 export async function migrate(databaseUrl: string): Promise<string[]> {

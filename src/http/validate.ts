@@ -18,14 +18,22 @@ const unstorable = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF
  * store as it is: text and jsonb refuse U+0000, and a lone surrogate would be stored as
  * U+FFFD, so the ledger of record would differ from what Redis answered. Null when none.
  */
-export function unstorableStringPath(value: unknown, path: string[] = []): string[] | null {
-  if (typeof value === 'string') return unstorable.test(value) ? path : null;
+export function unstorableStringPath(value: unknown): string[] | null {
+  // The walk allocates nothing unless it finds one: it runs on every money operation.
+  if (typeof value === 'string') return unstorable.test(value) ? [] : null;
   if (value === null || typeof value !== 'object') return null;
-  const entries: [string, unknown][] = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
-  for (const [k, v] of entries) {
-    if (!Array.isArray(value) && unstorableStringPath(k) !== null) return [...path, k];
-    const found = unstorableStringPath(v, [...path, k]);
-    if (found !== null) return found;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = unstorableStringPath(value[i]);
+      if (found !== null) return [String(i), ...found];
+    }
+    return null;
+  }
+  for (const k in value) {
+    if (!Object.hasOwn(value, k)) continue;
+    if (unstorable.test(k)) return [k];
+    const found = unstorableStringPath((value as Record<string, unknown>)[k]);
+    if (found !== null) return [k, ...found];
   }
   return null;
 }

@@ -1,4 +1,4 @@
-/** The BullMQ job that settles a TTL freeze when it is due (workers/index.ts runs it). */
+/** The BullMQ jobs of the ledger queue: TTL expiries and the sweeps (workers/index.ts runs them). */
 import type { Queue } from 'bullmq';
 import { expiryJobId } from '../redis/keys.js';
 import type { ExpireJob, LedgerJobData } from '../runtime.js';
@@ -20,4 +20,14 @@ export async function queueExpiry(queue: Queue<LedgerJobData>, clock: Clock, job
     attempts: 5,
     backoff: { type: 'exponential', delay: 500 },
   });
+}
+
+/**
+ * The sweeper's schedule (workers/sweep.ts): one BullMQ job scheduler, whichever worker
+ * takes each job. Upserting it again replaces it with the same: every worker does at its
+ * start, and the recovery does when the Redis that holds the queue came back empty
+ * (src/reconcile/shared-keys.ts), since the schedule is gone with it.
+ */
+export async function scheduleSweeps(queue: Queue<LedgerJobData>, everyMs: number): Promise<void> {
+  await queue.upsertJobScheduler('sweep', { every: everyMs }, { name: 'sweep', data: {}, opts: { removeOnComplete: true, removeOnFail: 100 } });
 }

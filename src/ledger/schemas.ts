@@ -133,6 +133,16 @@ export type LedgerOp = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unfreeze';
  * refuse with a message of their own (the other variant's wallet and amount fields).
  */
 export function ledgerFields(op: LedgerOp, variant: Variant): { reads: string[]; allowed: string[] } {
+  const key = `${op} ${variant}`;
+  let fields = fieldsByOp.get(key);
+  if (fields === undefined) fieldsByOp.set(key, (fields = fieldsOf(op, variant)));
+  return fields;
+}
+
+/** ledgerFields by operation and variant, built once: they are the same on every request. */
+const fieldsByOp = new Map<string, { reads: string[]; allowed: string[] }>();
+
+function fieldsOf(op: LedgerOp, variant: Variant): { reads: string[]; allowed: string[] } {
   const common: Record<LedgerOp, string[]> = {
     deposit: [...Object.keys(depositSchema.shape), 'starts_at', 'expires_at'],
     deduct: Object.keys(drawSchema.shape),

@@ -28,7 +28,7 @@ import {
 } from '../redis/codec.js';
 import { createClient, isCluster, type RedisClient } from '../redis/client.js';
 import { scanKeys } from '../redis/scan.js';
-import { activeKey, bindingKeys, customerBase, customerKeysFromBase, dirty_shards, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
+import { activeKey, activeKeyOf, bindingKeys, customerBase, customerKeysFromBase, dirty_shards, parseCustomerBase, type CustomerKeys } from '../redis/keys.js';
 import { Bindings, claimId } from '../ledger/bindings.js';
 import { registerScripts } from '../redis/scripts.js';
 import { queueExpiry } from '../ledger/expiry.js';
@@ -720,6 +720,11 @@ export async function reconcile(
         // A Redis loss takes the delayed jobs with it; one that still exists is not added again.
         await queueExpiry(rt.ledgerQueue, rt.clock, { projectId: ids.projectId, organizationId, customerId: ids.customerId, transactionId }, atMs);
       }
+      // The sweeper's fallback for a job lost later: it walks the active index, which holds
+      // every customer with pending TTLs (workers/sweep.ts). GT: a later mark of a process
+      // keeps its window.
+      const firstDue = Math.min(...Object.values(folded.ttl));
+      if (Number.isFinite(firstDue)) await rt.redis.zadd(activeKeyOf(prefix, base), 'GT', firstDue, base);
     }
     rt.logger.info({ ...ids, drift: drift.length }, 'reconcile repaired a customer');
     report.customers_repaired++;

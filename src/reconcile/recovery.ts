@@ -9,10 +9,11 @@
  * persisted in the last `windowMs`, whose PostgreSQL max(seq) is above the Redis meta
  * `seq`. A Redis that lost everything (no persistence, a new instance) has no baseline
  * marker, and then the window does not apply: every customer of the prefix is checked, so
- * a customer idle for longer than the window is not left empty. A customer that a Redis
- * with its baseline lost longer ago than the window is left to
+ * a customer idle for longer than the window is not left empty; such a Redis then also
+ * gets back what it held for customers it does not hold (src/reconcile/shared-keys.ts).
+ * A customer that a Redis with its baseline lost longer ago than the window is left to
  * `npm run reconcile -- --repair`, the full scan (docs/OPERATIONS.md). On a fresh Redis
- * and an empty ledger this is one query that finds nothing.
+ * and an empty ledger this is two queries that find nothing.
  *
  * On a Redis Cluster a recovery covers one master (`scope`): the customers whose slot it
  * serves, and a baseline marker of its own that lives on it.
@@ -22,6 +23,7 @@ import { z } from 'zod';
 import { singleRedisScope, type RecoveryScope } from '../redis/generation.js';
 import { customerKeys } from '../redis/keys.js';
 import { reconcile, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
+import { restoreSharedKeys } from './shared-keys.js';
 
 const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq: z.number() });
 
@@ -42,6 +44,9 @@ export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number, s
     WHERE p.prefix = ${prefix} ${since}
     GROUP BY e.project_id, e.customer_id`);
   const report = await rebuildAhead(rt, rows.filter((r) => scope.holds(customerKeys(prefix, r.project_id, r.customer_id).meta)));
+  // Without its baseline this Redis may have lost every key: also those it held for the
+  // customers of other masters (bindings, marks, the queue).
+  if (!hasBaseline) await restoreSharedKeys(rt, scope);
   await rt.redis.set(baselineKey, new Date().toISOString());
   return report;
 }

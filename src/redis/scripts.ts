@@ -6,12 +6,12 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import type { RedisClient } from './client.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
+import { projectRoot } from '../root.js';
 
-const luaDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'lua');
+const luaDir = join(projectRoot, 'lua');
 
 /** Status codes returned first by every customer script (lua/includes/customer.lua). */
 export enum ScriptStatus {

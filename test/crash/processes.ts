@@ -38,7 +38,8 @@ export class ServiceProcess {
     if (this.child) throw new Error(`${this.name} is already running`);
     // Also when the test process ends without reaching afterAll.
     if (ServiceProcess.all.size === 0) process.once('exit', ServiceProcess.killAll);
-    const child = spawn(process.execPath, ['--import', 'tsx', this.script], { cwd: projectRoot, env: { ...this.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    // No invoice schedule: its job would close the periods of every test file's organizations.
+    const child = spawn(process.execPath, ['--import', 'tsx', this.script], { cwd: projectRoot, env: { INVOICE_INTERVAL_MS: '0', ...this.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] });
     const keep = (text: string) => {
       this.lines.push(text);
       this.lines.splice(0, Math.max(0, this.lines.length - output_lines_max));

@@ -1,8 +1,9 @@
 /**
  * A Redis Cluster of a test's own: `masters` redis-server processes in cluster mode, in a
  * temporary directory, on ports that stay the same across restarts, the slots split
- * evenly between them, no replicas, nothing persisted. For tests that kill or restart a
- * node without touching the shared test cluster (scripts/redis-cluster.sh).
+ * evenly between them, no replicas, nothing persisted unless asked for (`aof`: the
+ * production setting, `appendonly yes` and `appendfsync always`). For tests that kill or
+ * restart a node without touching the shared test cluster (scripts/redis-cluster.sh).
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,7 +23,13 @@ export interface OwnClusterNode {
   readonly running: boolean;
   /** kill -9, as a crash. */
   kill(): Promise<void>;
-  /** Starts it again (its cluster config kept, its data gone); resolves once the cluster is ok again. */
+  /**
+   * Starts it again after a kill, its cluster config kept, with what it persisted (its
+   * append-only file, when the cluster has one) unless `wipe`: then it comes back empty.
+   * Resolves once the cluster is ok again.
+   */
+  start(opts?: { wipe?: boolean }): Promise<void>;
+  /** kill -9 and start again (its data gone unless the cluster persists it). */
   restart(): Promise<void>;
 }
 
@@ -34,10 +41,21 @@ export interface OwnCluster {
   remove(): Promise<void>;
 }
 
-export async function ownCluster(masters = 3): Promise<OwnCluster> {
+/** What each node keeps on disk: nothing, or an append-only file written before every answer. */
+const persistence = {
+  none: ['--save', '', '--appendonly', 'no'],
+  aof: ['--save', '', '--appendonly', 'yes', '--appendfsync', 'always'],
+};
+
+/**
+ * `nodeTimeoutMs` is the cluster's node timeout (2 s unless given): a master down for
+ * longer is marked failed, and with no replica to promote every master then refuses
+ * commands (CLUSTERDOWN) until some time after it is back.
+ */
+export async function ownCluster(masters = 3, opts: { persist?: keyof typeof persistence; nodeTimeoutMs?: number } = {}): Promise<OwnCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-own-cluster-'));
   const per = Math.ceil(slot_count / masters);
-  const nodes: (OwnClusterNode & { start(): Promise<void> })[] = [];
+  const nodes: (OwnClusterNode & { launch(): Promise<void> })[] = [];
   for (let i = 0; i < masters; i++) {
     const port = await freePort();
     const nodeDir = join(dir, String(port));
@@ -50,18 +68,23 @@ export async function ownCluster(masters = 3): Promise<OwnCluster> {
       get running() {
         return server.running;
       },
-      start: () =>
-        server.start(['--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000', '--save', '', '--appendonly', 'no']),
+      launch: () =>
+        server.start(['--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', String(opts.nodeTimeoutMs ?? 2_000), ...persistence[opts.persist ?? 'none']]),
       kill: () => server.kill(),
+      async start(o: { wipe?: boolean } = {}) {
+        // Redis 7 keeps its append-only file as the parts in appendonlydir.
+        if (o.wipe) rmSync(join(nodeDir, 'appendonlydir'), { recursive: true, force: true });
+        await node.launch();
+        await clusterOk(nodes.map((n) => n.port));
+      },
       async restart() {
         await node.kill();
         await node.start();
-        await clusterOk(nodes.map((n) => n.port));
       },
     };
     nodes.push(node);
   }
-  await Promise.all(nodes.map((n) => n.start()));
+  await Promise.all(nodes.map((n) => n.launch()));
   const admin = nodes.map((n) => new Redis(n.port, '127.0.0.1'));
   try {
     for (let i = 0; i < masters; i++) {

@@ -1,6 +1,7 @@
 /**
- * Child processes of the real service (`src/web.ts`, `workers/main.ts`) for tests that
- * need separate processes: caches per process, kill -9.
+ * Child processes of the real service (`src/web.ts`, `workers/main.ts`, run with tsx, or
+ * their build under dist/) for tests that need separate processes: caches per process,
+ * kill -9, the compiled service.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
@@ -29,19 +30,24 @@ export interface ServiceProcess {
 const log_levels: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Number.POSITIVE_INFINITY };
 const start_timeout_ms = 20_000;
 
+/** An entry point: the TypeScript (run with the tsx loader) or its build (`npm run build`). */
+export type ServiceEntry = 'src/web.ts' | 'workers/main.ts' | 'dist/src/web.js' | 'dist/workers/main.js';
+
 /**
- * Starts `src/web.ts` or `workers/main.ts` as a child process. An API binds port 0 and
+ * Starts the API or the worker as a child process. An API binds port 0 and
  * reports the port the kernel gave it in its "API listening" log line, so two tests can
  * never race for a port picked in advance. That line is logged at info, so the child
  * logs at info at least; output() keeps only the lines at the level the caller asked for
  * (`LOG_LEVEL` in `env`, warn by default).
  */
-export async function spawnService(entry: 'src/web.ts' | 'workers/main.ts', env: Record<string, string>): Promise<ServiceProcess> {
+export async function spawnService(entry: ServiceEntry, env: Record<string, string>): Promise<ServiceProcess> {
   const wanted = log_levels[env.LOG_LEVEL ?? 'warn'] ?? log_levels.warn;
   const childLevel = wanted <= log_levels.info ? (env.LOG_LEVEL ?? 'info') : 'info';
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+  const loader = entry.endsWith('.ts') ? ['--import', 'tsx'] : [];
+  const child = spawn(process.execPath, [...loader, entry], {
     // The mock upstreams of the tests listen on 127.0.0.1.
-    env: { ...process.env, UPSTREAM_ALLOW_PRIVATE: '1', ...env, LOG_LEVEL: childLevel, PORT: '0' },
+    // No invoice schedule (INVOICE_INTERVAL_MS 0): its job would close every test file's periods.
+    env: { ...process.env, UPSTREAM_ALLOW_PRIVATE: '1', INVOICE_INTERVAL_MS: '0', ...env, LOG_LEVEL: childLevel, PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -65,7 +71,7 @@ export async function spawnService(entry: 'src/web.ts' | 'workers/main.ts', env:
   child.stderr!.on('data', (d) => (out += d));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let port = 0;
-  if (entry === 'src/web.ts') {
+  if (entry === 'src/web.ts' || entry === 'dist/src/web.js') {
     let timer: NodeJS.Timeout | undefined;
     const failed = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`web process did not report its port within ${start_timeout_ms} ms: ${out}`)), start_timeout_ms);

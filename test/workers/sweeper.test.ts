@@ -12,6 +12,7 @@ import { PersistLoop } from '../../workers/persist.js';
 import { sweep } from '../../workers/sweep.js';
 import { active_mark_window_ms } from '../../src/ledger/service.js';
 import { startWorkers } from '../../workers/index.js';
+import { reconcile } from '../../src/reconcile/reconcile.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 
 const sweep_interval_ms = 200;
@@ -94,6 +95,38 @@ describe('the sweeper', () => {
     const balance = await svc.call('GET', `/v1/customers/${customer}/balance`, { key: p.projectKey });
     expect(balance.body).toMatchObject({ total: 1_000, used: 0, frozen: 0, available: 1_000 });
   });
+  it('settles a TTL freeze that a reconcile repair wrote back, though its expire job is lost again', async () => {
+    const customer = 'repaired-ttl';
+    const prefix = svc.rt.config.REDIS_PREFIX;
+    const keys = svc.rt.ledger.keys(scope(), customer);
+    const active = activeKeyOf(prefix, keys.base);
+    await post('/v1/customers/deposit', { customer_id: customer, amount: 1_000 });
+    await post('/v1/billing/freeze', { customer_id: customer, transaction_id: 'repaired-ttl-1', amount: 300, release_after_seconds: 60 });
+    await new PersistLoop(svc.rt.redis, svc.rt.ledgerQueries, prefix, 0, svc.rt.logger).outbox.drain(keys.base);
+    const [, ttlDue] = await svc.rt.redis.zrange(keys.ttl, 0, 0, 'WITHSCORES');
+    // Redis forgets the customer, its active mark and the expiry job; a repair writes it back.
+    await svc.rt.redis.del(keys.meta, keys.src, keys.tx, keys.dep, keys.ttl, keys.live, keys.dead, keys.spent, keys.fin, keys.arch, keys.outbox);
+    await svc.rt.redis.zrem(active, keys.base);
+    const expiryJobs = async () => (await svc.rt.ledgerQueue.getJobs(['delayed', 'waiting'])).filter((j) => j.name === 'expire' && j.data.customerId === customer);
+    for (const job of await expiryJobs()) await job.remove();
+    const report = await reconcile(svc.rt, { repair: true, customers: [{ projectId: p.projectId, customerId: customer }] });
+    expect(report.customers_repaired).toBe(1);
+    expect(await svc.rt.redis.zscore(keys.ttl, 'repaired-ttl-1')).toBe(ttlDue);
+    // The repair queued the job again; it is lost again (a queue emptied later), and
+    // nobody touches the customer: only the sweeper can settle it, through the index.
+    const requeued = await expiryJobs();
+    expect(requeued).toHaveLength(1);
+    await requeued[0].remove();
+    expect(await svc.rt.redis.zscore(active, keys.base)).toBe(ttlDue);
+    svc.rt.clock.advance(61_000);
+
+    await withWorkers(async () => {
+      await waitFor(async () => (await svc.rt.redis.zcard(keys.ttl)) === 0, sweep_timeout_ms, 'the sweeper to settle the freeze');
+    });
+    const balance = await svc.call('GET', `/v1/customers/${customer}/balance`, { key: p.projectKey });
+    expect(balance.body).toMatchObject({ total: 1_000, used: 0, frozen: 0, available: 1_000 });
+  });
+
   it('keeps a customer in the active index while its outbox or a TTL needs it, and then lets it go', async () => {
     const customer = 'indexed';
     const prefix = svc.rt.config.REDIS_PREFIX;
