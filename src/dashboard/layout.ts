@@ -23,6 +23,7 @@ function head(title: string): Html {
   return html`<meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title} · Billing dashboard</title>
+<link rel="icon" href="data:,">
 <meta name="htmx-config" content="${htmx_config}">
 <link rel="stylesheet" href="${asset_path}/dashboard.css">
 <script src="${asset_path}/htmx.min.js" defer></script>

@@ -48,10 +48,16 @@ const csrf_page_message = 'the CSRF token is missing or does not match this sess
 /** The project the project-scoped screens last showed, so that the navigation returns to it. */
 const project_cookie = 'svc_project';
 
-export function cookieValue(req: Request, name: string): string | null {
+/** A cookie's value, or null (a value that does not decode is none). */
+function cookieValue(req: Request, name: string): string | null {
   for (const part of (req.headers.cookie ?? '').split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) return decodeURIComponent(part.slice(eq + 1).trim());
+    if (eq <= 0 || part.slice(0, eq).trim() !== name) continue;
+    try {
+      return decodeURIComponent(part.slice(eq + 1).trim());
+    } catch {
+      return null;
+    }
   }
   return null;
 }

@@ -19,6 +19,7 @@ let context: BrowserContext;
 let page: Page;
 let org: Seeded;
 const shots = screenshotDir();
+const problems: string[] = [];
 
 beforeAll(async () => {
   [svc, mock, browser] = await Promise.all([startTestService({ workers: true, config: { KEY_LAST_USED_FLUSH_MS: 50 } }), startMockUpstream(), launchChromium()]);
@@ -26,6 +27,13 @@ beforeAll(async () => {
   context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   page = await context.newPage();
   page.setDefaultTimeout(10_000);
+  // A script error or a CSP violation (an inline script or style the page should not have).
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (m) => {
+    // The viewer's refused change is the one error status the tests provoke.
+    if (/status of 403/.test(m.text())) return;
+    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -63,6 +71,8 @@ describe('the dashboard as the owner', () => {
     expect(page.url()).toBe(`${svc.url}/dashboard/sign-in`);
     await shoot('sign-in');
     await signIn(org.owner.email, org.owner.password);
+    // htmx loaded from the service itself, boosting links and forms.
+    expect(await page.evaluate(() => typeof (window as unknown as { htmx?: { version: string } }).htmx?.version)).toBe('string');
     await expect(page.getByTestId('usage-chart').count()).resolves.toBe(1);
     expect(await page.getByTestId('plan').textContent()).toBe('pro_500k');
     // The seeded deducts and the chat call: billable operations of this period.
@@ -207,5 +217,13 @@ describe('the dashboard as a viewer', () => {
     expect(await page.getByTestId('key-row').count()).toBe(keysBefore);
     const listed = await svc.call('GET', `/v1/admin/projects/${org.p.projectId}/keys`, { key: org.p.adminKey });
     expect(listed.body.data).toHaveLength(keysBefore);
+  });
+});
+
+// Last: everything above ran without a script error or a CSP report in the browser. The
+// refusals the tests provoke (a viewer's 403) are answers, not console errors: htmx swaps them in.
+describe('the browser console', () => {
+  it('reported no script error and no CSP violation', () => {
+    expect(problems).toEqual([]);
   });
 });
