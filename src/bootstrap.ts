@@ -5,13 +5,25 @@
 import { createAdminQueries } from './admin/queries.js';
 import { generatePassword, hashPassword } from './members/passwords.js';
 import { createMemberQueries } from './members/store.js';
+import type { Config } from './config/index.js';
 import type { Runtime } from './runtime.js';
 
-export async function bootstrapOrganization(rt: Runtime, name: string) {
+/**
+ * A new organization with its admin key and its first owner member (a password made
+ * here), and where that owner signs in.
+ */
+export async function bootstrapOrganization(rt: Runtime, name: string, ownerEmail: string) {
   const admin = createAdminQueries(rt.db);
   const org = await admin.createOrganization(name);
   const { secret } = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: null, type: 'admin', name: 'bootstrap' });
-  return { organization_id: org.id, admin_key: secret };
+  const owner = await createOwner(rt, org.id, ownerEmail);
+  return { organization_id: org.id, admin_key: secret, owner, dashboard_url: dashboardUrl(rt.config) };
+}
+
+/** The dashboard's address: PUBLIC_URL's, else the API's own. */
+export function dashboardUrl(config: Pick<Config, 'PUBLIC_URL' | 'HOST' | 'PORT'>, port = config.PORT): string {
+  const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
+  return `${(config.PUBLIC_URL ?? `http://${host}:${port}`).replace(/\/+$/, '')}/dashboard`;
 }
 
 export interface Demo {
@@ -59,7 +71,7 @@ function demoModel(provider: 'openai' | 'anthropic', upstreamBaseUrl: string) {
 }
 
 export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promise<Demo> {
-  const { organization_id, admin_key } = await bootstrapOrganization(rt, 'Demo organization');
+  const { organization_id, admin_key, owner } = await bootstrapOrganization(rt, 'Demo organization', demo_owner_email);
   const project = await createAdminQueries(rt.db).createProject(organization_id, 'Demo project', 'B');
   const projectKey = await rt.keyQueries.insertKey({ organizationId: organization_id, projectId: project.id, type: 'project', name: 'demo project key' });
   const customerKey = await rt.keyQueries.insertKey({
@@ -86,7 +98,6 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
       description: 'demo funding',
     },
   );
-  const owner = await createOwner(rt, organization_id, demo_owner_email);
   return {
     models: ['demo-gpt', 'demo-claude'],
     organization_id,

@@ -4,7 +4,7 @@
  * starts), then runs the API and the workers.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { bootstrapDemo, type Demo } from './bootstrap.js';
+import { bootstrapDemo, dashboardUrl, type Demo } from './bootstrap.js';
 import { createAdminQueries } from './admin/queries.js';
 import { loadConfig } from './config/index.js';
 import { migrate } from './db/migrate.js';
@@ -47,7 +47,7 @@ Demo organization ${demo.organization_id}, project ${demo.project_id} (kept in $
   admin key     ${demo.admin_key}
   project key   ${demo.project_key}
   customer key  ${demo.customer_key}  (bound to ${demo.customer_id})
-${demo.owner ? `  owner         ${demo.owner.email} / ${demo.owner.password}  (dashboard sign-in: POST ${u}/dashboard/api/session)\n` : ''}
+${demo.owner ? `  dashboard     ${dashboardUrl(config, server.port)}\n  owner         ${demo.owner.email} / ${demo.owner.password}  (signs in to the dashboard)\n` : ''}
 Try it:
   curl -s ${u}/v1/customers/${demo.customer_id}/balance -H 'Authorization: Bearer ${demo.project_key}'
   curl -s ${u}/v1/billing/deduct -H 'Authorization: Bearer ${demo.project_key}' -H 'Content-Type: application/json' \\
@@ -58,7 +58,7 @@ Try it:
 Models (mock upstream at ${mockUrl}): ${(demo.models ?? []).join(', ')}
 `);
 } else {
-  console.log(`Service running at ${server.url} (database already set up; use npm run bootstrap for a new organization)`);
+  console.log(`Service running at ${server.url}, dashboard at ${dashboardUrl(config, server.port)} (database already set up; use npm run bootstrap for a new organization)`);
 }
 
 const shutdown = async () => {

@@ -1,5 +1,5 @@
 /**
- * The repository root, where the files read at runtime live (lua/, migrations/). The code
+ * The repository root, where the files read at runtime live (lua/, migrations/, assets/). The code
  * runs from src/ (tsx: the tests, `npm run dev`) or compiled from dist/src/ (`npm run
  * build`, which emits only JavaScript), one directory deeper, so the root is found as the
  * nearest directory above this file that holds package.json rather than by a fixed `..`.

@@ -9,6 +9,7 @@ import type { DatabasePool } from 'slonik';
 import type { Config } from './config/index.js';
 import { createDb } from './db/pool.js';
 import { createKeyQueries, KeyCache, type KeyQueries } from './keys/store.js';
+import { KeyUsage } from './keys/usage.js';
 import { Clock } from './ledger/clock.js';
 import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
@@ -54,6 +55,8 @@ export interface Runtime {
   ledgerQueries: LedgerQueries;
   keyQueries: KeyQueries;
   keyCache: KeyCache;
+  /** The last-used times of keys, written in batches (src/keys/usage.ts). */
+  keyUsage: KeyUsage;
   ledgerQueue: Queue<LedgerJobData>;
   modelQueries: ModelQueries;
   models: ModelCache;
@@ -164,7 +167,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
   });
   const retention = new Retention(redis, scripts, ledger.bindings, config.REDIS_PREFIX, config.REDIS_RETENTION_SECONDS * 1000, logger);
   const keyQueries = createKeyQueries(db);
-  const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS);
+  const keyUsage = new KeyUsage(db, config.KEY_LAST_USED_FLUSH_MS, logger);
+  const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS, (id, atMs) => keyUsage.note(id, atMs));
   const modelQueries = createModelQueries(db, loadMasterKey(config));
   const models = new ModelCache(async (projectId, modelId) => {
     const m = await modelQueries.findModel(projectId, modelId);
@@ -189,6 +193,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     ledgerQueries,
     keyQueries,
     keyCache,
+    keyUsage,
     ledgerQueue,
     modelQueries,
     models,
@@ -204,6 +209,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       generation.close();
       await ledgerQueue.close();
       await upstream.close();
+      await keyUsage.close();
       // A pool that lost connections while PostgreSQL was away fails to end them; the
       // process is stopping either way.
       await db.end().catch((err: unknown) => logger.warn({ err }, 'closing the database pool failed'));

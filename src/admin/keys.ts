@@ -22,6 +22,7 @@ export const projectKeyRow = z.object({
   allowed_models: z.array(z.string()).nullable(),
   expires_at: z.number().nullable(),
   revoked_at: z.number().nullable(),
+  last_used_at: z.number().nullable(),
   created_at: z.number(),
 });
 export type ProjectKeyRow = z.infer<typeof projectKeyRow>;
@@ -34,7 +35,7 @@ export interface NewProjectKey {
   expiresAtMs: number | null;
 }
 
-const keyColumns = sql.fragment`id, project_id, type, name, prefix, customer_id, allowed_models, expires_at, revoked_at, created_at`;
+const keyColumns = sql.fragment`id, project_id, type, name, prefix, customer_id, allowed_models, expires_at, revoked_at, last_used_at, created_at`;
 
 /** The API's view of a key: what the dashboard lists. */
 export function keyEntry(k: ProjectKeyRow) {
@@ -49,6 +50,7 @@ export function keyEntry(k: ProjectKeyRow) {
     allowed_models: k.allowed_models,
     expires_at: iso(k.expires_at),
     revoked_at: iso(k.revoked_at),
+    last_used_at: iso(k.last_used_at),
     created_at: iso(k.created_at)!,
   };
 }

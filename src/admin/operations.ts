@@ -11,18 +11,19 @@ import type { Request, RequestHandler, Response } from 'express';
 import { z } from 'zod';
 import { quoteEntry } from '../billing/proration.js';
 import { invoiceEntry, Invoicing } from '../billing/invoices.js';
-import { walletsOf } from '../customers/routes.js';
+import { allSources, ledgerPage, ledgerQuery, walletsOf } from '../customers/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import type { Method } from '../http/router.js';
-import { jsonBody, onlyQuery, parseWith, strictBody } from '../http/validate.js';
+import { jsonBody, onlyQuery, parseWith, strictBody, unstorableStringPath } from '../http/validate.js';
 import { publishProjectChange } from '../keys/store.js';
-import { creditsToUsd } from '../ledger/amounts.js';
-import { identifierSchema, readTimestamp } from '../ledger/schemas.js';
+import { creditsToUsd, readAmount } from '../ledger/amounts.js';
+import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '../ledger/schemas.js';
 import { generatePassword, hashPassword, password_chars_max, password_chars_min } from '../members/passwords.js';
 import { createMemberQueries, memberEntry, roles, type Role } from '../members/store.js';
 import { planIds } from '../plans/catalogue.js';
 import { reconcile } from '../reconcile/reconcile.js';
 import type { Runtime } from '../runtime.js';
+import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
 import { actorOf } from './actor.js';
 import { KeyAdmin, keyEntry } from './keys.js';
 import { createListingQueries, decodeDayCursor, encodeDayCursor, type CustomerListRow } from './listings.js';
@@ -118,6 +119,17 @@ const modelPutSchema = z
 const planSchema = z.object({ plan: z.enum(planIds) });
 const reconcileSchema = z.object({ repair: z.boolean().default(false) });
 
+/** A deposit from the management API: integer credits, into `wallet` (the project's default wallet when omitted). */
+const depositSchema = z.object({
+  amount: z.unknown(),
+  wallet: walletNameSchema.optional(),
+  source: z.string().trim().min(1).max(128).optional(),
+  description: z.string().max(1024).optional(),
+  starts_at: z.unknown(),
+  expires_at: z.unknown(),
+  idempotency_key: identifierSchema.optional(),
+});
+
 const listQuery = z.object({
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(512).optional(),
@@ -150,6 +162,13 @@ const dailyUsageQuery = z.object({
   limit: z.coerce.number().int().min(1).max(usage_days_max).default(usage_days_default),
   cursor: z.string().max(200).optional(),
 });
+
+/** A customer id from the path, held to what a deposit body's customer_id may be (PostgreSQL stores it). */
+function customerIdParam(req: Request): string {
+  const id = parseWith(identifierSchema, String(req.params.customer_id));
+  if (unstorableStringPath(id) !== null) throw new ApiError('invalid_request', { param: 'customer_id', message: 'customer_id must not contain U+0000 or unpaired surrogates' });
+  return id;
+}
 
 function pageRequest(req: Request): PageRequest {
   onlyQuery(req, Object.keys(listQuery.shape));
@@ -209,9 +228,12 @@ export function managementOperations(rt: Runtime): Operation[] {
     return project;
   }
 
+  const scopeOf = (project: ProjectRow) => ({ projectId: project.id, organizationId: project.organization_id });
+  const customerReads = { ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries };
+
   /** A listed customer with its balance now, read from Redis (null when Redis does not hold it). */
   async function customerEntry(project: ProjectRow, c: CustomerListRow) {
-    const view = await rt.ledger.view({ projectId: project.id, organizationId: project.organization_id }, c.id);
+    const view = await rt.ledger.view(scopeOf(project), c.id);
     const wallets = view === null ? null : walletsOf(view);
     return {
       id: c.id,
@@ -364,7 +386,51 @@ export function managementOperations(rt: Runtime): Operation[] {
     const project = await projectOr404(req, res);
     const customer = await listings.customer(project.id, String(req.params.customer_id));
     if (!customer) throw new ApiError('customer_not_found');
-    res.json(await customerEntry(project, customer));
+    // Every source with its window, archived ones included, as the customer's own profile lists them.
+    const view = await rt.ledger.view(scopeOf(project), customer.id, true);
+    const sources = view === null ? null : Object.values(walletsOf(view, await allSources(customerReads, scopeOf(project), customer.id, view)).wallets).flatMap((w) => w.sources);
+    res.json({ ...(await customerEntry(project, customer)), sources });
+  });
+
+  op('GET', '/projects/:project_id/customers/:customer_id/ledger', 'viewer', async (req, res) => {
+    const project = await projectOr404(req, res);
+    onlyQuery(req, Object.keys(ledgerQuery.shape));
+    res.json(await ledgerPage(customerReads, scopeOf(project), String(req.params.customer_id), parseWith(ledgerQuery, req.query)));
+  });
+
+  op('POST', '/projects/:project_id/customers/:customer_id/deposits', 'admin', async (req, res) => {
+    const project = await projectOr404(req, res);
+    const fields = strictBody(req, depositSchema);
+    const body = jsonBody(req);
+    const amount = readAmount(body, 'B')!;
+    const { startsAtMs, expiresAtMs } = readWindow(body);
+    const result = await rt.ledger.deposit(scopeOf(project), {
+      customerId: customerIdParam(req),
+      amount,
+      wallet: fields.wallet ?? (project.contract === 'A' ? 'default' : 'credits'),
+      label: fields.source ?? fields.description ?? 'deposit',
+      startsAtMs,
+      expiresAtMs,
+      idempotencyKey: fields.idempotency_key ?? null,
+      description: fields.description ?? null,
+    });
+    res.status(result.replay ? 200 : 201).json({ ...result.body, is_idempotent_replay: result.replay });
+  });
+
+  // Gateway calls: usage records and receipts
+  op('GET', '/projects/:project_id/usage', 'viewer', async (req, res) => {
+    const project = await projectOr404(req, res);
+    onlyQuery(req, Object.keys(usageQuery.shape));
+    res.json(await usagePage(rt.usageQueries, project.id, parseWith(usageQuery, req.query)));
+  });
+
+  op('GET', '/projects/:project_id/receipts/:transaction_id', 'viewer', async (req, res) => {
+    onlyQuery(req);
+    const project = await projectOr404(req, res);
+    const deps = { usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis };
+    const found = await findReceipt(deps, scopeOf(project), String(req.params.transaction_id));
+    if (!found) throw new ApiError('not_found', { message: 'receipt not found' });
+    res.json(found);
   });
 
   // Usage

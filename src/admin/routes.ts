@@ -17,7 +17,7 @@ import { exactRouter } from '../http/router.js';
 import { strictBody } from '../http/validate.js';
 import { hashPassword, password_chars_max, password_chars_min, verifyPassword } from '../members/passwords.js';
 import { matchingMemberships, sessionAuth, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
-import { createMemberQueries, memberEntry } from '../members/store.js';
+import { createMemberQueries, memberEntry, type MemberQueries, type SignInCandidate } from '../members/store.js';
 import type { Runtime } from '../runtime.js';
 import { actorFromAdminKey, requireRole } from './actor.js';
 import { email_chars_max, type Operation } from './operations.js';
@@ -63,12 +63,22 @@ function sessionEntry(s: Session) {
 }
 
 /** The client's address for the sign-in limit (Express's req.ip: the socket's, unless `trust proxy` is set). */
-function clientAddress(req: Request): string {
+export function clientAddress(req: Request): string {
   return req.ip ?? req.socket.remoteAddress ?? 'unknown';
 }
 
-/** The operations for a member's session, with sign-in, sign-out and the member's own password. */
-export function dashboardApiRoutes(rt: Runtime, ops: readonly Operation[]): Router {
+/**
+ * Dashboard sign-in, shared by the JSON API (/dashboard/api/session) and the page's form
+ * (src/dashboard/): one session store, one sign-in limit, one password check.
+ */
+export interface DashboardSessions {
+  store: SessionStore;
+  members: MemberQueries;
+  /** Signs in within the limit, or throws rate_limited or invalid_credentials. */
+  signIn(email: string, password: string, organizationId: string | null, ip: string): Promise<{ session: Session; others: SignInCandidate[] }>;
+}
+
+export function dashboardSessions(rt: Runtime): DashboardSessions {
   const { config } = rt;
   const store = new SessionStore(rt.db, {
     ttlMs: config.SESSION_TTL_SECONDS * 1000,
@@ -82,6 +92,23 @@ export function dashboardApiRoutes(rt: Runtime, ops: readonly Operation[]): Rout
     rt.logger,
   );
   const members = createMemberQueries(rt.db);
+  return {
+    store,
+    members,
+    async signIn(email, password, organizationId, ip) {
+      await limiter.take(email, ip);
+      const found = await matchingMemberships(members, email, password, organizationId);
+      if (!found) throw new ApiError('invalid_credentials');
+      await limiter.succeeded(email, ip);
+      const { password_hash: _hash, organization_name, ...member } = found.member;
+      return { session: await store.create(member, organization_name), others: found.others };
+    },
+  };
+}
+
+/** The operations for a member's session, with sign-in, sign-out and the member's own password. */
+export function dashboardApiRoutes(sessions: DashboardSessions, ops: readonly Operation[]): Router {
+  const { store, members } = sessions;
   const r = exactRouter();
   const noStore = (_req: Request, res: Response, next: () => void) => {
     // Answers carry the CSRF token and the organization's data: no cache keeps them.
@@ -95,17 +122,11 @@ export function dashboardApiRoutes(rt: Runtime, ops: readonly Operation[]): Rout
   // only send after a CORS preflight this service never answers.
   r.post(`${dashboard_api_prefix}/session`, async (req, res) => {
     const body = strictBody(req, signInSchema);
-    const ip = clientAddress(req);
-    await limiter.take(body.email, ip);
-    const found = await matchingMemberships(members, body.email, body.password, body.organization_id ?? null);
-    if (!found) throw new ApiError('invalid_credentials');
-    await limiter.succeeded(body.email, ip);
-    const { password_hash: _hash, organization_name, ...member } = found.member;
-    const session = await store.create(member, organization_name);
+    const { session, others } = await sessions.signIn(body.email, body.password, body.organization_id ?? null, clientAddress(req));
     res.append('Set-Cookie', store.cookie(session.token));
     res.status(201).json({
       ...sessionEntry(session),
-      other_organizations: found.others.map((o) => ({ id: o.organization_id, name: o.organization_name })),
+      other_organizations: others.map((o) => ({ id: o.organization_id, name: o.organization_name })),
     });
   });
 

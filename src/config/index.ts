@@ -12,6 +12,11 @@ const schema = z.object({
   NODE_ENV: z.string().default('development'),
   HOST: z.string().default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+  /**
+   * The address browsers reach the API at (https://billing.example.com), used where the
+   * service names its dashboard (bootstrap, the demo); unset: http://HOST:PORT.
+   */
+  PUBLIC_URL: z.string().url().optional(),
   REDIS_URL: z.string().url().default('redis://127.0.0.1:6379'),
   /**
    * 1: REDIS_URL names a node of a Redis Cluster; 0: a single Redis. Unset, the process
@@ -47,6 +52,8 @@ const schema = z.object({
    * everywhere within 1 s).
    */
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(1_000),
+  /** How often an API process writes the last-used times of the keys it authenticated (src/keys/usage.ts). */
+  KEY_LAST_USED_FLUSH_MS: z.coerce.number().int().min(10).default(10_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),
   /**

@@ -12,7 +12,7 @@ import { onlyQuery, parseWith } from '../http/validate.js';
 import { isLedgerEntry, outboxEntryToPublic, type LedgerEntry } from '../ledger/entries.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import type { LedgerQueries } from '../ledger/queries.js';
-import { isActive, type CustomerView, type LedgerService, type SourceState } from '../ledger/service.js';
+import { isActive, type CustomerView, type LedgerService, type ProjectScope, type SourceState } from '../ledger/service.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -60,7 +60,7 @@ export function walletsOf(view: CustomerView, sources: SourceState[] = view.sour
   return { wallets, totals };
 }
 
-const ledgerQuery = z.object({
+export const ledgerQuery = z.object({
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(200).optional(),
   type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']).optional(),
@@ -81,9 +81,62 @@ function decodeCursor(cursor: string): number {
   throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
 }
 
-/** The profile and balance reads are hot routes (src/http/router.ts); ledger pages are not. */
-export function customerRoutes(deps: { ledger: LedgerService; redis: RedisClient; queries: LedgerQueries }): Route[] {
+export interface CustomerReads {
+  ledger: LedgerService;
+  redis: RedisClient;
+  queries: LedgerQueries;
+}
+
+/**
+ * Every source of the customer: those Redis holds, and the archived ones from
+ * PostgreSQL (only asked when some were archived).
+ */
+export async function allSources(deps: CustomerReads, scope: ProjectScope, id: string, view: CustomerView): Promise<SourceState[]> {
+  if (!view.archived) return view.sources;
+  const archived = await deps.queries.archivedSources(scope.projectId, id, view.sources.map((s) => s.id), view.srcSeq);
+  return [...view.sources, ...archived].sort((a, b) => a.seq - b.seq);
+}
+
+/**
+ * One page of a customer's ledger, newest first, with the customer's own filters: what
+ * GET /v1/customers/{id}/ledger and the management API's customer ledger answer.
+ */
+export async function ledgerPage(deps: CustomerReads, scope: ProjectScope, id: string, q: z.infer<typeof ledgerQuery>) {
   const { ledger, redis, queries } = deps;
+  const k = ledger.keys(scope, id);
+  if (!(await redis.exists(k.meta))) throw new ApiError('customer_not_found');
+  const beforeSeq = q.cursor === undefined ? null : decodeCursor(q.cursor);
+  const matches = (e: LedgerEntry) =>
+    (beforeSeq === null || e.seq < beforeSeq) &&
+    (q.type === undefined || e.type === q.type) &&
+    (q.transaction_id === undefined || e.transaction_id === q.transaction_id);
+  // Outbox first, then PostgreSQL: an entry persisted in between shows up in both
+  // (merged by id below) instead of in neither.
+  const pending = (await readOutboxEntries(redis, k.outbox))
+    .filter(isLedgerEntry)
+    .map(outboxEntryToPublic);
+  const stored = await queries.findEntriesPage(scope.projectId, id, {
+    beforeSeq,
+    type: q.type ?? null,
+    transactionId: q.transaction_id ?? null,
+    limit: q.limit + 1,
+  });
+  const byId = new Map<string, LedgerEntry>();
+  for (const e of [...stored, ...pending.filter(matches)]) byId.set(e.id, e);
+  const merged = [...byId.values()].sort((a, b) => b.seq - a.seq);
+  const page = merged.slice(0, q.limit);
+  const hasMore = merged.length > q.limit;
+  return {
+    object: 'list' as const,
+    data: page.map(({ seq: _seq, ...rest }) => rest),
+    has_more: hasMore,
+    next_cursor: hasMore ? encodeCursor(page[page.length - 1].seq) : null,
+  };
+}
+
+/** The profile and balance reads are hot routes (src/http/router.ts); ledger pages are not. */
+export function customerRoutes(deps: CustomerReads): Route[] {
+  const { ledger } = deps;
   const readers = requireKeyType('project', 'customer');
 
   /** The customer id of the path, checked against a customer-scoped key's binding. */
@@ -99,21 +152,11 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: RedisClient
     return view;
   }
 
-  /**
-   * Every source of the customer: those Redis holds, and the archived ones from
-   * PostgreSQL (only asked when some were archived).
-   */
-  async function allSources(res: Response, id: string, view: CustomerView): Promise<SourceState[]> {
-    if (!view.archived) return view.sources;
-    const archived = await queries.archivedSources(authOf(res).scope.projectId, id, view.sources.map((s) => s.id), view.srcSeq);
-    return [...view.sources, ...archived].sort((a, b) => a.seq - b.seq);
-  }
-
   const readProfile: RequestHandler = async (req, res) => {
     onlyQuery(req);
     const id = String(req.params.customer_id);
     const view = await viewOr404(res, id, true);
-    const { wallets } = walletsOf(view, await allSources(res, id, view));
+    const { wallets } = walletsOf(view, await allSources(deps, authOf(res).scope, id, view));
     res.json({
       id,
       name: view.profile.name,
@@ -138,37 +181,7 @@ export function customerRoutes(deps: { ledger: LedgerService; redis: RedisClient
   const readLedger: RequestHandler = async (req, res) => {
     const id = customerParam(res, String(req.params.customer_id));
     onlyQuery(req, Object.keys(ledgerQuery.shape));
-    const q = parseWith(ledgerQuery, req.query);
-    const { scope } = authOf(res);
-    const k = ledger.keys(scope, id);
-    if (!(await redis.exists(k.meta))) throw new ApiError('customer_not_found');
-    const beforeSeq = q.cursor === undefined ? null : decodeCursor(q.cursor);
-    const matches = (e: LedgerEntry) =>
-      (beforeSeq === null || e.seq < beforeSeq) &&
-      (q.type === undefined || e.type === q.type) &&
-      (q.transaction_id === undefined || e.transaction_id === q.transaction_id);
-    // Outbox first, then PostgreSQL: an entry persisted in between shows up in both
-    // (merged by id below) instead of in neither.
-    const pending = (await readOutboxEntries(redis, k.outbox))
-      .filter(isLedgerEntry)
-      .map(outboxEntryToPublic);
-    const stored = await queries.findEntriesPage(scope.projectId, id, {
-      beforeSeq,
-      type: q.type ?? null,
-      transactionId: q.transaction_id ?? null,
-      limit: q.limit + 1,
-    });
-    const byId = new Map<string, LedgerEntry>();
-    for (const e of [...stored, ...pending.filter(matches)]) byId.set(e.id, e);
-    const merged = [...byId.values()].sort((a, b) => b.seq - a.seq);
-    const page = merged.slice(0, q.limit);
-    const hasMore = merged.length > q.limit;
-    res.json({
-      object: 'list',
-      data: page.map(({ seq: _seq, ...rest }) => rest),
-      has_more: hasMore,
-      next_cursor: hasMore ? encodeCursor(page[page.length - 1].seq) : null,
-    });
+    res.json(await ledgerPage(deps, authOf(res).scope, id, parseWith(ledgerQuery, req.query)));
   };
 
   return [

@@ -2,7 +2,8 @@
 import type { RequestListener, ServerOptions } from 'node:http';
 import express, { type RequestHandler } from 'express';
 import { managementOperations } from '../admin/operations.js';
-import { adminRoutes, dashboardApiRoutes } from '../admin/routes.js';
+import { adminRoutes, dashboardApiRoutes, dashboardSessions } from '../admin/routes.js';
+import { dashboardPages } from '../dashboard/routes.js';
 import { customerRoutes } from '../customers/routes.js';
 import { profileRoutes } from '../customers/profile.js';
 import { health } from '../health.js';
@@ -84,7 +85,10 @@ export function createApi(rt: Runtime): Api {
   // One set of management operations: for admin keys, and for dashboard sessions.
   const management = managementOperations(rt);
   app.use(adminRoutes(management));
-  app.use(dashboardApiRoutes(rt, management));
+  const sessions = dashboardSessions(rt);
+  app.use(dashboardApiRoutes(sessions, management));
+  // The dashboard's page: server-rendered screens over the same operations (src/dashboard/).
+  app.use(dashboardPages(rt, sessions, management));
   app.use(notFound);
   const onError = errorHandler(rt.logger);
   app.use(onError);

@@ -28,8 +28,15 @@ export function hashesEqual(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-/** What a key list shows instead of the secret: its type prefix and first characters. */
+/** Every stored prefix holds at least a key's first 16 characters: the dashboard names a key's row by them. */
+export const display_prefix_chars_min = 16;
+
+/**
+ * What a key list shows instead of the secret: its type prefix and the first random
+ * characters, six or more, so that at least `display_prefix_chars_min` characters (seven
+ * of a project key's 43 random ones: 216 bits stay secret).
+ */
 export function displayPrefix(key: string): string {
   const type = /^svc_(admin|live|customer)_/.exec(key)![0];
-  return `${type}${key.slice(type.length, type.length + 6)}`;
+  return key.slice(0, Math.max(display_prefix_chars_min, type.length + 6));
 }

@@ -131,7 +131,14 @@ export class KeyCache {
   constructor(
     private readonly queries: Pick<KeyQueries, 'findByHash' | 'findByHashes'>,
     private readonly ttlMs: number,
+    /** Told of every lookup that finds a live key (src/keys/usage.ts: the key list's "last used"). */
+    private readonly onUse: (keyId: string, atMs: number) => void = () => undefined,
   ) {}
+
+  private used(record: KeyRecord | null, now: number): KeyRecord | null {
+    if (record !== null && record.revoked_at === null && (record.expires_at === null || record.expires_at > now)) this.onUse(record.id, now);
+    return record;
+  }
 
   /**
    * Listens for key and project changes on a dedicated subscriber connection; a
@@ -186,14 +193,14 @@ export class KeyCache {
     const hit = this.entries.get(key);
     if (hit && (now - hit.readAt < this.ttlMs || now < this.unavailableUntil)) {
       if (now - hit.readAt >= this.ttlMs / 2) this.refreshLater(key, hit);
-      return hit.record;
+      return this.used(hit.record, now);
     }
     const hash = hashSecret(key);
     try {
       const record = await this.reads.read(key, () => this.queries.findByHash(hash), (r, readAt) => {
         if (matches(r, hash)) this.store(key, { record: r, readAt, hash, hex: hash.toString('hex') });
       });
-      return matches(record, hash) ? record : null;
+      return matches(record, hash) ? this.used(record, now) : null;
     } catch (err) {
       this.unavailableUntil = Date.now() + unavailable_backoff_ms;
       const stale = this.entries.get(key);

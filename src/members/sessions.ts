@@ -133,9 +133,10 @@ function sameToken(sent: string, expected: string): boolean {
 /**
  * Authenticates the session cookie (401 not_signed_in without a valid one), checks the
  * CSRF token of every request that may change something (403 csrf_token_invalid), and
- * puts the member's Actor on res.locals.
+ * puts the member's Actor on res.locals. The token is read from X-CSRF-Token unless
+ * `csrfOf` says where else (the page's forms also carry it as a field).
  */
-export function sessionAuth(store: SessionStore): RequestHandler {
+export function sessionAuth(store: SessionStore, csrfOf: (req: Request) => unknown = (req) => req.headers[csrf_header]): RequestHandler {
   return async (req, res, next) => {
     const token = sessionToken(req);
     const session = token === null ? null : await store.lookup(token);
@@ -144,7 +145,7 @@ export function sessionAuth(store: SessionStore): RequestHandler {
       throw new ApiError('not_signed_in', { message: token === null ? 'sign in first: no session cookie' : 'the session has ended: sign in again' });
     }
     if (!safe_methods.has(req.method)) {
-      const sent = req.headers[csrf_header];
+      const sent = csrfOf(req);
       if (typeof sent !== 'string' || !sameToken(sent, session.csrfToken)) throw new ApiError('csrf_token_invalid');
     }
     const actor: Actor = { organizationId: session.member.organization_id, role: session.member.role, via: 'session', memberId: session.member.id };

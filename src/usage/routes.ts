@@ -14,13 +14,13 @@ import { creditsToUsd } from '../ledger/amounts.js';
 import { toDetails } from '../ledger/entries.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import { usageRecordSchema } from '../ledger/queries.js';
-import type { LedgerService } from '../ledger/service.js';
+import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { page_size_default, page_size_max } from '../customers/routes.js';
 import { receipt, type UsageQueries } from './queries.js';
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
 
-const usageQuery = z.object({
+export const usageQuery = z.object({
   customer_id: z.string().min(1).max(256).optional(),
   trace_id: z.string().min(1).max(256).optional(),
   model: z.string().min(1).max(128).optional(),
@@ -44,6 +44,42 @@ function decodeCursor(cursor: string): { createdAtMs: number; id: string } {
   throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
 }
 
+/** One page of a project's usage records, newest first: GET /v1/usage and the management API's usage search. */
+export async function usagePage(usage: UsageQueries, projectId: string, q: z.infer<typeof usageQuery>) {
+  const rows = await usage.findPage(projectId, {
+    customerId: q.customer_id,
+    traceId: q.trace_id,
+    model: q.model,
+    fromMs: q.from === undefined ? undefined : Date.parse(q.from),
+    toMs: q.to === undefined ? undefined : Date.parse(q.to),
+    before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
+    limit: q.limit + 1,
+  });
+  const page = rows.slice(0, q.limit).map((row) => {
+    const { prices: _p, reserved_credits: _r, returned_credits: _t, details: _d, balance_after_credits: _b, ...record } = receipt(row);
+    return record;
+  });
+  const hasMore = rows.length > q.limit;
+  const last = page[page.length - 1];
+  return { object: 'list' as const, data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null };
+}
+
+type ReceiptDeps = { usage: UsageQueries; ledger: LedgerService; redis: RedisClient };
+
+/**
+ * A gateway call's receipt, from PostgreSQL or, until the workers copied it, from its
+ * customer's outbox; null when there is none. `onlyCustomer` (a customer-scoped key's
+ * customer) makes another customer's receipt read as none.
+ */
+export async function findReceipt(deps: ReceiptDeps, scope: ProjectScope, transactionId: string, onlyCustomer: string | null = null) {
+  // An archived call's binding is gone (src/ledger/bindings.ts): its receipt is in PostgreSQL.
+  const owner = (await deps.ledger.bindings.command(scope.projectId, 't', transactionId, '', true)).owner;
+  if (onlyCustomer !== null && owner !== null && owner !== onlyCustomer) return null;
+  const stored = await deps.usage.findReceipt(scope.projectId, transactionId);
+  if (stored) return onlyCustomer !== null && stored.customer_id !== onlyCustomer ? null : receipt(stored);
+  return owner === null ? null : receiptFromOutbox(deps, scope, owner, transactionId);
+}
+
 export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; redis: RedisClient; prefix: string }): Router {
   const r = exactRouter();
   const readers = requireKeyType('project', 'customer');
@@ -54,45 +90,19 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
     // customer's records instead of narrowing it.
     onlyQuery(req, Object.keys(usageQuery.shape));
     const q = parseWith(usageQuery, req.query);
-    let customerId = q.customer_id;
     if (key.type === 'customer') {
-      if (customerId !== undefined && customerId !== key.customer_id) throw new ApiError('customer_not_found');
-      customerId = key.customer_id!;
+      if (q.customer_id !== undefined && q.customer_id !== key.customer_id) throw new ApiError('customer_not_found');
+      q.customer_id = key.customer_id!;
     }
-    const rows = await deps.usage.findPage(scope.projectId, {
-      customerId,
-      traceId: q.trace_id,
-      model: q.model,
-      fromMs: q.from === undefined ? undefined : Date.parse(q.from),
-      toMs: q.to === undefined ? undefined : Date.parse(q.to),
-      before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
-      limit: q.limit + 1,
-    });
-    const page = rows.slice(0, q.limit).map((row) => {
-      const { prices: _p, reserved_credits: _r, returned_credits: _t, details: _d, balance_after_credits: _b, ...record } = receipt(row);
-      return record;
-    });
-    const hasMore = rows.length > q.limit;
-    const last = page[page.length - 1];
-    res.json({ object: 'list', data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null });
+    res.json(await usagePage(deps.usage, scope.projectId, q));
   });
 
   r.get('/v1/billing/receipts/:transaction_id', readers, async (req, res) => {
     onlyQuery(req);
     const { key, scope } = authOf(res);
-    const transactionId = String(req.params.transaction_id);
-    // An archived call's binding is gone (src/ledger/bindings.ts): its receipt is in PostgreSQL.
-    const owner = (await deps.ledger.bindings.command(scope.projectId, 't', transactionId, '', true)).owner;
-    if (key.type === 'customer' && owner !== null && owner !== key.customer_id) throw new ApiError('not_found', { message: 'receipt not found' });
-    const stored = await deps.usage.findReceipt(scope.projectId, transactionId);
-    if (stored) {
-      if (key.type === 'customer' && stored.customer_id !== key.customer_id) throw new ApiError('not_found', { message: 'receipt not found' });
-      res.json(receipt(stored));
-      return;
-    }
-    const pending = owner === null ? null : await receiptFromOutbox(deps, scope, owner, transactionId);
-    if (!pending) throw new ApiError('not_found', { message: 'receipt not found' });
-    res.json(pending);
+    const found = await findReceipt(deps, scope, String(req.params.transaction_id), key.type === 'customer' ? key.customer_id! : null);
+    if (!found) throw new ApiError('not_found', { message: 'receipt not found' });
+    res.json(found);
   });
 
   return r;
@@ -100,7 +110,7 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
 
 async function receiptFromOutbox(
   deps: { ledger: LedgerService; redis: RedisClient },
-  scope: { projectId: string; organizationId: string },
+  scope: ProjectScope,
   customerId: string,
   transactionId: string,
 ) {

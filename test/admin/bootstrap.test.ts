@@ -1,6 +1,7 @@
 /**
  * `npm run bootstrap -- --json` (CONTRACT.md section 7): stdout is exactly one JSON object
- * with the new organization and its admin key, and that key works on the management API.
+ * with the new organization, its admin key, its owner's sign-in and the dashboard's
+ * address; the key works on the management API and the owner signs in.
  */
 import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
@@ -19,17 +20,22 @@ afterAll(() => svc.close());
 
 describe('npm run bootstrap -- --json', () => {
   // The npm script builds dist/ first when it is stale: up to a minute on a busy machine.
-  it('prints only {organization_id, admin_key} on stdout, and the key administers that organization', async () => {
+  it('prints only {organization_id, admin_key, owner, dashboard_url} on stdout; the key administers that organization, the owner signs in', async () => {
     const { stdout } = await promisify(execFile)('npm', ['run', 'bootstrap', '--', '--json'], {
       cwd: root,
-      env: { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, REDIS_PREFIX: svc.rt.config.REDIS_PREFIX },
+      env: { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, REDIS_PREFIX: svc.rt.config.REDIS_PREFIX, PORT: '3999' },
     });
     expect(stdout.endsWith('\n')).toBe(true);
-    const printed = JSON.parse(stdout) as Record<string, string>;
-    expect(Object.keys(printed).sort()).toEqual(['admin_key', 'organization_id']);
+    const printed = JSON.parse(stdout) as { organization_id: string; admin_key: string; owner: { email: string; password: string }; dashboard_url: string };
+    expect(Object.keys(printed).sort()).toEqual(['admin_key', 'dashboard_url', 'organization_id', 'owner']);
+    expect(printed.dashboard_url).toBe('http://127.0.0.1:3999/dashboard');
+    expect(Object.keys(printed.owner).sort()).toEqual(['email', 'password']);
     expect(printed.admin_key).toMatch(/^svc_admin_/);
     const org = await svc.call('GET', '/v1/admin/organization', { key: printed.admin_key });
     expect(org.status).toBe(200);
     expect(org.body).toMatchObject({ id: printed.organization_id, plan: 'free' });
+    const session = await svc.call('POST', '/dashboard/api/session', { body: { ...printed.owner, organization_id: printed.organization_id } });
+    expect(session.status).toBe(201);
+    expect(session.body.member).toMatchObject({ email: printed.owner.email, role: 'owner' });
   }, 180_000);
 });

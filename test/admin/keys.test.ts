@@ -34,7 +34,8 @@ describe('creating keys', () => {
     expect(res.body).toEqual({
       id: expect.stringMatching(/^key_/),
       type: 'project',
-      prefix: res.body.key.slice(0, 'svc_live_'.length + 6),
+      // The first 16 characters: the type prefix and seven of the random ones.
+      prefix: res.body.key.slice(0, 16),
       key: expect.stringMatching(/^svc_live_[A-Za-z0-9_-]{43}$/),
       name: 'backend',
       project_id: p.projectId,
@@ -42,6 +43,7 @@ describe('creating keys', () => {
       allowed_models: null,
       expires_at: null,
       revoked_at: null,
+      last_used_at: null,
       created_at: expect.any(String),
     });
     const used = await probe(res.body.key);
@@ -116,7 +118,7 @@ describe('listing keys', () => {
       expect(text).not.toContain(k);
       expect(text).not.toContain(hashSecret(k).toString('hex'));
     }
-    for (const entry of list.body.data) expect(Object.keys(entry).sort()).toEqual(['allowed_models', 'created_at', 'customer_id', 'expires_at', 'id', 'name', 'prefix', 'project_id', 'revoked_at', 'type']);
+    for (const entry of list.body.data) expect(Object.keys(entry).sort()).toEqual(['allowed_models', 'created_at', 'customer_id', 'expires_at', 'id', 'last_used_at', 'name', 'prefix', 'project_id', 'revoked_at', 'type']);
 
     const page = await svc.call('GET', `/v1/admin/projects/${q.projectId}/keys?limit=3`, { key: q.adminKey });
     expect([page.body.data.length, page.body.has_more]).toEqual([3, true]);

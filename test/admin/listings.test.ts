@@ -51,8 +51,13 @@ describe('customers', () => {
     expect(alice.balance).toEqual({ total: balance.total, used: balance.used, frozen: balance.frozen, available: balance.available, available_usd: '3.75' });
     expect(alice.balance.available).toBe(3_750_000);
     expect(alice.wallets).toEqual({ credits: { total: 5_000_000, used: 1_250_000, frozen: 0, available: 3_750_000 } });
+    // One customer: the listed entry and every source with its window.
     const one = await admin(`/projects/${p.projectId}/customers/alpha-1`);
-    expect(one.body).toEqual(alice);
+    const { sources, ...entry } = one.body;
+    expect(entry).toEqual(alice);
+    expect(sources).toEqual([
+      expect.objectContaining({ credit_type: 'credits', total: 5_000_000, used: 1_250_000, frozen: 0, available: 3_750_000, active: true, starts_at: null, expires_at: null }),
+    ]);
     expectError(await admin(`/projects/${p.projectId}/customers/nobody`), 404, 'customer_not_found');
   });
 

@@ -1,9 +1,10 @@
 /**
  * The build production runs (`npm run build`, dist/): the rest of the suite runs the
  * TypeScript with tsx, so this file is what keeps the build from breaking unnoticed. The
- * compiled web and worker processes start from dist/, find the Lua scripts and the
- * migrations at the repository root from there, serve a deposit and a deduct, and the
- * compiled worker copies both ledger entries to PostgreSQL.
+ * compiled web and worker processes start from dist/, find the Lua scripts, the
+ * migrations and the dashboard's assets at the repository root from there, serve a
+ * deposit, a deduct and the dashboard's files, and the compiled worker copies both
+ * ledger entries to PostgreSQL.
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -75,6 +76,11 @@ describe('the compiled service', () => {
       expect(deduct.status, JSON.stringify(deduct.body)).toBe(200);
       const balance = await fetch(`${web.url}/v1/customers/b1/balance`, { headers: { authorization: `Bearer ${p.projectKey}` } });
       expect(((await balance.json()) as { available: number }).available).toBe(700);
+      // The dashboard's files: htmx from node_modules, ours from assets/, both found from dist/.
+      for (const path of ['/dashboard/sign-in', '/dashboard/assets/htmx.min.js', '/dashboard/assets/dashboard.js', '/dashboard/assets/dashboard.css']) {
+        const r = await fetch(`${web.url}${path}`);
+        expect([path, r.status, (await r.text()).length > 0]).toEqual([path, 200, true]);
+      }
 
       const persisted = await waitFor(
         async () => {

@@ -1,0 +1,59 @@
+/** Reading the page's form fields (application/x-www-form-urlencoded) into the API's JSON values. */
+import type { Request } from 'express';
+
+type Fields = Record<string, unknown>;
+
+function fields(req: Request): Fields {
+  return (req.body ?? {}) as Fields;
+}
+
+/** A text field, trimmed; '' when absent. A repeated field counts as its last value. */
+export function text(req: Request, name: string): string {
+  const v = fields(req)[name];
+  const last = Array.isArray(v) ? v[v.length - 1] : v;
+  return typeof last === 'string' ? last.trim() : '';
+}
+
+/** A text field, or undefined when left empty: the API then applies its default. */
+export function optional(req: Request, name: string): string | undefined {
+  const v = text(req, name);
+  return v === '' ? undefined : v;
+}
+
+/** Every value of a repeated field (checkboxes), empty ones left out. */
+export function list(req: Request, name: string): string[] {
+  const v = fields(req)[name];
+  const all = Array.isArray(v) ? v : v === undefined ? [] : [v];
+  return all.filter((x): x is string => typeof x === 'string' && x.trim() !== '').map((x) => x.trim());
+}
+
+export function checked(req: Request, name: string): boolean {
+  return list(req, name).length > 0;
+}
+
+/**
+ * A number field as a JSON number, so that the API's own validation speaks about it; text
+ * that is not a number goes through as it is and is refused by the API with its message.
+ */
+export function number(req: Request, name: string): number | string | undefined {
+  const v = text(req, name).replace(/[,_\s]/g, '');
+  if (v === '') return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : v;
+}
+
+const localDateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/;
+
+/** A datetime-local field, read as UTC (the form says so), as the API's ISO 8601. */
+export function utcTime(req: Request, name: string): string | undefined {
+  const v = text(req, name);
+  if (v === '') return undefined;
+  return localDateTime.test(v) ? `${v}:00Z` : v;
+}
+
+/** A query parameter as one string, or undefined. */
+export function queryParam(req: Request, name: string): string | undefined {
+  const v = req.query[name];
+  const one = Array.isArray(v) ? v[0] : v;
+  return typeof one === 'string' && one.trim() !== '' ? one.trim() : undefined;
+}

@@ -1,0 +1,147 @@
+/** The page's shell: head, navigation, project picker and notices; the sign-in screen. */
+import { ApiError } from '../errors/catalogue.js';
+import type { Session } from '../members/sessions.js';
+import { html, pagePath, type Html } from './html.js';
+
+export const asset_path = '/dashboard/assets';
+
+/**
+ * htmx settings: every answer is swapped in, errors included (they are whole screens with
+ * the API's message); nothing is kept in localStorage (a page may show a secret once); no
+ * eval and no inline style, as the CSP allows neither.
+ */
+const htmx_config = JSON.stringify({
+  includeIndicatorStyles: false,
+  allowEval: false,
+  allowScriptTags: false,
+  historyCacheSize: 0,
+  refreshOnHistoryMiss: true,
+  responseHandling: [{ code: '204', swap: false }, { code: '...', swap: true }],
+});
+
+function head(title: string): Html {
+  return html`<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${title} · Billing dashboard</title>
+<link rel="icon" href="data:,">
+<meta name="htmx-config" content="${htmx_config}">
+<link rel="stylesheet" href="${asset_path}/dashboard.css">
+<script src="${asset_path}/htmx.min.js" defer></script>
+<script src="${asset_path}/dashboard.js" defer></script>`;
+}
+
+export type Screen = 'overview' | 'projects' | 'keys' | 'models' | 'customers' | 'usage' | 'billing' | 'team';
+
+const nav: [Screen, string][] = [
+  ['overview', 'Overview'],
+  ['projects', 'Projects'],
+  ['keys', 'Keys'],
+  ['models', 'Models'],
+  ['customers', 'Customers'],
+  ['usage', 'Usage'],
+  ['billing', 'Plan & invoices'],
+  ['team', 'Team'],
+];
+
+/** The project-scoped screens, which open on a project. */
+export const project_screens: readonly Screen[] = ['keys', 'models', 'customers', 'usage'];
+
+export interface ProjectChoice {
+  current: { id: string; name: string };
+  all: readonly { id: string; name: string }[];
+}
+
+export interface ShellInput {
+  session: Session;
+  title: string;
+  screen: Screen;
+  body: Html;
+  /** The project a project-scoped screen shows, with the others to pick from. */
+  project?: ProjectChoice;
+}
+
+/** The CSRF token as a form field: every form that changes something carries it. */
+export function csrfField(session: Session): Html {
+  return html`<input type="hidden" name="_csrf" value="${session.csrfToken}">`;
+}
+
+function projectPicker(screen: Screen, p: ProjectChoice): Html {
+  return html`<form class="picker" method="get" action="/dashboard/pick">
+<input type="hidden" name="screen" value="${screen}">
+<label>Project <select name="project_id" data-autosubmit data-testid="project-picker">
+${p.all.map((o) => html`<option value="${o.id}"${o.id === p.current.id ? html` selected` : ''}>${o.name}</option>`)}
+</select></label>
+<noscript><button type="submit">Open</button></noscript>
+</form>`;
+}
+
+export function shell(s: ShellInput): Html {
+  const { member } = s.session;
+  // hx-headers: every htmx request carries the CSRF token too; boosted forms also send it as a field.
+  const headers = JSON.stringify({ 'X-CSRF-Token': s.session.csrfToken });
+  return html`<!doctype html>
+<html lang="en">
+<head>
+${head(s.title)}
+</head>
+<body hx-boost="true" hx-headers="${headers}">
+<header class="top">
+<strong class="brand">${s.session.organizationName}</strong>
+<nav>
+${nav.map(([screen, label]) => html`<a href="${pagePath(screen)}" data-testid="nav-${screen}"${screen === s.screen ? html` aria-current="page"` : ''}>${label}</a>`)}
+</nav>
+<form class="who" method="post" action="/dashboard/sign-out" hx-boost="false">
+${csrfField(s.session)}
+<span data-testid="signed-in-as">${member.email} (${member.role})</span>
+<button type="submit" data-testid="sign-out">Sign out</button>
+</form>
+</header>
+<main id="main">
+${s.project ? projectPicker(s.screen, s.project) : ''}
+<h1>${s.title}</h1>
+${member.role === 'viewer' ? html`<p class="notice info">You are a viewer: you can read everything, and every change is refused.</p>` : ''}
+${s.body}
+</main>
+</body>
+</html>`;
+}
+
+export type Notice = { kind: 'ok' | 'error'; message: string } | null;
+
+/** What an action did, or the API's message for why it did not. */
+export function noticeOf(n: Notice): Html {
+  if (n === null) return html``;
+  return html`<p class="notice ${n.kind}" role="${n.kind === 'error' ? 'alert' : 'status'}" data-testid="notice-${n.kind}">${n.message}</p>`;
+}
+
+export function errorNotice(err: ApiError): Notice {
+  return { kind: 'error', message: err.message };
+}
+
+export function signInPage(o: { formToken: string; email?: string; error?: string | null }): Html {
+  return html`<!doctype html>
+<html lang="en">
+<head>
+${head('Sign in')}
+</head>
+<body class="signin">
+<main>
+<h1>Sign in</h1>
+${o.error ? html`<p class="notice error" role="alert" data-testid="notice-error">${o.error}</p>` : ''}
+<form method="post" action="/dashboard/sign-in">
+<input type="hidden" name="_csrf" value="${o.formToken}">
+<label>Email <input type="email" name="email" autocomplete="username" required value="${o.email ?? ''}" data-testid="login-email"></label>
+<label>Password <input type="password" name="password" autocomplete="current-password" required data-testid="login-password"></label>
+<button type="submit" data-testid="login-submit">Sign in</button>
+</form>
+</main>
+</body>
+</html>`;
+}
+
+/** A screen that could not be shown: the API's message (a 404 of another organization's project reads as any 404). */
+export function errorPage(session: Session | null, err: ApiError): Html {
+  const body = html`<p class="notice error" role="alert" data-testid="notice-error">${err.message}</p><p><a href="/dashboard/overview">Back to the overview</a></p>`;
+  if (session === null) return html`<!doctype html><html lang="en"><head>${head('Error')}</head><body><main><h1>Error</h1>${body}</main></body></html>`;
+  return shell({ session, title: err.status === 404 ? 'Not found' : 'Error', screen: 'overview', body });
+}

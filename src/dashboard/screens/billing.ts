@@ -1,0 +1,146 @@
+/**
+ * Plan and invoices: the plan, the overage so far, a plan change whose pro-rated charge is
+ * shown before the owner confirms, and the invoices of closed periods.
+ */
+import type { Request } from 'express';
+import { planIds, plans, type PlanId } from '../../plans/catalogue.js';
+import { pager, type List, type PageContext } from '../context.js';
+import { cents, count, day, when } from '../format.js';
+import { queryParam, text } from '../forms.js';
+import { html, type Html } from '../html.js';
+import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
+import { answerAction, sendPage, type PageRouter } from '../respond.js';
+import { allowance, type OrganizationEntry } from './overview.js';
+
+interface Quote {
+  current_plan: string;
+  plan: string;
+  change: 'upgrade' | 'downgrade' | 'none';
+  effective_at: string;
+  period_end: string;
+  remaining_ms: number;
+  period_ms: number;
+  price_difference_cents: number;
+  prorated_charge_cents: number;
+  prorated_charge_usd: string;
+  custom_price: boolean;
+}
+
+interface Invoice {
+  id: string;
+  period_start: string;
+  period_end: string;
+  plan: string;
+  included_ops: number | null;
+  operations_used: number;
+  overage_ops: number;
+  overage_rate_cents_per_10k: number;
+  lines: { type: string; description: string; amount_cents: number; amount_usd: string }[];
+  total_cents: number;
+  total_usd: string;
+  created_at: string;
+}
+
+function planLabel(id: string): string {
+  const p = plans[id as PlanId];
+  if (!p) return id;
+  const price = p.priceMicroUsd === null ? 'custom price' : `$${p.priceMicroUsd / 1_000_000}/month`;
+  return `${id} (${p.includedOps === null ? 'custom allowance' : `${count(p.includedOps)} ops`}, ${price})`;
+}
+
+function quoteBox(ctx: PageContext, q: Quote): Html {
+  if (q.change === 'none') return html`<p class="notice info" data-testid="plan-quote">${q.plan} is the plan already in force.</p>`;
+  const what =
+    q.change === 'upgrade'
+      ? html`Upgrading to <strong>${q.plan}</strong> takes effect now, with its allowance.
+${q.custom_price ? html`Enterprise has a custom price: nothing is charged here.` : html`The price difference for the rest of this period is charged now: <strong data-testid="plan-charge">$${q.prorated_charge_usd}</strong> (${cents(q.price_difference_cents)} × ${count(Math.round(q.remaining_ms / 60_000))} of ${count(Math.round(q.period_ms / 60_000))} minutes left).`}`
+      : html`Downgrading to <strong>${q.plan}</strong> takes effect at the end of this period, on ${when(q.effective_at)}. Nothing is charged now.`;
+  return html`<div class="quote" data-testid="plan-quote">
+<p>${what}</p>
+<form method="post" action="/dashboard/billing/plan">
+${csrfField(ctx.session)}
+<input type="hidden" name="plan" value="${q.plan}">
+<button type="submit" data-testid="plan-confirm">Confirm ${q.change} to ${q.plan}</button>
+<a href="/dashboard/billing">Cancel</a>
+</form>
+</div>`;
+}
+
+function invoiceTable(invoices: readonly Invoice[]): Html {
+  return html`<table class="list" data-testid="invoice-list">
+<thead><tr><th>Period</th><th>Plan</th><th>Operations used / included</th><th>Overage</th><th>Lines</th><th>Total</th></tr></thead>
+<tbody>
+${invoices.map(
+  (i) => html`<tr data-testid="invoice-row" data-invoice-id="${i.id}">
+<td>${day(i.period_start)} to ${day(i.period_end)}</td>
+<td>${i.plan}</td>
+<td>${count(i.operations_used)} / ${i.included_ops === null ? 'custom' : count(i.included_ops)}</td>
+<td>${count(i.overage_ops)} ops at ${cents(i.overage_rate_cents_per_10k)} per 10k</td>
+<td>${i.lines.map((l) => html`<div>${l.description}: $${l.amount_usd}</div>`)}</td>
+<td><strong>$${i.total_usd}</strong></td>
+</tr>`,
+)}
+</tbody>
+</table>`;
+}
+
+async function billingScreen(ctx: PageContext, req: Request, notice: Notice = null): Promise<Html> {
+  const target = req.method === 'GET' ? queryParam(req, 'plan') : undefined;
+  const cursor = queryParam(req, 'cursor');
+  const [org, invoices, quote] = await Promise.all([
+    ctx.api<OrganizationEntry>('GET', '/organization').then((a) => a.body),
+    ctx.api<List<Invoice>>('GET', '/invoices', { query: { cursor } }).then((a) => a.body),
+    target === undefined ? null : ctx.api<Quote>('GET', '/organization/plan/preview', { query: { plan: target } }).then((a) => a.body),
+  ]);
+  const body = html`${noticeOf(notice)}
+<section class="cards">
+<article class="card">
+<h2>Plan</h2>
+<p class="big" data-testid="plan">${org.plan}</p>
+<p class="muted">${planLabel(org.plan)}</p>
+<p class="muted">Period ${day(org.period_start)} to ${day(org.period_end)}</p>
+${org.pending_plan ? html`<p data-testid="pending-plan">Changes to ${org.pending_plan} on ${when(org.pending_plan_from)}</p>` : ''}
+</article>
+<article class="card">
+<h2>This period</h2>
+${allowance(org)}
+<p>Overage so far: <strong data-testid="overage">${count(org.overage_ops)} operations, $${org.overage_cost_usd.toFixed(2)}</strong></p>
+</article>
+</section>
+<h2>Change plan</h2>
+<form method="get" action="/dashboard/billing" class="search">
+<label>Plan <select name="plan" data-testid="plan-select">
+${planIds.map((id) => html`<option value="${id}"${id === (target ?? org.plan) ? html` selected` : ''}>${planLabel(id)}</option>`)}
+</select></label>
+<button type="submit" data-testid="plan-preview">Preview the change</button>
+</form>
+${quote ? quoteBox(ctx, quote) : ''}
+<h2>Invoices</h2>
+${invoiceTable(invoices.data)}
+${invoices.data.length === 0 ? html`<p class="muted">No closed period yet.</p>` : ''}
+${pager('/dashboard/billing', {}, invoices, cursor !== undefined)}`;
+  return shell({ session: ctx.session, title: 'Plan & invoices', screen: 'billing', body });
+}
+
+export function billingRoutes(pages: PageRouter): void {
+  pages.get('/dashboard/billing', async (req, res, ctx) => sendPage(res, await billingScreen(ctx, req)));
+
+  pages.post('/dashboard/billing/plan', async (req, res, ctx) => {
+    await answerAction(
+      res,
+      async () => {
+        const { body } = await ctx.api<OrganizationEntry & { change: Quote }>('PUT', '/organization/plan', { body: { plan: text(req, 'plan') } });
+        const c = body.change;
+        const message =
+          c.change === 'upgrade'
+            ? `Upgraded to ${c.plan}; charged $${c.prorated_charge_usd} for the rest of the period`
+            : c.change === 'downgrade'
+              ? `${c.plan} starts on ${when(c.effective_at)}`
+              : `${c.plan} is the plan already in force`;
+        return { kind: 'ok', message };
+      },
+      (notice) => billingScreen(ctx, req, notice),
+      '/dashboard/billing',
+    );
+  });
+}

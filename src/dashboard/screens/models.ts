@@ -1,0 +1,156 @@
+/**
+ * Models: the project's models with their prices, and one form to add or edit one. The
+ * provider key is write-only: the form never shows it; left empty it keeps the stored one.
+ */
+import type { Request } from 'express';
+import { openProject, pager, type List, type PageContext } from '../context.js';
+import { count, usd } from '../format.js';
+import { checked, number, optional, queryParam, text } from '../forms.js';
+import { html, pagePath, withQuery, type Html } from '../html.js';
+import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
+import { answerAction, sendPage, type PageRouter } from '../respond.js';
+
+interface ModelEntry {
+  id: string;
+  active: boolean;
+  display_name: string;
+  description: string | null;
+  provider: 'openai' | 'anthropic';
+  upstream_base_url: string;
+  upstream_model: string;
+  has_upstream_key: boolean;
+  context_window: number;
+  max_output_tokens: number;
+  supports_streaming: boolean;
+  input_price_per_million_credits: number;
+  output_price_per_million_credits: number;
+  cache_read_price_per_million_credits: number;
+  cache_write_price_per_million_credits: number;
+}
+
+const prices = [
+  ['input_price_per_million_credits', 'Input'],
+  ['output_price_per_million_credits', 'Output'],
+  ['cache_read_price_per_million_credits', 'Cache read'],
+  ['cache_write_price_per_million_credits', 'Cache write'],
+] as const;
+
+function price(credits: number): Html {
+  return html`${count(credits)} <span class="usd">(${usd(credits)})</span>`;
+}
+
+/** The form's values: the model being edited, or what was typed before a refusal. */
+type FormValues = Partial<Record<keyof ModelEntry, string | number | boolean | null>>;
+
+function valuesOf(req: Request): FormValues {
+  const v: FormValues = {};
+  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...prices.map(([p]) => p)] as const) {
+    v[f] = text(req, f === 'id' ? 'model_id' : f);
+  }
+  v.supports_streaming = checked(req, 'supports_streaming');
+  v.active = checked(req, 'active');
+  return v;
+}
+
+function modelForm(ctx: PageContext, projectId: string, v: FormValues, editing: ModelEntry | null): Html {
+  const val = (f: keyof ModelEntry) => (v[f] === null || v[f] === undefined ? '' : String(v[f]));
+  const isOn = (f: 'active' | 'supports_streaming') => (v[f] === undefined ? true : Boolean(v[f]));
+  return html`<form method="post" action="${pagePath('projects', projectId, 'models')}" class="form" data-testid="model-form">
+${csrfField(ctx.session)}
+<label>Model id <input name="model_id" required maxlength="128" value="${val('id')}"${editing ? html` readonly` : ''} data-testid="model-id"></label>
+<label>Display name <input name="display_name" maxlength="256" value="${val('display_name')}"></label>
+<label>Description <input name="description" maxlength="4096" value="${val('description')}"></label>
+<label>Provider <select name="provider" data-testid="model-provider">
+${(['openai', 'anthropic'] as const).map((p) => html`<option value="${p}"${val('provider') === p ? html` selected` : ''}>${p}</option>`)}
+</select></label>
+<label>Upstream base URL <input name="upstream_base_url" required value="${val('upstream_base_url')}" placeholder="https://api.openai.com/v1" data-testid="model-url"></label>
+<label>Upstream model <input name="upstream_model" required value="${val('upstream_model')}" data-testid="model-upstream"></label>
+<label>Provider API key (write-only${editing?.has_upstream_key ? ': one is stored, leave empty to keep it' : ''})
+<input type="password" name="upstream_api_key" autocomplete="off" data-testid="model-key"></label>
+${editing?.has_upstream_key ? html`<label class="check"><input type="checkbox" name="clear_upstream_api_key" value="1"> Remove the stored key</label>` : ''}
+<label>Context window (tokens) <input name="context_window" inputmode="numeric" required value="${val('context_window')}" data-testid="model-context"></label>
+<label>Max output tokens <input name="max_output_tokens" inputmode="numeric" required value="${val('max_output_tokens')}" data-testid="model-max-output"></label>
+<fieldset><legend>Prices, credits per million tokens (1,000,000 credits = $1)</legend>
+${prices.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
+</fieldset>
+<label class="check"><input type="checkbox" name="supports_streaming" value="1"${isOn('supports_streaming') ? html` checked` : ''}> Supports streaming</label>
+<label class="check"><input type="checkbox" name="active" value="1"${isOn('active') ? html` checked` : ''} data-testid="model-active"> Active (inactive models answer model_not_found)</label>
+<button type="submit" data-testid="model-submit">${editing ? 'Save model' : 'Add model'}</button>
+</form>`;
+}
+
+async function modelsScreen(ctx: PageContext, req: Request, projectId: string, o: { notice?: Notice; typed?: boolean } = {}): Promise<Html> {
+  const { project, choice } = await openProject(ctx, projectId);
+  const cursor = queryParam(req, 'cursor');
+  const editId = queryParam(req, 'edit') ?? (o.typed ? text(req, 'model_id') : undefined);
+  const { body: models } = await ctx.api<List<ModelEntry>>('GET', '/projects/:project_id/models', { params: { project_id: project.id }, query: { cursor } });
+  const path = pagePath('projects', project.id, 'models');
+  const editing = editId === undefined ? null : (models.data.find((m) => m.id === editId) ?? null);
+  const values: FormValues = o.typed ? valuesOf(req) : (editing ?? {});
+  const body = html`${noticeOf(o.notice ?? null)}
+<table class="list" data-testid="model-list">
+<thead><tr><th>Model</th><th>Provider</th><th>Prices per million tokens (credits)</th><th>Context</th><th>Key</th><th>Status</th><th></th></tr></thead>
+<tbody>
+${models.data.map(
+  (m) => html`<tr data-testid="model-row" data-model-id="${m.id}">
+<td><strong>${m.id}</strong><br><span class="muted">${m.display_name}</span></td>
+<td>${m.provider}<br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span></td>
+<td><dl class="prices">${prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}</dd>`)}</dl></td>
+<td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
+<td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>
+<td><span class="status ${m.active ? 'active' : 'inactive'}">${m.active ? 'active' : 'inactive'}</span></td>
+<td><a href="${withQuery(path, { edit: m.id, cursor })}" data-testid="model-edit">Edit</a></td>
+</tr>`,
+)}
+</tbody>
+</table>
+${models.data.length === 0 ? html`<p class="muted">No models yet.</p>` : ''}
+${pager(path, {}, models, cursor !== undefined)}
+<h2>${editing ? html`Edit ${editing.id}` : 'Add a model'}</h2>
+${editing ? html`<p><a href="${path}">Add a new model instead</a></p>` : ''}
+${modelForm(ctx, project.id, values, editing)}`;
+  return shell({ session: ctx.session, title: `Models · ${project.name}`, screen: 'models', body, project: choice });
+}
+
+/** The PUT body: every field of the form; the key only when typed (or cleared on purpose). */
+function modelBody(req: Request): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    provider: text(req, 'provider'),
+    upstream_base_url: text(req, 'upstream_base_url'),
+    upstream_model: text(req, 'upstream_model'),
+    display_name: optional(req, 'display_name') ?? null,
+    description: optional(req, 'description') ?? null,
+    context_window: number(req, 'context_window'),
+    max_output_tokens: number(req, 'max_output_tokens'),
+    supports_streaming: checked(req, 'supports_streaming'),
+    active: checked(req, 'active'),
+  };
+  for (const [f] of prices) {
+    const v = number(req, f);
+    if (v !== undefined) body[f] = v;
+  }
+  const key = optional(req, 'upstream_api_key');
+  if (key !== undefined) body.upstream_api_key = key;
+  else if (checked(req, 'clear_upstream_api_key')) body.upstream_api_key = null;
+  return body;
+}
+
+export function modelRoutes(pages: PageRouter): void {
+  pages.get('/dashboard/projects/:project_id/models', async (req, res, ctx) => {
+    sendPage(res, await modelsScreen(ctx, req, String(req.params.project_id)));
+  });
+
+  pages.post('/dashboard/projects/:project_id/models', async (req, res, ctx) => {
+    const projectId = String(req.params.project_id);
+    await answerAction(
+      res,
+      async () => {
+        const modelId = text(req, 'model_id');
+        const { status } = await ctx.api('PUT', '/projects/:project_id/models/*model_id', { params: { project_id: projectId, model_id: modelId }, body: modelBody(req) });
+        return { kind: 'ok', message: `${status === 201 ? 'Added' : 'Saved'} model ${modelId}` };
+      },
+      (notice, failed) => modelsScreen(ctx, req, projectId, { notice, typed: failed }),
+      pagePath('projects', projectId, 'models'),
+    );
+  });
+}

@@ -1,0 +1,99 @@
+/** Team: the organization's members, an invitation form, role changes and removals. */
+import type { Request } from 'express';
+import { roles } from '../../members/store.js';
+import { pager, type List, type PageContext } from '../context.js';
+import { when } from '../format.js';
+import { optional, queryParam, text } from '../forms.js';
+import { html, pagePath, type Html } from '../html.js';
+import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
+import { answerAction, sendPage, type PageRouter } from '../respond.js';
+
+interface MemberEntry {
+  id: string;
+  email: string;
+  role: (typeof roles)[number];
+  created_at: string;
+}
+
+async function teamScreen(ctx: PageContext, req: Request, o: { notice?: Notice; password?: { email: string; password: string } | null } = {}): Promise<Html> {
+  const cursor = queryParam(req, 'cursor');
+  const { body: members } = await ctx.api<List<MemberEntry>>('GET', '/members', { query: { cursor } });
+  const csrf = csrfField(ctx.session);
+  const me = ctx.session.member.id;
+  const body = html`${noticeOf(o.notice ?? null)}
+${o.password ? html`<section class="secret" data-testid="member-created">
+<p>${o.password.email} signs in with this password, shown this once:</p>
+<p><code id="new-member-password" data-testid="member-password">${o.password.password}</code> <button type="button" data-copy="new-member-password">Copy</button></p>
+</section>` : ''}
+<table class="list" data-testid="member-list">
+<thead><tr><th>Email</th><th>Role</th><th>Since</th><th></th></tr></thead>
+<tbody>
+${members.data.map(
+  (m) => html`<tr data-testid="member-row" data-member-email="${m.email}">
+<td>${m.email}${m.id === me ? html` <span class="muted">(you)</span>` : ''}</td>
+<td><form method="post" action="${pagePath('team', m.id, 'role')}" class="inline">${csrf}
+<select name="role" data-testid="member-role">${roles.map((r) => html`<option value="${r}"${r === m.role ? html` selected` : ''}>${r}</option>`)}</select>
+<button type="submit" data-testid="member-role-save">Change role</button></form></td>
+<td>${when(m.created_at)}</td>
+<td><form method="post" action="${pagePath('team', m.id, 'remove')}" class="inline">${csrf}<button type="submit" class="danger" data-testid="member-remove">Remove</button></form></td>
+</tr>`,
+)}
+</tbody>
+</table>
+${pager('/dashboard/team', {}, members, cursor !== undefined)}
+<h2>Invite a member</h2>
+<form method="post" action="/dashboard/team" class="form">
+${csrf}
+<label>Email <input type="email" name="email" required maxlength="320" data-testid="invite-email"></label>
+<label>Role <select name="role" data-testid="invite-role">${roles.map((r) => html`<option value="${r}"${r === 'viewer' ? html` selected` : ''}>${r}</option>`)}</select></label>
+<label>Password (optional: leave empty and one is made and shown once) <input type="password" name="password" autocomplete="new-password"></label>
+<button type="submit" data-testid="invite-submit">Invite</button>
+</form>
+<p class="muted">The plan limits the team: Free 1 member, Pro up to 5, Enterprise unlimited.</p>`;
+  return shell({ session: ctx.session, title: 'Team', screen: 'team', body });
+}
+
+export function teamRoutes(pages: PageRouter): void {
+  pages.get('/dashboard/team', async (req, res, ctx) => sendPage(res, await teamScreen(ctx, req)));
+
+  pages.post('/dashboard/team', async (req, res, ctx) => {
+    let password: { email: string; password: string } | null = null;
+    await answerAction(
+      res,
+      async () => {
+        const chosen = optional(req, 'password');
+        const { body } = await ctx.api<MemberEntry & { password?: string }>('POST', '/members', {
+          body: { email: text(req, 'email'), role: text(req, 'role'), ...(chosen === undefined ? {} : { password: chosen }) },
+        });
+        if (body.password !== undefined) password = { email: body.email, password: body.password };
+        return { kind: 'ok', message: `Invited ${body.email} as ${body.role}` };
+      },
+      (notice) => teamScreen(ctx, req, { notice, password }),
+      '/dashboard/team',
+    );
+  });
+
+  pages.post('/dashboard/team/:member_id/role', async (req, res, ctx) => {
+    await answerAction(
+      res,
+      async () => {
+        const { body } = await ctx.api<MemberEntry>('PATCH', '/members/:member_id', { params: { member_id: String(req.params.member_id) }, body: { role: text(req, 'role') } });
+        return { kind: 'ok', message: `${body.email} is now ${body.role === 'admin' ? 'an' : 'a'} ${body.role}` };
+      },
+      (notice) => teamScreen(ctx, req, { notice }),
+      '/dashboard/team',
+    );
+  });
+
+  pages.post('/dashboard/team/:member_id/remove', async (req, res, ctx) => {
+    await answerAction(
+      res,
+      async () => {
+        const { body } = await ctx.api<MemberEntry>('DELETE', '/members/:member_id', { params: { member_id: String(req.params.member_id) } });
+        return { kind: 'ok', message: `Removed ${body.email}` };
+      },
+      (notice) => teamScreen(ctx, req, { notice }),
+      '/dashboard/team',
+    );
+  });
+}

@@ -1,0 +1,152 @@
+/**
+ * The dashboard's forms and lists over plain HTTP, checked against the management API:
+ * each action does what its screen says, with the API's message when refused.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { csvField } from '../../src/dashboard/screens/usage.js';
+import { startTestService, type TestService } from '../helpers.js';
+import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
+
+let svc: TestService;
+let mock: MockUpstream;
+let org: Seeded;
+let owner: PageSession;
+
+beforeAll(async () => {
+  [svc, mock] = await Promise.all([startTestService({ workers: true }), startMockUpstream()]);
+  org = await seedOrganization(svc, mock);
+  owner = await pageSignIn(svc, org.owner.email, org.owner.password);
+}, 60_000);
+
+afterAll(async () => {
+  await mock?.close();
+  await svc?.close();
+});
+
+const admin = async (path: string) => (await svc.call('GET', `/v1/admin${path}`, { key: org.p.adminKey })).body;
+const post = (path: string, form: Record<string, string | string[]>) => pageCall(svc, owner, 'POST', path, { ...form, _csrf: owner.csrf });
+const notice = (text: string) => /data-testid="notice-(?:ok|error)">([^<]*)</.exec(text)?.[1];
+
+describe('projects', () => {
+  it('creates a project, and shows the API\'s message for a bad one', async () => {
+    const made = await post('/dashboard/projects', { name: 'Second project', contract: 'A', rate_limit_per_minute: '600' });
+    expect([made.status, notice(made.text)]).toEqual([200, expect.stringMatching(/^Created project Second project \(proj_/)]);
+    const listed = (await admin('/projects')).data.find((p: { name: string }) => p.name === 'Second project');
+    expect(listed).toMatchObject({ contract: 'A', rate_limit_per_minute: 600 });
+    const bad = await post('/dashboard/projects', { name: '   ' });
+    expect([bad.status, notice(bad.text)]).toEqual([400, 'name: String must contain at least 1 character(s)']);
+  });
+});
+
+describe('keys', () => {
+  it('refuses a customer key without its customer, keeping the form open with what was typed', async () => {
+    const r = await post(`/dashboard/projects/${org.p.projectId}/keys`, { kind: 'customer', name: 'mobile app', customer_id: '' });
+    expect([r.status, notice(r.text)]).toEqual([400, 'customer_id is required for customer keys']);
+    expect(r.text).toMatch(/<details class="form" open>/);
+    expect(r.text).toContain('value="mobile app"');
+  });
+});
+
+describe('models', () => {
+  const path = () => `/dashboard/projects/${org.p.projectId}/models`;
+  const model = () => ({ model_id: 'openai/gpt-x', provider: 'openai', upstream_base_url: mock.url, upstream_model: 'mock-gpt', context_window: '8000',
+    max_output_tokens: '1000', input_price_per_million_credits: '1,500,000', output_price_per_million_credits: '3000000', supports_streaming: '1', active: '1' });
+
+  it('adds a model with a provider key that no page ever shows again', async () => {
+    const r = await post(path(), { ...model(), upstream_api_key: 'sk-very-secret-upstream' });
+    expect([r.status, notice(r.text)]).toEqual([200, 'Added model openai/gpt-x']);
+    const m = (await admin(`/projects/${org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-x');
+    expect(m).toMatchObject({ has_upstream_key: true, input_price_per_million_credits: 1_500_000, active: true, supports_streaming: true });
+    const edit = await pageCall(svc, owner, 'GET', `${path()}?edit=${encodeURIComponent('openai/gpt-x')}`);
+    expect(edit.status).toBe(200);
+    expect(edit.text).not.toContain('sk-very-secret');
+    expect(edit.text).toContain('value="openai/gpt-x" readonly');
+  });
+
+  it('edits it: an empty key field keeps the key, the box removes it; inactive; the API\'s refusal shown', async () => {
+    const listed = async () => (await admin(`/projects/${org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-x');
+    // Unchecked boxes are absent from a form: active and streaming off.
+    const { active: _a, supports_streaming: _s, ...off } = model();
+    const saved = await post(path(), { ...off, output_price_per_million_credits: '4000000' });
+    expect([saved.status, notice(saved.text)]).toEqual([200, 'Saved model openai/gpt-x']);
+    expect(await listed()).toMatchObject({ has_upstream_key: true, active: false, supports_streaming: false, output_price_per_million_credits: 4_000_000 });
+    await post(path(), { ...model(), clear_upstream_api_key: '1' });
+    expect(await listed()).toMatchObject({ has_upstream_key: false, active: true });
+    const bad = await post(path(), { ...model(), max_output_tokens: '9000' });
+    expect([bad.status, notice(bad.text)]).toEqual([400, 'max_output_tokens: max_output_tokens may not exceed context_window']);
+    expect(bad.text).toContain('value="9000"');
+  });
+});
+
+describe('plan', () => {
+  it('previews a downgrade and an upgrade, then upgrades with the charge shown', async () => {
+    const down = await pageCall(svc, owner, 'GET', '/dashboard/billing?plan=free');
+    expect(down.text).toContain('takes effect at the end of this period');
+    const up = await pageCall(svc, owner, 'GET', '/dashboard/billing?plan=pro_2m');
+    const preview = (await svc.call('GET', '/v1/admin/organization/plan/preview?plan=pro_2m', { key: org.p.adminKey })).body;
+    expect(up.text).toContain(`data-testid="plan-charge">$${preview.prorated_charge_usd}<`);
+    const done = await post('/dashboard/billing/plan', { plan: 'pro_2m' });
+    expect([done.status, notice(done.text)]).toEqual([200, expect.stringMatching(/^Upgraded to pro_2m; charged \$\d+\.\d{2} for the rest of the period$/)]);
+    expect((await admin('/organization')).plan).toBe('pro_2m');
+  });
+});
+
+describe('team', () => {
+  it('invites with a password shown once, changes a role, removes; the last owner stays', async () => {
+    const invited = await post('/dashboard/team', { email: 'new.person@example.com', role: 'viewer' });
+    expect([invited.status, notice(invited.text)]).toEqual([200, 'Invited new.person@example.com as viewer']);
+    const password = /data-testid="member-password">([^<]+)</.exec(invited.text)![1];
+    const member = (await admin('/members')).data.find((m: { email: string }) => m.email === 'new.person@example.com');
+    expect((await svc.call('POST', '/dashboard/api/session', { body: { email: 'new.person@example.com', password } })).status).toBe(201);
+    expect((await pageCall(svc, owner, 'GET', '/dashboard/team')).text).not.toContain(password);
+
+    const promoted = await post(`/dashboard/team/${member.id}/role`, { role: 'admin' });
+    expect(notice(promoted.text)).toBe('new.person@example.com is now an admin');
+    expect((await admin(`/members/${member.id}`)).role).toBe('admin');
+    const removed = await post(`/dashboard/team/${member.id}/remove`, {});
+    expect(notice(removed.text)).toBe('Removed new.person@example.com');
+    expect((await svc.call('GET', `/v1/admin/members/${member.id}`, { key: org.p.adminKey })).status).toBe(404);
+
+    const last = await post(`/dashboard/team/${org.owner.id}/role`, { role: 'viewer' });
+    expect([last.status, (await admin(`/members/${org.owner.id}`)).role]).toEqual([409, 'owner']);
+  });
+});
+
+describe('customers', () => {
+  it('pages the ledger 25 entries at a time, without overlap', async () => {
+    for (let i = 0; i < 30; i++) {
+      expect((await svc.call('POST', '/v1/billing/deduct', { key: org.p.projectKey, body: { customer_id: 'globex', transaction_id: `g-${i}`, amount: 1 } })).status).toBe(200);
+    }
+    const path = `/dashboard/projects/${org.p.projectId}/customers/globex`;
+    const first = await pageCall(svc, owner, 'GET', path);
+    const rows = (text: string) => [...text.matchAll(/<code>(g-\d+|[^<]+)<\/code><\/td>\s*<td>/g)].map((m) => m[1]);
+    const next = /href="([^"]+)" data-testid="page-next"/.exec(first.text)![1].replace(/&amp;/g, '&');
+    const second = await pageCall(svc, owner, 'GET', next);
+    const [a, b] = [rows(first.text), rows(second.text)];
+    expect([a.length, b.length]).toEqual([25, 6]);
+    expect(new Set([...a, ...b]).size).toBe(31);
+  });
+});
+
+describe('usage', () => {
+  it('exports the search as CSV, formulas defused', async () => {
+    const chat = await svc.call('POST', '/v1/chat/completions', {
+      key: org.p.projectKey,
+      headers: { 'x-service-customer': org.customerId, 'x-service-trace-id': '=HYPERLINK("http://x")' },
+      body: { model: org.modelId, messages: [{ role: 'user', content: 'hi' }] },
+    });
+    expect(chat.status).toBe(200);
+    await svc.drained();
+    const r = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage.csv?customer_id=${org.customerId}`);
+    expect(r.status).toBe(200);
+    expect(r.headers.get('content-type')).toBe('text/csv; charset=utf-8');
+    expect(r.headers.get('content-disposition')).toBe(`attachment; filename="usage-${org.p.projectId}.csv"`);
+    const lines = r.text.trimEnd().split('\r\n');
+    expect(lines[0]).toBe('created_at,transaction_id,trace_id,customer_id,wallet,model,endpoint,stream,status,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,usage_estimated,cost_credits,cost_usd,latency_ms');
+    expect(lines).toHaveLength(3);
+    expect(lines[1]).toContain(`,"'=HYPERLINK(""http://x"")",${org.customerId},`);
+    expect(lines[2]).toContain(',trace-hello,');
+    expect([csvField('a,b'), csvField('-1'), csvField(-1), csvField(null), csvField('plain')]).toEqual(['"a,b"', "'-1", '-1', '', 'plain']);
+  });
+});
