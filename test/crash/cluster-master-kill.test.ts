@@ -53,7 +53,7 @@ import { createRuntime, ledgerQueueName, type Runtime } from '../../src/runtime.
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
 import { testConfig } from '../helpers.js';
 import { ownCluster, type OwnCluster, type OwnClusterNode } from '../support/own-cluster.js';
-import { ServiceProcess, sleep } from './processes.js';
+import { random, ServiceProcess, sleep } from './processes.js';
 
 /** Billing clients per master, each on a customer of its own whose keys live on that master. */
 const billing_clients_per_master = 3;
@@ -295,15 +295,6 @@ async function send(run: Run, customerId: string, key: string, path: string, bod
   if (uncertainBefore) run.uncertain.add(key);
   else if (refusedBefore) run.refused.add(key);
   return null;
-}
-
-/** A small deterministic generator, so a failing run can be read again. */
-function random(seed: number): (n: number) => number {
-  let s = seed;
-  return (n) => {
-    s = (s * 1103515245 + 12345) % 2 ** 31;
-    return 1 + (s % n);
-  };
 }
 
 const answered_amount: Record<EntryType, string> = {

@@ -40,7 +40,7 @@ import { reconcile } from '../../src/reconcile/reconcile.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
 import { testConfig } from '../helpers.js';
-import { ServiceProcess, sleep } from './processes.js';
+import { random, ServiceProcess, sleep } from './processes.js';
 import { RedisProxy } from './redis-proxy.js';
 import { AofRedis } from './redis-server.js';
 
@@ -286,15 +286,6 @@ async function send(key: string, path: string, body: Record<string, unknown>, gi
   if (uncertainBefore) uncertain.add(key);
   else if (refusedBefore) refused.add(key);
   return null;
-}
-
-/** A small deterministic generator, so a failing run can be read again. */
-function random(seed: number): (n: number) => number {
-  let s = seed;
-  return (n) => {
-    s = (s * 1103515245 + 12345) % 2 ** 31;
-    return 1 + (s % n);
-  };
 }
 
 /** Codes a consume or unfreeze may get when a TTL settled its freeze first. */

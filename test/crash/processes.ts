@@ -102,3 +102,12 @@ export class ServiceProcess {
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A small deterministic generator, so a failing run can be read again. */
+export function random(seed: number): (n: number) => number {
+  let s = seed;
+  return (n) => {
+    s = (s * 1103515245 + 12345) % 2 ** 31;
+    return 1 + (s % n);
+  };
+}
