@@ -117,6 +117,9 @@ const modelPutSchema = z
   });
 
 const planSchema = z.object({ plan: z.enum(planIds) });
+/** The job states GET /queues counts, in the order a job passes through them. */
+export const job_states = ['waiting', 'prioritized', 'delayed', 'waiting-children', 'active', 'completed', 'failed', 'paused'] as const;
+
 const reconcileSchema = z.object({ repair: z.boolean().default(false) });
 
 /** A deposit from the management API: integer credits, into `wallet` (the project's default wallet when omitted). */
@@ -513,6 +516,15 @@ export function managementOperations(rt: Runtime): Operation[] {
     const invoice = await invoices.find(orgOf(res), String(req.params.invoice_id));
     if (!invoice) throw new ApiError('not_found', { message: 'invoice not found' });
     res.json(invoiceEntry(invoice));
+  });
+
+  // Queues: the service's own BullMQ queues, shared by every organization, so counts only
+  // (never a job's data, which names other organizations' customers) and owners only.
+  op('GET', '/queues', 'owner', async (req, res) => {
+    onlyQuery(req);
+    const queues = [rt.ledgerQueue];
+    const data = await Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) })));
+    res.json({ data });
   });
 
   return ops;

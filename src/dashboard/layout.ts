@@ -30,7 +30,7 @@ function head(title: string): Html {
 <script src="${asset_path}/dashboard.js" defer></script>`;
 }
 
-export type Screen = 'overview' | 'projects' | 'keys' | 'models' | 'customers' | 'usage' | 'billing' | 'team';
+export type Screen = 'overview' | 'projects' | 'keys' | 'models' | 'customers' | 'usage' | 'reconcile' | 'billing' | 'team' | 'queues';
 
 const nav: [Screen, string][] = [
   ['overview', 'Overview'],
@@ -39,12 +39,17 @@ const nav: [Screen, string][] = [
   ['models', 'Models'],
   ['customers', 'Customers'],
   ['usage', 'Usage'],
+  ['reconcile', 'Reconcile'],
   ['billing', 'Plan & invoices'],
   ['team', 'Team'],
+  ['queues', 'Queues'],
 ];
 
+/** Screens only an owner may open (GET /queues needs the owner role): the others do not see the link. */
+const owner_screens: readonly Screen[] = ['queues'];
+
 /** The project-scoped screens, which open on a project. */
-export const project_screens: readonly Screen[] = ['keys', 'models', 'customers', 'usage'];
+export const project_screens: readonly Screen[] = ['keys', 'models', 'customers', 'usage', 'reconcile'];
 
 export interface ProjectChoice {
   current: { id: string; name: string };
@@ -88,7 +93,7 @@ ${head(s.title)}
 <header class="top">
 <strong class="brand">${s.session.organizationName}</strong>
 <nav>
-${nav.map(([screen, label]) => html`<a href="${pagePath(screen)}" data-testid="nav-${screen}"${screen === s.screen ? html` aria-current="page"` : ''}>${label}</a>`)}
+${nav.filter(([screen]) => member.role === 'owner' || !owner_screens.includes(screen)).map(([screen, label]) => html`<a href="${pagePath(screen)}" data-testid="nav-${screen}"${screen === s.screen ? html` aria-current="page"` : ''}>${label}</a>`)}
 </nav>
 <form class="who" method="post" action="/dashboard/sign-out" hx-boost="false">
 ${csrfField(s.session)}

@@ -38,6 +38,8 @@ import { keyRoutes } from './screens/keys.js';
 import { modelRoutes } from './screens/models.js';
 import { overviewScreen } from './screens/overview.js';
 import { projectRoutes } from './screens/projects.js';
+import { queueRoutes } from './screens/queues.js';
+import { reconcileRoutes } from './screens/reconcile.js';
 import { teamRoutes } from './screens/team.js';
 import { usageRoutes } from './screens/usage.js';
 
@@ -189,8 +191,10 @@ export function dashboardPages(rt: Runtime, sessions: DashboardSessions, ops: re
   modelRoutes(pages);
   customerRoutes(pages);
   usageRoutes(pages);
+  reconcileRoutes(pages);
   billingRoutes(pages);
   teamRoutes(pages);
+  queueRoutes(pages);
 
   // Any other page is a 404 page; unknown /dashboard/api paths stay the API's (JSON) 404.
   r.use('/dashboard', (req, _res, next) => {

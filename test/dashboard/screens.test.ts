@@ -5,6 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { csvField } from '../../src/dashboard/screens/usage.js';
+import { customerKeys } from '../../src/redis/keys.js';
+import { addMember } from '../admin/dashboard-support.js';
 import { startTestService, type TestService } from '../helpers.js';
 import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
 
@@ -148,5 +150,86 @@ describe('usage', () => {
     expect(lines[1]).toContain(`,"'=HYPERLINK(""http://x"")",${org.customerId},`);
     expect(lines[2]).toContain(',trace-hello,');
     expect([csvField('a,b'), csvField('-1'), csvField(-1), csvField(null), csvField('plain')]).toEqual(['"a,b"', "'-1", '-1', '', 'plain']);
+  });
+});
+
+describe('reconcile', () => {
+  const path = () => `/dashboard/projects/${org.p.projectId}/reconcile`;
+  const meta = () => customerKeys(svc.rt.config.REDIS_PREFIX, org.p.projectId, 'globex').meta;
+  const driftRows = (text: string) => [...text.matchAll(/data-testid="drift-row" data-customer-id="([^"]+)" data-field="([^"]+)"/g)].map((m) => [m[1], m[2]]);
+
+  it('checks the project, shows the drift per customer, and repairs it on a second click', async () => {
+    await svc.drained();
+    await svc.rt.redis.hset(meta(), 'name', 'Tampered <b>');
+    const checked = await post(path(), {});
+    expect([checked.status, notice(checked.text)]).toEqual([200, 'Checked 2 customers: 1 with drift']);
+    expect(checked.text).toContain('data-testid="customers-checked">2<');
+    expect(driftRows(checked.text)).toEqual([['globex', 'meta.name']]);
+    // Redis's value and the ledger's, escaped.
+    expect(checked.text).toContain('<code>&quot;Tampered &lt;b&gt;&quot;</code></td>\n<td><code>&quot;Globex&quot;</code>');
+    expect(await svc.rt.redis.hget(meta(), 'name')).toBe('Tampered <b>');
+
+    const asked = await pageCall(svc, owner, 'GET', `${path()}/repair`);
+    expect(asked.text).toContain('data-testid="reconcile-repair-confirm"');
+    const repaired = await post(`${path()}/repair`, {});
+    expect([repaired.status, notice(repaired.text)]).toEqual([200, 'Repaired 1 of 1 customers with drift']);
+    expect(await svc.rt.redis.hget(meta(), 'name')).toBe('Globex');
+    const again = await post(path(), {});
+    expect([notice(again.text), driftRows(again.text)]).toEqual(['Checked 2 customers: 0 with drift', []]);
+    expect(again.text).toContain('data-testid="drift-none"');
+  });
+
+  it("refuses a viewer's check and repair with the API's message, and offers a viewer no repair", async () => {
+    const viewer = await pageSignIn(svc, org.viewer.email, org.viewer.password);
+    await svc.rt.redis.hset(meta(), 'name', 'Tampered again');
+    try {
+      for (const action of [path(), `${path()}/repair`]) {
+        const r = await pageCall(svc, viewer, 'POST', action, { _csrf: viewer.csrf });
+        expect([action, r.status, notice(r.text)]).toEqual([action, 403, 'this needs the admin role or higher; you are a viewer']);
+        expect(driftRows(r.text)).toEqual([]);
+      }
+      expect(await svc.rt.redis.hget(meta(), 'name')).toBe('Tampered again');
+      const screen = await pageCall(svc, viewer, 'GET', path());
+      expect([screen.status, screen.text.includes('reconcile-repair'), screen.text.includes('data-testid="nav-reconcile"')]).toEqual([200, false, true]);
+    } finally {
+      await svc.rt.redis.hset(meta(), 'name', 'Globex');
+    }
+  });
+});
+
+describe('queues', () => {
+  const delayedOf = (text: string) => Number(/data-queue="ledger">[\s\S]*?data-state="delayed">([\d,]+)</.exec(text)![1].replace(/,/g, ''));
+
+  it("counts the ledger queue's jobs by state for an owner, with nothing from another origin", async () => {
+    const before = await pageCall(svc, owner, 'GET', '/dashboard/queues');
+    expect(before.status).toBe(200);
+    expect(before.text).toContain('data-testid="nav-queues"');
+    // No CDN, no web fonts: the page loads nothing but this origin's own assets.
+    expect(before.text).not.toMatch(/https?:\/\/|\/\/[a-z0-9.-]+\.[a-z]{2,}\//i);
+    expect([...before.text.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]).filter((u) => !u.startsWith('/dashboard/') && u !== 'data:,')).toEqual([]);
+    // A job delayed by a day stays delayed while the page counts it.
+    const job = await svc.rt.ledgerQueue.add('dashboard-count-probe' as never, {} as never, { delay: 86_400_000 });
+    try {
+      const after = await pageCall(svc, owner, 'GET', '/dashboard/queues');
+      expect(delayedOf(after.text)).toBe(delayedOf(before.text) + 1);
+      // The same operation over the management API (the admin key acts as an owner): counts only.
+      const api = await admin('/queues');
+      expect(api.data.map((q: { name: string }) => q.name)).toEqual(['ledger']);
+      expect(api.data[0].counts.delayed).toBeGreaterThanOrEqual(1);
+      expect(JSON.stringify(api)).not.toContain('dashboard-count-probe');
+    } finally {
+      await job.remove();
+    }
+  });
+
+  it('refuses an admin and a viewer with 403 naming their role', async () => {
+    const admin = await addMember(svc, org.p, 'admin');
+    for (const [member, role] of [[admin, 'an admin'], [org.viewer, 'a viewer']] as const) {
+      const s = await pageSignIn(svc, member.email, member.password);
+      const r = await pageCall(svc, s, 'GET', '/dashboard/queues');
+      expect([r.status, notice(r.text)]).toEqual([403, `this needs the owner role; you are ${role}`]);
+      expect(r.text).not.toContain('queue-row');
+      expect(r.text).not.toContain('data-testid="nav-queues"');
+    }
   });
 });

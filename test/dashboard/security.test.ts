@@ -44,7 +44,7 @@ function screens(s: Seeded, call: string, key: string): string[] {
     '/dashboard/overview', '/dashboard/projects', `${p}/keys`, `${p}/keys/${key}/revoke`, `${p}/models`, `${p}/models?edit=${s.modelId}`,
     `${p}/customers`, `${p}/customers?search=acme`, `${p}/customers/${s.customerId}`, `${p}/customers/${s.customerId}?type=DEDUCT`,
     `${p}/usage`, `${p}/usage?trace_id=trace-hello`, `${p}/usage.csv`, `${p}/receipts/${call}`, '/dashboard/billing',
-    '/dashboard/billing?plan=pro_2m', '/dashboard/team',
+    '/dashboard/billing?plan=pro_2m', '/dashboard/team', `${p}/reconcile`, `${p}/reconcile/repair`, '/dashboard/queues',
   ];
 }
 
@@ -249,6 +249,8 @@ describe('a viewer', () => {
       [`${pa}/keys/${ids.aKey}/revoke`, {}, 'admin'],
       [`${pa}/models`, { model_id: a.modelId, provider: 'openai', upstream_base_url: mock.url, upstream_model: 'x', context_window: '10', max_output_tokens: '10' }, 'admin'],
       [`${pa}/customers/${a.customerId}/deposits`, { amount: '1000' }, 'admin'],
+      [`${pa}/reconcile`, {}, 'admin'],
+      [`${pa}/reconcile/repair`, {}, 'admin'],
       ['/dashboard/billing/plan', { plan: 'pro_2m' }, 'owner'],
       ['/dashboard/team', { email: 'new@example.com', role: 'owner' }, 'owner'],
       [`/dashboard/team/${a.viewer.id}/role`, { role: 'owner' }, 'owner'],
