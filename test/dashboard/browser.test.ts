@@ -196,6 +196,12 @@ describe('the dashboard as the owner', () => {
     await open('nav-projects', '/dashboard/projects');
     expect(await page.getByTestId('project-row').count()).toBe(1);
     await shoot('projects');
+
+    await open('nav-reconcile', /\/dashboard\/.*reconcile/);
+    await shoot('reconcile');
+
+    await open('nav-queues', /\/dashboard\/queues/);
+    await shoot('queues');
   });
 });
 
