@@ -1,19 +1,27 @@
 /**
  * Scripts run by their SHA1, with the source sent only when Redis answers NOSCRIPT
  * (src/redis/scripts.ts): after Redis lost its script cache (a restart, SCRIPT FLUSH) a
- * call still runs, once, and Redis knows the script again for the next one.
+ * call still runs, once, and Redis knows the script again for the next one. On a Redis of
+ * the test's own: a SCRIPT FLUSH of the shared one would show other test files' scripts
+ * twice on the wire (EVALSHA refused, then EVAL).
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
+import { AofRedis } from '../crash/redis-server.js';
 import { registerScripts, scriptSource } from '../../src/redis/scripts.js';
 
-const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
+const own = new AofRedis();
+let redis: Redis;
 const due = `test:script-cache:${randomBytes(4).toString('hex')}:due`;
 
+beforeAll(async () => {
+  await own.start();
+  redis = new Redis({ path: own.socket });
+});
 afterAll(async () => {
-  await redis.del(due);
-  redis.disconnect();
+  redis?.disconnect();
+  await own.stop();
 });
 
 describe('script cache', () => {
