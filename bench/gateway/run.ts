@@ -37,7 +37,8 @@ import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, waitUntil, type NodeProcess } from '../lib/processes.js';
 import { describeRedis } from '../lib/bench-redis.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
-import { createBenchRuntime, createPaidProject, outboxBacklog, serviceScript, startBenchService, type BenchServiceOptions } from '../lib/service.js';
+import { startBareProxy, startMock } from './contenders.js';
+import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
 import { checkAnswer, requestBody } from './answers.js';
 import { buildReport, cpuParts, type ContenderName, type CpuPart, type LatencyRun, type Measured } from './report.js';
@@ -102,23 +103,11 @@ async function main(): Promise<void> {
   const [mockPort, barePort, bareLoggedPort, portkeyPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const upstreamKey = `sk-bench-${randomBytes(12).toString('hex')}`;
   const mockUrl = `http://127.0.0.1:${mockPort}/v1`;
-  const mock = group.start({
-    name: 'mock',
-    script: serviceScript(root, 'src/gateway/mock/main', settings.fromSource),
-    env: { ...env, MOCK_UPSTREAM_PORT: String(mockPort), MOCK_UPSTREAM_HOST: '127.0.0.1', MOCK_LATENCY_MS: '0', MOCK_REQUIRE_KEY: upstreamKey },
-    logPath: join(logDir, 'mock.log'),
-  });
-  const bare = group.start({
-    name: 'bare proxy',
-    script: join(here, 'bare-proxy.ts'),
-    env: { ...env, NODE_ENV: 'production', PORT: String(barePort), HOST: '127.0.0.1', UPSTREAM_BASE_URL: mockUrl },
-    logPath: join(logDir, 'bare-proxy.log'),
-  });
-  const bareLogged = group.start({
-    name: 'bare proxy + access log',
-    script: join(here, 'bare-proxy.ts'),
-    env: { ...env, NODE_ENV: 'production', PORT: String(bareLoggedPort), HOST: '127.0.0.1', UPSTREAM_BASE_URL: mockUrl, ACCESS_LOG: '1', LOG_LEVEL: settings.apiLogLevel },
-    logPath: join(logDir, 'bare-proxy-logged.log'),
+  const children = { group, root, logDir, env, fromSource: settings.fromSource };
+  const mock = startMock(children, mockPort, upstreamKey);
+  const bare = startBareProxy(children, { name: 'bare proxy', port: barePort, mockUrl, log: 'bare-proxy.log' });
+  const bareLogged = startBareProxy(children, {
+    name: 'bare proxy + access log', port: bareLoggedPort, mockUrl, log: 'bare-proxy-logged.log', extraEnv: { ACCESS_LOG: '1', LOG_LEVEL: settings.apiLogLevel },
   });
   // Without a Redis connection string Portkey caches nothing and keeps no state between calls.
   const { REDIS_CONNECTION_STRING: _unused, ...portkeyEnv } = env;

@@ -29,6 +29,7 @@ import { processCpu, withCpu } from '../lib/cpu.js';
 import { assertHealthy, runLoad } from '../lib/load.js';
 import { freePort, waitForPort, type NodeProcess } from '../lib/processes.js';
 import { benchEnvSettings, createBenchRun } from '../lib/run.js';
+import { startBareProxy, startMock } from '../gateway/contenders.js';
 import { createBenchRuntime, createPaidProject, serviceScript, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { printSummary, summarize } from './summary.js';
 
@@ -91,18 +92,9 @@ async function main(): Promise<void> {
   const [mockPort, barePort, basePort] = [await freePort(), await freePort(), await freePort()];
   const upstreamKey = `sk-prof-${randomBytes(12).toString('hex')}`;
   const mockUrl = `http://127.0.0.1:${mockPort}/v1`;
-  const mock = group.start({
-    name: 'mock',
-    script: serviceScript(root, 'src/gateway/mock/main', settings.fromSource),
-    env: { ...env, MOCK_UPSTREAM_PORT: String(mockPort), MOCK_UPSTREAM_HOST: '127.0.0.1', MOCK_LATENCY_MS: '0', MOCK_REQUIRE_KEY: upstreamKey },
-    logPath: join(logDir, 'mock.log'),
-  });
-  const bare = group.start({
-    name: 'bare proxy',
-    script: join(root, 'bench', 'gateway', 'bare-proxy.ts'),
-    env: { ...env, NODE_ENV: 'production', PORT: String(barePort), HOST: '127.0.0.1', UPSTREAM_BASE_URL: mockUrl },
-    logPath: join(logDir, 'bare-proxy.log'),
-  });
+  const contenders = { group, root, logDir, env, fromSource: settings.fromSource };
+  const mock = startMock(contenders, mockPort, upstreamKey);
+  const bare = startBareProxy(contenders, { name: 'bare proxy', port: barePort, mockUrl, log: 'bare-proxy.log' });
   const baseApi = settings.baseDir
     ? group.start({
         name: 'api (base)',
