@@ -50,8 +50,17 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
   const body = req.body as Record<string, unknown>;
   const fields = formatOf(format).readBody(body);
 
-  const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : headerValue(req, 'x-service-customer');
+  const named = headerValue(req, 'x-service-customer');
+  const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : named;
   if (!customerId) throw new ApiError('customer_required');
+  // A customer-scoped key bills its own customer only: a header naming another one is
+  // refused rather than ignored, so the caller learns who would have been billed.
+  if (named !== undefined && named !== customerId) {
+    throw new ApiError('permission_denied', {
+      param: 'X-Service-Customer',
+      message: `this customer-scoped key bills its own customer ${JSON.stringify(customerId)}; X-Service-Customer names another (send it only with a project key)`,
+    });
+  }
   const walletHeader = headerValue(req, 'x-service-wallet');
   if (walletHeader !== undefined && !walletNameSchema.safeParse(walletHeader).success) {
     throw refusedHeader('X-Service-Wallet', 'X-Service-Wallet is not a valid wallet name');
