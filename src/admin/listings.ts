@@ -147,7 +147,9 @@ export function createListingQueries(pool: DatabasePool) {
         grouped.includes(d) ? sql.fragment`${exprs[d]} AS ${sql.identifier([alias[d]])}` : sql.fragment`NULL::text AS ${sql.identifier([alias[d]])}`,
       );
       const groupBy = grouped.length === 0 ? sql.fragment`` : sql.fragment`GROUP BY ${sql.join(grouped.map((d) => exprs[d]), sql.fragment`, `)}`;
-      const col = (d: UsageDimension) => sql.identifier(['g', alias[d]]);
+      // Byte order (COLLATE "C"), the same for the sort and the keyset whatever the
+      // database's collation: ids in mixed case would otherwise sort by locale rules.
+      const col = (d: UsageDimension) => sql.fragment`${sql.identifier(['g', alias[d]])} COLLATE "C"`;
       // The keyset: day descending, the others ascending, after the cursor's group.
       const rest = grouped.filter((d) => d !== 'day');
       const after = f.after;
@@ -157,7 +159,7 @@ export function createListingQueries(pool: DatabasePool) {
         const restAfter =
           rest.length === 0
             ? null
-            : sql.fragment`(${sql.join(rest.map(col), sql.fragment`, `)}) > (${sql.join(rest.map((d) => sql.fragment`${valueOf(d)}::text`), sql.fragment`, `)})`;
+            : sql.fragment`(${sql.join(rest.map(col), sql.fragment`, `)}) > (${sql.join(rest.map((d) => sql.fragment`${valueOf(d)}::text COLLATE "C"`), sql.fragment`, `)})`;
         if (grouped.includes('day')) {
           const day = sql.fragment`${col('day')} < ${valueOf('day')}::text`;
           keyset = restAfter === null ? day : sql.fragment`(${day} OR (${col('day')} = ${valueOf('day')}::text AND ${restAfter}))`;

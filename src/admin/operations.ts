@@ -311,7 +311,8 @@ export const usageTotalsQuery = z.object({
           return z.NEVER;
         }
       }
-      return [...new Set(parts)] as UsageDimension[];
+      // In the order the groups are sorted by, whatever order was sent.
+      return usage_dimensions.filter((d) => parts.includes(d)) as UsageDimension[];
     })
     .default(usage_dimensions.join(',')),
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
