@@ -12,6 +12,7 @@ import { formatOf, type WireFormat } from './adapters.js';
 export type Endpoint = 'chat.completions' | 'messages';
 
 export const trace_id_chars_max = 256;
+export const idempotency_key_chars_max = 256;
 
 export interface GatewayRequest {
   endpoint: Endpoint;
@@ -70,6 +71,10 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     throw refusedHeader('X-Service-Trace-Id', `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`);
   }
   const wallet = walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
+  const idempotencyKey = headerValue(req, 'idempotency-key');
+  if (idempotencyKey !== undefined && (idempotencyKey.length < 1 || idempotencyKey.length > idempotency_key_chars_max)) {
+    throw refusedHeader('Idempotency-Key', `Idempotency-Key must be 1-${idempotency_key_chars_max} characters, as transaction ids are`);
+  }
 
   return {
     endpoint,
@@ -83,7 +88,7 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     wallet,
     traceId: traceId ?? null,
     // Keys are the customer's own (see the claim in billing.ts).
-    idempotencyKey: headerValue(req, 'idempotency-key'),
+    idempotencyKey,
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,
     rawBytes,
   };

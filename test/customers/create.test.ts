@@ -149,4 +149,11 @@ describe('X-Service-Customer with a customer-scoped key', () => {
     const project = await chat(p.projectKey, { 'X-Service-Customer': 'someone-else' });
     expect([project.status, project.body.error.code]).toEqual([404, 'model_not_found']);
   });
+
+  it('an Idempotency-Key is held to 1-256 characters, as transaction ids are', async () => {
+    const long = await chat(p.projectKey, { 'X-Service-Customer': 'own', 'Idempotency-Key': 'k'.repeat(257) });
+    expect([long.status, long.body.error.code, long.body.error.param]).toEqual([400, 'invalid_request', 'Idempotency-Key']);
+    const fits = await chat(p.projectKey, { 'X-Service-Customer': 'own', 'Idempotency-Key': 'k'.repeat(256) });
+    expect(fits.body.error.code).toBe('model_not_found');
+  });
 });
