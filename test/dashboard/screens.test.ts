@@ -76,7 +76,7 @@ describe('models', () => {
     await post(path(), { ...model(), clear_upstream_api_key: '1' });
     expect(await listed()).toMatchObject({ has_upstream_key: false, active: true });
     const bad = await post(path(), { ...model(), max_output_tokens: '9000' });
-    expect([bad.status, notice(bad.text)]).toEqual([400, 'max_output_tokens: max_output_tokens may not exceed context_window']);
+    expect([bad.status, notice(bad.text)]).toEqual([400, 'max_output_tokens (9000) may not exceed context_window (8000)']);
     expect(bad.text).toContain('value="9000"');
   });
 });
