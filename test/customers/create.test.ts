@@ -83,6 +83,15 @@ describe('POST /v1/customers', () => {
     expect((await svc.call('GET', '/v1/customers/half', { key: p.projectKey })).body.email).toBe('half@example.com');
   });
 
+  it('one that Redis lost is rebuilt from its row by reconcile --repair', async () => {
+    expect((await create({ customer_id: 'lost', name: 'Lo', metadata: { n: 1 } })).status).toBe(201);
+    await svc.rt.redis.del(svc.rt.ledger.keys({ projectId: p.projectId, organizationId: p.organizationId }, 'lost').meta);
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(report.customers_repaired).toBeGreaterThanOrEqual(1);
+    const got = await svc.call('GET', '/v1/customers/lost', { key: p.projectKey });
+    expect([got.status, got.body.name, got.body.metadata]).toEqual([200, 'Lo', { n: 1 }]);
+  });
+
   it('refuses bad input and keys other than a project key, creating nothing', async () => {
     const cases: [unknown, string, string | undefined][] = [
       [{}, 'invalid_request', 'customer_id'],
