@@ -36,12 +36,15 @@ export const customerCreateSchema = customerPatchSchema.extend({ customer_id: id
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
+/** Metadata as a profile answers it: none and `{}` are the same. */
+const metadataOf = (m: Record<string, unknown> | null | undefined) => (m == null ? {} : m);
+
 /** The first field the request gives that the stored profile has otherwise, or null. */
 function differingField(given: z.infer<typeof customerPatchSchema>, stored: Profile): 'name' | 'email' | 'metadata' | null {
-  for (const f of ['name', 'email', 'metadata'] as const) {
-    const v = given[f];
-    if (v !== undefined && !isDeepStrictEqual(v, stored[f])) return f;
+  for (const f of ['name', 'email'] as const) {
+    if (given[f] !== undefined && given[f] !== stored[f]) return f;
   }
+  if (given.metadata !== undefined && !isDeepStrictEqual(metadataOf(given.metadata), metadataOf(stored.metadata))) return 'metadata';
   return null;
 }
 
@@ -77,7 +80,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
     const k = deps.ledger.keys(scope, id);
     const existing = async () => {
       const p = await profileOf(scope, id);
-      const differs = differingField(body, { ...p, metadata: Object.keys(p.metadata).length === 0 && body.metadata === null ? null : p.metadata });
+      const differs = differingField(body, p);
       if (differs !== null) {
         throw new ApiError('customer_exists', {
           param: differs,

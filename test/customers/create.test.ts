@@ -57,6 +57,9 @@ describe('POST /v1/customers', () => {
     const again = await create({ customer_id: 'twice', name: 'Bob' });
     expect([again.status, again.body]).toEqual([200, first.body]);
     expect((await create({ customer_id: 'twice' })).status).toBe(200);
+    // No metadata reads as {}: null and {} are the same as none.
+    expect((await create({ customer_id: 'twice', metadata: {} })).status).toBe(200);
+    expect((await create({ customer_id: 'twice', metadata: null, email: null })).status).toBe(200);
     for (const [field, value] of [['name', 'Robert'], ['email', 'bob@example.com'], ['metadata', { a: 1 }]] as const) {
       const r = await create({ customer_id: 'twice', name: 'Bob', [field]: value });
       expect([field, r.status, r.body.error.code, r.body.error.param]).toEqual([field, 409, 'customer_exists', field]);
