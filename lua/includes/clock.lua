@@ -3,7 +3,10 @@
 -- one command instead of up to four. XADD's `*` ids come from the clock when the XADD
 -- runs, a little later: what must not be earlier than an entry's stream id takes that id
 -- (see finalize in includes/customer.lua).
-local script_ms = nil
+local script_ms
+--@per-call
+script_ms = nil
+--@end
 
 local function redis_ms()
   if script_ms == nil then

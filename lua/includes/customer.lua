@@ -31,13 +31,19 @@
 
 --@include clock
 
-local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_live, K_dead, K_spent, K_fin = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local clock_offset_ms = tonumber(ARGV[1])
-local project_id = ARGV[2]
-local customer_id = ARGV[3]
-local entry_id_base = ARGV[4]
-local binding_read_ms = tonumber(ARGV[#ARGV])
+-- Per call: the loader (src/redis/scripts.ts) runs each `--@per-call` block at the start of
+-- every call, and the rest of an include once, when Redis loads the library.
+local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox, K_live, K_dead, K_spent, K_fin
+local clock_offset_ms, project_id, customer_id, entry_id_base, binding_read_ms
+--@per-call
+K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+K_live, K_dead, K_spent, K_fin = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+clock_offset_ms = tonumber(ARGV[1])
+project_id = ARGV[2]
+customer_id = ARGV[3]
+entry_id_base = ARGV[4]
+binding_read_ms = tonumber(ARGV[#ARGV])
+--@end
 
 -- Status codes; src/redis/scripts.ts maps them to the error catalogue.
 local OK = 0
@@ -74,7 +80,10 @@ end
 
 -- The ms part of the stream id of the last outbox entry this script wrote (a string), nil
 -- before the first (see finalize).
-local last_entry_ms = nil
+local last_entry_ms
+--@per-call
+last_entry_ms = nil
+--@end
 
 -- 2^53 - 1, the largest integer that Lua and JS doubles hold exactly. The deposit script
 -- keeps the sum of a customer's source totals at most this, so every sum made of them is
@@ -192,7 +201,10 @@ end
 
 -- Sources whose used or frozen this script changed: settle_sources looks at them once
 -- the script's entries are written.
-local touched = {}
+local touched
+--@per-call
+touched = {}
+--@end
 
 local function add_used(s, delta)
   touched[s.id] = s
@@ -361,7 +373,10 @@ local function next_seq()
   return redis.call('HINCRBY', K_meta, 'seq', '1')
 end
 
-local ttl_entries_written = 0
+local ttl_entries_written
+--@per-call
+ttl_entries_written = 0
+--@end
 
 -- Appends one ledger entry to the outbox. `e` holds the entry's fields, amounts as
 -- strings. The operation's own entry is named by the entry id base; entries of lazy TTL
