@@ -57,6 +57,18 @@ export const billingHeaderNames = [
   'X-Service-Balance-Usd',
 ] as const;
 
+/** What `X-Service-Stream-Billing: inline` adds to a stream's final usage event (GatewayBilling.inlineBilling). */
+export interface InlineBilling {
+  [field: string]: unknown;
+  transaction_id: string;
+  cost_credits: number;
+  cost_cents: string;
+  cost_usd: string;
+  balance_credits: number;
+  balance_usd: string;
+  usage_estimated: boolean;
+}
+
 /** A script that retryLater sends until Redis answers. */
 type Background =
   | { script: 'gateway_settle'; args: CustomerScriptArgs<'gateway_settle'> }
@@ -358,6 +370,24 @@ export class GatewayBilling {
       ['X-Service-Balance-Credits', String(s.balanceAfter)],
       ['X-Service-Balance-Usd', creditsToUsd(s.balanceAfter)],
     ];
+  }
+
+  /**
+   * The billing figures of a settled stream in its final usage event
+   * (`X-Service-Stream-Billing: inline`): the trailers' figures (credits as numbers, cents
+   * and USD as exact decimal strings), with the transaction id and whether the usage was
+   * estimated.
+   */
+  inlineBilling(call: Call, s: SettleResult, estimated: boolean): InlineBilling {
+    return {
+      transaction_id: call.transactionId,
+      cost_credits: s.cost,
+      cost_cents: creditsToCents(s.cost),
+      cost_usd: creditsToUsd(s.cost),
+      balance_credits: s.balanceAfter,
+      balance_usd: creditsToUsd(s.balanceAfter),
+      usage_estimated: estimated,
+    };
   }
 
   /**

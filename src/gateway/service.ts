@@ -98,7 +98,7 @@ export class GatewayService {
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
       settled = r.stream
-        ? await this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion)
+        ? await this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling)
         : await this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion);
     } catch (err) {
       // The key is freed only when nothing can have been billed: no answer went out and
