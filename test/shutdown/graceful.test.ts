@@ -8,7 +8,8 @@
  *   exits 0 within the grace, and once a worker has persisted, PostgreSQL holds every
  *   acknowledged operation once;
  * - streams longer than the grace are cut when it ends and settled as a client that left
- *   (estimated, nothing left frozen), and the process still exits 0;
+ *   (estimated, nothing left frozen), and the process still exits 0; a second signal
+ *   cuts them at once;
  * - a worker stopped in the middle of a backlog finishes its pass, leaves every outbox it
  *   did not empty marked dirty, and exits 0; another worker then persists everything,
  *   each entry once.
@@ -370,10 +371,38 @@ describe('SIGTERM to a web process', () => {
   }, 120_000);
 });
 
+describe('a second signal', () => {
+  it('cuts what is still in flight at once, settles it, and exits 0 long before the grace', async () => {
+    const customers = ['twice0'];
+    const web = await startWeb(60_000, customers);
+    const exited = exitOf(web);
+    try {
+      const agent = new http.Agent({ keepAlive: true });
+      const call = startStream(web.port, agent, 'anthropic', 'twice0', 200, 100);
+      await call.started;
+      const signalledAt = Date.now();
+      web.child.kill('SIGTERM');
+      await waitFor(() => refused(web.port), 10_000, 'new connections to be refused');
+      web.child.kill('SIGINT');
+      const res = await call.done;
+      expect(res.complete).toBe(false);
+      const exit = await exited;
+      expect(exit).toMatchObject({ code: 0, signal: null });
+      expect(exit.atMs - signalledAt).toBeLessThan(15_000);
+      agent.destroy();
+      await persistEverything();
+      const usage = await usageOf([String(res.headers['x-service-transaction-id'])]);
+      expect(usage).toMatchObject([{ status: 'client_aborted', usage_estimated: true }]);
+    } finally {
+      await web.kill();
+    }
+  }, 120_000);
+});
+
 describe('SIGTERM to a worker', () => {
   it('in the middle of a backlog: the pass finishes, nothing is stranded, and another worker persists every entry once', async () => {
     const scope = { projectId, organizationId };
-    const customers = Array.from({ length: 400 }, (_, i) => `w${i}`);
+    const customers = Array.from({ length: 800 }, (_, i) => `w${i}`);
     const perCustomer = 10;
     // The backlog, written with no worker running.
     for (let round = 0; round < perCustomer; round++) {
