@@ -171,3 +171,29 @@ export async function health(rt: Runtime) {
     },
   };
 }
+
+/** How long GET /health/ready waits for each of Redis and PostgreSQL to answer. */
+export const ready_check_timeout_ms = 1_000;
+
+/**
+ * GET /health/ready: whether a load balancer should send this process new requests. 503
+ * once the process is stopping (src/shutdown.ts: from SIGTERM on, while what is in flight
+ * finishes), or while Redis or PostgreSQL does not answer within ready_check_timeout_ms
+ * (a PING, a `SELECT 1`); else 200. A process listens only once it has started, so a
+ * request never finds it starting. GET /health/live answers 200 as long as the process
+ * can answer at all.
+ */
+export async function readiness(rt: Runtime) {
+  if (rt.lifecycle.stopping) return { httpStatus: 503, body: { status: 'stopping' as const } };
+  const [redis, postgres] = await Promise.all([
+    check(() => rt.redis.ping(), ready_check_timeout_ms),
+    check(() => rt.db.oneFirst(sql.unsafe`SELECT 1`), ready_check_timeout_ms),
+  ]);
+  // Checked again: the process may have begun to stop while the checks ran.
+  const ready = redis.ok && postgres.ok && !rt.lifecycle.stopping;
+  const state = (c: { ok: boolean; error?: string }) => (c.ok ? { status: 'ok' } : { status: 'down', error: c.error });
+  return {
+    httpStatus: ready ? 200 : 503,
+    body: { status: ready ? ('ready' as const) : rt.lifecycle.stopping ? ('stopping' as const) : ('not_ready' as const), checks: { redis: state(redis), postgres: state(postgres) } },
+  };
+}

@@ -27,6 +27,7 @@ import { gatewayModelOf, ModelCache } from './gateway/models.js';
 import { GatewayService } from './gateway/service.js';
 import { UpstreamClient } from './gateway/upstream.js';
 import { createUsageQueries, type UsageQueries } from './usage/queries.js';
+import { Lifecycle } from './lifecycle.js';
 
 export const ledgerQueueName = 'ledger';
 
@@ -65,6 +66,8 @@ export interface Runtime {
   gateway: GatewayService;
   /** The Redis generation guard: money operations wait until this Redis is verified. */
   generation: RedisGeneration;
+  /** Whether the process is stopping (GET /health/ready answers 503), src/shutdown.ts. */
+  lifecycle: Lifecycle;
   /**
    * A connection of its own for a subscriber, with ioredis's defaults (wait out a
    * reconnect, send again what was pending). On a cluster, one to the node REDIS_URL
@@ -107,6 +110,15 @@ export function createLogger(config: Pick<Config, 'LOG_LEVEL'>): Logger {
       censor: '[redacted]',
     },
   }, destination);
+}
+
+/** The longest rt.close waits for Redis to answer its QUIT before it drops the connection. */
+export const redis_quit_wait_ms = 1_000;
+
+async function quitWithin(redis: RedisClient, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([redis.quit().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
 }
 
 export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {
@@ -201,6 +213,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     upstream,
     gateway,
     generation,
+    lifecycle: new Lifecycle(),
     extraConnection,
     queueConnection,
     async close() {
@@ -213,6 +226,10 @@ export async function createRuntime(config: Config, logger = createLogger(config
       // A pool that lost connections while PostgreSQL was away fails to end them; the
       // process is stopping either way.
       await db.end().catch((err: unknown) => logger.warn({ err }, 'closing the database pool failed'));
+      // The outboxes' dirty marks not yet sent go now; a Redis that answers gets a QUIT,
+      // which it answers after every command sent before it (the marks included).
+      ledger.flushDirty();
+      if (redis.status === 'ready') await quitWithin(redis, redis_quit_wait_ms);
       redis.disconnect();
       for (const c of extras) c.disconnect();
     },

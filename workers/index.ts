@@ -20,7 +20,10 @@ export interface Workers {
   persist: PersistLoop;
   /** The BullMQ worker of the ledger queue (TTL expiry and sweep jobs). */
   queueWorker: Worker<LedgerJobData>;
-  /** Stops taking jobs and ends the persist loop; calling it again waits for the same stop. */
+  /**
+   * Stops taking jobs (the jobs in progress finish) and ends the persist loop after the
+   * pass in progress; calling it again waits for the same stop.
+   */
   stop(): Promise<void>;
 }
 
@@ -98,14 +101,18 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
     stop() {
       stopping ??= (async () => {
         clearInterval(heartbeat);
-        let timer: NodeJS.Timeout | undefined;
-        const closed = await Promise.race([
-          worker.close().then(() => true),
-          new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
-        ]);
-        clearTimeout(timer);
-        if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
-        await Promise.all([persist.stop(), trim.stop()]);
+        // All at once: the persist loop ends after the pass in progress (its customers put
+        // back when it could not finish them), not after BullMQ's jobs.
+        const queueClosed = (async () => {
+          let timer: NodeJS.Timeout | undefined;
+          const closed = await Promise.race([
+            worker.close().then(() => true),
+            new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
+          ]);
+          clearTimeout(timer);
+          if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
+        })();
+        await Promise.all([queueClosed, persist.stop(), trim.stop()]);
       })();
       return stopping;
     },

@@ -68,6 +68,7 @@ export class PersistLoop {
     this.loop = this.run();
   }
 
+  /** Ends the loop after the pass in progress, if any; resolves once it has ended. */
   async stop(): Promise<void> {
     this.running = false;
     this.wake?.();
@@ -128,6 +129,8 @@ export class PersistLoop {
   }
 
   private sleep(ms: number): Promise<void> {
+    // A stop asked for during a pass ends the loop right after it.
+    if (!this.running) return Promise.resolve();
     return new Promise((resolve) => {
       const t = setTimeout(resolve, ms);
       this.wake = () => {

@@ -91,6 +91,11 @@ const schema = z.object({
    */
   INVOICE_GRACE_SECONDS: z.coerce.number().int().min(0).default(300),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
+  /**
+   * How long a web process lets the requests and streams in flight finish after SIGTERM
+   * before it cuts what is left (src/shutdown.ts).
+   */
+  SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).default(30_000),
 });
 
 export type Config = z.infer<typeof schema>;

@@ -21,6 +21,7 @@ import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { Endpoint } from './request.js';
+import type { InFlight } from '../lifecycle.js';
 
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
@@ -55,6 +56,18 @@ export const billingHeaderNames = [
   'X-Service-Balance-Credits',
   'X-Service-Balance-Usd',
 ] as const;
+
+/** What `X-Service-Stream-Billing: inline` adds to a stream's final usage event (GatewayBilling.inlineBilling). */
+export interface InlineBilling {
+  [field: string]: unknown;
+  transaction_id: string;
+  cost_credits: number;
+  cost_cents: string;
+  cost_usd: string;
+  balance_credits: number;
+  balance_usd: string;
+  usage_estimated: boolean;
+}
 
 /** A script that retryLater sends until Redis answers. */
 type Background =
@@ -132,6 +145,8 @@ export class GatewayBilling {
       redis: RedisClient;
       prefix: string;
       logger: Logger;
+      /** Counts the background sends of retryLater, for a shutdown to wait for (src/shutdown.ts). */
+      inFlight?: InFlight;
     },
   ) {}
 
@@ -214,13 +229,17 @@ export class GatewayBilling {
    * the answer already, and the provider bills the call). Both scripts are idempotent: a
    * release of a hold that does not exist, or was settled or released, changes nothing,
    * and a settled call answers its stored result, so one that did apply and is sent again
-   * is charged once. The pauses do not keep a stopping process alive: what is still
-   * unsent when the process ends is the residual risk that docs/ARCHITECTURE.md names.
+   * is charged once. The pauses do not keep a stopping process alive: a graceful shutdown
+   * waits for these sends a while (they are counted in `inFlight`, src/shutdown.ts), and
+   * what is still unsent when the process ends is the residual risk that
+   * docs/ARCHITECTURE.md names.
    */
   private retryLater(send: Background, call: Call): void {
     const { script, args } = send;
     const { transactionId } = call;
     const giveUpAt = Date.now() + background_retry_total_ms;
+    const inFlight = this.deps.inFlight;
+    inFlight?.begin();
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
@@ -246,7 +265,7 @@ export class GatewayBilling {
           await this.deps.ledger.ready().catch(() => undefined);
         }
       }
-    })();
+    })().finally(() => inFlight?.end());
   }
 
   /** The usage record of a call that is not billed, as JSON for the release script. */
@@ -351,6 +370,24 @@ export class GatewayBilling {
       ['X-Service-Balance-Credits', String(s.balanceAfter)],
       ['X-Service-Balance-Usd', creditsToUsd(s.balanceAfter)],
     ];
+  }
+
+  /**
+   * The billing figures of a settled stream in its final usage event
+   * (`X-Service-Stream-Billing: inline`): the trailers' figures (credits as numbers, cents
+   * and USD as exact decimal strings), with the transaction id and whether the usage was
+   * estimated.
+   */
+  inlineBilling(call: Call, s: SettleResult, estimated: boolean): InlineBilling {
+    return {
+      transaction_id: call.transactionId,
+      cost_credits: s.cost,
+      cost_cents: creditsToCents(s.cost),
+      cost_usd: creditsToUsd(s.cost),
+      balance_credits: s.balanceAfter,
+      balance_usd: creditsToUsd(s.balanceAfter),
+      usage_estimated: estimated,
+    };
   }
 
   /**

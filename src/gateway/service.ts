@@ -19,6 +19,7 @@ import type { ModelCache } from './models.js';
 import { GatewayRelay } from './relay.js';
 import { parseGatewayRequest, type Endpoint } from './request.js';
 import type { UpstreamClient } from './upstream.js';
+import { InFlight } from '../lifecycle.js';
 
 export { hold_ttl_seconds } from './billing.js';
 export type { Endpoint } from './request.js';
@@ -26,6 +27,12 @@ export type { Endpoint } from './request.js';
 export class GatewayService {
   private readonly billing: GatewayBilling;
   private readonly relay: GatewayRelay;
+  /**
+   * Calls in progress (counted by the routes, src/gateway/routes.ts, from the request's
+   * parse to its settlement or release) and the settlements and releases sent again in
+   * the background: a shutdown waits for them before it closes Redis (src/shutdown.ts).
+   */
+  readonly inFlight = new InFlight();
 
   constructor(
     private readonly deps: {
@@ -38,7 +45,7 @@ export class GatewayService {
       logger: Logger;
     },
   ) {
-    this.billing = new GatewayBilling(deps);
+    this.billing = new GatewayBilling({ ...deps, inFlight: this.inFlight });
     this.relay = new GatewayRelay({ upstream: deps.upstream, billing: this.billing, logger: deps.logger });
   }
 
@@ -91,7 +98,7 @@ export class GatewayService {
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
       settled = r.stream
-        ? await this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion)
+        ? await this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling)
         : await this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion);
     } catch (err) {
       // The key is freed only when nothing can have been billed: no answer went out and

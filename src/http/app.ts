@@ -6,7 +6,7 @@ import { adminRoutes, dashboardApiRoutes, dashboardSessions } from '../admin/rou
 import { dashboardPages } from '../dashboard/routes.js';
 import { customerRoutes } from '../customers/routes.js';
 import { profileRoutes } from '../customers/profile.js';
-import { health } from '../health.js';
+import { health, readiness } from '../health.js';
 import { ledgerRoutes } from '../ledger/routes.js';
 import type { Runtime } from '../runtime.js';
 import { authenticate } from './auth.js';
@@ -65,6 +65,15 @@ export function createApi(rt: Runtime): Api {
   app.get('/health', async (_req, res) => {
     const h = await health(rt);
     res.status(h.httpStatus).json(h.body);
+  });
+  // The process answers (a liveness probe), and whether it should get new requests (a
+  // readiness probe: 503 while it stops, or while Redis or PostgreSQL does not answer).
+  app.get('/health/live', (_req, res) => {
+    res.json({ status: 'live' });
+  });
+  app.get('/health/ready', async (_req, res) => {
+    const r = await readiness(rt);
+    res.status(r.httpStatus).json(r.body);
   });
 
   const parsers = bodyParsers();

@@ -173,9 +173,17 @@ export class LedgerService {
     this.dirtyFlushQueued = true;
     setImmediate(() => {
       this.dirtyFlushQueued = false;
-      for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
-      this.dirty.clear();
+      this.flushDirty();
     });
+  }
+
+  /**
+   * Sends the dirty marks gathered since the last flush (one SADD per shard), without
+   * waiting for the end of the turn; a process that stops calls it before closing Redis.
+   */
+  flushDirty(): void {
+    for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
+    this.dirty.clear();
   }
 
   /**
