@@ -17,8 +17,19 @@ let demo: Demo;
 beforeAll(async () => {
   svc = await startTestService();
   demo = await bootstrapDemo(svc.rt, 'http://127.0.0.1:9/v1');
+  demoOrganizations.push(demo.organization_id);
 });
-afterAll(() => svc.close());
+/** Organizations whose members this file made with the demo owner's email. */
+const demoOrganizations: string[] = [];
+
+afterAll(async () => {
+  // Sign-in reads at most sign_in_candidates_max memberships of an email: the demo
+  // owner's address of this file's organizations must not crowd out other files' demos.
+  const client = new pg.Client({ connectionString: svc.rt.config.DATABASE_URL });
+  await client.connect();
+  await client.query('DELETE FROM members WHERE organization_id = ANY($1)', [demoOrganizations]).finally(() => client.end());
+  await svc.close();
+});
 
 const asDemo = (method: string, path: string, body?: unknown) => svc.call(method, `/v1/admin${path}`, { key: demo.admin_key, body });
 
@@ -73,6 +84,7 @@ describe('a demo made before the allowance existed', () => {
   it("gets it from the migration, recognised by the demo's name and owner; other organizations do not", async () => {
     const old = await bootstrapOrganization(svc.rt, 'Demo organization', demo_owner_email);
     const lookalike = await bootstrapOrganization(svc.rt, 'Demo organization', 'someone@example.com');
+    demoOrganizations.push(old.organization_id);
     const migration = readFileSync(new URL('../../migrations/010_demo_allowance_deactivation.sql', import.meta.url), 'utf8');
     const update = /UPDATE organizations[\s\S]*?;/.exec(migration)![0];
     const client = new pg.Client({ connectionString: svc.rt.config.DATABASE_URL });
