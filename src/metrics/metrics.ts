@@ -3,10 +3,9 @@
  * process metrics, and the service's own instruments under `svc_`. docs/OPERATIONS.md
  * ("Metrics") lists every name and label.
  *
- * Observing costs a field read and prom-client's own update, nothing more: every series
- * observed on a request path is a label child bound once (per route and status, per
- * operation and outcome, per model) and kept, so no request builds a label object, hashes
- * labels or makes a closure. Label values are bounded: routes are the route table's
+ * Observing costs an addition: every series observed on a request path is made once (per
+ * route and status, per operation and outcome, per model) and kept (./series.ts), so no
+ * request builds a label object, hashes labels or makes a closure. Label values are bounded: routes are the route table's
  * patterns (never a raw path), outcomes are the error catalogue's codes, models are the
  * models configured on projects, at most metric_models_max of them. No customer id is
  * ever a label.
@@ -14,7 +13,8 @@
  * Gauges that read Redis or PostgreSQL are computed when scraped, never on a request
  * (src/metrics/stores.ts).
  */
-import { collectDefaultMetrics, Counter, Histogram, Registry, type LabelValues } from 'prom-client';
+import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { FastCounter, FastHistogram, type CounterSeries, type HistogramSeries } from './series.js';
 import { ApiError } from '../errors/catalogue.js';
 import { backendFailure } from '../http/errors.js';
 
@@ -29,9 +29,6 @@ export const unmatched_route = 'unmatched';
 const request_buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const upstream_buckets = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
-type Child<T extends { labels(...v: string[]): unknown }> = ReturnType<T['labels']>;
-type HistogramChild = Child<Histogram<string>>;
-type CounterChild = Child<Counter<string>>;
 
 /** Children of one label set, made on first use and kept. */
 class Children<C> {
@@ -50,10 +47,10 @@ class Children<C> {
  * status, made on the first answer with that status.
  */
 export class RouteSeries {
-  private readonly byStatus: Children<HistogramChild>;
+  private readonly byStatus: Children<HistogramSeries>;
 
-  constructor(histogram: Histogram<'method' | 'route' | 'status'>, method: string, route: string) {
-    this.byStatus = new Children((status) => histogram.labels(method, route, String(status)));
+  constructor(histogram: FastHistogram, method: string, route: string) {
+    this.byStatus = new Children((status) => histogram.series(method, route, String(status)));
   }
 
   observe(status: number, seconds: number): void {
@@ -66,14 +63,14 @@ export type LedgerOperation = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unf
 
 /** One operation's counters: applied, replayed, refused or failed by code. */
 class OperationSeries {
-  readonly applied: CounterChild;
-  readonly replay: CounterChild;
-  readonly byOutcome: Children<CounterChild>;
+  readonly applied: CounterSeries;
+  readonly replay: CounterSeries;
+  readonly byOutcome: Children<CounterSeries>;
 
-  constructor(counter: Counter<'operation' | 'outcome'>, operation: string) {
-    this.applied = counter.labels(operation, 'applied');
-    this.replay = counter.labels(operation, 'replay');
-    this.byOutcome = new Children((outcome) => counter.labels(operation, String(outcome)));
+  constructor(counter: FastCounter, operation: string) {
+    this.applied = counter.series(operation, 'applied');
+    this.replay = counter.series(operation, 'replay');
+    this.byOutcome = new Children((outcome) => counter.series(operation, String(outcome)));
   }
 }
 
@@ -96,27 +93,27 @@ export function failureStatus(err: unknown): number {
 
 /** The series of one model: gateway calls, upstream time, tokens, cost, shortfalls. */
 export class ModelSeries {
-  private readonly calls: Children<CounterChild>;
-  readonly upstream: [HistogramChild, HistogramChild];
-  readonly inputTokens: CounterChild;
-  readonly outputTokens: CounterChild;
-  readonly cacheReadTokens: CounterChild;
-  readonly cacheWriteTokens: CounterChild;
-  readonly cost: CounterChild;
-  readonly shortfall: CounterChild;
+  private readonly calls: Children<CounterSeries>;
+  /** Not streamed, streamed. */
+  readonly upstream: [HistogramSeries, HistogramSeries];
+  readonly inputTokens: CounterSeries;
+  readonly outputTokens: CounterSeries;
+  readonly cacheReadTokens: CounterSeries;
+  readonly cacheWriteTokens: CounterSeries;
+  readonly cost: CounterSeries;
+  readonly shortfall: CounterSeries;
 
   constructor(m: GatewayInstruments, model: string) {
     // Key: status * 2 + stream.
-    this.calls = new Children((key) => m.calls.labels(model, String(Math.floor(Number(key) / 2)), Number(key) % 2 === 1 ? 'true' : 'false'));
-    this.upstream = [m.upstream.labels(model, 'false'), m.upstream.labels(model, 'true')];
-    this.inputTokens = m.tokens.labels(model, 'input');
-    this.outputTokens = m.tokens.labels(model, 'output');
-    this.cacheReadTokens = m.tokens.labels(model, 'cache_read');
-    this.cacheWriteTokens = m.tokens.labels(model, 'cache_write');
-    this.cost = m.cost.labels(model);
-    this.shortfall = m.shortfall.labels(model);
-    // At 0 from the model's first call: a rate or increase is defined before the first token or shortfall.
-    for (const c of [this.inputTokens, this.outputTokens, this.cacheReadTokens, this.cacheWriteTokens, this.cost, this.shortfall]) c.inc(0);
+    this.calls = new Children((key) => m.calls.series(model, String(Math.floor(Number(key) / 2)), Number(key) % 2 === 1 ? 'true' : 'false'));
+    // All at 0 from the model's first call: a rate is defined before the first token or shortfall.
+    this.upstream = [m.upstream.series(model, 'false'), m.upstream.series(model, 'true')];
+    this.inputTokens = m.tokens.series(model, 'input');
+    this.outputTokens = m.tokens.series(model, 'output');
+    this.cacheReadTokens = m.tokens.series(model, 'cache_read');
+    this.cacheWriteTokens = m.tokens.series(model, 'cache_write');
+    this.cost = m.cost.series(model);
+    this.shortfall = m.shortfall.series(model);
   }
 
   call(status: number, stream: boolean): void {
@@ -125,19 +122,19 @@ export class ModelSeries {
 }
 
 interface GatewayInstruments {
-  calls: Counter<'model' | 'status' | 'stream'>;
-  upstream: Histogram<'model' | 'stream'>;
-  tokens: Counter<'model' | 'kind'>;
-  cost: Counter<'model'>;
-  shortfall: Counter<'model'>;
+  calls: FastCounter;
+  upstream: FastHistogram;
+  tokens: FastCounter;
+  cost: FastCounter;
+  shortfall: FastCounter;
 }
 
 export class Metrics {
   readonly registry = new Registry();
-  private readonly requestDuration: Histogram<'method' | 'route' | 'status'>;
+  private readonly requestDuration: FastHistogram;
   private readonly routes = new Map<string, RouteSeries>();
   private readonly operations = new Map<string, OperationSeries>();
-  private readonly ledgerOperations: Counter<'operation' | 'outcome'>;
+  private readonly ledgerOperations: FastCounter;
   private readonly gateway: GatewayInstruments;
   private readonly models = new Map<string, ModelSeries>();
   readonly redisErrors: Counter<'kind'>;
@@ -148,36 +145,32 @@ export class Metrics {
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
     const registers = [this.registry];
-    this.requestDuration = new Histogram({
-      name: 'svc_http_request_duration_seconds',
-      help: 'Time from a request\'s arrival to its answer\'s end (or its client leaving), by method, route pattern and status',
-      labelNames: ['method', 'route', 'status'],
-      buckets: request_buckets,
-      registers,
-    });
-    this.ledgerOperations = new Counter({
-      name: 'svc_ledger_operations_total',
-      help: 'Ledger operations by operation and outcome (applied, replay, or the error code)',
-      labelNames: ['operation', 'outcome'],
-      registers,
-    });
+    const r = this.registry;
+    this.requestDuration = new FastHistogram(
+      'svc_http_request_duration_seconds',
+      'Time from a request\'s arrival to its answer\'s end (or its client leaving), by method, route pattern and status',
+      ['method', 'route', 'status'],
+      request_buckets,
+      r,
+    );
+    this.ledgerOperations = new FastCounter('svc_ledger_operations_total', 'Ledger operations by operation and outcome (applied, replay, or the error code)', ['operation', 'outcome'], r);
     this.gateway = {
-      calls: new Counter({ name: 'svc_gateway_calls_total', help: 'Gateway calls by model, answered status and stream', labelNames: ['model', 'status', 'stream'], registers }),
-      upstream: new Histogram({
-        name: 'svc_gateway_upstream_duration_seconds',
-        help: 'Time from sending a call upstream to the end of its answer (a stream\'s last event), by model and stream',
-        labelNames: ['model', 'stream'],
-        buckets: upstream_buckets,
-        registers,
-      }),
-      tokens: new Counter({ name: 'svc_gateway_tokens_total', help: 'Tokens billed by settled gateway calls, by model and kind (input, output, cache_read, cache_write)', labelNames: ['model', 'kind'], registers }),
-      cost: new Counter({ name: 'svc_gateway_cost_credits_total', help: 'Credits charged by settled gateway calls, by model', labelNames: ['model'], registers }),
-      shortfall: new Counter({
-        name: 'svc_gateway_settlement_shortfall_credits_total',
-        help: 'Credits a settled gateway call cost beyond what its wallet had (charged down to zero, not collected), by model',
-        labelNames: ['model'],
-        registers,
-      }),
+      calls: new FastCounter('svc_gateway_calls_total', 'Gateway calls by model, answered status and stream', ['model', 'status', 'stream'], r),
+      upstream: new FastHistogram(
+        'svc_gateway_upstream_duration_seconds',
+        'Time from sending a call upstream to the end of its answer (a stream\'s last event), by model and stream',
+        ['model', 'stream'],
+        upstream_buckets,
+        r,
+      ),
+      tokens: new FastCounter('svc_gateway_tokens_total', 'Tokens billed by settled gateway calls, by model and kind (input, output, cache_read, cache_write)', ['model', 'kind'], r),
+      cost: new FastCounter('svc_gateway_cost_credits_total', 'Credits charged by settled gateway calls, by model', ['model'], r),
+      shortfall: new FastCounter(
+        'svc_gateway_settlement_shortfall_credits_total',
+        'Credits a settled gateway call cost beyond what its wallet had (charged down to zero, not collected), by model',
+        ['model'],
+        r,
+      ),
     };
     this.redisErrors = new Counter({
       name: 'svc_redis_errors_total',
@@ -252,4 +245,3 @@ export class Metrics {
   }
 }
 
-export type { LabelValues };
