@@ -5,10 +5,10 @@
  *
  * Observing costs an addition: every series observed on a request path is made once (per
  * route and status, per operation and outcome, per model) and kept (./series.ts), so no
- * request builds a label object, hashes labels or makes a closure. Label values are bounded: routes are the route table's
- * patterns (never a raw path), outcomes are the error catalogue's codes, models are the
- * models configured on projects, at most metric_models_max of them. No customer id is
- * ever a label.
+ * request builds a label object, hashes labels or makes a closure. Label values are
+ * bounded: routes are the route table's patterns (never a raw path), outcomes are the
+ * error catalogue's codes, models are the models configured on projects, at most
+ * metric_models_max of them. No customer id is ever a label.
  *
  * Gauges that read Redis or PostgreSQL are computed when scraped, never on a request
  * (src/metrics/stores.ts).
@@ -29,7 +29,6 @@ export const unmatched_route = 'unmatched';
 const request_buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const upstream_buckets = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
-
 /** Children of one label set, made on first use and kept. */
 class Children<C> {
   private readonly made = new Map<string | number, C>();
@@ -43,7 +42,7 @@ class Children<C> {
 }
 
 /**
- * The request duration series of one route (method and pattern): one histogram child per
+ * The request duration series of one route (method and pattern): one histogram series per
  * status, made on the first answer with that status.
  */
 export class RouteSeries {

@@ -135,9 +135,9 @@ export class FastHistogram extends Shown<HistogramSeries> {
       let cumulative = 0;
       this.bounds.forEach((le, i) => {
         cumulative += s.counts[i]!;
-        values.push({ value: cumulative, labels: { ...s.labels, le }, metricName: `${this.name}_bucket` });
+        values.push({ value: cumulative, labels: { le, ...s.labels }, metricName: `${this.name}_bucket` });
       });
-      values.push({ value: s.count, labels: { ...s.labels, le: '+Inf' }, metricName: `${this.name}_bucket` });
+      values.push({ value: s.count, labels: { le: '+Inf', ...s.labels }, metricName: `${this.name}_bucket` });
       values.push({ value: s.sum, labels: { ...s.labels }, metricName: `${this.name}_sum` });
       values.push({ value: s.count, labels: { ...s.labels }, metricName: `${this.name}_count` });
     }
