@@ -66,16 +66,14 @@ export function watchStores(rt: Runtime): void {
   };
 
   const outbox = sharedRead<OutboxState>(() => outboxState(rt.redis, rt.config.REDIS_PREFIX, { lengths: true }), 'outbox');
-  const outboxGauge = (name: string, help: string, value: (o: OutboxState) => number | null) =>
+  const outboxGauge = (name: string, help: string, value: (o: OutboxState) => number) =>
     new Gauge({
       name,
       help,
       registers,
       async collect() {
         try {
-          const v = value(await outbox());
-          if (v === null) this.reset();
-          else this.set(v);
+          this.set(value(await outbox()));
         } catch (err) {
           this.set(Number.NaN);
           if (name === 'svc_outbox_lag_seconds') failed('outbox', err);
@@ -89,7 +87,8 @@ export function watchStores(rt: Runtime): void {
     'Ledger entries waiting in the outboxes of dirty customers (exact up to 8 customers per dirty shard, estimated from that sample beyond)',
     (o) => o.entriesWaiting ?? 0,
   );
-  outboxGauge('svc_worker_heartbeat_age_seconds', 'Age of the last worker heartbeat (absent when no worker beat in the last minute)', (o) => (o.heartbeatAgeMs === null ? null : o.heartbeatAgeMs / 1000));
+  // No heartbeat (none within its minute of life) reads +Inf: no worker, as far as anyone can tell.
+  outboxGauge('svc_worker_heartbeat_age_seconds', 'Age of the last worker heartbeat (+Inf when no worker beat in the last minute)', (o) => (o.heartbeatAgeMs === null ? Number.POSITIVE_INFINITY : o.heartbeatAgeMs / 1000));
 
   const queues = [rt.ledgerQueue];
   const jobCounts = sharedRead(() => Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) }))), 'queues');

@@ -194,6 +194,8 @@ describe('GET /metrics on the API port', () => {
       expect(Number.isFinite(s!.value), name).toBe(true);
     }
     expect(usage.some((s) => s.name === 'svc_queue_jobs' && s.labels.queue === 'ledger' && s.labels.state === 'waiting')).toBe(true);
+    // The service's workers beat every 2 s.
+    expect(value(usage, 'svc_worker_heartbeat_age_seconds')).toBeLessThan(15);
     for (const gauge of ['outbox', 'queues', 'plan_usage']) expect(value(usage, 'svc_metrics_collect_errors_total', { gauge }), gauge).toBe(0);
   });
 
