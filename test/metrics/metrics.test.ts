@@ -8,6 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
@@ -197,6 +198,13 @@ describe('GET /metrics on the API port', () => {
     // The service's workers beat every 2 s.
     expect(value(usage, 'svc_worker_heartbeat_age_seconds')).toBeLessThan(15);
     for (const gauge of ['outbox', 'queues', 'plan_usage']) expect(value(usage, 'svc_metrics_collect_errors_total', { gauge }), gauge).toBe(0);
+  });
+
+  it('counts a failed PostgreSQL query', async () => {
+    const before = value((await scrape(svc.url)).samples, 'svc_postgres_errors_total', { kind: 'query' });
+    await expect(svc.rt.db.query(sql.unsafe`SELECT no_such_column FROM organizations`)).rejects.toThrow();
+    const after = value((await scrape(svc.url)).samples, 'svc_postgres_errors_total', { kind: 'query' });
+    expect(after - before).toBe(1);
   });
 
   it('exposes a worker\'s persist metrics after entries are persisted', async () => {
