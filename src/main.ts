@@ -38,7 +38,8 @@ if ((await createAdminQueries(rt.db).countOrganizations()) === 0) {
 }
 
 const server = await listen(rt);
-const workers = await startWorkers(rt);
+// One process: the workers' metrics are served with the API's (METRICS_PORT or /metrics).
+const workers = await startWorkers(rt, { serveMetrics: false });
 
 if (demo) {
   const u = server.url;
