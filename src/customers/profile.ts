@@ -16,12 +16,26 @@ import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
 import { LedgerOutbox } from '../ledger/outbox.js';
+import { describeRoute } from '../openapi/registry.js';
+import { customerProfileSchema } from './routes.js';
 import type { DatabasePool } from 'slonik';
 
 const patchSchema = z.object({
   name: z.string().max(256).nullable().optional(),
   email: z.string().max(320).email().nullable().optional(),
   metadata: z.record(z.unknown()).nullable().optional(),
+});
+
+describeRoute({
+  method: 'PATCH',
+  path: '/v1/customers/:customer_id',
+  tag: 'Customers',
+  callers: ['project'],
+  summary: "Change a customer's name, email or metadata",
+  description: 'Any of the fields; null clears one.',
+  body: patchSchema.strict(),
+  responses: { 200: { description: 'The profile', schema: customerProfileSchema.openapi('CustomerProfile') } },
+  errors: ['customer_not_found'],
 });
 
 export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {

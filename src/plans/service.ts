@@ -12,12 +12,13 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
-import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
+import { hardLimitOf, periodAt, planIds, plans, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 
 export type { PlanTicket } from './leases.js';
@@ -421,3 +422,22 @@ export class PlanService {
     return { projectsMax: plan.projectsMax, keysPerProjectMax: plan.keysPerProjectMax, membersMax: plan.membersMax };
   }
 }
+
+// The documented answer of organization() (src/openapi/).
+export const organizationSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    plan: z.enum(planIds).openapi({ description: 'The plan in force now.' }),
+    pending_plan: z.enum(planIds).nullable().openapi({ description: 'A downgrade that starts at `pending_plan_from`.' }),
+    pending_plan_from: z.string().datetime({ offset: true }).nullable(),
+    period_start: z.string().datetime({ offset: true }),
+    period_end: z.string().datetime({ offset: true }),
+    billable_ops: z.number().int(),
+    included_ops: z.number().int().nullable().openapi({ description: 'Null for `enterprise`.' }),
+    overage_ops: z.number().int(),
+    overage_cost_usd: z.number(),
+    hard_limit: z.boolean(),
+  })
+  .strict()
+  .openapi('Organization');
