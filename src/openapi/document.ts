@@ -6,7 +6,7 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
 import { errorCatalogue, errorTypeForStatus, type ErrorCode } from '../errors/catalogue.js';
-import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, type Caller, type RouteDoc } from './registry.js';
+import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, tags, type Caller, type RouteDoc } from './registry.js';
 
 const intro = `Metered billing for AI products: a model gateway (OpenAI chat completions and Anthropic
 messages, billed per token) and a wallet ledger (deposit, deduct, freeze, consume, unfreeze).
@@ -69,24 +69,36 @@ const errorCodeSchema = z.enum(Object.keys(errorCatalogue) as [ErrorCode, ...Err
   ].join('\n'),
 });
 
-/** An error answer at `status` with one of `codes`. */
+/** The error object of every error answer: `{"error": ErrorObject}`. */
+const errorObjectSchema = z
+  .object({
+    message: z.string(),
+    type: z.enum(['bad_request', 'auth_error', 'not_found', 'conflict', 'too_many_requests', 'server_error']).openapi({ description: 'Follows the status.' }),
+    code: errorCodeSchema,
+    param: z.string().optional().openapi({ description: 'The request field, header or parameter at fault.' }),
+    transaction_id: z.string().optional().openapi({ description: '`idempotency_key_reused`: the transaction of the first call.' }),
+    limit: z.number().int().optional().openapi({ description: '`plan_limit_reached`: the plan limit.' }),
+    role_required: z.string().optional().openapi({ description: '`permission_denied` of a role: the least role needed.' }),
+    role: z.string().optional().openapi({ description: "`permission_denied` of a role: the caller's role." }),
+  })
+  .strict()
+  .openapi('ErrorObject');
+
+/** An error answer at `status` with one of `codes`: the ErrorObject, narrowed. */
 function errorSchema(status: number, codes: ErrorCode[]) {
-  return z
-    .object({
-      error: z
-        .object({
-          message: z.string(),
-          type: z.literal(errorTypeForStatus(status)),
-          code: z.enum(codes as [ErrorCode, ...ErrorCode[]]),
-          param: z.string().optional().openapi({ description: 'The request field, header or parameter at fault.' }),
-          transaction_id: z.string().optional().openapi({ description: '`idempotency_key_reused`: the transaction of the first call.' }),
-          limit: z.number().int().optional().openapi({ description: '`plan_limit_reached`: the plan limit.' }),
-          role_required: z.string().optional().openapi({ description: '`permission_denied` of a role: the least role needed.' }),
-          role: z.string().optional().openapi({ description: "`permission_denied` of a role: the caller's role." }),
-        })
-        .strict(),
-    })
-    .strict();
+  return {
+    type: 'object' as const,
+    properties: {
+      error: {
+        allOf: [
+          { $ref: '#/components/schemas/ErrorObject' },
+          { type: 'object' as const, properties: { type: { const: errorTypeForStatus(status) }, code: { enum: codes } } },
+        ],
+      },
+    },
+    required: ['error'],
+    additionalProperties: false,
+  };
 }
 
 const statusText: Record<number, string> = {
@@ -184,6 +196,7 @@ export interface DocumentOptions {
 export function generateDocument(opts: DocumentOptions = {}): Record<string, unknown> {
   const registry = new OpenAPIRegistry();
   registry.register('ErrorCode', errorCodeSchema);
+  registry.register('ErrorObject', errorObjectSchema);
   for (const [caller, scheme] of Object.entries(securitySchemes)) {
     registry.registerComponent('securitySchemes', scheme_names[caller as Exclude<Caller, 'public'>], scheme as never);
   }
@@ -204,7 +217,7 @@ export function generateDocument(opts: DocumentOptions = {}): Record<string, unk
       license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
     },
     servers: [{ url: opts.serverUrl ?? '/', description: 'This service' }],
-    tags: [...new Set(describedRoutes().map((r) => r.tag))].map((name) => ({ name })),
+    tags: Object.entries(tags).map(([name, description]) => ({ name, description })),
   }) as unknown as Record<string, unknown>;
   allowNullInNullableEnums(document);
   return document;

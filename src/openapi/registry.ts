@@ -40,7 +40,7 @@ export interface RouteDoc {
   summary: string;
   description?: string;
   /** The section of the document (a tag). */
-  tag: string;
+  tag: Tag;
   callers: readonly Caller[];
   /** Path parameters; by default each `:name` of the path is a string. */
   params?: z.AnyZodObject;
@@ -60,6 +60,22 @@ export interface RouteDoc {
   /** The least role of a management operation (dashboard sessions; an admin key acts as an owner). */
   role?: Role;
 }
+
+/** The sections of the document, in this order; a route's `tag` must be one of them. */
+export const tags = {
+  Ledger: 'The money operations on customer wallets: deposit, deduct, freeze, consume, unfreeze. Amounts and wallets depend on the contract variant.',
+  Customers: 'Customers, their wallets, balances and ledgers.',
+  Gateway: 'The model gateway (OpenAI and Anthropic wire formats, billed per token), its models, usage records and receipts.',
+  Organization: 'The organization, its plan, usage per day, invoices and the job queues (management API).',
+  Projects: 'Projects and their contract variant (management API).',
+  Keys: 'Project and customer-scoped API keys (management API).',
+  Models: "A project's models and their upstreams (management API).",
+  Members: "The organization's members and roles (management API).",
+  'Dashboard sessions': "Sign-in for the dashboard's API under /dashboard/api.",
+  Health: 'Service health for load balancers and operators.',
+  Documentation: 'This document.',
+} as const;
+export type Tag = keyof typeof tags;
 
 const routes: RouteDoc[] = [];
 
