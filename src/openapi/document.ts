@@ -56,7 +56,7 @@ const scheme_names: Record<Exclude<Caller, 'public'>, string> = { project: 'proj
 const variantHeader = z
   .enum(['A', 'B'])
   .optional()
-  .openapi({ description: "Overrides the project's `contract` setting for this request; any other value is 400 `invalid_request`." });
+  .openapi({ param: { description: "The contract variant of this request, overriding the project's `contract` setting (`A` or `B`; another value is 400 `invalid_request`)." } });
 
 /** The catalogue as a schema: every code, with its status and default message. */
 const errorCodeSchema = z.enum(Object.keys(errorCatalogue) as [ErrorCode, ...ErrorCode[]]).openapi('ErrorCode', {
@@ -220,7 +220,19 @@ export function generateDocument(opts: DocumentOptions = {}): Record<string, unk
     tags: Object.entries(tags).map(([name, description]) => ({ name, description })),
   }) as unknown as Record<string, unknown>;
   allowNullInNullableEnums(document);
+  liftParameterDescriptions(document);
   return document;
+}
+
+/** A parameter described on its schema (`.openapi({description})`) gets the description itself, where viewers show it. */
+function liftParameterDescriptions(document: Record<string, unknown>): void {
+  for (const item of Object.values(document.paths as Record<string, Record<string, { parameters?: { description?: string; schema?: { description?: string } }[] }>>)) {
+    for (const operation of Object.values(item)) {
+      for (const p of operation.parameters ?? []) {
+        if (p.description === undefined && p.schema?.description !== undefined) p.description = p.schema.description;
+      }
+    }
+  }
 }
 
 /**
