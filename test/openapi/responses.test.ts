@@ -120,6 +120,9 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/billing/unfreeze', '/v1/billing/unfreeze', { key: p.projectKey, body: { transaction_id: 'f2', customer_id: 'alice' } });
   await call('POST', '/v1/billing/unfreeze', '/v1/billing/unfreeze', { key: p.projectKey, body: { transaction_id: 'f1' } });
   await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f2', customer_id: 'bob' } });
+  await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'd1', amount: 101 } });
+  await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f1', amount: 250 } });
+  await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'd3', amount: 1, credit_types: ['credits'] } });
 
   // Variant A: unit-suffixed amounts, credit_type(s).
   await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', { key: pa.projectKey, body: { customer_id: 'carol', amount_usd: 2.5, credit_type: 'default' } });
@@ -156,6 +159,11 @@ async function exercise(): Promise<void> {
     body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] },
   });
   await call('POST', '/v1/messages', '/v1/messages', { key: aliceKey, body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
+  const once = { key: p.projectKey, headers: { 'x-service-customer': 'alice', 'idempotency-key': 'call-1' }, body: chat };
+  await call('POST', '/v1/chat/completions', '/v1/chat/completions', once);
+  await call('POST', '/v1/chat/completions', '/v1/chat/completions', once);
+  await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'poor', amount: 1 } });
+  await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: p.projectKey, headers: { 'x-service-customer': 'poor' }, body: chat });
   const tx = g1.headers.get('x-service-transaction-id')!;
   await call('GET', '/v1/billing/receipts/{transaction_id}', `/v1/billing/receipts/${tx}`, { key: p.projectKey });
   await call('GET', '/v1/billing/receipts/{transaction_id}', '/v1/billing/receipts/none', { key: p.projectKey });
@@ -200,6 +208,7 @@ async function exercise(): Promise<void> {
   await call('DELETE', '/v1/admin/members/{member_id}', `/v1/admin/members/${created.body.id}`, { key: p.adminKey });
   await call('DELETE', '/dashboard/api/members/{member_id}', `/dashboard/api/members/${made.body.id}`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
   await call('DELETE', '/v1/admin/members/{member_id}', `/v1/admin/members/${created.body.id}`, { key: p.adminKey });
+  await call('PATCH', '/v1/admin/members/{member_id}', `/v1/admin/members/${owner.id}`, { key: p.adminKey, body: { role: 'viewer' } });
   const viewer = await addMember(svc, p, 'viewer');
   const vs = await signIn(svc, viewer.email, viewer.password);
   await call('POST', '/dashboard/api/projects', '/dashboard/api/projects', { body: { name: 'nope' }, headers: { cookie: vs.cookie, 'x-csrf-token': vs.csrf } });
@@ -268,6 +277,13 @@ describe('the OpenAPI document against real answers', () => {
       }
     }
     expect(problems, problems.join('\n')).toEqual([]);
+  });
+
+  it('checked errors of many kinds along the way', () => {
+    const codes = new Set(answers.filter((a) => a.status >= 400).map((a) => (a.body as { error?: { code?: string } })?.error?.code));
+    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed']) {
+      expect(codes, code).toContain(code);
+    }
   });
 
   it('saw a success of every operation of the document', () => {
