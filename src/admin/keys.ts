@@ -5,7 +5,7 @@
 import type { RedisClient } from '../redis/client.js';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { extended } from '../openapi/registry.js';
+import { extended, timestamp } from '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
@@ -133,10 +133,10 @@ export const keySchema = z
     project_id: z.string(),
     customer_id: z.string().nullable(),
     allowed_models: z.array(z.string()).nullable(),
-    expires_at: z.string().datetime({ offset: true }).nullable(),
-    revoked_at: z.string().datetime({ offset: true }).nullable(),
-    last_used_at: z.string().datetime({ offset: true }).nullable(),
-    created_at: z.string().datetime({ offset: true }),
+    expires_at: timestamp.nullable(),
+    revoked_at: timestamp.nullable(),
+    last_used_at: timestamp.nullable(),
+    created_at: timestamp,
   })
   .strict()
   .openapi('Key');

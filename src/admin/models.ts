@@ -8,7 +8,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
-import { extended } from '../openapi/registry.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;
@@ -216,6 +216,6 @@ export const adminModelEntrySchema = extended(modelEntrySchema, {
     upstream_base_url: z.string(),
     upstream_model: z.string(),
     has_upstream_key: z.boolean().openapi({ description: 'Whether a provider key is stored (it is never returned).' }),
-    updated_at: z.string().datetime({ offset: true }),
+    updated_at: timestamp,
   })
   .openapi('AdminModel');

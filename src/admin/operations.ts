@@ -18,7 +18,7 @@ import { quoteSchema } from '../billing/proration.js';
 import { amount_credits_max } from '../ledger/amounts.js';
 import { depositResultSchema } from '../ledger/schemas.js';
 import { memberSchema } from '../members/store.js';
-import { describeOperation, extended, listOf } from '../openapi/registry.js';
+import { describeOperation, extended, listOf, timestamp } from '../openapi/registry.js';
 import { organizationSchema } from '../plans/service.js';
 import { reconcileReportSchema } from '../reconcile/reconcile.js';
 import { receiptSchema } from '../usage/queries.js';
@@ -180,9 +180,8 @@ const dailyUsageQuery = z.object({
 // The documentation of the operations (src/openapi/): one describeOperation per operation
 // below, in the same order, described at both mounts (/v1/admin and /dashboard/api).
 
-const at = z.string().datetime({ offset: true });
 export const projectSchema = z
-  .object({ id: z.string(), name: z.string(), contract: z.enum(['A', 'B']), rate_limit_per_minute: z.number().int().nullable(), created_at: at })
+  .object({ id: z.string(), name: z.string(), contract: z.enum(['A', 'B']), rate_limit_per_minute: z.number().int().nullable(), created_at: timestamp })
   .strict()
   .openapi('Project');
 const walletSums = z.record(walletAmountsSchema).nullable();
@@ -192,7 +191,7 @@ export const customerListEntrySchema = z
     project_id: z.string(),
     name: z.string().nullable(),
     email: z.string().nullable(),
-    created_at: at,
+    created_at: timestamp,
     balance: z
       .object({ total: z.number().int(), used: z.number().int(), frozen: z.number().int(), available: z.number().int(), available_usd: z.string() })
       .strict()

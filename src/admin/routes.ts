@@ -18,13 +18,12 @@ import { strictBody } from '../http/validate.js';
 import { hashPassword, password_chars_max, password_chars_min, verifyPassword } from '../members/passwords.js';
 import { matchingMemberships, sessionAuth, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
 import { createMemberQueries, memberEntry, memberSchema, type MemberQueries, type SignInCandidate } from '../members/store.js';
-import { describeRoute, extended } from '../openapi/registry.js';
+import { admin_prefix, dashboard_api_prefix, describeRoute, extended, timestamp } from '../openapi/registry.js';
 import type { Runtime } from '../runtime.js';
 import { actorFromAdminKey, requireRole } from './actor.js';
 import { email_chars_max, type Operation } from './operations.js';
 
-export const admin_prefix = '/v1/admin';
-export const dashboard_api_prefix = '/dashboard/api';
+export { admin_prefix, dashboard_api_prefix };
 
 function register(r: Router, prefix: string, ops: readonly Operation[]): void {
   for (const o of ops) {
@@ -60,7 +59,7 @@ const sessionSchema = z
     member: memberSchema,
     organization: organizationRef,
     csrf_token: z.string().openapi({ description: 'Send as `X-CSRF-Token` on every change.' }),
-    expires_at: z.string().datetime({ offset: true }),
+    expires_at: timestamp,
   })
   .strict()
   .openapi('Session');

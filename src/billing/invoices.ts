@@ -17,7 +17,7 @@
 import type { Logger } from 'pino';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
-import '../openapi/registry.js';
+import { timestamp } from '../openapi/registry.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { newId } from '../ids.js';
 import { parseOutboxEntry } from '../redis/codec.js';
@@ -296,8 +296,8 @@ export const invoiceSchema = z
   .object({
     id: z.string(),
     organization_id: z.string(),
-    period_start: z.string().datetime({ offset: true }),
-    period_end: z.string().datetime({ offset: true }),
+    period_start: timestamp,
+    period_end: timestamp,
     plan: z.enum(planIds),
     included_ops: z.number().int().nullable(),
     operations_used: z.number().int(),
@@ -311,7 +311,7 @@ export const invoiceSchema = z
             type: z.literal('upgrade'),
             from_plan: z.enum(planIds),
             to_plan: z.enum(planIds),
-            effective_at: z.string().datetime({ offset: true }),
+            effective_at: timestamp,
             remaining_ms: z.number().int(),
             period_ms: z.number().int(),
             ...lineCommon,
@@ -332,7 +332,7 @@ export const invoiceSchema = z
     ),
     total_cents: z.number().int(),
     total_usd: z.string(),
-    created_at: z.string().datetime({ offset: true }),
+    created_at: timestamp,
   })
   .strict()
   .openapi('Invoice');

@@ -8,7 +8,7 @@
  */
 import { planIds, plans, type PlanId } from '../plans/catalogue.js';
 import { z } from 'zod';
-import '../openapi/registry.js';
+import { timestamp } from '../openapi/registry.js';
 
 /** numerator / denominator rounded half up, exact for any sizes (both non-negative). */
 export function divRoundHalfUp(numerator: bigint, denominator: bigint): bigint {
@@ -115,9 +115,9 @@ export const quoteSchema = z
     current_plan: z.enum(planIds),
     plan: z.enum(planIds),
     change: z.enum(['upgrade', 'downgrade', 'none']),
-    effective_at: z.string().datetime({ offset: true }).openapi({ description: 'Now for an upgrade, `period_end` for a downgrade.' }),
-    period_start: z.string().datetime({ offset: true }),
-    period_end: z.string().datetime({ offset: true }),
+    effective_at: timestamp.openapi({ description: 'Now for an upgrade, `period_end` for a downgrade.' }),
+    period_start: timestamp,
+    period_end: timestamp,
     remaining_ms: z.number().int(),
     period_ms: z.number().int(),
     price_difference_cents: z.number().int(),

@@ -10,7 +10,7 @@ import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { onlyQuery, parseWith } from '../http/validate.js';
 import { isLedgerEntry, ledgerEntrySchema, outboxEntryToPublic, type LedgerEntry } from '../ledger/entries.js';
-import { describeRoute, extended, listOf } from '../openapi/registry.js';
+import { describeRoute, extended, listOf, timestamp } from '../openapi/registry.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { isActive, type CustomerView, type LedgerService, type ProjectScope, type SourceState } from '../ledger/service.js';
@@ -69,7 +69,6 @@ export const ledgerQuery = z.object({
 });
 
 // The documented answers of the customer reads (src/openapi/).
-const at = z.string().datetime({ offset: true });
 const amountsShape = {
   total: z.number().int(),
   used: z.number().int(),
@@ -85,8 +84,8 @@ export const sourceSchema = z
     ...amountsShape,
     available: z.number().int().openapi({ description: '0 when the source is not active.' }),
     active: z.boolean(),
-    starts_at: at.nullable(),
-    expires_at: at.nullable(),
+    starts_at: timestamp.nullable(),
+    expires_at: timestamp.nullable(),
   })
   .strict()
   .openapi('Source');
@@ -97,12 +96,12 @@ export const customerProfileSchema = z
     name: z.string().nullable(),
     email: z.string().nullable(),
     metadata: z.record(z.unknown()).openapi({ description: '`{}` when none was given.' }),
-    created_at: at,
+    created_at: timestamp,
   })
   .strict();
 export const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema) }).openapi('Customer');
 export const balanceSchema = z
-  .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: at })
+  .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
   .strict()
   .openapi('Balance');
 export const ledgerPageSchema = listOf(ledgerEntrySchema);

@@ -3,6 +3,7 @@
  * a customer's outbox (amounts and times as strings) is src/redis/codec.ts.
  */
 import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import type { OutboxEntry } from '../redis/codec.js';
 import { detailItemSchema } from './schemas.js';
 
@@ -89,7 +90,7 @@ export const ledgerEntrySchema = z
     reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
     business_type: z.string().nullable(),
     description: z.string().nullable(),
-    created_at: z.string().datetime({ offset: true }),
+    created_at: timestamp,
   })
   .strict()
   .openapi('LedgerEntry');

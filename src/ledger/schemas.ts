@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { amount_credits_max, amountFields, type Variant } from './amounts.js';
-import { extended } from '../openapi/registry.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 export const walletNameSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'wallet names are 1-64 characters of A-Z a-z 0-9 _ . : -');
 export const identifierSchema = z.string().min(1).max(256);
@@ -223,7 +223,6 @@ export const detailItemSchema = z
   .strict()
   .openapi('DetailItem');
 
-const at = z.string().datetime({ offset: true });
 const replay = { is_idempotent_replay: z.boolean().openapi({ description: 'True when this answers an earlier identical request again.' }) };
 
 export const depositResultSchema = z
@@ -234,8 +233,8 @@ export const depositResultSchema = z
     credit_type: z.string().openapi({ description: 'The wallet.' }),
     added_amount: z.number().int(),
     total_amount: z.number().int().openapi({ description: "The wallet's total of sources active now, after the deposit." }),
-    starts_at: at.nullable(),
-    expires_at: at.nullable(),
+    starts_at: timestamp.nullable(),
+    expires_at: timestamp.nullable(),
     ...replay,
   })
   .strict()
@@ -245,7 +244,7 @@ export const depositResultSchema = z
 export const publicDepositResultSchema = extended(depositResultSchema, { wallet: z.string() }).openapi('PublicDepositResult');
 
 export const deductResultSchema = z
-  .object({ transaction_id: z.string(), deducted_amount: z.number().int(), deduct_details: z.array(detailItemSchema), deducted_at: at, ...replay })
+  .object({ transaction_id: z.string(), deducted_amount: z.number().int(), deduct_details: z.array(detailItemSchema), deducted_at: timestamp, ...replay })
   .strict()
   .openapi('DeductResult');
 
@@ -254,9 +253,9 @@ export const freezeResultSchema = z
     transaction_id: z.string(),
     frozen_amount: z.number().int(),
     freeze_details: z.array(detailItemSchema),
-    frozen_at: at,
+    frozen_at: timestamp,
     auto_settle: z.enum(['release', 'consume']).nullable(),
-    auto_settle_at: at.nullable(),
+    auto_settle_at: timestamp.nullable(),
     ...replay,
   })
   .strict()
@@ -268,13 +267,13 @@ export const consumeResultSchema = z
     consumed_amount: z.number().int(),
     returned_amount: z.number().int().openapi({ description: 'What the hold did not need, returned to its sources.' }),
     consume_details: z.array(detailItemSchema),
-    consumed_at: at,
+    consumed_at: timestamp,
     ...replay,
   })
   .strict()
   .openapi('ConsumeResult');
 
 export const unfreezeResultSchema = z
-  .object({ transaction_id: z.string(), unfrozen_amount: z.number().int(), unfreeze_details: z.array(detailItemSchema), unfrozen_at: at, ...replay })
+  .object({ transaction_id: z.string(), unfrozen_amount: z.number().int(), unfreeze_details: z.array(detailItemSchema), unfrozen_at: timestamp, ...replay })
   .strict()
   .openapi('UnfreezeResult');

@@ -146,15 +146,6 @@ export function listOf<T extends z.ZodTypeAny>(item: T) {
     .strict();
 }
 
-/** The page query of the lists: `limit` 1-500 (default 50) and an opaque `cursor`. */
-export const pageQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(500).default(50).optional(),
-  cursor: z.string().optional().openapi({ description: 'The `next_cursor` of the previous page.' }),
-});
-
-/** Decimal strings of exact amounts (USD, cents): never floats. */
-export const decimalString = z.string().regex(/^\d+(\.\d+)?$/).openapi({ description: 'An exact decimal number as a string.' });
-
 /**
  * `base` with more fields, as one strict object. zod's `.extend` of a named schema is
  * generated as `allOf` of the base and the new fields, and a strict base then refuses the

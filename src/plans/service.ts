@@ -12,7 +12,7 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import '../openapi/registry.js';
+import { timestamp } from '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
@@ -430,9 +430,9 @@ export const organizationSchema = z
     name: z.string(),
     plan: z.enum(planIds).openapi({ description: 'The plan in force now.' }),
     pending_plan: z.enum(planIds).nullable().openapi({ description: 'A downgrade that starts at `pending_plan_from`.' }),
-    pending_plan_from: z.string().datetime({ offset: true }).nullable(),
-    period_start: z.string().datetime({ offset: true }),
-    period_end: z.string().datetime({ offset: true }),
+    pending_plan_from: timestamp.nullable(),
+    period_start: timestamp,
+    period_end: timestamp,
     billable_ops: z.number().int(),
     included_ops: z.number().int().nullable().openapi({ description: 'Null for `enterprise`.' }),
     overage_ops: z.number().int(),

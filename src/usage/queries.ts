@@ -3,7 +3,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { creditsToUsd } from '../ledger/amounts.js';
 import { detailItemSchema } from '../ledger/schemas.js';
-import { extended } from '../openapi/registry.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 const usageRow = z.object({
   id: z.string(),
@@ -124,7 +124,7 @@ export const usageRecordResponseSchema = z
     cost_credits: z.number().int(),
     cost_usd: z.string().openapi({ description: 'Exact decimal string.' }),
     latency_ms: z.number().int(),
-    created_at: z.string().datetime({ offset: true }),
+    created_at: timestamp,
   })
   .strict()
   .openapi('UsageRecord');
