@@ -7,7 +7,8 @@ import { writeFileSync } from 'node:fs';
 import '../http/app.js';
 import { openApiDocument } from '../openapi/routes.js';
 
-const text = `${JSON.stringify(openApiDocument(), null, 2)}\n`;
+// Compact: `npm run build` writes the file that the compiled service answers as it is.
+const text = JSON.stringify(openApiDocument());
 const file = process.argv[2];
 if (file === undefined) process.stdout.write(text);
 else writeFileSync(file, text);
