@@ -287,3 +287,34 @@ describeRoute({
     503: { description: 'Redis is down (`status: "down"`)', schema: healthSchema },
   },
 });
+
+const probe = z.object({ status: z.literal('ok') }).strict();
+export const readinessSchema = z
+  .object({
+    status: z.enum(['ready', 'not_ready', 'stopping']),
+    checks: z.object({ redis: z.union([probe, down]), postgres: z.union([probe, down]) }).strict().optional().openapi({ description: 'Absent once the process is stopping.' }),
+  })
+  .strict()
+  .openapi('Readiness');
+
+describeRoute({
+  method: 'GET',
+  path: '/health/live',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Liveness probe',
+  description: '200 as long as the process can answer at all.',
+  responses: { 200: { description: 'The process answers', schema: z.object({ status: z.literal('live') }).strict() } },
+});
+describeRoute({
+  method: 'GET',
+  path: '/health/ready',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Readiness probe',
+  description: `Whether a load balancer should send this process new requests: 503 once it is stopping, or while Redis or PostgreSQL does not answer within ${ready_check_timeout_ms} ms.`,
+  responses: {
+    200: { description: '`ready`', schema: readinessSchema },
+    503: { description: '`not_ready` or `stopping`', schema: readinessSchema },
+  },
+});

@@ -17,6 +17,10 @@ const gatewayHeaders = z.object({
   'X-Service-Wallet': z.string().optional().openapi({ description: 'The wallet billed (default: the variant\'s, `credits` in B, `default` in A).' }),
   'X-Service-Trace-Id': z.string().optional().openapi({ description: 'Echoed, and kept on the usage record.' }),
   'Idempotency-Key': z.string().optional().openapi({ description: "The customer's key for this call: a later call with it is 409 `idempotency_key_reused`." }),
+  'X-Service-Stream-Billing': z
+    .string()
+    .optional()
+    .openapi({ description: '`trailers` (default) or `inline`: a stream\'s billing figures also go in its final usage event, as `service_billing`.' }),
 });
 const message = z.object({ role: z.string(), content: z.unknown() }).passthrough();
 const chatBody = z

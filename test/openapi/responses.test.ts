@@ -82,6 +82,8 @@ async function exercise(): Promise<void> {
 
   await call('GET', '/health', '/health');
   await call('GET', '/openapi.json', '/openapi.json');
+  await call('GET', '/health/live', '/health/live');
+  await call('GET', '/health/ready', '/health/ready');
 
   // Management: an enterprise plan first, so that no plan limit stops the calls below.
   const owner = await addMember(svc, p, 'owner');
@@ -151,6 +153,8 @@ async function exercise(): Promise<void> {
   const chat = { model: 'gpt-test', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 50 };
   const g1 = await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: p.projectKey, headers: { 'x-service-customer': 'alice', 'x-service-trace-id': 'trace-1' }, body: chat });
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: aliceKey, body: { ...chat, stream: true } });
+  await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: aliceKey, headers: { 'x-service-stream-billing': 'inline' }, body: { ...chat, stream: true } });
+  await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: aliceKey, headers: { 'x-service-stream-billing': 'sideways' }, body: chat });
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: p.projectKey, body: chat });
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { ...chat, model: 'nope' } });
   await call('POST', '/v1/messages', '/v1/messages', {
