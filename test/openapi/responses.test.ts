@@ -5,6 +5,8 @@
  * body is validated (ajv, JSON Schema 2020-12) against the schema the document gives for
  * that operation and status. Each operation must have answered at least one success that
  * matches, and every error answered on the way must match the error the document lists.
+ * A new operation needs a call here. OPENAPI_DUMP=1 writes every answer to
+ * .tmp/openapi-answers.json, to write a response schema from real answers.
  */
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
