@@ -86,6 +86,7 @@ async function exercise(): Promise<void> {
   await call('GET', '/openapi.json', '/openapi.json');
   await call('GET', '/health/live', '/health/live');
   await call('GET', '/health/ready', '/health/ready');
+  await call('GET', '/metrics', '/metrics');
 
   // Management: an enterprise plan first, so that no plan limit stops the calls below.
   const owner = await addMember(svc, p, 'owner');
