@@ -4,6 +4,7 @@ import express, { type RequestHandler } from 'express';
 import { managementOperations } from '../admin/operations.js';
 import { adminRoutes, dashboardApiRoutes, dashboardSessions } from '../admin/routes.js';
 import { dashboardPages } from '../dashboard/routes.js';
+import { docsRoutes } from '../openapi/routes.js';
 import { customerRoutes } from '../customers/routes.js';
 import { profileRoutes } from '../customers/profile.js';
 import { health, readiness } from '../health.js';
@@ -104,6 +105,8 @@ export function createApi(rt: Runtime): Api {
   app.use(dashboardApiRoutes(sessions, management));
   // The dashboard's page: server-rendered screens over the same operations (src/dashboard/).
   app.use(dashboardPages(rt, sessions, management));
+  // The API's OpenAPI document and its reference page (src/openapi/).
+  app.use(docsRoutes());
   app.use(notFound);
   const onError = errorHandler(rt.logger, rt.metrics);
   app.use(onError);

@@ -20,6 +20,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import '../openapi/registry.js';
 import { ledgerEntryRow } from '../ledger/queries.js';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, type LedgerEntryType } from '../ledger/entries.js';
@@ -761,3 +762,29 @@ export async function reconcile(
   }
   return report;
 }
+
+// The documented answer (src/openapi/).
+const customerOf = { project_id: z.string(), customer_id: z.string() };
+export const reconcileReportSchema = z
+  .object({
+    customers_checked: z.number().int(),
+    customers_with_drift: z.number().int(),
+    customers_repaired: z.number().int(),
+    drift: z.array(
+      z
+        .object({
+          ...customerOf,
+          field: z.string().openapi({ description: 'What differs: `customer`, `meta.<field>`, `source[.<field>]`, `transaction[.<field>]`, `deposit[.<field>]`, `ttl`, `txidx`, `depidx` or `ledger.seq`.' }),
+          source: z.string().optional(),
+          transaction_id: z.string().optional(),
+          idempotency_key: z.string().optional(),
+          redis: z.unknown(),
+          expected: z.unknown(),
+        })
+        .openapi('Drift'),
+    ),
+    errors: z.array(z.object({ ...customerOf, message: z.string(), permanent: z.boolean() }).strict()),
+    anomalies: z.array(z.object({ ...customerOf, message: z.string() }).strict()),
+  })
+  .strict()
+  .openapi('ReconcileReport');
