@@ -4,7 +4,7 @@
  * the route descriptions, which loading the app's modules registers.
  */
 import { writeFileSync } from 'node:fs';
-import '../http/app.js';
+import '../app.js';
 import { openApiDocument } from '../openapi/routes.js';
 
 // Compact: `npm run build` writes the file that the compiled service answers as it is.

@@ -1,6 +1,6 @@
 /**
  * Plan counting from in-process leases, the way the rate limiter takes its budget in
- * chunks (src/keys/rate-limit.ts): a process takes a lease of up to lease_ops_max
+ * chunks (src/http/rate-limit.ts): a process takes a lease of up to lease_ops_max
  * billable operations of an organization's period in one script (lua/plan_lease-3.lua),
  * serves operations from it in memory, and tops it up in the background before it runs
  * out, so an operation normally costs no Redis command for its count and no process

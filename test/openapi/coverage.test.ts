@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { managementOperations } from '../../src/admin/operations.js';
-import { createApi } from '../../src/http/app.js';
+import { createApi } from '../../src/app.js';
 import { openApiPath } from '../../src/openapi/registry.js';
 import { openApiDocument } from '../../src/openapi/routes.js';
 import { startTestService, type TestService } from '../helpers.js';
