@@ -42,6 +42,18 @@ export interface PersistHooks extends OutboxHooks {
   persisted?(bases: string[]): Promise<void>;
 }
 
+/** Members grouped by the key they go to, each once, in first-seen order. */
+export function groupByKey(members: readonly string[], keyOf: (m: string) => string): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const m of new Set(members)) {
+    const key = keyOf(m);
+    const list = out.get(key);
+    if (list) list.push(m);
+    else out.set(key, [m]);
+  }
+  return out;
+}
+
 export class PersistLoop {
   private running = false;
   private loop: Promise<void> | undefined;
@@ -113,8 +125,9 @@ export class PersistLoop {
     const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / this.popCount)));
     const r = await this.outbox.persist(popped, perCustomer);
     const again = [...r.full, ...r.failed];
-    // One command each (auto-pipelined): the shards are different slots.
-    if (again.length > 0) await Promise.all(again.map((b) => this.redis.sadd(dirtyKeyOf(this.prefix, b), b)));
+    // One SADD per shard with all of its customers (auto-pipelined: the shards are
+    // different slots), not one per customer.
+    if (again.length > 0) await Promise.all([...groupByKey(again, (b) => dirtyKeyOf(this.prefix, b))].map(([key, members]) => this.redis.sadd(key, ...members)));
     if (r.persisted.length > 0 && this.hooks.persisted) {
       await this.hooks.persisted(r.persisted).catch((err: unknown) => this.logger.error({ err }, 'customers not handed to the trim; their records stay until they are persisted again'));
     }
