@@ -13,6 +13,7 @@ import { reconcile } from '../src/reconcile/reconcile.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';
+import { CopyEntryWriter } from '../src/ledger/copy-writer.js';
 import { sweep } from './sweep.js';
 import { Invoicing } from '../src/billing/invoices.js';
 
@@ -38,6 +39,8 @@ export const close_periods_job = 'close-periods';
 
 export async function startWorkers(rt: Runtime): Promise<Workers> {
   const { config, logger } = rt;
+  // The persist loop writes plain ledger entries with COPY on a connection of its own.
+  const writer = new CopyEntryWriter(config.DATABASE_URL, rt.ledgerQueries, logger);
   const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger, {
     isReady: () => rt.generation.verified,
     recordProjects: projectRecorder(rt),
@@ -50,7 +53,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
       if (report.errors.length > 0) throw new Error(report.errors[0].message);
     },
     persisted: (bases) => rt.retention.persisted(bases),
-  });
+  }, writer);
   persist.start();
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();
@@ -106,6 +109,7 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
         clearTimeout(timer);
         if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
         await Promise.all([persist.stop(), trim.stop()]);
+        await writer.close();
       })();
       return stopping;
     },

@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../src/redis/client.js';
 import { LedgerOutbox, outbox_read_count_max, type OutboxHooks } from '../src/ledger/outbox.js';
 import type { LedgerQueries } from '../src/ledger/queries.js';
+import type { EntryWriter } from '../src/ledger/copy-writer.js';
 import { dirty_shards, dirtyKey, dirtyKeyOf } from '../src/redis/keys.js';
 
 /** Customers popped per pass without a backlog, and at most under one. */
@@ -70,8 +71,9 @@ export class PersistLoop {
     private readonly idleMs: number,
     private readonly logger: Logger,
     private readonly hooks: PersistHooks = {},
+    writer?: EntryWriter,
   ) {
-    this.outbox = new LedgerOutbox(redis, queries, prefix, logger, hooks);
+    this.outbox = new LedgerOutbox(redis, queries, prefix, logger, hooks, writer);
   }
 
   start(): void {
