@@ -20,7 +20,11 @@ import { dirty_shards, dirtyKey, dirtyKeyOf } from '../src/redis/keys.js';
 /** Customers popped per pass without a backlog, and at most under one. */
 export const dirty_pop_count_min = 64;
 export const dirty_pop_count_max = 1_024;
-/** The most entries one pass copies (the reads per customer shrink as the pop grows). */
+/**
+ * The most entries one pass copies: the read per customer is this divided by the customers
+ * the pop found (not by how many it asked for), so that a backlog in a few customers'
+ * outboxes is taken in large reads rather than in many small passes.
+ */
 export const persist_pass_entries_max = 8_192;
 /**
  * Below this many entries in a pass, the loop waits persist_batch_wait_ms before the next,
@@ -124,7 +128,7 @@ export class PersistLoop {
     const pops = await Promise.all(counts.map((count, shard) => (count === 0 ? Promise.resolve([]) : this.redis.spop(dirtyKey(this.prefix, shard), count))));
     const popped = pops.flat();
     if (popped.length === 0) return { moved: 0, backlog: false, failed: false };
-    const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / this.popCount)));
+    const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / popped.length)));
     const r = await this.outbox.persist(popped, perCustomer);
     const again = [...r.full, ...r.failed];
     // One SADD per shard with all of its customers (auto-pipelined: the shards are
