@@ -36,6 +36,11 @@ export const copy_columns = [
 ] as const;
 const copy_statement = `COPY ledger_entries (${copy_columns.join(', ')}) FROM STDIN`;
 
+/** As the pool's connectionTimeout (src/db/pool.ts). */
+const copy_connect_timeout_ms = 5_000;
+/** How long past statement_timeout a COPY without any answer is given before its connection is cut. */
+const copy_silence_margin_ms = 5_000;
+
 /** Bytes of COPY data sent per write to the stream (the rows are built in pieces of this size). */
 const copy_chunk_chars = 64 * 1024;
 
@@ -92,6 +97,8 @@ export class CopyEntryWriter implements EntryWriter {
     private readonly queries: Pick<LedgerQueries, 'insertEntries'>,
     private readonly logger: Logger,
     private readonly statementTimeoutMs = 30_000,
+    /** How the connection shows in pg_stat_activity. */
+    private readonly applicationName = 'persist-copy',
   ) {}
 
   async insertEntries(entries: OutboxEntry[]): Promise<number> {
@@ -118,10 +125,17 @@ export class CopyEntryWriter implements EntryWriter {
   private async copy(sorted: OutboxEntry[]): Promise<number> {
     const client = await this.connect();
     const stream = client.query(copyFrom(copy_statement));
+    // statement_timeout bounds the server's side; a connection that goes silent (no answer,
+    // no error) is cut a little later, so that the batch goes to the statement path.
+    let timer: NodeJS.Timeout | undefined;
     const done = new Promise<void>((resolve, reject) => {
       stream.once('finish', resolve);
       stream.once('error', reject);
-    });
+      timer = setTimeout(() => {
+        reject(new Error(`COPY of ledger entries had no answer in ${this.statementTimeoutMs + copy_silence_margin_ms} ms`));
+        this.drop(client);
+      }, this.statementTimeoutMs + copy_silence_margin_ms);
+    }).finally(() => clearTimeout(timer));
     let chunk = '';
     for (const e of sorted) {
       chunk += copyRow(e);
@@ -138,12 +152,14 @@ export class CopyEntryWriter implements EntryWriter {
   private connect(): Promise<pg.Client> {
     if (this.client) return Promise.resolve(this.client);
     this.connecting ??= (async () => {
-      const client = new pg.Client({ connectionString: this.databaseUrl, statement_timeout: this.statementTimeoutMs, application_name: 'persist-copy' });
+      const client = new pg.Client({
+        connectionString: this.databaseUrl, statement_timeout: this.statementTimeoutMs, connectionTimeoutMillis: copy_connect_timeout_ms,
+        application_name: this.applicationName,
+      });
       // A connection that breaks is dropped; the next batch opens another.
       client.on('error', (err) => {
         this.logger.warn({ err }, 'the COPY connection broke; the next batch opens another');
-        if (this.client === client) this.client = undefined;
-        client.end().catch(() => undefined);
+        this.drop(client);
       });
       client.on('end', () => {
         if (this.client === client) this.client = undefined;
@@ -160,6 +176,13 @@ export class CopyEntryWriter implements EntryWriter {
       return client;
     })();
     return this.connecting;
+  }
+
+  /** Forgets a connection and closes its socket (whatever it was doing fails). */
+  private drop(client: pg.Client): void {
+    if (this.client === client) this.client = undefined;
+    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+    client.end().catch(() => undefined);
   }
 
   async close(): Promise<void> {

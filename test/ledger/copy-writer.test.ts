@@ -3,8 +3,8 @@
  * statement path writes, column for column; a repeated batch (the worker died between the
  * commit and the outbox trim) and a batch that overlaps one already written insert each
  * entry once; a COPY cut off half-way (the connection dies mid-stream) leaves nothing, and
- * the batch written again afterwards lands whole, once; batches with deposits or usage
- * records take the statement path.
+ * the batch written again afterwards lands whole, once; a connection cut between batches
+ * costs nothing; batches with deposits or usage records take the statement path.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -23,7 +23,7 @@ let writer: CopyEntryWriter;
 beforeAll(async () => {
   svc = await startTestService();
   p = await svc.project('B');
-  writer = new CopyEntryWriter(svc.rt.config.DATABASE_URL, svc.rt.ledgerQueries, svc.rt.logger);
+  writer = new CopyEntryWriter(svc.rt.config.DATABASE_URL, svc.rt.ledgerQueries, svc.rt.logger, 30_000, `persist-copy-test-${svc.rt.config.REDIS_PREFIX}`);
 });
 afterAll(async () => {
   await writer.close();
@@ -126,6 +126,21 @@ describe('the COPY writer', () => {
     expect(await writer.insertEntries(entries)).toBe(entries.length);
     const written = await rows('cw3');
     expect(written.map((r) => Number(r.seq))).toEqual(Array.from({ length: entries.length + 1 }, (_, i) => i + 1));
+  });
+
+  it('writes through a connection that was cut between two batches, then copies on a new one', async () => {
+    const [deposit, ...entries] = await customerWithEntries('cw5', 4);
+    await writer.insertEntries([deposit]);
+    expect(await writer.insertEntries(entries.slice(0, 2))).toBe(2);
+    const killed = await svc.rt.db.anyFirst(sql.unsafe`
+      SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ${`persist-copy-test-${svc.rt.config.REDIS_PREFIX}`} AND datname = current_database()`);
+    expect(killed.length).toBeGreaterThan(0);
+    // The batch is written, by the statement path if the COPY found its connection dead.
+    expect(await writer.insertEntries(entries.slice(2, 4))).toBe(2);
+    const before = { ...writer.stats };
+    expect(await writer.insertEntries(entries.slice(4))).toBe(entries.length - 4);
+    expect(writer.stats.copied).toBe(before.copied + 1);
+    expect(await rows('cw5')).toHaveLength(entries.length + 1);
   });
 
   it('writes nothing of a batch one of whose entries PostgreSQL refuses, and the good ones after', async () => {
