@@ -123,6 +123,17 @@ export class CopyEntryWriter implements EntryWriter {
   }
 
   private async copy(sorted: OutboxEntry[]): Promise<number> {
+    // The data first: an entry that cannot be written fails here, before the COPY starts.
+    const chunks: string[] = [];
+    let chunk = '';
+    for (const e of sorted) {
+      chunk += copyRow(e);
+      if (chunk.length >= copy_chunk_chars) {
+        chunks.push(chunk);
+        chunk = '';
+      }
+    }
+    chunks.push(chunk);
     const client = await this.connect();
     const stream = client.query(copyFrom(copy_statement));
     // statement_timeout bounds the server's side; a connection that goes silent (no answer,
@@ -135,17 +146,14 @@ export class CopyEntryWriter implements EntryWriter {
         reject(new Error(`COPY of ledger entries had no answer in ${this.statementTimeoutMs + copy_silence_margin_ms} ms`));
         this.drop(client);
       }, this.statementTimeoutMs + copy_silence_margin_ms);
-    }).finally(() => clearTimeout(timer));
-    let chunk = '';
-    for (const e of sorted) {
-      chunk += copyRow(e);
-      if (chunk.length >= copy_chunk_chars) {
-        stream.write(chunk);
-        chunk = '';
-      }
+    });
+    for (const c of chunks) stream.write(c);
+    stream.end();
+    try {
+      await done;
+    } finally {
+      clearTimeout(timer);
     }
-    stream.end(chunk);
-    await done;
     return stream.rowCount;
   }
 

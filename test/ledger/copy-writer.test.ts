@@ -150,7 +150,12 @@ describe('the COPY writer', () => {
     const bad = { ...entries[entries.length - 1], amount: '0' };
     await expect(writer.insertEntries([...entries.slice(0, -1), bad])).rejects.toThrow();
     expect(await rows('cw4')).toHaveLength(1);
+    // An entry that cannot even be put into COPY's format (a time that is no number)
+    // fails before the COPY starts, and leaves the connection usable.
+    await expect(writer.insertEntries([{ ...entries[0], at: 'x' }])).rejects.toThrow();
+    const before = { ...writer.stats };
     expect(await writer.insertEntries(entries)).toBe(entries.length);
+    expect(writer.stats.copied).toBe(before.copied + 1);
     expect(await rows('cw4')).toHaveLength(entries.length + 1);
   });
 });
