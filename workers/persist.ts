@@ -27,14 +27,25 @@ export const dirty_pop_count_max = 1_024;
  */
 export const persist_pass_entries_max = 8_192;
 /**
- * Below this many entries in a pass, the loop waits persist_batch_wait_ms before the next,
- * so that under light load a pass carries more than one entry: its fixed cost (the
- * dirty-set pop, the outbox reads and trims, BEGIN and COMMIT) is paid once for all of
- * them. PostgreSQL then trails Redis by about that wait; reads never notice (they merge
- * the outbox).
+ * Below this many entries in a pass, the loop waits before the next, so that under light
+ * load a pass carries more than a few entries: its fixed cost (the dirty-set pops, a read
+ * and a trim per customer, the write's round trips) is paid once for all of them. The
+ * wait is what the last pass's rate says the next needs to carry about this many
+ * entries, within persist_batch_wait_ms and persist_batch_wait_max_ms. PostgreSQL then
+ * trails Redis by about that wait; reads never notice (they merge the outbox).
  */
 export const persist_batch_grow_below = 256;
 export const persist_batch_wait_ms = 40;
+export const persist_batch_wait_max_ms = 250;
+
+/**
+ * The wait after a small pass that moved `moved` entries (those that came in over
+ * `sinceLastMs`, the time since the previous pass started) and took `tookMs`.
+ */
+export function batchWaitMs(moved: number, sinceLastMs: number, tookMs: number): number {
+  const want = moved > 0 ? (persist_batch_grow_below * Math.max(sinceLastMs, 1)) / moved - tookMs : persist_batch_wait_max_ms;
+  return Math.round(Math.min(persist_batch_wait_max_ms, Math.max(persist_batch_wait_ms, want)));
+}
 /** Pause after a failed pass, or a pass in which a customer's entries were refused. */
 export const persist_retry_wait_ms = 1_000;
 /** Pause of the loop while the Redis generation is not verified (src/redis/generation.ts). */
@@ -66,6 +77,8 @@ export class PersistLoop {
   private popCount = dirty_pop_count_min;
   /** The shard that takes the first of a pass's remainder; moves by one each pass. */
   private firstShard = 0;
+  /** When the previous pass started (the entries of a pass came in since then). */
+  private lastPassAt = Date.now();
   readonly outbox: LedgerOutbox;
 
   constructor(
@@ -99,6 +112,9 @@ export class PersistLoop {
         continue;
       }
       let pass = { moved: 0, backlog: false, failed: false };
+      const started = Date.now();
+      const sinceLast = started - this.lastPassAt;
+      this.lastPassAt = started;
       try {
         pass = await this.pass();
       } catch (err) {
@@ -109,7 +125,7 @@ export class PersistLoop {
       // pause the loop would retry it at once, forever, while the refusal lasts.
       if (pass.failed) await this.sleep(persist_retry_wait_ms);
       else if (pass.backlog) continue;
-      else await this.sleep(pass.moved === 0 ? this.idleMs : persist_batch_wait_ms);
+      else await this.sleep(pass.moved === 0 ? this.idleMs : batchWaitMs(pass.moved, sinceLast, Date.now() - started));
     }
   }
 
