@@ -141,7 +141,8 @@ export class CopyEntryWriter implements EntryWriter {
     let timer: NodeJS.Timeout | undefined;
     const done = new Promise<void>((resolve, reject) => {
       stream.once('finish', resolve);
-      stream.once('error', reject);
+      // on, not once: a second error (the connection cut after the first) must not go unheard.
+      stream.on('error', reject);
       timer = setTimeout(() => {
         reject(new Error(`COPY of ledger entries had no answer in ${this.statementTimeoutMs + copy_silence_margin_ms} ms`));
         this.drop(client);
