@@ -1,0 +1,51 @@
+/**
+ * The service the docs' examples run against: what `npm start` sets up on an empty
+ * database (the demo organization, project, keys, funded demo customer and the two demo
+ * models on a mock upstream), in a test service of its own.
+ */
+import { randomBytes } from 'node:crypto';
+import { bootstrapDemo } from '../../src/bootstrap.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { startTestService, type TestService } from '../helpers.js';
+import { parseExamples, runExample, type Example, type ExampleEnv } from './examples.js';
+
+export const doc_files = ['docs/API.md', 'docs/GUIDE.md'];
+
+export interface DocsFixture {
+  svc: TestService;
+  mock: MockUpstream;
+  env: ExampleEnv;
+  /** Runs one example, once the workers have persisted what came before (usage lists read PostgreSQL). */
+  run(ex: Example): Promise<string>;
+  close(): Promise<void>;
+}
+
+export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
+  const mock = await startMockUpstream({ port: 0 });
+  const svc = await startTestService({ workers: true, config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
+  const demo = await bootstrapDemo(svc.rt, mock.url);
+  const env: ExampleEnv = {
+    BASE_URL: svc.url,
+    API_KEY: demo.project_key,
+    ADMIN_KEY: demo.admin_key,
+    CUSTOMER_KEY: demo.customer_key,
+    PROJECT_ID: demo.project_id,
+  };
+  return {
+    svc,
+    mock,
+    env,
+    async run(ex) {
+      await svc.drained();
+      return runExample(ex, env, repoRoot);
+    },
+    async close() {
+      await svc.close();
+      await mock.close();
+    },
+  };
+}
+
+export function examplesOf(file: string, markdown: string): Example[] {
+  return parseExamples(file, markdown);
+}
