@@ -84,6 +84,10 @@ export interface ExampleEnv {
   ADMIN_KEY: string;
   CUSTOMER_KEY: string;
   PROJECT_ID: string;
+  /** The mock upstream's address, as npm start's `http://127.0.0.1:4010/v1`. */
+  MOCK_URL: string;
+  /** The `X-Service-Transaction-Id` of the last gateway call an example printed. */
+  TRANSACTION_ID: string;
 }
 
 const statusMarker = '@@docs-status ';
@@ -128,14 +132,11 @@ function formatCurl(stdout: string, withHeaders: boolean): string {
     const head = rest.slice(0, end).split('\n').slice(1);
     rest = rest.slice(end + 2);
     // Trailers come after the body, as curl prints them: header lines at its end.
-    const trailerAt = rest.search(/\n[A-Za-z][A-Za-z0-9-]*: [^\n]*\n?$/);
-    let trailers: string[] = [];
-    if (trailerAt >= 0 && !rest.trimStart().startsWith('{')) {
-      const tail = rest.slice(trailerAt + 1).split('\n').filter(Boolean);
-      const firstTrailer = tail.findIndex((l) => /^[A-Za-z][A-Za-z0-9-]*: /.test(l));
-      trailers = tail.slice(firstTrailer);
-      rest = rest.slice(0, trailerAt + 1) + tail.slice(0, firstTrailer).join('\n');
-    }
+    const bodyLines = rest.trimEnd().split('\n');
+    let k = bodyLines.length;
+    while (k > 0 && /^[A-Za-z][A-Za-z0-9-]*: /.test(bodyLines[k - 1])) k--;
+    const trailers = k < bodyLines.length && !rest.trimStart().startsWith('{') ? bodyLines.slice(k) : [];
+    if (trailers.length) rest = bodyLines.slice(0, k).join('\n');
     for (const h of head) if (!noise_headers.has(h.slice(0, h.indexOf(':')).toLowerCase())) lines.push(h);
     lines.push('', formatBody(rest));
     if (trailers.length) lines.push('', ...trailers);

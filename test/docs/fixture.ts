@@ -30,6 +30,8 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     ADMIN_KEY: demo.admin_key,
     CUSTOMER_KEY: demo.customer_key,
     PROJECT_ID: demo.project_id,
+    MOCK_URL: mock.url,
+    TRANSACTION_ID: '',
   };
   return {
     svc,
@@ -37,7 +39,11 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     env,
     async run(ex) {
       await svc.drained();
-      return runExample(ex, env, repoRoot);
+      const answer = await runExample(ex, env, repoRoot);
+      // $TRANSACTION_ID: the last gateway call's, for the receipt examples.
+      const tx = /^X-Service-Transaction-Id: (\S+)$/im.exec(answer);
+      if (tx) env.TRANSACTION_ID = tx[1];
+      return answer;
     },
     async close() {
       await svc.close();
