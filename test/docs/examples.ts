@@ -16,7 +16,8 @@
  *     ```
  *
  * A `bash` command is one curl command run by bash with $BASE_URL, $API_KEY (project
- * key), $ADMIN_KEY, $CUSTOMER_KEY and $PROJECT_ID set from the live service; its answer is
+ * key), $ADMIN_KEY, $CUSTOMER_KEY, $PROJECT_ID, $MOCK_URL and the ids of ExampleEnv set
+ * from the live service; its answer is
  * the status line, the headers when the command prints them (`-i`), then the body. A `ts`
  * command is a complete TypeScript program run with tsx, with the same environment; its
  * answer (a `text` block) is what it prints. Examples run in document order, one file
@@ -88,6 +89,9 @@ export interface ExampleEnv {
   MOCK_URL: string;
   /** The `X-Service-Transaction-Id` of the last gateway call an example printed. */
   TRANSACTION_ID: string;
+  /** The ids of the last key and member an example created (answered 201). */
+  KEY_ID: string;
+  MEMBER_ID: string;
 }
 
 const statusMarker = '@@docs-status ';

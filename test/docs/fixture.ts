@@ -32,6 +32,8 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     PROJECT_ID: demo.project_id,
     MOCK_URL: mock.url,
     TRANSACTION_ID: '',
+    KEY_ID: '',
+    MEMBER_ID: '',
   };
   return {
     svc,
@@ -43,6 +45,11 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
       // $TRANSACTION_ID: the last gateway call's, for the receipt examples.
       const tx = /^X-Service-Transaction-Id: (\S+)$/im.exec(answer);
       if (tx) env.TRANSACTION_ID = tx[1];
+      // $KEY_ID, $MEMBER_ID: the last key and member an example created.
+      const key = /^ {2}"id": "(key_[^"]+)"/m.exec(answer);
+      if (key && answer.startsWith('HTTP/1.1 201')) env.KEY_ID = key[1];
+      const member = /^ {2}"id": "(mem_[^"]+)"/m.exec(answer);
+      if (member && answer.startsWith('HTTP/1.1 201')) env.MEMBER_ID = member[1];
       return answer;
     },
     async close() {
