@@ -5,8 +5,10 @@
  * The format and the runner: test/docs/examples.ts; the answers are written by
  * `npx tsx scripts/docs-examples.ts`.
  */
-import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compareAnswers, parseExamples, type Example } from './examples.js';
 import { doc_files, startDocsFixture, type DocsFixture } from './fixture.js';
@@ -37,6 +39,31 @@ describe.sequential.each(doc_files)('%s', (file) => {
       const live = await fixture.run(ex);
       expect(compareAnswers(ex, ex.answer ?? '', live)).toEqual([]);
     });
+  }
+});
+
+// tsx runs the programs without checking their types; tsc checks them, strictly, as a reader's project would.
+it('the TypeScript programs of the docs type-check', { timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(root, '.docs-example-'));
+  try {
+    const files: string[] = [];
+    for (const file of doc_files) {
+      for (const ex of parseExamples(file, readFileSync(resolve(root, file), 'utf8'))) {
+        if (ex.lang !== 'ts') continue;
+        files.push(join(dir, `${ex.name}.ts`));
+        writeFileSync(files.at(-1)!, ex.command);
+      }
+    }
+    expect(files.length).toBeGreaterThan(0);
+    const tsc = join(root, 'node_modules/.bin/tsc');
+    const args = ['--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', ...files];
+    const result = await promisify(execFile)(tsc, args, { cwd: root }).then(
+      () => '',
+      (err: { stdout?: string }) => err.stdout ?? String(err),
+    );
+    expect(result).toBe('');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
