@@ -3,10 +3,13 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { createApi } from './http/app.js';
 import type { Runtime } from './runtime.js';
+import { serveMetrics, type MetricsServer } from './metrics/stores.js';
 
 export interface RunningServer {
   url: string;
   port: number;
+  /** GET /metrics on a port of its own (METRICS_PORT); null when the API's port serves it. */
+  metrics: MetricsServer | null;
   /** Stops at once: every connection is closed, whatever it was doing. */
   close(): Promise<void>;
   /**
@@ -39,15 +42,23 @@ export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.confi
   server.keepAliveTimeout = 65_000;
   const actual = (server.address() as AddressInfo).port;
   rt.logger.info({ port: actual, host }, 'API listening');
+  const metricsPort = rt.config.METRICS_PORT;
+  const metrics = metricsPort === undefined ? null : await serveMetrics(rt.metrics, metricsPort, rt.config.METRICS_HOST ?? host);
+  if (metrics) rt.logger.info({ port: metrics.port }, 'metrics listening');
   let draining: Drain | null = null;
   return {
     url: `http://${host}:${actual}`,
     port: actual,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
+    metrics,
+    close: async () => {
+      await Promise.all([
+        new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          server.closeAllConnections();
+        }),
+        metrics?.close(),
+      ]);
+    },
     drain(graceMs) {
       draining ??= drainServer(server, api.listener, graceMs);
       return draining;

@@ -22,6 +22,7 @@ import type { GatewayModel } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { Endpoint } from './request.js';
 import type { InFlight } from '../lifecycle.js';
+import type { Metrics } from '../metrics/metrics.js';
 
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
@@ -102,9 +103,11 @@ export interface Call {
   requestBytes: number;
   /** A settlement was sent: the call may be billed even if no reply came. */
   settleTried: boolean;
+  /** When the call was sent upstream (performance.now()); 0 until then. */
+  upstreamStartedAt: number;
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried'> & {
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
   explicitMax: number | null;
   rawBytes: number;
   idempotencyKey: string;
@@ -134,6 +137,7 @@ function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold
     outputTokens,
     requestBytes: c.rawBytes,
     settleTried: false,
+    upstreamStartedAt: 0,
   };
 }
 
@@ -147,8 +151,31 @@ export class GatewayBilling {
       logger: Logger;
       /** Counts the background sends of retryLater, for a shutdown to wait for (src/shutdown.ts). */
       inFlight?: InFlight;
+      metrics?: Metrics;
     },
   ) {}
+
+  /**
+   * The upstream's answer ended (or failed): its time in svc_gateway_upstream_duration_seconds,
+   * once per call, when it was sent.
+   */
+  private upstreamEnded(call: Call): void {
+    if (call.upstreamStartedAt === 0 || !this.deps.metrics) return;
+    this.deps.metrics.model(call.model.id).upstream[call.stream ? 1 : 0].observe((performance.now() - call.upstreamStartedAt) / 1000);
+    call.upstreamStartedAt = 0;
+  }
+
+  /** What a settled call billed, in the token, cost and shortfall counters of its model. */
+  private billed(modelId: string, usage: Usage, cost: number, shortfall: number): void {
+    if (!this.deps.metrics) return;
+    const m = this.deps.metrics.model(modelId);
+    if (usage.input > 0) m.inputTokens.inc(usage.input);
+    if (usage.output > 0) m.outputTokens.inc(usage.output);
+    if (usage.cacheRead > 0) m.cacheReadTokens.inc(usage.cacheRead);
+    if (usage.cacheWrite > 0) m.cacheWriteTokens.inc(usage.cacheWrite);
+    if (cost > 0) m.cost.inc(cost);
+    if (shortfall > 0) m.shortfall.inc(shortfall);
+  }
 
   /**
    * Claims the call's Idempotency-Key for `transactionId` in the project's bucketed
@@ -250,6 +277,7 @@ export class GatewayBilling {
             this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
           } else if (script === 'gateway_settle') {
             this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+            this.billedInBackground(call, send.args);
           }
           return;
         } catch (err) {
@@ -266,6 +294,17 @@ export class GatewayBilling {
         }
       }
     })().finally(() => inFlight?.end());
+  }
+
+  /** The counters of a settlement confirmed in the background, from its usage record (shortfall unknown there). */
+  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>): void {
+    try {
+      const r = JSON.parse(String(args.usageRecord)) as UsageRecordInput;
+      const usage: Usage = { input: r.input_tokens, output: r.output_tokens, cacheRead: r.cache_read_tokens, cacheWrite: r.cache_write_tokens };
+      this.billed(call.model.id, usage, Number(args.cost), 0);
+    } catch {
+      // The record is ours; a counter is not worth an error here.
+    }
   }
 
   /** The usage record of a call that is not billed, as JSON for the release script. */
@@ -313,6 +352,7 @@ export class GatewayBilling {
    * settled, or may have (or will, in the background).
    */
   async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
+    this.upstreamEnded(call);
     const cost = costOf(usage, call.model.prices);
     const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
     const args: CustomerScriptArgs<'gateway_settle'> = { transactionId: call.transactionId, cost, usageRecord: JSON.stringify(record), modelId: call.model.id };
@@ -339,6 +379,7 @@ export class GatewayBilling {
     if (reply[0] === ScriptStatus.AccountNotFound) throw scriptError('gateway_settle', reply[0]);
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
     const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
+    this.billed(call.model.id, usage, Number(r.cost), Number(r.shortfall));
     if (Number(r.shortfall) > 0) {
       this.deps.logger.warn({ transactionId: call.transactionId, cost, shortfall: Number(r.shortfall) }, 'gateway call cost more than the wallet held; charged what it had');
     }
@@ -350,6 +391,7 @@ export class GatewayBilling {
    * release without an answer is sent again in the background.
    */
   async release(call: Call, upstreamStatus: number | null): Promise<void> {
+    this.upstreamEnded(call);
     const record = this.failedRecord(call, upstreamStatus);
     void this.deps.plans.finish(call.reservation, 'release');
     const args: CustomerScriptArgs<'gateway_release'> = { transactionId: call.transactionId, usageRecord: record };

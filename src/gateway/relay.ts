@@ -22,6 +22,7 @@ export class GatewayRelay {
    * input it read).
    */
   private async send(call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined, signal: ClientWatch) {
+    call.upstreamStartedAt = performance.now();
     try {
       return await this.deps.upstream.send(
         { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey! },
