@@ -10,11 +10,14 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { migrate } from '../src/db/migrate.js';
 import { parseExamples, writeAnswers } from '../test/docs/examples.js';
 import { doc_files, startDocsFixture } from '../test/docs/fixture.js';
 
 const root = resolve(import.meta.dirname, '..');
 process.env.TEST_DATABASE_URL ??= 'postgres://postgres@127.0.0.1:5432/svc_test';
+// As the tests' global setup does: the database has every migration.
+await migrate(process.env.TEST_DATABASE_URL);
 const fixture = await startDocsFixture(root);
 try {
   for (const file of doc_files) {

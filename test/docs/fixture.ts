@@ -4,6 +4,7 @@
  * models on a mock upstream), in a test service of its own.
  */
 import { randomBytes } from 'node:crypto';
+import pg from 'pg';
 import { bootstrapDemo } from '../../src/bootstrap.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, type TestService } from '../helpers.js';
@@ -53,6 +54,11 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
       return answer;
     },
     async close() {
+      // Sign-in reads a bounded number of memberships of an email: the demo owner's address
+      // of this organization must not crowd out other files' demos in a reused test database.
+      const client = new pg.Client({ connectionString: svc.rt.config.DATABASE_URL });
+      await client.connect();
+      await client.query('DELETE FROM members WHERE organization_id = $1', [demo.organization_id]).finally(() => client.end());
       await svc.close();
       await mock.close();
     },
