@@ -56,8 +56,3 @@ export async function addMember(
   expect(r.status, JSON.stringify(r.body)).toBe(201);
   return { id: r.body.id, email, password };
 }
-
-/** Asserts status and error code together, so that a failure shows both. */
-export function expectError(res: ApiResponse, status: number, code: string): void {
-  expect([res.status, res.body?.error?.code], JSON.stringify(res.body)).toEqual([status, code]);
-}

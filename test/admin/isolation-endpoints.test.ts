@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective } from '../../src/gateway/mock/server.js';
 import type { ApiResponse, TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 /** Project A: the gateway environment's project, with the two default models. */
@@ -55,11 +56,6 @@ const anthropicCall = (model: string) => ({ path: '/v1/messages', body: { model,
 
 function gateway(key: string, c: { path: string; body: unknown }, headers: Record<string, string> = {}): Promise<ApiResponse> {
   return env.svc.call('POST', c.path, { key, body: c.body, headers });
-}
-
-/** Asserts status and error code, with a label so a failing case names itself. */
-function expectError(label: string, res: ApiResponse, status: number, code: string): void {
-  expect([label, res.status, res.body?.error?.code]).toEqual([label, status, code]);
 }
 
 /** Everything of B's customer that A could have changed or revealed. */
@@ -167,7 +163,7 @@ for (const tenant of tenants) {
         `/v1/customers/${customer}/ledger?type=GATEWAY`,
       ];
       for (const { label, key } of aKeys) {
-        for (const path of paths) expectError(`${label} GET ${path}`, await env.svc.call('GET', path, { key }), 404, 'customer_not_found');
+        for (const path of paths) expectError(await env.svc.call('GET', path, { key }), 404, 'customer_not_found', { label: `${label} GET ${path}` });
       }
       expect(await stateOf(b, customer, gwTxids())).toEqual(before);
     });
@@ -203,8 +199,8 @@ for (const tenant of tenants) {
     it("PATCH, deduct, freeze, consume and unfreeze naming B's customer or transactions change nothing of B's", async () => {
       const [project, customerKey] = aKeys;
       const patch = await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: project.key, body: { name: 'stolen', metadata: { owner: 'A' } } });
-      expectError('PATCH with A project key', patch, 404, 'customer_not_found');
-      expectError('PATCH with A customer key', await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: customerKey.key, body: { name: 'stolen' } }), 403, 'permission_denied');
+      expectError(patch, 404, 'customer_not_found', { label: 'PATCH with A project key' });
+      expectError(await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: customerKey.key, body: { name: 'stolen' } }), 403, 'permission_denied', { label: 'PATCH with A customer key' });
 
       const draws: [string, Record<string, unknown>][] = [
         ['/v1/billing/deduct', { customer_id: customer, transaction_id: `a-new-deduct-${n}`, amount: 1 }],
@@ -213,8 +209,8 @@ for (const tenant of tenants) {
         ['/v1/billing/freeze', { customer_id: customer, transaction_id: bFreeze, amount: 50 }],
       ];
       for (const [path, body] of draws) {
-        expectError(`A project key ${path} ${body.transaction_id}`, await env.svc.call('POST', path, { key: project.key, body }), 404, 'customer_not_found');
-        expectError(`A customer key ${path} ${body.transaction_id}`, await env.svc.call('POST', path, { key: customerKey.key, body }), 403, 'permission_denied');
+        expectError(await env.svc.call('POST', path, { key: project.key, body }), 404, 'customer_not_found', { label: `A project key ${path} ${body.transaction_id}` });
+        expectError(await env.svc.call('POST', path, { key: customerKey.key, body }), 403, 'permission_denied', { label: `A customer key ${path} ${body.transaction_id}` });
       }
 
       // B's open hold, B's deduct and B's gateway calls are unknown transactions to A.
@@ -222,10 +218,10 @@ for (const tenant of tenants) {
         for (const extra of [{}, { customer_id: customer }]) {
           const body = { transaction_id: txid, ...extra };
           const label = `${txid} ${JSON.stringify(extra)}`;
-          expectError(`consume ${label}`, await env.svc.call('POST', '/v1/billing/consume', { key: project.key, body }), 400, 'no_consumable_freeze_records');
-          expectError(`unfreeze ${label}`, await env.svc.call('POST', '/v1/billing/unfreeze', { key: project.key, body }), 400, 'no_unfreezable_records');
-          expectError(`consume ${label} (customer key)`, await env.svc.call('POST', '/v1/billing/consume', { key: customerKey.key, body }), 403, 'permission_denied');
-          expectError(`unfreeze ${label} (customer key)`, await env.svc.call('POST', '/v1/billing/unfreeze', { key: customerKey.key, body }), 403, 'permission_denied');
+          expectError(await env.svc.call('POST', '/v1/billing/consume', { key: project.key, body }), 400, 'no_consumable_freeze_records', { label: `consume ${label}` });
+          expectError(await env.svc.call('POST', '/v1/billing/unfreeze', { key: project.key, body }), 400, 'no_unfreezable_records', { label: `unfreeze ${label}` });
+          expectError(await env.svc.call('POST', '/v1/billing/consume', { key: customerKey.key, body }), 403, 'permission_denied', { label: `consume ${label} (customer key)` });
+          expectError(await env.svc.call('POST', '/v1/billing/unfreeze', { key: customerKey.key, body }), 403, 'permission_denied', { label: `unfreeze ${label} (customer key)` });
         }
       }
       expect(await stateOf(b, customer, gwTxids())).toEqual(before);
@@ -237,12 +233,12 @@ for (const tenant of tenants) {
       for (const c of [openaiCall('b-gpt'), anthropicCall('b-claude')]) {
         const res = await gateway(project.key, c, { 'x-service-customer': 'a-payer' });
         expect([c.path, res.status, res.body.error?.code, res.body.error?.param]).toEqual([c.path, 404, 'model_not_found', 'model']);
-        expectError(`${c.path} b model, customer key`, await gateway(customerKey.key, c), 404, 'model_not_found');
+        expectError(await gateway(customerKey.key, c), 404, 'model_not_found', { label: `${c.path} b model, customer key` });
       }
       for (const c of [openaiCall(OPENAI_MODEL), anthropicCall(ANTHROPIC_MODEL), { ...openaiCall(OPENAI_MODEL), body: { ...openaiCall(OPENAI_MODEL).body, stream: true } }]) {
-        expectError(`${c.path} X-Service-Customer of B`, await gateway(project.key, c, { 'x-service-customer': customer }), 404, 'customer_not_found');
+        expectError(await gateway(project.key, c, { 'x-service-customer': customer }), 404, 'customer_not_found', { label: `${c.path} X-Service-Customer of B` });
         // The customer key's own customer does not exist in A either.
-        expectError(`${c.path} customer key`, await gateway(customerKey.key, c), 404, 'customer_not_found');
+        expectError(await gateway(customerKey.key, c), 404, 'customer_not_found', { label: `${c.path} customer key` });
       }
       expect(env.mock.requests.length).toBe(sent);
       expect(await stateOf(b, customer, gwTxids())).toEqual(before);
@@ -273,7 +269,7 @@ for (const tenant of tenants) {
           const filtered = await env.svc.call('GET', `/v1/customers/${customer}/ledger?transaction_id=${txid}`, { key });
           expect([label, txid, filtered.status, filtered.body.data]).toEqual([label, txid, 200, []]);
         }
-        for (const txid of gwTxids()) expectError(`${label} receipt ${txid}`, await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key }), 404, 'not_found');
+        for (const txid of gwTxids()) expectError(await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key }), 404, 'not_found', { label: `${label} receipt ${txid}` });
         const usage = await env.svc.call('GET', `/v1/usage?customer_id=${customer}`, { key });
         expect([label, usage.body.data]).toEqual([label, []]);
       }
@@ -289,7 +285,7 @@ for (const tenant of tenants) {
 
       const patched = await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: project.key, body: { name: 'A customer' } });
       expect([patched.status, patched.body.name]).toEqual([200, 'A customer']);
-      expectError('customer key PATCH', await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: customerKey.key, body: { name: 'x' } }), 403, 'permission_denied');
+      expectError(await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: customerKey.key, body: { name: 'x' } }), 403, 'permission_denied', { label: 'customer key PATCH' });
 
       // B's hold is still B's, frozen as it was (the other tests of this block compare B's state with `before`, so it stays unsettled).
       expect(await stateOf(b, customer, gwTxids())).toEqual(before);
@@ -322,7 +318,7 @@ for (const tenant of tenants) {
         }
         // A's project and customer keys are refused on the management API altogether.
         for (const { label, key } of aKeys) {
-          expectError(`${label} admin`, await env.svc.call('GET', `/v1/admin/projects/${b.projectId}/keys`, { key }), 403, 'permission_denied');
+          expectError(await env.svc.call('GET', `/v1/admin/projects/${b.projectId}/keys`, { key }), 403, 'permission_denied', { label: `${label} admin` });
         }
         expect(await env.svc.call('GET', `/v1/admin/projects/${b.projectId}/keys`, { key: b.adminKey })).toMatchObject({ status: 200, body: bKeys.body });
         expect(await env.svc.call('GET', `/v1/admin/projects/${b.projectId}/models`, { key: b.adminKey })).toMatchObject({ status: 200, body: bModels.body });

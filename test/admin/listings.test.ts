@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective } from '../../src/gateway/mock/server.js';
 import type { TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
-import { addMember, dash, expectError, signIn } from './dashboard-support.js';
+import { addMember, dash, signIn } from './dashboard-support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 let p: TestProject;

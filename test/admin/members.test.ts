@@ -10,7 +10,8 @@ import { z } from 'zod';
 import { bootstrapDemo, demo_owner_email } from '../../src/bootstrap.js';
 import { verifyPassword } from '../../src/members/passwords.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
-import { addMember, dash, expectError, signIn, signInRaw } from './dashboard-support.js';
+import { addMember, dash, signIn, signInRaw } from './dashboard-support.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 

@@ -10,7 +10,8 @@ import { sql } from 'slonik';
 import { z } from 'zod';
 import { sign_in_candidates_max } from '../../src/members/store.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
-import { addMember, dash, expectError, signIn, signInRaw, type SignedIn } from './dashboard-support.js';
+import { addMember, dash, signIn, signInRaw, type SignedIn } from './dashboard-support.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;

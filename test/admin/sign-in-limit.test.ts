@@ -6,7 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
-import { addMember, expectError, signIn, signInRaw } from './dashboard-support.js';
+import { addMember, signIn, signInRaw } from './dashboard-support.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let second: TestService;

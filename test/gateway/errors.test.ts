@@ -9,6 +9,8 @@ import { mockDirective, type MockControls } from '../../src/gateway/mock/server.
 import { periodAt } from '../../src/plans/catalogue.js';
 import type { TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, closedPort, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 const UPSTREAM_TIMEOUT_MS = 1_000;
 
@@ -49,15 +51,8 @@ async function state(customer = 'payer', project?: TestProject) {
   return { balance, ledger: await env.ledger(customer, undefined, project), ops: await env.ops(project) };
 }
 
-function expectError(res: RawResponse, status: number, code: string, param?: string) {
-  expect(res.status, res.text).toBe(status);
-  const type = status === 402 ? 'bad_request' : status === 403 ? 'auth_error' : status === 404 ? 'not_found' : status === 409 ? 'conflict' : status === 429 ? 'too_many_requests' : status >= 500 ? 'server_error' : 'bad_request';
-  expect(res.json().error).toMatchObject({ code, type, message: expect.any(String) });
-  if (param !== undefined) expect(res.json().error.param).toBe(param);
-}
-
 describe('refused before the upstream is called', () => {
-  const cases: { name: string; status: number; code: string; param?: string; run: () => Promise<RawResponse> }[] = [
+  const cases: { name: string; status: number; code: ErrorCode; param?: string; run: () => Promise<RawResponse> }[] = [
     { name: 'a project key without X-Service-Customer', status: 400, code: 'customer_required', run: () => call('/v1/chat/completions', openaiBody(), { customer: null }) },
     { name: 'an unknown customer', status: 404, code: 'customer_not_found', run: () => call('/v1/messages', anthropicBody(), { customer: 'nobody' }) },
     { name: 'an unknown model', status: 404, code: 'model_not_found', param: 'model', run: () => call('/v1/chat/completions', openaiBody({}, { model: 'gpt-none' })) },
@@ -106,7 +101,7 @@ describe('refused before the upstream is called', () => {
     it(`${c.name}: ${c.status} ${c.code}`, async () => {
       const before = await state();
       const sent = env.mock.requests.length;
-      expectError(await c.run(), c.status, c.code, c.param);
+      expectError(await c.run(), c.status, c.code, { param: c.param });
       expect(env.mock.requests.length).toBe(sent);
       expect(await state()).toEqual(before);
     });

@@ -6,7 +6,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 type Body = Record<string, unknown>;
 
@@ -27,17 +28,8 @@ const newTx = () => `tx_${randomBytes(6).toString('hex')}`;
 const moneyEndpoints = ['/v1/customers/deposit', '/v1/billing/deduct', '/v1/billing/freeze', '/v1/billing/consume', '/v1/billing/unfreeze'];
 const readPaths = (id: string) => [`/v1/customers/${id}`, `/v1/customers/${id}/balance`, `/v1/customers/${id}/ledger`];
 
-const typeForStatus: Record<number, string> = { 400: 'bad_request', 401: 'auth_error', 403: 'auth_error', 404: 'not_found', 413: 'bad_request' };
-
 /** The contract's error body: only `error`, holding message, type, code and maybe param. */
-function expectError(res: ApiResponse, status: number, code: string, param?: string): void {
-  expect(res.status, JSON.stringify(res.body)).toBe(status);
-  expect(Object.keys(res.body)).toEqual(['error']);
-  expect(res.body.error).toMatchObject({ message: expect.stringMatching(/./), type: typeForStatus[status], code });
-  expect(['message', 'type', 'code', 'param']).toEqual(expect.arrayContaining(Object.keys(res.body.error)));
-  if (param !== undefined) expect(res.body.error.param).toBe(param);
-  expect(res.headers.get('content-type')).toMatch(/^application\/json/);
-}
+const envelope = { onlyFields: [] };
 
 /** A B-project customer with 1000 credits and one open freeze of 100. */
 async function fundedCustomer(): Promise<{ id: string; frozenTx: string }> {
@@ -67,8 +59,8 @@ describe('API keys', () => {
   it('answers 401 missing_api_key on every ledger endpoint without a key, applying nothing', async () => {
     const { id, frozenTx } = await fundedCustomer();
     const before = await ledgerState(id);
-    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { body: validBody(path, id, frozenTx) }), 401, 'missing_api_key');
-    for (const path of readPaths(id)) expectError(await svc.call('GET', path), 401, 'missing_api_key');
+    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { body: validBody(path, id, frozenTx) }), 401, 'missing_api_key', envelope);
+    for (const path of readPaths(id)) expectError(await svc.call('GET', path), 401, 'missing_api_key', envelope);
     expect(await ledgerState(id)).toEqual(before);
   });
 
@@ -84,8 +76,8 @@ describe('API keys', () => {
   ])('answers 401 invalid_api_key for %s', async (_case, headers) => {
     const { id, frozenTx } = await fundedCustomer();
     const before = await ledgerState(id);
-    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { headers, body: validBody(path, id, frozenTx) }), 401, 'invalid_api_key');
-    for (const path of readPaths(id)) expectError(await svc.call('GET', path, { headers }), 401, 'invalid_api_key');
+    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { headers, body: validBody(path, id, frozenTx) }), 401, 'invalid_api_key', envelope);
+    for (const path of readPaths(id)) expectError(await svc.call('GET', path, { headers }), 401, 'invalid_api_key', envelope);
     expect(await ledgerState(id)).toEqual(before);
   });
 
@@ -100,14 +92,14 @@ describe('API keys', () => {
   it('answers 401 api_key_expired for a customer key past its expiry', async () => {
     const { id } = await fundedCustomer();
     const key = await pB.customerKey(id, { expiresAtMs: Date.now() - 1000 });
-    for (const path of readPaths(id)) expectError(await svc.call('GET', path, { key }), 401, 'api_key_expired');
+    for (const path of readPaths(id)) expectError(await svc.call('GET', path, { key }), 401, 'api_key_expired', envelope);
   });
 
   it('answers 403 permission_denied to a customer key on every money endpoint, even for its own customer', async () => {
     const { id, frozenTx } = await fundedCustomer();
     const key = await pB.customerKey(id);
     const before = await ledgerState(id);
-    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { key, body: validBody(path, id, frozenTx) }), 403, 'permission_denied');
+    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { key, body: validBody(path, id, frozenTx) }), 403, 'permission_denied', envelope);
     expect(await ledgerState(id)).toEqual(before);
     for (const path of readPaths(id)) expect((await svc.call('GET', path, { key })).status).toBe(200);
   });
@@ -115,15 +107,15 @@ describe('API keys', () => {
   it('answers 403 permission_denied to an admin key on the ledger endpoints', async () => {
     const { id, frozenTx } = await fundedCustomer();
     const before = await ledgerState(id);
-    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { key: pB.adminKey, body: validBody(path, id, frozenTx) }), 403, 'permission_denied');
-    for (const path of readPaths(id)) expectError(await svc.call('GET', path, { key: pB.adminKey }), 403, 'permission_denied');
+    for (const path of moneyEndpoints) expectError(await svc.call('POST', path, { key: pB.adminKey, body: validBody(path, id, frozenTx) }), 403, 'permission_denied', envelope);
+    for (const path of readPaths(id)) expectError(await svc.call('GET', path, { key: pB.adminKey }), 403, 'permission_denied', envelope);
     expect(await ledgerState(id)).toEqual(before);
   });
 
   it('answers 404 not_found for an unknown route, after authentication', async () => {
-    expectError(await svc.call('POST', '/v1/billing/refund', { key: pB.projectKey, body: {} }), 404, 'not_found');
-    expectError(await svc.call('GET', '/v1/nothing-here', { key: pB.projectKey }), 404, 'not_found');
-    expectError(await svc.call('GET', '/v1/nothing-here'), 401, 'missing_api_key');
+    expectError(await svc.call('POST', '/v1/billing/refund', { key: pB.projectKey, body: {} }), 404, 'not_found', envelope);
+    expectError(await svc.call('GET', '/v1/nothing-here', { key: pB.projectKey }), 404, 'not_found', envelope);
+    expectError(await svc.call('GET', '/v1/nothing-here'), 401, 'missing_api_key', envelope);
   });
 });
 
@@ -141,7 +133,7 @@ describe('request bodies', () => {
   it.each(notObjects)('answers 400 invalid_json to %s on every money endpoint', async (_case, raw, contentType) => {
     for (const path of moneyEndpoints) {
       const res = await svc.call('POST', path, { key: pB.projectKey, body: raw, headers: contentType ? { 'content-type': contentType } : { 'content-type': 'application/json' } });
-      expectError(res, 400, 'invalid_json');
+      expectError(res, 400, 'invalid_json', envelope);
     }
   });
 
@@ -154,9 +146,9 @@ describe('request bodies', () => {
     const under = await svc.call('POST', '/v1/customers/deposit', { key: pB.projectKey, body: body(limit - overhead) });
     expect(under.status, JSON.stringify(under.body).slice(0, 300)).toBe(200);
     const over = await svc.call('POST', '/v1/customers/deposit', { key: pB.projectKey, body: body(limit - overhead + 1) });
-    expectError(over, 413, 'payload_too_large');
+    expectError(over, 413, 'payload_too_large', envelope);
     for (const path of moneyEndpoints.slice(1)) {
-      expectError(await svc.call('POST', path, { key: pB.projectKey, body: body(2 * limit) }), 413, 'payload_too_large');
+      expectError(await svc.call('POST', path, { key: pB.projectKey, body: body(2 * limit) }), 413, 'payload_too_large', envelope);
     }
     expect((await svc.call('GET', `/v1/customers/${id}/balance`, { key: pB.projectKey })).body).toMatchObject({ total: 5 });
   });
@@ -166,7 +158,7 @@ describe('X-Service-Api-Variant', () => {
   it('lets a B project speak Variant A for one request', async () => {
     const id = newCustomer();
     const plain = await svc.call('POST', '/v1/customers/deposit', { key: pB.projectKey, body: { customer_id: id, amount_cents: 5 } });
-    expectError(plain, 400, 'unsupported_amount_field', 'amount_cents');
+    expectError(plain, 400, 'unsupported_amount_field', { ...envelope, param: 'amount_cents' });
     const asA = await svc.call('POST', '/v1/customers/deposit', { key: pB.projectKey, headers: { 'X-Service-Api-Variant': 'A' }, body: { customer_id: id, amount_cents: 5 } });
     expect(asA.status, JSON.stringify(asA.body)).toBe(200);
     expect(asA.body).toMatchObject({ credit_type: 'default', added_amount: 50_000 });
@@ -191,7 +183,7 @@ describe('X-Service-Api-Variant', () => {
       headers: { 'X-Service-Api-Variant': 'B' },
       body: { customer_id: id, transaction_id: newTx(), amount_credits: 5 },
     });
-    expectError(unit, 400, 'unsupported_amount_field', 'amount_credits');
+    expectError(unit, 400, 'unsupported_amount_field', { ...envelope, param: 'amount_credits' });
     const consumeAll = newTx();
     await svc.call('POST', '/v1/billing/freeze', { key: pA.projectKey, body: { customer_id: id, transaction_id: consumeAll, amount_credits: 40, credit_types: ['default'] } });
     const whole = await svc.call('POST', '/v1/billing/consume', { key: pA.projectKey, headers: { 'X-Service-Api-Variant': 'B' }, body: { transaction_id: consumeAll } });
@@ -201,9 +193,9 @@ describe('X-Service-Api-Variant', () => {
   it.each(['C', 'a', 'b', 'AB', '1', 'B, A'])('answers 400 invalid_request to the value %j, applying nothing', async (value) => {
     const id = newCustomer();
     const headers = { 'X-Service-Api-Variant': value };
-    expectError(await svc.call('POST', '/v1/customers/deposit', { key: pB.projectKey, headers, body: { customer_id: id, amount: 5 } }), 400, 'invalid_request', 'X-Service-Api-Variant');
-    expectError(await svc.call(`GET`, `/v1/customers/${id}`, { key: pB.projectKey }), 404, 'customer_not_found');
+    expectError(await svc.call('POST', '/v1/customers/deposit', { key: pB.projectKey, headers, body: { customer_id: id, amount: 5 } }), 400, 'invalid_request', { ...envelope, param: 'X-Service-Api-Variant' });
+    expectError(await svc.call(`GET`, `/v1/customers/${id}`, { key: pB.projectKey }), 404, 'customer_not_found', envelope);
     const { id: funded } = await fundedCustomer();
-    expectError(await svc.call('GET', `/v1/customers/${funded}/balance`, { key: pB.projectKey, headers }), 400, 'invalid_request', 'X-Service-Api-Variant');
+    expectError(await svc.call('GET', `/v1/customers/${funded}/balance`, { key: pB.projectKey, headers }), 400, 'invalid_request', { ...envelope, param: 'X-Service-Api-Variant' });
   });
 });

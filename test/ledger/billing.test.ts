@@ -7,6 +7,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 type Variant = 'A' | 'B';
 type Body = Record<string, unknown>;
@@ -85,13 +87,6 @@ async function customerWith(v: Variant, ...sources: SourceSpec[]): Promise<{ id:
 async function depositMore(v: Variant, id: string, n: number): Promise<void> {
   const res = await svc.call('POST', '/v1/customers/deposit', { key: projects[v].projectKey, body: { customer_id: id, ...credits(v, n) } });
   expect(res.status).toBe(200);
-}
-
-function expectError(res: ApiResponse, status: number, code: string, param?: string): void {
-  expect(res.status, JSON.stringify(res.body)).toBe(status);
-  const type = { 400: 'bad_request', 404: 'not_found', 409: 'conflict' }[status];
-  expect(res.body.error).toMatchObject({ code, type, message: expect.any(String) });
-  if (param !== undefined) expect(res.body.error.param).toBe(param);
 }
 
 describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
@@ -194,7 +189,7 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
     }
 
     // The customer holds 60 in the default wallet and 40 in promo.
-    const shortfalls: [string, () => Body, string][] = [
+    const shortfalls: [string, () => Body, ErrorCode][] = [
       ['more than all wallets hold', () => credits(v, 101), 'insufficient_balance'],
       ['more than the selected wallet holds, all wallets could pay', () => ({ ...credits(v, 50), ...onlyWallets(v, 'promo') }), 'insufficient_balance_in_selected_credit_types'],
       ['an unknown selected wallet, all wallets could pay', () => ({ ...credits(v, 10), ...onlyWallets(v, 'nope') }), 'insufficient_balance_in_selected_credit_types'],
@@ -278,8 +273,8 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       for (const op of ['deduct', 'freeze'] as const) {
         const txid = newTx();
         await post(v, op, { customer_id: a.id, transaction_id: txid, ...credits(v, 10) });
-        expectError(await post(v, op, { customer_id: b.id, transaction_id: txid, ...credits(v, 10) }), 409, 'transaction_conflict', 'transaction_id');
-        expectError(await post(v, op, { customer_id: a.id, transaction_id: txid, ...credits(v, 11) }), 409, 'transaction_conflict', 'transaction_id');
+        expectError(await post(v, op, { customer_id: b.id, transaction_id: txid, ...credits(v, 10) }), 409, 'transaction_conflict', { param: 'transaction_id' });
+        expectError(await post(v, op, { customer_id: a.id, transaction_id: txid, ...credits(v, 11) }), 409, 'transaction_conflict', { param: 'transaction_id' });
       }
     });
 
@@ -309,7 +304,7 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
   });
 
   describe('request validation of deduct and freeze', () => {
-    type Row = [string, Body, number, string, string | undefined];
+    type Row = [string, Body, number, ErrorCode, string | undefined];
     const invalid: Row[] = [
       ['customer_id missing', { customer_id: undefined }, 400, 'invalid_request', 'customer_id'],
       ['transaction_id missing', { transaction_id: undefined }, 400, 'invalid_request', 'transaction_id'],
@@ -347,7 +342,7 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       const { id } = await customerWith(v, { credits: 100 });
       const before = await state(v, id);
       for (const op of ['deduct', 'freeze'] as const) {
-        expectError(await post(v, op, { customer_id: id, transaction_id: newTx(), ...credits(v, 10), ...change }), status, code, param);
+        expectError(await post(v, op, { customer_id: id, transaction_id: newTx(), ...credits(v, 10), ...change }), status, code, { param });
       }
       expect(await state(v, id)).toEqual(before);
     });
@@ -555,7 +550,7 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       const txid = newTx();
       await post(v, 'freeze', { customer_id: id, transaction_id: txid, ...credits(v, 300) });
       const before = await state(v, id);
-      expectError(await post(v, 'consume', { transaction_id: txid, ...amount }), 400, 'invalid_amount', param);
+      expectError(await post(v, 'consume', { transaction_id: txid, ...amount }), 400, 'invalid_amount', { param });
       expect(await state(v, id)).toEqual(before);
       expect((await post(v, 'consume', { transaction_id: txid, ...actual(v, 1) })).status).toBe(200);
     });
@@ -568,9 +563,9 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
         const before = await state(v, id);
         expectError(await post(v, 'consume', { transaction_id: txid }), 400, 'invalid_amount');
         // A deposit's amount field on a consume is no amount of it: an unknown field.
-        expectError(await post(v, 'consume', { transaction_id: txid, amount_credits: 10 }), 400, 'invalid_request', 'amount_credits');
+        expectError(await post(v, 'consume', { transaction_id: txid, amount_credits: 10 }), 400, 'invalid_request', { param: 'amount_credits' });
         expectError(await post(v, 'consume', { transaction_id: txid, actual_amount_usd: 0.1, actual_amount_cents: 10 }), 400, 'invalid_amount');
-        expectError(await post(v, 'consume', { transaction_id: txid, actual_amount_usd: 0.0000001 }), 400, 'invalid_amount', 'actual_amount_usd');
+        expectError(await post(v, 'consume', { transaction_id: txid, actual_amount_usd: 0.0000001 }), 400, 'invalid_amount', { param: 'actual_amount_usd' });
         expect(await state(v, id)).toEqual(before);
         const res = await post(v, 'consume', { transaction_id: txid, actual_amount: 20 });
         expect(res.body).toMatchObject({ consumed_amount: 200_000, returned_amount: 300_000 });
@@ -598,7 +593,7 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
         const { id } = await customerWith(v, { credits: 1000 });
         const txid = newTx();
         await post(v, 'freeze', { customer_id: id, transaction_id: txid, amount: 300 });
-        expectError(await post(v, 'consume', { transaction_id: txid, ...amount }), 400, 'unsupported_amount_field', field);
+        expectError(await post(v, 'consume', { transaction_id: txid, ...amount }), 400, 'unsupported_amount_field', { param: field });
         expect(await balance(v, id)).toMatchObject({ used: 0, frozen: 300 });
       });
     }
@@ -674,7 +669,7 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
     ])('rejects %s with invalid_request', async (_case, ttl, param) => {
       const { id } = await customerWith(v, { credits: 100 });
       const before = await state(v, id);
-      expectError(await post(v, 'freeze', { customer_id: id, transaction_id: newTx(), ...credits(v, 10), ...ttl }), 400, 'invalid_request', param);
+      expectError(await post(v, 'freeze', { customer_id: id, transaction_id: newTx(), ...credits(v, 10), ...ttl }), 400, 'invalid_request', { param });
       expect(await state(v, id)).toEqual(before);
     });
   });

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWorkers } from '../../workers/index.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 type Variant = 'A' | 'B';
 type Body = Record<string, unknown>;
@@ -32,13 +33,6 @@ const newTx = () => `tx_${randomBytes(6).toString('hex')}`;
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const sortedKeys = (o: object) => Object.keys(o).sort();
-
-function expectError(res: ApiResponse, status: number, code: string, param?: string): void {
-  expect(res.status, JSON.stringify(res.body)).toBe(status);
-  const type = { 400: 'bad_request', 404: 'not_found' }[status];
-  expect(res.body.error).toMatchObject({ code, type, message: expect.any(String) });
-  if (param !== undefined) expect(res.body.error.param).toBe(param);
-}
 
 /** Runs requests against one project and checks each answered 200. */
 function client(s: () => TestService, key: () => string) {
@@ -273,7 +267,7 @@ describe.each(['A', 'B'] as const)('customer reads, variant %s', (v) => {
         [`cursor=${badCursor({ s: 'x' })}`, 'cursor'],
         [`cursor=${'a'.repeat(201)}`, 'cursor'],
       ])('rejects %s with invalid_request', async (query, param) => {
-        expectError(await c.get(`/v1/customers/${id}/ledger?${query}`), 400, 'invalid_request', param);
+        expectError(await c.get(`/v1/customers/${id}/ledger?${query}`), 400, 'invalid_request', { param });
       });
     });
   });

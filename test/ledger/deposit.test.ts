@@ -6,6 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 type Variant = 'A' | 'B';
 type Body = Record<string, unknown>;
@@ -34,13 +36,6 @@ function deposit(v: Variant, body: Body): Promise<ApiResponse> {
 
 function get(v: Variant, path: string): Promise<ApiResponse> {
   return svc.call('GET', path, { key: projects[v].projectKey });
-}
-
-function expectError(res: ApiResponse, status: number, code: string, param?: string): void {
-  expect(res.status, JSON.stringify(res.body)).toBe(status);
-  const type = { 400: 'bad_request', 404: 'not_found', 409: 'conflict' }[status];
-  expect(res.body.error).toMatchObject({ code, type, message: expect.any(String) });
-  if (param !== undefined) expect(res.body.error.param).toBe(param);
 }
 
 /** A rejected deposit for a new customer must not have created it. */
@@ -114,7 +109,7 @@ describe.each(['A', 'B'] as const)('deposit, variant %s', (v) => {
   ])('rejects %s with invalid_request', async (_case, fields, param) => {
     const id = newCustomer();
     const res = await deposit(v, { customer_id: id, ...credits(v, 10), ...fields });
-    expectError(res, 400, 'invalid_request', param);
+    expectError(res, 400, 'invalid_request', { param });
     await expectNoCustomer(v, id);
   });
 
@@ -151,7 +146,7 @@ describe.each(['A', 'B'] as const)('deposit, variant %s', (v) => {
     for (const field of fields) {
       it.each(badNames)(`rejects a ${field} that is %s with invalid_request`, async (_case, name) => {
         const id = newCustomer();
-        expectError(await deposit(v, { customer_id: id, ...credits(v, 1), [field]: name }), 400, 'invalid_request', field);
+        expectError(await deposit(v, { customer_id: id, ...credits(v, 1), [field]: name }), 400, 'invalid_request', { param: field });
         await expectNoCustomer(v, id);
       });
     }
@@ -159,7 +154,7 @@ describe.each(['A', 'B'] as const)('deposit, variant %s', (v) => {
     if (v === 'A') {
       it('rejects the Variant B field wallet instead of ignoring it', async () => {
         const id = newCustomer();
-        expectError(await deposit(v, { customer_id: id, amount_credits: 1, wallet: 'promo' }), 400, 'invalid_request', 'wallet');
+        expectError(await deposit(v, { customer_id: id, amount_credits: 1, wallet: 'promo' }), 400, 'invalid_request', { param: 'wallet' });
         await expectNoCustomer(v, id);
       });
     } else {
@@ -224,7 +219,7 @@ describe.each(['A', 'B'] as const)('deposit, variant %s', (v) => {
     });
 
     const hour = 3_600_000;
-    const windowErrors: [string, () => Body, string][] = [
+    const windowErrors: [string, () => Body, ErrorCode][] = [
       ['starts_at not a date', () => ({ starts_at: 'tomorrow' }), 'invalid_starts_at'],
       ['starts_at a number', () => ({ starts_at: nowMs() }), 'invalid_starts_at'],
       ['starts_at month 13', () => ({ starts_at: '2030-13-01T00:00:00Z' }), 'invalid_starts_at'],
@@ -246,7 +241,7 @@ describe.each(['A', 'B'] as const)('deposit, variant %s', (v) => {
     it.each(windowErrors)('rejects %s', async (_case, fields, code) => {
       const id = newCustomer();
       const res = await deposit(v, { customer_id: id, ...credits(v, 10), ...fields() });
-      expectError(res, 400, code, code === 'invalid_starts_at' ? 'starts_at' : 'expires_at');
+      expectError(res, 400, code, { param: code === 'invalid_starts_at' ? 'starts_at' : 'expires_at' });
       await expectNoCustomer(v, id);
     });
   });
@@ -326,8 +321,8 @@ describe.each(['A', 'B'] as const)('deposit, variant %s', (v) => {
       const id = newCustomer();
       const body = { customer_id: id, ...credits(v, 700), idempotency_key: `idem_${id}` };
       await deposit(v, body);
-      expectError(await deposit(v, { ...body, customer_id: newCustomer() }), 409, 'transaction_conflict', 'idempotency_key');
-      expectError(await deposit(v, { ...body, ...credits(v, 1) }), 409, 'transaction_conflict', 'idempotency_key');
+      expectError(await deposit(v, { ...body, customer_id: newCustomer() }), 409, 'transaction_conflict', { param: 'idempotency_key' });
+      expectError(await deposit(v, { ...body, ...credits(v, 1) }), 409, 'transaction_conflict', { param: 'idempotency_key' });
     });
 
     it('keeps deposits with different keys apart', async () => {
@@ -392,7 +387,7 @@ describe('deposit amounts, variant A', () => {
   ];
   it.each(invalid)('rejects %s with invalid_amount', async (_case, amount, param) => {
     const id = newCustomer();
-    expectError(await deposit('A', { customer_id: id, ...amount }), 400, 'invalid_amount', param);
+    expectError(await deposit('A', { customer_id: id, ...amount }), 400, 'invalid_amount', { param });
     await expectNoCustomer('A', id);
   });
 });
@@ -404,7 +399,7 @@ describe('deposit amounts, variant B', () => {
     expect(res.body).toMatchObject({ added_amount: n, total_amount: n });
   });
 
-  const invalid: [string, Body, string, string][] = [
+  const invalid: [string, Body, ErrorCode, string][] = [
     ['no amount', {}, 'invalid_amount', 'amount'],
     ['a fractional amount', { amount: 1.5 }, 'invalid_amount', 'amount'],
     ['zero', { amount: 0 }, 'invalid_amount', 'amount'],
@@ -418,7 +413,7 @@ describe('deposit amounts, variant B', () => {
   ];
   it.each(invalid)('rejects %s', async (_case, amount, code, param) => {
     const id = newCustomer();
-    expectError(await deposit('B', { customer_id: id, ...amount }), 400, code, param);
+    expectError(await deposit('B', { customer_id: id, ...amount }), 400, code, { param });
     await expectNoCustomer('B', id);
   });
 });
