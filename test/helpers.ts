@@ -34,9 +34,16 @@ export interface TestService {
   close(): Promise<void>;
 }
 
+/**
+ * A parsed JSON answer, which tests read field by field: its shape is what they assert,
+ * so it is not typed ahead (a field that is missing or wrong fails the assertion reading it).
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- an answer's shape is what the tests check, not a type they can trust
+export type Json = any;
+
 export interface ApiResponse {
   status: number;
-  body: any;
+  body: Json;
   headers: Headers;
 }
 

@@ -23,7 +23,12 @@ export function requestBody(model: string, stream: boolean, latencyMs = 0): stri
   });
 }
 
-type Json = Record<string, any>;
+/** The fields of a chat completion, or of one of its chunks, that the check reads. */
+interface Completion {
+  model?: unknown;
+  choices?: { message?: { content?: unknown }; delta?: { content?: unknown } }[];
+  usage?: { completion_tokens?: unknown };
+}
 
 /** Returns null when `text` is the mock's answer for `model`, else what is wrong with it. */
 export function checkAnswer(stream: boolean, model: string): (status: number, text: string) => string | null {
@@ -33,7 +38,7 @@ export function checkAnswer(stream: boolean, model: string): (status: number, te
     try {
       const got = stream ? streamedAnswer(text) : wholeAnswer(text);
       if (got.model !== model) return `model ${JSON.stringify(got.model)}, expected ${JSON.stringify(model)}`;
-      if (got.content !== expected) return `content ${JSON.stringify(got.content.slice(0, 100))}, expected ${JSON.stringify(expected)}`;
+      if (got.content !== expected) return `content ${JSON.stringify(typeof got.content === 'string' ? got.content.slice(0, 100) : got.content)}, expected ${JSON.stringify(expected)}`;
       if (got.completionTokens !== output_tokens) return `usage.completion_tokens ${got.completionTokens}, expected ${output_tokens}`;
       return null;
     } catch (err) {
@@ -44,12 +49,12 @@ export function checkAnswer(stream: boolean, model: string): (status: number, te
 
 interface Answer {
   model: unknown;
-  content: string;
+  content: unknown;
   completionTokens: unknown;
 }
 
 function wholeAnswer(text: string): Answer {
-  const body = JSON.parse(text) as Json;
+  const body = JSON.parse(text) as Completion;
   return { model: body.model, content: body.choices?.[0]?.message?.content, completionTokens: body.usage?.completion_tokens };
 }
 
@@ -66,7 +71,7 @@ function streamedAnswer(text: string): Answer {
         done = true;
         continue;
       }
-      const chunk = JSON.parse(data) as Json;
+      const chunk = JSON.parse(data) as Completion;
       model ??= chunk.model;
       const delta = chunk.choices?.[0]?.delta?.content;
       if (typeof delta === 'string') content += delta;

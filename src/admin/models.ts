@@ -22,6 +22,7 @@ export const modelIdSchema = z
   .string()
   .min(1)
   .max(model_id_chars_max)
+  // eslint-disable-next-line no-control-regex -- the control characters are what the pattern refuses
   .regex(/^[^\u0000-\u001f\u007f]+$/, 'model ids may not contain control characters');
 
 const modelRow = z.object({

@@ -26,12 +26,12 @@ export interface Answer<T> {
 }
 
 /** Runs the management operations for one actor: `call('GET', '/projects/:project_id/keys', {params})`. */
-export type Operations = <T = any>(method: Method, path: string, call?: OperationCall) => Promise<Answer<T>>;
+export type Operations = <T = unknown>(method: Method, path: string, call?: OperationCall) => Promise<Answer<T>>;
 
 export function operationsOf(ops: readonly Operation[]): (actor: Actor) => Operations {
   const byRoute = new Map(ops.map((o) => [`${o.method} ${o.path}`, o]));
   return (actor) =>
-    async (method, path, call = {}) => {
+    async <T>(method: Method, path: string, call: OperationCall = {}): Promise<Answer<T>> => {
       const op = byRoute.get(`${method} ${path}`);
       // A page naming an operation that does not exist is a bug of the page, not a 404.
       if (!op) throw new Error(`no management operation ${method} ${path}`);
@@ -61,7 +61,7 @@ export function operationsOf(ops: readonly Operation[]): (actor: Actor) => Opera
       const response = res as unknown as Response;
       await runHandler(requireRole(op.role), req, response);
       await op.handler(req, response, () => undefined);
-      return answer as Answer<any>;
+      return answer as Answer<T>;
     };
 }
 

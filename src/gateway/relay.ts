@@ -67,7 +67,7 @@ export class GatewayRelay {
       sendRelayed(res, upstream, bytes);
       return false;
     }
-    let usage: Usage | null = null;
+    let usage: Usage | null;
     try {
       usage = usageFromResponse(call.format, JSON.parse(bytes.toString('utf8')));
     } catch {

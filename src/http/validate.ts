@@ -11,6 +11,7 @@ export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.
   throw new ApiError('invalid_request', { param, message: param ? `${param}: ${issue.message}` : issue.message });
 }
 
+// eslint-disable-next-line no-control-regex -- U+0000 is what PostgreSQL cannot store, and what this finds
 const unstorable = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /**

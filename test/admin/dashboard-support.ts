@@ -1,6 +1,6 @@
 /** Dashboard API calls for tests: sign-in, and calls carrying the session cookie and its CSRF token. */
 import { expect } from 'vitest';
-import type { ApiResponse, TestProject, TestService } from '../helpers.js';
+import type { ApiResponse, Json, TestProject, TestService } from '../helpers.js';
 
 export interface SignedIn {
   /** `svc_session=<token>`, as the browser sends it. */
@@ -8,7 +8,7 @@ export interface SignedIn {
   token: string;
   csrf: string;
   /** The sign-in answer. */
-  body: any;
+  body: Json;
   setCookie: string;
 }
 

@@ -51,7 +51,7 @@ import { activeKeyOf, customerKeys } from '../../src/redis/keys.js';
 import { keySlot, tagIn } from '../../src/redis/slots.js';
 import { createRuntime, ledgerQueueName, type Runtime } from '../../src/runtime.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
-import { testConfig } from '../helpers.js';
+import { testConfig, type Json } from '../helpers.js';
 import { ownCluster, type OwnCluster, type OwnClusterNode } from '../support/own-cluster.js';
 import { random, ServiceProcess, sleep } from './processes.js';
 
@@ -234,7 +234,7 @@ afterAll(async () => {
 });
 
 /** A 503's message says either that the outcome is unknown or that nothing was applied. */
-function kind503(body: any): 'unknown' | 'nothing' | null {
+function kind503(body: Json): 'unknown' | 'nothing' | null {
   const message = String(body?.error?.message ?? '');
   if (/nothing was applied/i.test(message)) return 'nothing';
   if (/may have been applied|outcome is unknown|retry it with the same/i.test(message)) return 'unknown';
@@ -254,13 +254,13 @@ async function webPort(n: number): Promise<number> {
  * POSTs one operation and retries it with the same body after a connection error or a
  * 503 of either kind. Null when no final answer came before `giveUpAt`.
  */
-async function send(run: Run, customerId: string, key: string, path: string, body: Record<string, unknown>, giveUpAt: number, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers } | null> {
+async function send(run: Run, customerId: string, key: string, path: string, body: Record<string, unknown>, giveUpAt: number, headers: Record<string, string> = {}): Promise<{ status: number; body: Json; headers: Headers } | null> {
   let uncertainBefore = false;
   let refusedBefore = false;
   for (let attempt = 0; ; attempt++) {
     const port = await webPort(attempt);
     const sent = Date.now();
-    let answer: { status: number; body: any; headers: Headers } | null = null;
+    let answer: { status: number; body: Json; headers: Headers } | null = null;
     try {
       const res = await fetch(`http://127.0.0.1:${port}${path}`, {
         method: 'POST',
@@ -307,7 +307,7 @@ const op_path: Record<EntryType, string> = {
 const settled_by_ttl = new Set(['freeze_records_already_consumed', 'no_consumable_freeze_records', 'no_unfreezable_records']);
 
 /** One money operation: recorded as acknowledged, or as a failure unless its refusal is one the contract allows. */
-async function op(run: Run, customerId: string, type: EntryType, body: Record<string, unknown>, giveUpAt: number, o: { ttl?: boolean; dependsOn?: string } = {}): Promise<Record<string, any> | null> {
+async function op(run: Run, customerId: string, type: EntryType, body: Record<string, unknown>, giveUpAt: number, o: { ttl?: boolean; dependsOn?: string } = {}): Promise<Record<string, Json> | null> {
   const id = String(type === 'DEPOSIT' ? body.idempotency_key : body.transaction_id);
   const key = `${type}:${id}`;
   const res = await send(run, customerId, key, op_path[type], body, giveUpAt);

@@ -39,7 +39,7 @@ import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
-import { testConfig } from '../helpers.js';
+import { testConfig, type Json } from '../helpers.js';
 import { random, ServiceProcess, sleep } from './processes.js';
 import { RedisProxy } from './redis-proxy.js';
 import { AofRedis } from './redis-server.js';
@@ -216,7 +216,7 @@ function apiUrl(): string {
 }
 
 /** A 503's message says either that the outcome is unknown or that nothing was applied. */
-function kind503(body: any): 'unknown' | 'nothing' | null {
+function kind503(body: Json): 'unknown' | 'nothing' | null {
   const message = String(body?.error?.message ?? '');
   if (/nothing was applied/i.test(message)) return 'nothing';
   if (/may have been applied|outcome is unknown|retry it with the same/i.test(message)) return 'unknown';
@@ -228,7 +228,7 @@ function kind503(body: any): 'unknown' | 'nothing' | null {
  * a connection error or a 503 (of either kind). Any other answer is final. Null when no
  * final answer came before `giveUpAt`; the key then goes to `uncertain` or `refused`.
  */
-async function send(key: string, path: string, body: Record<string, unknown>, giveUpAt: number): Promise<{ status: number; body: any } | null> {
+async function send(key: string, path: string, body: Record<string, unknown>, giveUpAt: number): Promise<{ status: number; body: Json } | null> {
   let uncertainBefore = false;
   let refusedBefore = false;
   let refusal = '';
@@ -240,7 +240,7 @@ async function send(key: string, path: string, body: Record<string, unknown>, gi
       continue;
     }
     counts.requests++;
-    let answer: { status: number; body: any } | null = null;
+    let answer: { status: number; body: Json } | null = null;
     try {
       const res = await fetch(`${apiUrl()}${path}`, {
         method: 'POST',
@@ -296,7 +296,7 @@ async function billingClient(i: number, stopAt: number): Promise<void> {
   const giveUpAt = stopAt + retry_window_ms;
   const pick = random(i + 7);
   let seq = 0;
-  const op = async (type: EntryType, path: string, body: Record<string, unknown>, ttl = false): Promise<Record<string, any> | null> => {
+  const op = async (type: EntryType, path: string, body: Record<string, unknown>, ttl = false): Promise<Record<string, Json> | null> => {
     const id = String(type === 'DEPOSIT' ? body.idempotency_key : body.transaction_id);
     const key = `${type}:${id}`;
     const res = await send(key, path, body, giveUpAt);
@@ -442,7 +442,7 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
   }
 }
 
-function safeJson(text: string): any {
+function safeJson(text: string): Json {
   try {
     return JSON.parse(text);
   } catch {

@@ -6,6 +6,7 @@
  * and GET /v1/models.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Json } from '../helpers.js';
 import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/server.js';
 import {
   ANTHROPIC_MODEL,
@@ -315,7 +316,7 @@ describe('usage records and receipts', () => {
     const usage = async (q: string) => {
       const r = await env.svc.call('GET', `/v1/usage?${q}`, { key: env.p.projectKey });
       expect(r.status, JSON.stringify(r.body)).toBe(200);
-      return r.body as { object: string; data: Record<string, any>[]; has_more: boolean; next_cursor: string | null };
+      return r.body as { object: string; data: Record<string, Json>[]; has_more: boolean; next_cursor: string | null };
     };
 
     const byTrace = await usage('trace_id=trace-u-1');

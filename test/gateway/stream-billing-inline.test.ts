@@ -7,8 +7,10 @@
  * holdFinal) holds back only that event and what follows it, and changes nothing else;
  * without the header nothing is held and the stream stays byte for byte the upstream's.
  */
+import type Anthropic from '@anthropic-ai/sdk';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import fc from 'fast-check';
+import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { billing_field, prepareUpstreamBody, StreamRelay, type WireFormat } from '../../src/gateway/adapters.js';
 import { countInputTokens, mockDirective, mockOutputText } from '../../src/gateway/mock/server.js';
@@ -36,6 +38,9 @@ interface ServiceBilling {
   usage_estimated: boolean;
 }
 
+/** An SDK's event, with the figures the service adds to the final one. */
+type Billed<E> = E & { service_billing?: ServiceBilling };
+
 /** The figures a stream billed `cost` must carry, its balance read back from the service. */
 async function expectFigures(b: ServiceBilling | undefined, customer: string, transactionId: string, cost: number) {
   const available = (await env.balance(customer)).wallets.credits!.available;
@@ -61,7 +66,7 @@ describe('with the official SDKs', () => {
       .withResponse();
     let text = '';
     const withBilling: unknown[] = [];
-    let usageChunk: any = null;
+    let usageChunk: Billed<OpenAI.ChatCompletionChunk> | null = null;
     for await (const chunk of stream) {
       text += chunk.choices[0]?.delta?.content ?? '';
       if (billing_field in chunk) withBilling.push(chunk);
@@ -69,21 +74,21 @@ describe('with the official SDKs', () => {
     }
     expect(text).toBe(mockOutputText(8));
     expect(withBilling).toEqual([usageChunk]);
-    const u = usageChunk.usage;
+    const u = usageChunk!.usage!;
     const cost = expectedCost({ input: u.prompt_tokens - 3, output: u.completion_tokens, cacheRead: 3 });
-    await expectFigures(usageChunk.service_billing, 'in1', response.headers.get('x-service-transaction-id')!, cost);
+    await expectFigures(usageChunk!.service_billing, 'in1', response.headers.get('x-service-transaction-id')!, cost);
   });
 
   it('OpenAI: without include_usage the client gets the usage chunk all the same, with the figures', async () => {
     await env.fund('in2', 1_000_000);
     const messages = ask({ output_tokens: 5 });
     const { data: stream, response } = await env.openai({ customer: 'in2', headers: inline }).chat.completions.create({ model: OPENAI_MODEL, stream: true, messages }).withResponse();
-    const chunks: any[] = [];
+    const chunks: Billed<OpenAI.ChatCompletionChunk>[] = [];
     for await (const chunk of stream) chunks.push(chunk);
-    const last = chunks.at(-1);
+    const last = chunks.at(-1)!;
     expect(last.choices).toEqual([]);
     expect(last.usage).toMatchObject({ prompt_tokens: countInputTokens('openai', { messages }), completion_tokens: 5 });
-    const cost = expectedCost({ input: last.usage.prompt_tokens, output: 5 });
+    const cost = expectedCost({ input: last.usage!.prompt_tokens, output: 5 });
     await expectFigures(last.service_billing, 'in2', response.headers.get('x-service-transaction-id')!, cost);
   });
 
@@ -94,7 +99,7 @@ describe('with the official SDKs', () => {
       .messages.create({ model: ANTHROPIC_MODEL, max_tokens: 64, stream: true, messages: ask({ output_tokens: 9, cache_read_tokens: 4, cache_write_tokens: 2 }) })
       .withResponse();
     const types: string[] = [];
-    let delta: any = null;
+    let delta: Billed<Anthropic.RawMessageDeltaEvent> | null = null;
     for await (const event of stream) {
       types.push(event.type);
       if (event.type === 'message_delta') delta = event;
@@ -102,10 +107,10 @@ describe('with the official SDKs', () => {
     }
     expect(types.at(-2)).toBe('message_delta');
     expect(types.at(-1)).toBe('message_stop');
-    const u = delta.usage;
-    const cost = expectedCost({ input: u.input_tokens, output: u.output_tokens, cacheRead: u.cache_read_input_tokens, cacheWrite: u.cache_creation_input_tokens });
+    const u = delta!.usage;
+    const cost = expectedCost({ input: u.input_tokens!, output: u.output_tokens, cacheRead: u.cache_read_input_tokens ?? 0, cacheWrite: u.cache_creation_input_tokens ?? 0 });
     expect(u.output_tokens).toBe(9);
-    await expectFigures(delta.service_billing, 'in3', response.headers.get('x-service-transaction-id')!, cost);
+    await expectFigures(delta!.service_billing, 'in3', response.headers.get('x-service-transaction-id')!, cost);
   });
 
   it('without the header: no service_billing; the cost is read from the receipt', async () => {
@@ -114,7 +119,7 @@ describe('with the official SDKs', () => {
       .openai({ customer: 'in4' })
       .chat.completions.create({ model: OPENAI_MODEL, stream: true, stream_options: { include_usage: true }, messages: ask({ output_tokens: 4 }) })
       .withResponse();
-    let usage: any = null;
+    let usage: OpenAI.CompletionUsage | null = null;
     for await (const chunk of stream) {
       expect(chunk).not.toHaveProperty(billing_field);
       if (chunk.usage) usage = chunk.usage;
@@ -122,7 +127,7 @@ describe('with the official SDKs', () => {
     const txid = response.headers.get('x-service-transaction-id')!;
     const receipt = await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key: env.p.projectKey });
     expect(receipt.status).toBe(200);
-    expect(receipt.body.cost_credits).toBe(expectedCost({ input: usage.prompt_tokens, output: usage.completion_tokens }));
+    expect(receipt.body.cost_credits).toBe(expectedCost({ input: usage!.prompt_tokens, output: usage!.completion_tokens }));
   });
 });
 

@@ -8,6 +8,7 @@
 import http from 'node:http';
 import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Json } from '../helpers.js';
 import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/server.js';
 import {
   ANTHROPIC_MODEL,
@@ -82,12 +83,12 @@ describe('OpenAI streams', () => {
 
     const events = sseData(res.text);
     expect(events.at(-1)).toBe('[DONE]');
-    const chunks = events.slice(0, -1) as Record<string, any>[];
+    const chunks = events.slice(0, -1) as Record<string, Json>[];
     expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe(mockOutputText(9));
     // Byte-level: not one chunk carries a usage field, not even `"usage":null`.
     expect(res.text).not.toContain('"usage"');
     for (const c of chunks) expect(c.choices).toHaveLength(1);
-    const sent = env.mock.requests[from]!.body as Record<string, any>;
+    const sent = env.mock.requests[from]!.body as Record<string, Json>;
     expect(sent.stream_options).toEqual({ x_keep: 1, include_usage: true });
 
     const input = countInputTokens('openai', { messages });
@@ -138,7 +139,7 @@ describe('Anthropic streams', () => {
     const res = await post('/v1/messages', 'as1', { model: ANTHROPIC_MODEL, max_tokens: 64, stream: true, messages });
     expectStreamHeaders(res);
     expect(res.headers['x-service-max-tokens']).toBe('64');
-    const events = sseData(res.text) as Record<string, any>[];
+    const events = sseData(res.text) as Record<string, Json>[];
     expect(events.map((e) => e.type)).toEqual([
       'message_start', 'content_block_start', 'ping', ...Array(11).fill('content_block_delta'), 'content_block_stop', 'message_delta', 'message_stop',
     ]);

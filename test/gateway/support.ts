@@ -14,7 +14,7 @@ import OpenAI from 'openai';
 import { expect } from 'vitest';
 import type { Config } from '../../src/config/index.js';
 import { startMockUpstream, type MockUpstream, type MockUpstreamOptions } from '../../src/gateway/mock/server.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, type Json, type TestProject, type TestService } from '../helpers.js';
 
 /**
  * Prices, credits per million tokens, chosen so that every kind leaves a fraction of a
@@ -187,7 +187,7 @@ export interface RawResponse {
   /** Trailers, lower-case names; empty unless the response was chunked with trailers. */
   trailers: NodeJS.Dict<string>;
   text: string;
-  json(): any;
+  json(): Json;
 }
 
 /**

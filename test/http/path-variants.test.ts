@@ -14,6 +14,7 @@ import { jsonBodies } from '../../src/app.js';
 import { authenticate } from '../../src/http/auth.js';
 import { errorHandler } from '../../src/http/errors.js';
 import { exactRouter } from '../../src/http/router.js';
+import type { Json } from '../helpers.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 
 let env: GatewayEnv;
@@ -26,7 +27,7 @@ afterAll(() => env?.close());
 interface Raw {
   status: number;
   headers: http.IncomingHttpHeaders;
-  body: any;
+  body: Json;
 }
 
 /** POSTs `path` byte for byte (rawPost parses no URL), the body parsed when it is JSON. */

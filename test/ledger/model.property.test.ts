@@ -48,7 +48,7 @@ import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { bindingKeys } from '../../src/redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../../src/redis/scripts.js';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, type ApiResponse, type Json, type TestProject, type TestService } from '../helpers.js';
 import {
   LedgerModel, default_wallet, isApprox, stableJson, type Expected, type GatewayAnswer, type LedgerRequest, type ModelEntry, type Tallies, type Variant,
 } from './model.js';
@@ -436,7 +436,7 @@ class Scenario {
   private readonly firstAnswers = new Map<string, unknown>();
   private readonly trace: string[] = [];
   /** The wallets of each customer as the service last showed them. */
-  private readonly lastWallets = new Map<string, Record<string, any>>();
+  private readonly lastWallets = new Map<string, Record<string, Json>>();
   private requestNo = 0;
   readonly customers: string[];
 
@@ -884,14 +884,14 @@ class Scenario {
    * source is active (0 after); per wallet, the sums of the active sources; per customer,
    * every credit deposited is used, frozen or still in its source.
    */
-  private checkConservation(id: string, wallets: Record<string, any>, t: Tallies): void {
+  private checkConservation(id: string, wallets: Record<string, Json>, t: Tallies): void {
     let total = 0;
     let used = 0;
     let frozen = 0;
     let remaining = 0;
     for (const [name, w] of Object.entries(wallets)) {
       const sums = { total: 0, used: 0, frozen: 0, available: 0 };
-      for (const s of w.sources as any[]) {
+      for (const s of w.sources as Json[]) {
         const where = `${id} ${name} ${s.account_id}`;
         for (const k of ['total', 'used', 'frozen', 'available']) {
           if (!Number.isSafeInteger(s[k]) || s[k] < 0) this.fail(`${where}: ${k} ${s[k]} is not a non-negative integer`);
@@ -952,8 +952,8 @@ class Scenario {
   }
 
   /** Every ledger page of the customer, from PostgreSQL now that the outboxes are drained. */
-  private async ledgerOf(id: string): Promise<ApiResponse | any[]> {
-    const entries: any[] = [];
+  private async ledgerOf(id: string): Promise<ApiResponse | Json[]> {
+    const entries: Json[] = [];
     let cursor: string | null = null;
     do {
       const res = await this.read(`/v1/customers/${encodeURIComponent(id)}/ledger?limit=${ledger_page_size}${cursor ? `&cursor=${cursor}` : ''}`);
@@ -1005,7 +1005,7 @@ class Scenario {
   }
 
   /** The ledger alone must account for the customer's sources (no model involved). */
-  private checkLedgerConservation(id: string, entries: any[]): void {
+  private checkLedgerConservation(id: string, entries: Json[]): void {
     const t: Tallies = { deposited: 0, used: 0, frozen: 0 };
     for (const e of entries) {
       if (e.type === 'DEPOSIT') t.deposited += e.amount;

@@ -11,7 +11,8 @@ import { managementOperations } from '../../src/admin/operations.js';
 import { createApi } from '../../src/app.js';
 import { openApiPath } from '../../src/openapi/registry.js';
 import { openApiDocument } from '../../src/openapi/routes.js';
-import { startTestService, type TestService } from '../helpers.js';
+import { errorTypeForStatus } from '../../src/errors/catalogue.js';
+import { startTestService, type Json, type TestService } from '../helpers.js';
 
 /**
  * Routes that are not part of the API, and why: the dashboard's page (HTML screens and
@@ -24,7 +25,7 @@ const not_api: { pattern: RegExp; why: string }[] = [
 
 let svc: TestService;
 let routes: string[];
-let doc: any;
+let doc: Json;
 
 interface Layer {
   route?: { path: string; methods: Record<string, boolean> };
@@ -100,13 +101,13 @@ describe('the document and the routes of the app', () => {
 
   it('lists the errors of each operation with the type its status has', () => {
     const bad: string[] = [];
-    for (const [path, item] of Object.entries<Record<string, any>>(doc.paths)) {
-      for (const [method, operation] of Object.entries<any>(item)) {
-        for (const [status, response] of Object.entries<any>(operation.responses)) {
+    for (const [path, item] of Object.entries<Record<string, Json>>(doc.paths)) {
+      for (const [method, operation] of Object.entries<Json>(item)) {
+        for (const [status, response] of Object.entries<Json>(operation.responses)) {
           const error = response.content?.['application/json']?.schema?.properties?.error;
           if (error === undefined) continue;
           const type = error.allOf[1].properties.type.const;
-          const expected = Number(status) === 404 ? 'not_found' : Number(status) === 409 ? 'conflict' : Number(status) === 429 ? 'too_many_requests' : Number(status) >= 500 ? 'server_error' : [401, 403].includes(Number(status)) ? 'auth_error' : 'bad_request';
+          const expected = errorTypeForStatus(Number(status));
           if (type !== expected) bad.push(`${method.toUpperCase()} ${path} ${status}: type ${type}`);
         }
       }

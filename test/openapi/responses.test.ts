@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Invoicing } from '../../src/billing/invoices.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { openApiDocument } from '../../src/openapi/routes.js';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, type ApiResponse, type Json, type TestProject, type TestService } from '../helpers.js';
 import { ownDatabase } from '../support/own-database.js';
 import { addMember, signIn, type SignedIn } from '../admin/dashboard-support.js';
 
@@ -33,7 +33,7 @@ interface Answer {
 
 let svc: TestService;
 let mock: MockUpstream;
-let doc: any;
+let doc: Json;
 const answers: Answer[] = [];
 const upstreamKey = `sk-upstream-${randomBytes(6).toString('hex')}`;
 

@@ -26,7 +26,7 @@ import { customerKeysFromBase, dirty_shards, dirtyKey } from '../../src/redis/ke
 import { scanKeys } from '../../src/redis/scan.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { startWorkers } from '../../workers/index.js';
-import { testConfig, waitFor } from '../helpers.js';
+import { testConfig, waitFor, type Json } from '../helpers.js';
 import { expectedCost, modelBody, sseData } from '../gateway/support.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
 
@@ -150,7 +150,7 @@ function startStream(port: number, agent: http.Agent, format: 'openai' | 'anthro
 
 /** The usage the mock sent in a stream, as billing kinds. */
 function usageSent(format: 'openai' | 'anthropic', text: string) {
-  const events = sseData(text) as any[];
+  const events = sseData(text) as Json[];
   if (format === 'openai') {
     const u = events.find((e) => e !== '[DONE]' && e.usage)!.usage;
     const cached = u.prompt_tokens_details?.cached_tokens ?? 0;
@@ -287,7 +287,7 @@ describe('SIGTERM to a web process', () => {
         const { format } = calls[i]!;
         expect(res.status).toBe(200);
         expect(res.complete, `stream ${i} complete`).toBe(true);
-        const events = sseData(res.text) as any[];
+        const events = sseData(res.text) as Json[];
         const text =
           format === 'openai'
             ? events.filter((e) => e !== '[DONE]').map((e) => e.choices[0]?.delta?.content ?? '').join('')

@@ -48,9 +48,9 @@ ${records.map(
 </table>`;
 }
 
-const filters = ['trace_id', 'customer_id', 'model'] as const;
+type Filter = 'trace_id' | 'customer_id' | 'model';
 
-function filtersOf(req: Request): Record<(typeof filters)[number], string | undefined> {
+function filtersOf(req: Request): Record<Filter, string | undefined> {
   return { trace_id: queryParam(req, 'trace_id'), customer_id: queryParam(req, 'customer_id'), model: queryParam(req, 'model') };
 }
 
