@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGatewayEnv, OPENAI_MODEL, type GatewayEnv } from '../gateway/support.js';
 import type { TestProject } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 
@@ -49,7 +50,7 @@ describe('deactivating a project', () => {
 
     for (const key of [q.projectKey, customerKey]) {
       const r = await env.svc.call('GET', '/v1/customers/alice/balance', { key });
-      expect([r.status, r.body.error.code]).toEqual([401, 'api_key_revoked']);
+      expectError(r, 401, 'api_key_revoked');
     }
     const keys = await adminCall(q, 'GET', '/keys');
     expect(keys.body.data.every((k: { revoked_at: string | null }) => k.revoked_at !== null)).toBe(true);
@@ -78,7 +79,7 @@ describe('deactivating a project', () => {
     ];
     for (const [method, path, body] of changes) {
       const r = await adminCall(q, method, path, body);
-      expect([method, path, r.status, r.body.error?.code]).toEqual([method, path, 409, 'project_deactivated']);
+      expectError(r, 409, 'project_deactivated', { label: [method, path].join(' ') });
     }
     expect((await adminCall(q, 'GET', '')).body).toEqual(before.body);
     expect((await adminCall(q, 'GET', '/keys')).body.data).toHaveLength(2);
@@ -92,7 +93,7 @@ describe('deactivating a project', () => {
   it('frees its slot of the plan: on Free another project can be made', async () => {
     const q = await env.svc.project('B');
     const refused = await env.svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: 'second' } });
-    expect([refused.status, refused.body.error.code]).toEqual([403, 'plan_limit_reached']);
+    expectError(refused, 403, 'plan_limit_reached');
     expect((await adminCall(q, 'DELETE', '')).status).toBe(200);
     const made = await env.svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: 'second' } });
     expect(made.status).toBe(201);
@@ -107,11 +108,11 @@ describe('deactivating a project', () => {
     const a = await env.svc.project('B');
     const b = await env.svc.project('B');
     const r = await env.svc.call('DELETE', `/v1/admin/projects/${b.projectId}`, { key: a.adminKey });
-    expect([r.status, r.body.error.code]).toEqual([404, 'not_found']);
+    expectError(r, 404, 'not_found');
     expect((await adminCall(b, 'GET', '')).body.active).toBe(true);
     const dep = await env.svc.call('POST', '/v1/customers/deposit', { key: b.projectKey, body: { customer_id: 'c', amount: 5 } });
     expect(dep.status).toBe(200);
     const viewer = await env.svc.call('DELETE', `/v1/admin/projects/${a.projectId}`, { key: a.projectKey });
-    expect([viewer.status, viewer.body.error.code]).toEqual([403, 'permission_denied']);
+    expectError(viewer, 403, 'permission_denied');
   });
 });

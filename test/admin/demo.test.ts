@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bootstrapDemo, bootstrapOrganization, demo_owner_email, type Demo } from '../../src/bootstrap.js';
 import { demo_allowance, plans } from '../../src/plans/catalogue.js';
 import { startTestService, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let demo: Demo;
@@ -58,7 +59,7 @@ describe('the demo organization', () => {
     for (let i = 1; i < demo_allowance.projectsMax; i++) made.push((await asDemo('POST', '/projects', { name: `demo ${i}` })).status);
     expect(made.every((s) => s === 201)).toBe(true);
     const past = await asDemo('POST', '/projects', { name: 'one too many' });
-    expect([past.status, past.body.error.code, past.body.error.limit]).toEqual([403, 'plan_limit_reached', demo_allowance.projectsMax]);
+    expectError(past, 403, 'plan_limit_reached', { fields: { limit: demo_allowance.projectsMax } });
     const member = await asDemo('POST', '/members', { email: 'teammate@demo.example', role: 'viewer' });
     expect(member.status).toBe(201);
   });
@@ -74,7 +75,7 @@ describe('the demo organization', () => {
     expect((await key({ type: 'project' })).status).toBe(201);
     expect((await key({ type: 'customer', customer_id: 'c' })).status).toBe(201);
     const third = await key({ type: 'customer', customer_id: 'd' });
-    expect([third.status, third.body.error.code, third.body.error.limit]).toEqual([403, 'plan_limit_reached', 2]);
+    expectError(third, 403, 'plan_limit_reached', { fields: { limit: 2 } });
     const upgraded = await svc.call('PUT', '/v1/admin/organization/plan', { key: org.admin_key, body: { plan: 'pro_500k' } });
     expect(upgraded.body.limits).toEqual({ projects_max: null, keys_per_project_max: null, members_max: 5 });
   });

@@ -172,7 +172,7 @@ for (const tenant of tenants) {
       for (const { label, key } of aKeys) {
         for (const txid of gwTxids()) {
           const res = await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key });
-          expect([label, txid, res.status, res.body.error?.code, res.body.error?.type]).toEqual([label, txid, 404, 'not_found', 'not_found']);
+          expectError(res, 404, 'not_found', { label: [label, txid].join(' ') });
         }
         for (const query of [`customer_id=${customer}`, ...bCalls.map((c) => `trace_id=${c.trace}`), 'model=b-gpt', 'model=b-claude']) {
           const res = await env.svc.call('GET', `/v1/usage?${query}`, { key });
@@ -232,7 +232,7 @@ for (const tenant of tenants) {
       const [project, customerKey] = aKeys;
       for (const c of [openaiCall('b-gpt'), anthropicCall('b-claude')]) {
         const res = await gateway(project.key, c, { 'x-service-customer': 'a-payer' });
-        expect([c.path, res.status, res.body.error?.code, res.body.error?.param]).toEqual([c.path, 404, 'model_not_found', 'model']);
+        expectError(res, 404, 'model_not_found', { param: 'model', label: c.path });
         expectError(await gateway(customerKey.key, c), 404, 'model_not_found', { label: `${c.path} b model, customer key` });
       }
       for (const c of [openaiCall(OPENAI_MODEL), anthropicCall(ANTHROPIC_MODEL), { ...openaiCall(OPENAI_MODEL), body: { ...openaiCall(OPENAI_MODEL).body, stream: true } }]) {
@@ -314,7 +314,7 @@ for (const tenant of tenants) {
         ];
         for (const [method, path, body] of foreign) {
           const res = await env.svc.call(method, path, { key: a.adminKey, body });
-          expect([method, path, res.status, res.body.error?.code]).toEqual([method, path, 404, 'not_found']);
+          expectError(res, 404, 'not_found', { label: [method, path].join(' ') });
         }
         // A's project and customer keys are refused on the management API altogether.
         for (const { label, key } of aKeys) {

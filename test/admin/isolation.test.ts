@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createModelQueries } from '../../src/admin/models.js';
 import { startTestService, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 const masterKey = randomBytes(32);
 let svc: TestService;
@@ -53,13 +54,13 @@ describe('tenant isolation', () => {
       for (const key of [a.projectKey, a.customerKey]) {
         for (const path of ['/v1/customers/shared', '/v1/customers/shared/balance', '/v1/customers/shared/ledger']) {
           const res = await svc.call('GET', path, { key });
-          expect([at(path), res.status, res.body.error.code]).toEqual([at(path), 404, 'customer_not_found']);
+          expectError(res, 404, 'customer_not_found', { label: at(path) });
         }
       }
       const consume = await svc.call('POST', '/v1/billing/consume', { key: a.projectKey, body: { transaction_id: 'f1' } });
-      expect([at('consume'), consume.status, consume.body.error.code]).toEqual([at('consume'), 400, 'no_consumable_freeze_records']);
+      expectError(consume, 400, 'no_consumable_freeze_records', { label: at('consume') });
       const unfreeze = await svc.call('POST', '/v1/billing/unfreeze', { key: a.projectKey, body: { transaction_id: 'f2' } });
-      expect([at('unfreeze'), unfreeze.status, unfreeze.body.error.code]).toEqual([at('unfreeze'), 400, 'no_unfreezable_records']);
+      expectError(unfreeze, 400, 'no_unfreezable_records', { label: at('unfreeze') });
 
       // B's holds are untouched and still B's to settle.
       const bBalance = await svc.call('GET', '/v1/customers/shared/balance', { key: b.customerKey });

@@ -11,6 +11,8 @@ import { publishKeyChange } from '../../src/keys/store.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { listen, type RunningServer } from '../../src/server.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -55,7 +57,7 @@ describe('creating keys', () => {
       created_at: expect.any(String),
     });
     const used = await probe(res.body.key);
-    expect([used.status, used.body.error.code]).toEqual([404, 'customer_not_found']);
+    expectError(used, 404, 'customer_not_found');
     const dep = await svc.call('POST', '/v1/customers/deposit', { key: res.body.key, body: { customer_id: 'k1', amount: 5 } });
     expect(dep.status).toBe(200);
   });
@@ -72,15 +74,15 @@ describe('creating keys', () => {
     const own = await probe(res.body.key, 'bound');
     expect([own.status, own.body.available]).toEqual([200, 7]);
     const other = await probe(res.body.key, 'k1');
-    expect([other.status, other.body.error.code]).toEqual([404, 'customer_not_found']);
+    expectError(other, 404, 'customer_not_found');
     const deposit = await svc.call('POST', '/v1/customers/deposit', { key: res.body.key, body: { customer_id: 'bound', amount: 1 } });
-    expect([deposit.status, deposit.body.error.code]).toEqual([403, 'permission_denied']);
+    expectError(deposit, 403, 'permission_denied');
   });
 
   it('rejects bad key input with 400 and the param, creating nothing', async () => {
     expect((await putModel(p, 'ok')).status).toBe(201);
     const before = (await svc.call('GET', `/v1/admin/projects/${p.projectId}/keys?limit=500`, { key: p.adminKey })).body.data.length;
-    const cases: [unknown, string, string | undefined][] = [
+    const cases: [unknown, ErrorCode, string | undefined][] = [
       [{}, 'invalid_request', 'type'],
       [{ type: 'admin' }, 'invalid_request', 'type'],
       [{ type: 'customer' }, 'invalid_request', 'customer_id'],
@@ -106,12 +108,12 @@ describe('creating keys', () => {
     ];
     for (const [body, code, param] of cases) {
       const res = await createKey(p, body);
-      expect([JSON.stringify(body), res.status, res.body.error.code, res.body.error.param]).toEqual([JSON.stringify(body), 400, code, param]);
+      expectError(res, 400, code, { param, label: JSON.stringify(body) });
     }
     const after = (await svc.call('GET', `/v1/admin/projects/${p.projectId}/keys?limit=500`, { key: p.adminKey })).body.data.length;
     expect(after).toBe(before);
     const unknown = await svc.call('POST', '/v1/admin/projects/proj_unknown/keys', { key: p.adminKey, body: { type: 'project' } });
-    expect([unknown.status, unknown.body.error.code]).toEqual([404, 'not_found']);
+    expectError(unknown, 404, 'not_found');
   });
 });
 
@@ -150,7 +152,7 @@ describe('revoking keys', () => {
     expect(revoked.body).toMatchObject({ id: made.body.id, type: 'project', revoked_at: expect.any(String) });
     expect(revoked.body.key).toBeUndefined();
     const refused = await probe(made.body.key);
-    expect([refused.status, refused.body.error.code, refused.body.error.type]).toEqual([401, 'api_key_revoked', 'auth_error']);
+    expectError(refused, 401, 'api_key_revoked');
 
     const again = await revokeKey(p, made.body.id);
     expect([again.status, again.body.revoked_at]).toEqual([200, revoked.body.revoked_at]);
@@ -158,16 +160,16 @@ describe('revoking keys', () => {
     expect(listed.body.data.find((k: { id: string }) => k.id === made.body.id).revoked_at).toBe(revoked.body.revoked_at);
 
     const missing = await revokeKey(p, 'key_nope');
-    expect([missing.status, missing.body.error.code]).toEqual([404, 'not_found']);
+    expectError(missing, 404, 'not_found');
     const unknownProject = await svc.call('POST', `/v1/admin/projects/proj_nope/keys/${made.body.id}/revoke`, { key: p.adminKey });
-    expect([unknownProject.status, unknownProject.body.error.code]).toEqual([404, 'not_found']);
+    expectError(unknownProject, 404, 'not_found');
   });
 
   it('a key of another project of the same organization is not found under this project', async () => {
     const second = await svc.call('POST', '/v1/admin/projects', { key: p.adminKey, body: { name: 'second' } });
     const other = await svc.call('POST', `/v1/admin/projects/${second.body.id}/keys`, { key: p.adminKey, body: { type: 'project' } });
     const res = await revokeKey(p, other.body.id);
-    expect([res.status, res.body.error.code]).toEqual([404, 'not_found']);
+    expectError(res, 404, 'not_found');
     expect((await probe(other.body.key)).status).toBe(404);
   });
 
@@ -196,14 +198,14 @@ describe('key expiry', () => {
     const expiresAtMs = Date.now() + 1_200;
     const made = await createKey(p, { type: 'customer', customer_id: 'exp', expires_at: new Date(expiresAtMs).toISOString() });
     expect(made.status).toBe(201);
-    expect((await probe(made.body.key, 'exp')).body.error.code).toBe('customer_not_found');
+    expectError(await probe(made.body.key, 'exp'), 404, 'customer_not_found');
     // Polls rather than sleeping past the expiry: the answer changes at expiresAtMs, never before.
     const res = await waitFor(async () => {
       const r = await probe(made.body.key, 'exp');
       return r.status === 401 ? r : null;
     }, 10_000, 'the key to expire');
     expect(Date.now()).toBeGreaterThanOrEqual(expiresAtMs);
-    expect(res.body.error.code).toBe('api_key_expired');
+    expectError(res, 401, 'api_key_expired');
   });
 
   it('an expiry set in the database applies once the change is published', async () => {
@@ -223,11 +225,11 @@ describe('Free plan key limit', () => {
     const second = await createKey(q, { type: 'customer', customer_id: 'c' });
     expect(second.status).toBe(201);
     const third = await createKey(q, { type: 'project' });
-    expect([third.status, third.body.error.code, third.body.error.type]).toEqual([403, 'plan_limit_reached', 'auth_error']);
+    expectError(third, 403, 'plan_limit_reached');
     expect((await revokeKey(q, second.body.id)).status).toBe(200);
     const again = await createKey(q, { type: 'project' });
     expect(again.status).toBe(201);
-    expect((await createKey(q, { type: 'customer', customer_id: 'c' })).body.error.code).toBe('plan_limit_reached');
+    expectError(await createKey(q, { type: 'customer', customer_id: 'c' }), 403, 'plan_limit_reached');
   });
 
   it('concurrent creations at the limit admit exactly the free slots', async () => {

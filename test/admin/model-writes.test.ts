@@ -6,6 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_OUTPUT_TOKENS, modelBody, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 let env: GatewayEnv;
 
@@ -36,7 +38,7 @@ describe('a model without upstream_api_key', () => {
     ]);
     expect(put.body.warnings[0].message).toContain(`PATCH ${modelUrl('keyless')}`);
     const refused = await chat('keyless');
-    expect([refused.status, refused.body.error.code]).toEqual([402, 'byok_key_required']);
+    expectError(refused, 402, 'byok_key_required');
 
     const patched = await admin('PATCH', 'keyless', { upstream_api_key: env.upstreamKey });
     expect(patched.status).toBe(200);
@@ -66,7 +68,7 @@ describe('PATCH /v1/admin/projects/{id}/models/{model_id}', () => {
   it('null removes the key; bad input and an unknown model change nothing', async () => {
     await env.putModel('strict');
     const before = await stored('strict');
-    const cases: [unknown, number, string, string | undefined][] = [
+    const cases: [unknown, number, ErrorCode, string | undefined][] = [
       [{ max_output_tokens: 300_000 }, 400, 'invalid_request', 'max_output_tokens'],
       [{ context_window: 10 }, 400, 'invalid_request', 'max_output_tokens'],
       [{ provider: 'google' }, 400, 'invalid_request', 'provider'],
@@ -79,16 +81,16 @@ describe('PATCH /v1/admin/projects/{id}/models/{model_id}', () => {
     ];
     for (const [body, status, code, param] of cases) {
       const r = await admin('PATCH', 'strict', body);
-      expect([JSON.stringify(body), r.status, r.body.error.code, r.body.error.param]).toEqual([JSON.stringify(body), status, code, param]);
+      expectError(r, status, code, { param, label: JSON.stringify(body) });
     }
     expect(await stored('strict')).toEqual(before);
     const missing = await admin('PATCH', 'never-made', { display_name: 'x' });
-    expect([missing.status, missing.body.error.code]).toEqual([404, 'not_found']);
+    expectError(missing, 404, 'not_found');
     expect(await stored('never-made')).toBeUndefined();
 
     const removed = await admin('PATCH', 'strict', { upstream_api_key: null });
     expect([removed.body.has_upstream_key, removed.body.warnings.map((w: { code: string }) => w.code)]).toEqual([false, ['byok_key_required']]);
-    expect((await chat('strict')).body.error.code).toBe('byok_key_required');
+    expectError(await chat('strict'), 402, 'byok_key_required');
   });
 });
 
@@ -113,7 +115,7 @@ describe('a model read sent back as a write', () => {
     expect(r.status, JSON.stringify(r.body)).toBe(201);
     expect([r.body.input_price_per_million_credits, r.body.output_price_per_million_credits]).toEqual([300_000, 1_200_000]);
     const neither = await admin('PUT', 'unpriced', rest);
-    expect([neither.status, neither.body.error.code, neither.body.error.param]).toEqual([400, 'invalid_request', 'input_price_per_million_credits']);
+    expectError(neither, 400, 'invalid_request', { param: 'input_price_per_million_credits' });
     expect(await stored('unpriced')).toBeUndefined();
   });
 
@@ -139,7 +141,7 @@ describe('DELETE /v1/admin/projects/{id}/models/{model_id}', () => {
     expect(del.body).toMatchObject({ id: 'doomed', deleted: true, max_output_tokens: MAX_OUTPUT_TOKENS });
     expect(await stored('doomed')).toBeUndefined();
     const gone = await chat('doomed');
-    expect([gone.status, gone.body.error.code]).toEqual([404, 'model_not_found']);
+    expectError(gone, 404, 'model_not_found');
     const listed = await env.svc.call('GET', '/v1/models', { key: env.p.projectKey });
     expect(listed.body.data.map((m: { id: string }) => m.id)).not.toContain('doomed');
     // The money record of the call stands, with the model and the prices it was billed at.
@@ -147,7 +149,7 @@ describe('DELETE /v1/admin/projects/{id}/models/{model_id}', () => {
     const receipt = await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key: env.p.projectKey });
     expect([receipt.status, receipt.body.model]).toEqual([200, 'doomed']);
     const again = await admin('DELETE', 'doomed');
-    expect([again.status, again.body.error.code]).toEqual([404, 'not_found']);
+    expectError(again, 404, 'not_found');
     await env.putModel('doomed');
     expect((await chat('doomed')).status).toBe(200);
   });
@@ -156,9 +158,9 @@ describe('DELETE /v1/admin/projects/{id}/models/{model_id}', () => {
     const other = await env.svc.project('B');
     await env.putModel('theirs', {}, other);
     const r = await env.svc.call('DELETE', modelUrl('theirs', other.projectId), { key: env.p.adminKey });
-    expect([r.status, r.body.error.code]).toEqual([404, 'not_found']);
+    expectError(r, 404, 'not_found');
     const patch = await env.svc.call('PATCH', modelUrl('theirs', other.projectId), { key: env.p.adminKey, body: { active: false } });
-    expect([patch.status, patch.body.error.code]).toEqual([404, 'not_found']);
+    expectError(patch, 404, 'not_found');
     const list = await env.svc.call('GET', `/v1/admin/projects/${other.projectId}/models`, { key: other.adminKey });
     expect(list.body.data.map((m: { id: string; active: boolean }) => [m.id, m.active])).toEqual([['theirs', true]]);
   });

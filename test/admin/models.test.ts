@@ -13,6 +13,7 @@ import { createModelQueries } from '../../src/admin/models.js';
 import { projectChannel } from '../../src/keys/store.js';
 import { decryptSecret, encryptSecret, loadMasterKey, master_key_file, parseMasterKey } from '../../src/keys/crypto.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 const masterKey = randomBytes(32);
 let svc: TestService;
@@ -119,7 +120,7 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
     expect((await putModel(p, id, base)).body.id).toBe(id);
     expect((await putModel(p, encodeURIComponent(id), base)).status).toBe(200);
     const tooLong = await putModel(p, `${id}y`, base);
-    expect([tooLong.status, tooLong.body.error.code, tooLong.body.error.param]).toEqual([400, 'invalid_request', 'model_id']);
+    expectError(tooLong, 400, 'invalid_request', { param: 'model_id' });
     const control = await putModel(p, 'bad%01id', base);
     expect([control.status, control.body.error.param]).toEqual([400, 'model_id']);
   });
@@ -147,13 +148,13 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
     ];
     for (const [body, param] of cases) {
       const res = await putModel(p, 'bad-model', body);
-      expect([param, res.status, res.body.error.code, res.body.error.param]).toEqual([param, 400, 'invalid_request', param]);
+      expectError(res, 400, 'invalid_request', { param, label: param });
     }
     const notJson = await putModel(p, 'bad-model', '[]');
-    expect(notJson.body.error.code).toBe('invalid_json');
+    expectError(notJson, 400, 'invalid_json');
     expect((await listModels(p)).body.data.map((m: { id: string }) => m.id)).not.toContain('bad-model');
     const unknown = await svc.call('PUT', '/v1/admin/projects/proj_none/models/m', { key: p.adminKey, body: base });
-    expect([unknown.status, unknown.body.error.code]).toEqual([404, 'not_found']);
+    expectError(unknown, 404, 'not_found');
   });
 });
 

@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -131,7 +132,7 @@ describe('creating or changing a model', () => {
   it('refuses schemes other than http and https', async () => {
     for (const url of ['ftp://example.com/v1', 'file:///etc/passwd', 'gopher://example.com/']) {
       const res = await putModel('scheme', url);
-      expect([res.status, res.body.error.code, res.body.error.param], url).toEqual([400, 'invalid_request', 'upstream_base_url']);
+      expectError(res, 400, 'invalid_request', { param: 'upstream_base_url', label: url });
     }
     expect(await storedUrl('scheme')).toBeUndefined();
   });
@@ -155,8 +156,7 @@ describe('calling a model that points at a private address anyway', () => {
       headers: { 'x-service-customer': 'ssrf' },
       body: { model: 'inward', messages: [{ role: 'user', content: 'hello' }] },
     });
-    expect(res.status).toBe(502);
-    expect(res.body.error.code).toBe('upstream_error');
+    expectError(res, 502, 'upstream_error');
     expect(res.body.error.message).toBe(
       `upstream_base_url points at 127.0.0.1, a loopback address; the gateway calls only public addresses (set UPSTREAM_ALLOW_PRIVATE=1 to allow private ones)`,
     );

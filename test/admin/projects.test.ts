@@ -6,6 +6,8 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -34,7 +36,7 @@ describe('who may call /v1/admin', () => {
     for (const [method, path, body] of routes) {
       for (const key of [p.projectKey, customerKey]) {
         const res = await svc.call(method, path, { key, body });
-        expect([method, path, res.status, res.body.error.code]).toEqual([method, path, 403, 'permission_denied']);
+        expectError(res, 403, 'permission_denied', { label: [method, path].join(' ') });
       }
       const none = await svc.call(method, path, { body });
       expect(none.status).toBe(401);
@@ -55,7 +57,7 @@ describe('who may call /v1/admin', () => {
     ];
     for (const [method, path, body] of routes) {
       const res = await svc.call(method, path, { key: p.adminKey, body });
-      expect([path, res.status, res.body.error.code]).toEqual([path, 403, 'permission_denied']);
+      expectError(res, 403, 'permission_denied', { label: path });
     }
   });
 });
@@ -64,7 +66,7 @@ describe('projects', () => {
   it('Free plan: a second project is 403 plan_limit_reached; an upgrade lifts the limit at once', async () => {
     const q = await svc.project('B');
     const refused = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: 'second' } });
-    expect([refused.status, refused.body.error.code, refused.body.error.type]).toEqual([403, 'plan_limit_reached', 'auth_error']);
+    expectError(refused, 403, 'plan_limit_reached');
     expect((await svc.call('GET', '/v1/admin/projects', { key: q.adminKey })).body.data).toHaveLength(1);
 
     const up = await setPlan(q.adminKey, 'pro_500k');
@@ -90,7 +92,7 @@ describe('projects', () => {
   it('rejects bad project input with 400 and the param', async () => {
     const q = await svc.project('B');
     await setPlan(q.adminKey, 'pro_500k');
-    const cases: [unknown, string, string | undefined][] = [
+    const cases: [unknown, ErrorCode, string | undefined][] = [
       [{}, 'invalid_request', 'name'],
       [{ name: '' }, 'invalid_request', 'name'],
       [{ name: '   ' }, 'invalid_request', 'name'],
@@ -106,7 +108,7 @@ describe('projects', () => {
     ];
     for (const [body, code, param] of cases) {
       const res = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body });
-      expect([JSON.stringify(body), res.status, res.body.error.code, res.body.error.param]).toEqual([JSON.stringify(body), 400, code, param]);
+      expectError(res, 400, code, { param, label: JSON.stringify(body) });
     }
     expect((await svc.call('GET', '/v1/admin/projects', { key: q.adminKey })).body.data).toHaveLength(1);
   });
@@ -136,7 +138,7 @@ describe('projects', () => {
 
     for (const [query, param] of [['limit=0', 'limit'], ['limit=501', 'limit'], ['cursor=nonsense', 'cursor']]) {
       const bad = await svc.call('GET', `/v1/admin/projects?${query}`, { key: q.adminKey });
-      expect([bad.status, bad.body.error.code, bad.body.error.param]).toEqual([400, 'invalid_request', param]);
+      expectError(bad, 400, 'invalid_request', { param });
     }
   });
 
@@ -145,7 +147,7 @@ describe('projects', () => {
     const deposit = (body: Record<string, unknown>) => svc.call('POST', '/v1/customers/deposit', { key: q.projectKey, body: { customer_id: 'pc', ...body } });
     // The first request caches the key record with contract B and the default rate limit.
     const b = await deposit({ amount_cents: 1 });
-    expect(b.body.error.code).toBe('unsupported_amount_field');
+    expectError(b, 400, 'unsupported_amount_field');
     expect(b.headers.get('x-ratelimit-limit')).toBe(String(svc.rt.config.RATE_LIMIT_PER_MINUTE));
 
     const patched = await svc.call('PATCH', `/v1/admin/projects/${q.projectId}`, { key: q.adminKey, body: { name: 'renamed', contract: 'A', rate_limit_per_minute: 1000 } });
@@ -165,10 +167,10 @@ describe('projects', () => {
 
     for (const [body, param] of [[{ name: '' }, 'name'], [{ contract: 'X' }, 'contract'], [{ rate_limit_per_minute: -1 }, 'rate_limit_per_minute'], [{ id: 'x' }, 'id']] as const) {
       const bad = await svc.call('PATCH', `/v1/admin/projects/${q.projectId}`, { key: q.adminKey, body });
-      expect([bad.status, bad.body.error.code, bad.body.error.param]).toEqual([400, 'invalid_request', param]);
+      expectError(bad, 400, 'invalid_request', { param });
     }
     const missing = await svc.call('PATCH', '/v1/admin/projects/proj_nope', { key: q.adminKey, body: { name: 'x' } });
-    expect([missing.status, missing.body.error.code]).toEqual([404, 'not_found']);
+    expectError(missing, 404, 'not_found');
   });
 });
 
@@ -196,7 +198,7 @@ describe('organization scoping', () => {
     ];
     for (const [method, path, body] of foreign) {
       const res = await svc.call(method, path, { key: a.adminKey, body });
-      expect([method, path, res.status, res.body.error.code]).toEqual([method, path, 404, 'not_found']);
+      expectError(res, 404, 'not_found', { label: [method, path].join(' ') });
     }
     const bProject = await svc.call('GET', `/v1/admin/projects/${b.projectId}`, { key: b.adminKey });
     expect(bProject.body.name).toBe('test project');
@@ -218,7 +220,7 @@ describe('reconcile', () => {
     expect(emptyJson.body).toEqual(res.body);
     expect(res.body).toMatchObject({ customers_checked: 1, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [] });
     const bad = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey, body: { repair: 'yes' } });
-    expect([bad.status, bad.body.error.code, bad.body.error.param]).toEqual([400, 'invalid_request', 'repair']);
+    expectError(bad, 400, 'invalid_request', { param: 'repair' });
   });
 });
 
@@ -233,7 +235,7 @@ describe('organization and plan', () => {
 
     for (const [body, param] of [[{ plan: 'gold' }, 'plan'], [{ plan: 'FREE' }, 'plan'], [{}, 'plan'], [{ plan: 'pro_2m', extra: 1 }, 'extra']] as const) {
       const bad = await svc.call('PUT', '/v1/admin/organization/plan', { key: q.adminKey, body });
-      expect([bad.status, bad.body.error.code, bad.body.error.param]).toEqual([400, 'invalid_request', param]);
+      expectError(bad, 400, 'invalid_request', { param });
     }
     expect((await svc.call('GET', '/v1/admin/organization', { key: q.adminKey })).body.plan).toBe('free');
 
@@ -248,6 +250,6 @@ describe('organization and plan', () => {
     const next = await svc.call('GET', '/v1/admin/organization', { key: q.adminKey });
     expect(next.body).toMatchObject({ plan: 'free', pending_plan: null, period_start: org.body.period_end, included_ops: 50_000 });
     const refused = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: 'after downgrade' } });
-    expect([refused.status, refused.body.error.code]).toEqual([403, 'plan_limit_reached']);
+    expectError(refused, 403, 'plan_limit_reached');
   });
 });

@@ -134,7 +134,7 @@ describe('CSRF', () => {
     for (const [method, path, body] of changes) {
       for (const csrf of [null, 'x'.repeat(43), other.csrf]) {
         const r = await dash(svc, s, method, path, { body, csrf });
-        expect([method, path, csrf === null ? 'none' : 'wrong', r.status, r.body?.error?.code]).toEqual([method, path, csrf === null ? 'none' : 'wrong', 403, 'csrf_token_invalid']);
+        expectError(r, 403, 'csrf_token_invalid', { label: [method, path, csrf === null ? 'none' : 'wrong'].join(' ') });
       }
     }
     expect((await dash(svc, s, 'GET', `/projects/${p.projectId}`)).body.name).toBe('test project');
@@ -170,7 +170,7 @@ describe('roles', () => {
     ];
     for (const [method, path, body, needed] of changes) {
       const r = await dash(svc, s, method, path, { body });
-      expect([method, path, r.status, r.body?.error?.code, r.body?.error?.role_required]).toEqual([method, path, 403, 'permission_denied', needed]);
+      expectError(r, 403, 'permission_denied', { fields: { role_required: needed }, label: [method, path].join(' ') });
       expect(r.body.error.message).toContain(`needs the ${needed} role`);
       expect(r.body.error.message).toContain('you are a viewer');
     }

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, startGatewayEnv, usdOf, type GatewayEnv } from '../gateway/support.js';
 import type { TestProject } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 let second: TestProject;
@@ -117,7 +118,7 @@ describe('GET /v1/admin/usage', () => {
     expect(seen).toEqual(all);
     const first = await usage('?group_by=project,customer,model&limit=1');
     const misused = await usage(`?group_by=customer&cursor=${first.body.next_cursor}`);
-    expect([misused.status, misused.body.error.code, misused.body.error.param]).toEqual([400, 'invalid_request', 'cursor']);
+    expectError(misused, 400, 'invalid_request', { param: 'cursor' });
   });
 
   it("answers only the caller's organization: another one's project is 404, its calls are not counted", async () => {
@@ -125,9 +126,9 @@ describe('GET /v1/admin/usage', () => {
     const own = await usage('?group_by=', other.adminKey);
     expect(own.body.data[0].calls).toBe(0);
     const foreign = await usage(`?project_id=${env.p.projectId}`, other.adminKey);
-    expect([foreign.status, foreign.body.error.code]).toEqual([404, 'not_found']);
+    expectError(foreign, 404, 'not_found');
     const projectKey = await usage('', env.p.projectKey);
-    expect([projectKey.status, projectKey.body.error.code]).toEqual([403, 'permission_denied']);
+    expectError(projectKey, 403, 'permission_denied');
   });
 
   it('refuses bad parameters with the param', async () => {
@@ -143,7 +144,7 @@ describe('GET /v1/admin/usage', () => {
     ];
     for (const [query, param] of cases) {
       const r = await usage(query);
-      expect([query, r.status, r.body.error.code, r.body.error.param]).toEqual([query, 400, 'invalid_request', param]);
+      expectError(r, 400, 'invalid_request', { param, label: query });
     }
   });
 });

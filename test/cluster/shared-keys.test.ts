@@ -19,6 +19,7 @@ import { ledgerQueueName } from '../../src/runtime.js';
 import { OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { waitFor, type ApiResponse } from '../helpers.js';
 import { ownCluster, type OwnCluster, type OwnClusterNode } from '../support/own-cluster.js';
+import { expectError } from '../support/errors.js';
 
 let cluster: OwnCluster;
 let env: GatewayEnv;
@@ -82,7 +83,7 @@ describe('Redis Cluster: a master restarted empty', () => {
     expect((await post('/v1/customers/deposit', { customer_id: customer, amount: 5_000_000, idempotency_key: depositKey })).status).toBe(200);
     expect((await post('/v1/billing/freeze', { customer_id: customer, transaction_id: open, amount: 300 })).status).toBe(200);
     const refusal = await post('/v1/billing/deduct', { customer_id: customer, transaction_id: refused, amount: 900_000_000 });
-    expect([refusal.status, refusal.body.error?.code]).toEqual([400, 'insufficient_balance']);
+    expectError(refusal, 400, 'insufficient_balance');
     const call = await chat(customer, gatewayKey);
     expect(call.status, JSON.stringify(call.body)).toBe(200);
     const callId = call.headers.get('x-service-transaction-id');
@@ -107,11 +108,11 @@ describe('Redis Cluster: a master restarted empty', () => {
     const consume = await post('/v1/billing/consume', { transaction_id: open, amount: 100 });
     expect([consume.status, consume.body.consumed_amount]).toEqual([200, 100]);
     // The refused id and the deposit key still belong to their customer.
-    expect((await post('/v1/billing/deduct', { customer_id: third, transaction_id: refused, amount: 10 })).body.error?.code).toBe('transaction_conflict');
+    expectError(await post('/v1/billing/deduct', { customer_id: third, transaction_id: refused, amount: 10 }), 409, 'transaction_conflict');
     expect((await post('/v1/customers/deposit', { customer_id: third, amount: 10, idempotency_key: depositKey })).status).toBe(409);
     // The settled call's key is still taken, by that call: not relayed nor billed again.
     const again = await chat(customer, gatewayKey);
-    expect([again.status, again.body.error?.code, again.body.error?.transaction_id]).toEqual([409, 'idempotency_key_reused', callId]);
+    expectError(again, 409, 'idempotency_key_reused', { fields: { transaction_id: callId } });
     expect((await env.ledger(customer, 'GATEWAY')).length).toBe(1);
     // The sleeper's TTL: its expiry job went with the queue, its active mark with the
     // index shard; the mark is back and the sweeps run again.

@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -62,7 +64,7 @@ describe('POST /v1/customers', () => {
     expect((await create({ customer_id: 'twice', metadata: null, email: null })).status).toBe(200);
     for (const [field, value] of [['name', 'Robert'], ['email', 'bob@example.com'], ['metadata', { a: 1 }]] as const) {
       const r = await create({ customer_id: 'twice', name: 'Bob', [field]: value });
-      expect([field, r.status, r.body.error.code, r.body.error.param]).toEqual([field, 409, 'customer_exists', field]);
+      expectError(r, 409, 'customer_exists', { param: field, label: field });
       expect(r.body.error.message).toContain('PATCH /v1/customers/{id}');
     }
     expect((await svc.call('GET', '/v1/customers/twice', { key: p.projectKey })).body).toMatchObject({ name: 'Bob', email: null, metadata: {} });
@@ -73,7 +75,7 @@ describe('POST /v1/customers', () => {
     await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'funded', amount: 5, name: 'Cy' } });
     expect((await create({ customer_id: 'funded', name: 'Cy' })).status).toBe(200);
     const other = await create({ customer_id: 'funded', name: 'Dee' });
-    expect([other.status, other.body.error.code]).toEqual([409, 'customer_exists']);
+    expectError(other, 409, 'customer_exists');
     expect((await svc.call('GET', '/v1/customers/funded/balance', { key: p.projectKey })).body.available).toBe(5);
   });
 
@@ -96,7 +98,7 @@ describe('POST /v1/customers', () => {
   });
 
   it('refuses bad input and keys other than a project key, creating nothing', async () => {
-    const cases: [unknown, string, string | undefined][] = [
+    const cases: [unknown, ErrorCode, string | undefined][] = [
       [{}, 'invalid_request', 'customer_id'],
       [{ customer_id: '' }, 'invalid_request', 'customer_id'],
       [{ customer_id: 'x'.repeat(257) }, 'invalid_request', 'customer_id'],
@@ -109,12 +111,12 @@ describe('POST /v1/customers', () => {
     ];
     for (const [body, code, param] of cases) {
       const r = await create(body);
-      expect([JSON.stringify(body), r.status, r.body.error.code, r.body.error.param]).toEqual([JSON.stringify(body), 400, code, param]);
+      expectError(r, 400, code, { param, label: JSON.stringify(body) });
     }
     const ck = await p.customerKey('bad');
     for (const key of [ck, p.adminKey]) {
       const r = await create({ customer_id: 'bad' }, key);
-      expect([r.status, r.body.error.code]).toEqual([403, 'permission_denied']);
+      expectError(r, 403, 'permission_denied');
     }
     expect(await pgRow('bad')).toBeNull();
     expect((await svc.call('GET', '/v1/customers/bad', { key: p.projectKey })).status).toBe(404);
@@ -140,7 +142,7 @@ describe('GET /v1/customers/{id}/ledger?type=', () => {
     const admin = await svc.call('GET', `/v1/admin/projects/${p.projectId}/customers/typed/ledger?type=deposit`, { key: p.adminKey });
     expect(admin.body.data.map((e: { type: string }) => e.type)).toEqual(['DEPOSIT']);
     const bad = await svc.call('GET', '/v1/customers/typed/ledger?type=refund', { key: p.projectKey });
-    expect([bad.status, bad.body.error.code, bad.body.error.param]).toEqual([400, 'invalid_request', 'type']);
+    expectError(bad, 400, 'invalid_request', { param: 'type' });
   });
 });
 
@@ -151,21 +153,21 @@ describe('X-Service-Customer with a customer-scoped key', () => {
   it('naming another customer is 403 permission_denied naming the header; naming its own is allowed', async () => {
     const ck = await p.customerKey('own');
     const other = await chat(ck, { 'X-Service-Customer': 'someone-else' });
-    expect([other.status, other.body.error.code, other.body.error.param]).toEqual([403, 'permission_denied', 'X-Service-Customer']);
+    expectError(other, 403, 'permission_denied', { param: 'X-Service-Customer' });
     expect(other.body.error.message).toContain('"own"');
     // Past the customer check: the next check (the model) answers.
     const own = await chat(ck, { 'X-Service-Customer': 'own' });
-    expect([own.status, own.body.error.code]).toEqual([404, 'model_not_found']);
+    expectError(own, 404, 'model_not_found');
     const none = await chat(ck, {});
-    expect([none.status, none.body.error.code]).toEqual([404, 'model_not_found']);
+    expectError(none, 404, 'model_not_found');
     const project = await chat(p.projectKey, { 'X-Service-Customer': 'someone-else' });
-    expect([project.status, project.body.error.code]).toEqual([404, 'model_not_found']);
+    expectError(project, 404, 'model_not_found');
   });
 
   it('an Idempotency-Key is held to 1-256 characters, as transaction ids are', async () => {
     const long = await chat(p.projectKey, { 'X-Service-Customer': 'own', 'Idempotency-Key': 'k'.repeat(257) });
-    expect([long.status, long.body.error.code, long.body.error.param]).toEqual([400, 'invalid_request', 'Idempotency-Key']);
+    expectError(long, 400, 'invalid_request', { param: 'Idempotency-Key' });
     const fits = await chat(p.projectKey, { 'X-Service-Customer': 'own', 'Idempotency-Key': 'k'.repeat(256) });
-    expect(fits.body.error.code).toBe('model_not_found');
+    expectError(fits, 404, 'model_not_found');
   });
 });

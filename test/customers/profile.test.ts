@@ -2,6 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -27,7 +29,7 @@ describe('PATCH /v1/customers/{id}', () => {
 
   it('rejects unknown fields, bad emails, unknown customers and customer-scoped keys, changing nothing', async () => {
     await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'pc2', amount: 5, name: 'Kept' } });
-    const cases: [string, unknown, number, string][] = [
+    const cases: [string, unknown, number, ErrorCode][] = [
       ['pc2', { nickname: 'x' }, 400, 'invalid_request'],
       ['pc2', { email: 'not-an-email' }, 400, 'invalid_request'],
       ['pc2', '[1]', 400, 'invalid_json'],
@@ -35,11 +37,11 @@ describe('PATCH /v1/customers/{id}', () => {
     ];
     for (const [id, body, status, code] of cases) {
       const res = await svc.call('PATCH', `/v1/customers/${id}`, { key: p.projectKey, body });
-      expect([res.status, res.body.error.code]).toEqual([status, code]);
+      expectError(res, status, code);
     }
     const ck = await p.customerKey('pc2');
     const denied = await svc.call('PATCH', '/v1/customers/pc2', { key: ck, body: { name: 'x' } });
-    expect([denied.status, denied.body.error.code]).toEqual([403, 'permission_denied']);
+    expectError(denied, 403, 'permission_denied');
     expect((await svc.call('GET', '/v1/customers/pc2', { key: p.projectKey })).body.name).toBe('Kept');
   });
 });

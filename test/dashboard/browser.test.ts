@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let mock: MockUpstream;
@@ -102,7 +103,7 @@ describe('the dashboard as the owner', () => {
     let refused = await balanceWith(secret);
     while (refused.status === 200 && Date.now() - clickedAt < 2_000) refused = await balanceWith(secret);
     const elapsed = Date.now() - clickedAt;
-    expect([refused.status, refused.body?.error?.code]).toEqual([401, 'api_key_revoked']);
+    expectError(refused, 401, 'api_key_revoked');
     expect(elapsed).toBeLessThan(1_000);
     await page.getByTestId('notice-ok').waitFor();
     expect(await row.getByTestId('key-status').textContent()).toBe('revoked');

@@ -9,6 +9,7 @@ import { customerKeys } from '../../src/redis/keys.js';
 import { addMember } from '../admin/dashboard-support.js';
 import { startTestService, type TestService } from '../helpers.js';
 import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let mock: MockUpstream;
@@ -105,7 +106,7 @@ describe('deactivating a project', () => {
     const r = await post(`/dashboard/projects/${id}/deactivate`, {});
     expect([r.status, notice(r.text)]).toEqual([200, 'Deactivated project Short-lived: 1 key(s) revoked; its records stay readable']);
     expect((await admin(`/projects/${id}`)).active).toBe(false);
-    expect((await svc.call('GET', '/v1/customers/x/balance', { key: key.body.key })).body.error.code).toBe('api_key_revoked');
+    expectError(await svc.call('GET', '/v1/customers/x/balance', { key: key.body.key }), 401, 'api_key_revoked');
     const row = new RegExp(`data-project-id="${id}"[\\s\\S]*?</tr>`).exec((await pageCall(svc, owner, 'GET', '/dashboard/projects')).text)![0];
     expect(row).toContain('deactivated');
     expect(row).not.toContain('project-deactivate');

@@ -8,6 +8,7 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from '../gateway/support.js';
+import { expectError } from '../support/errors.js';
 
 const body_bytes_max_billing = 1024 * 1024;
 const body_bytes_max_gateway = 8 * 1024 * 1024;
@@ -58,11 +59,6 @@ function postChunked(path: string, headers: Record<string, string>, body: string
   });
 }
 
-function expectTooLarge(label: string, res: RawResponse): void {
-  expect([label, res.status], res.text.slice(0, 300)).toEqual([label, 413]);
-  expect(res.json().error).toMatchObject({ code: 'payload_too_large', type: 'bad_request', message: expect.any(String) });
-}
-
 describe('gateway: 8 MiB', () => {
   const openai = (padding: string) => ({ model: OPENAI_MODEL, max_tokens: 5, messages: [{ role: 'user', content: padding }] });
   const anthropic = (padding: string) => ({ model: ANTHROPIC_MODEL, max_tokens: 5, messages: [{ role: 'user', content: padding }] });
@@ -80,7 +76,7 @@ describe('gateway: 8 MiB', () => {
         async () => rawPost(env.svc.url, '/v1/chat/completions', { key: await env.p.customerKey('big'), headers: { 'idempotency-key': 'big-1' }, body: sized(body_bytes_max_gateway + 1, openai) }),
       ],
     ];
-    for (const [label, run] of cases) expectTooLarge(label, await run());
+    for (const [label, run] of cases) expectError(await run(), 413, 'payload_too_large', { label });
     expect(env.mock.requests.length).toBe(sent);
     expect(await state()).toEqual(before);
 
@@ -105,8 +101,8 @@ describe('billing: 1 MiB', () => {
   it('refuses a deduct one byte over the limit, declared or chunked, applying nothing and leaving its transaction id free', async () => {
     const before = await state();
     const key = env.p.projectKey;
-    expectTooLarge('deduct', await rawPost(env.svc.url, '/v1/billing/deduct', { key, body: sized(body_bytes_max_billing + 1, deduct('too-big')) }));
-    expectTooLarge('deduct, chunked', await postChunked('/v1/billing/deduct', { authorization: `Bearer ${key}` }, sized(body_bytes_max_billing + 1, deduct('too-big'))));
+    expectError(await rawPost(env.svc.url, '/v1/billing/deduct', { key, body: sized(body_bytes_max_billing + 1, deduct('too-big')) }), 413, 'payload_too_large', { label: 'deduct' });
+    expectError(await postChunked('/v1/billing/deduct', { authorization: `Bearer ${key}` }, sized(body_bytes_max_billing + 1, deduct('too-big'))), 413, 'payload_too_large', { label: 'deduct, chunked' });
     expect(await state()).toEqual(before);
 
     const retry = await rawPost(env.svc.url, '/v1/billing/deduct', { key, body: deduct('too-big')('') });

@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';
 import { ANTHROPIC_MODEL, expectedCost, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 
@@ -76,7 +77,7 @@ describe('parallel calls on a wallet that affords only some of them', () => {
     const served: { call: Planned; res: RawResponse; cost: number }[] = [];
     for (const [i, res] of results.entries()) {
       if (res.status === 402) {
-        expect(res.json().error).toMatchObject({ code: 'insufficient_balance', type: 'bad_request' });
+        expectError(res, 402, 'insufficient_balance');
         continue;
       }
       expect(res.status, res.text).toBe(200);

@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Json } from '../helpers.js';
 import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/server.js';
+import { expectError } from '../support/errors.js';
 import {
   ANTHROPIC_MODEL,
   ANTHROPIC_UPSTREAM_MODEL,
@@ -367,7 +368,7 @@ describe('who is billed', () => {
     await env.fund('ck2', 50_000);
     const { response: other } = await env.openai({ customer: 'ck2' }).chat.completions.create({ model: OPENAI_MODEL, messages: ask({}) }).withResponse();
     expect((await env.svc.call('GET', `/v1/billing/receipts/${other.headers.get('x-service-transaction-id')}`, { key })).status).toBe(404);
-    expect((await env.svc.call('GET', '/v1/usage?customer_id=ck2', { key })).body.error.code).toBe('customer_not_found');
+    expectError(await env.svc.call('GET', '/v1/usage?customer_id=ck2', { key }), 404, 'customer_not_found');
     await env.svc.drained();
     const own = await env.svc.call('GET', '/v1/usage', { key });
     expect(own.body.data.map((r: { customer_id: string }) => r.customer_id)).toEqual(['ck1']);

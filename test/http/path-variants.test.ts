@@ -16,6 +16,7 @@ import { errorHandler } from '../../src/http/errors.js';
 import { exactRouter } from '../../src/http/router.js';
 import type { Json } from '../helpers.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 
@@ -79,7 +80,7 @@ async function ledgerCount(customer: string): Promise<number> {
 function expectRefused(r: Raw, expected: Expect) {
   if (expected === 'not_found') {
     expect(r.status, JSON.stringify(r.body)).toBe(404);
-    expect(r.body.error.code).toBe('not_found');
+    expectError(r, 404, 'not_found');
   } else {
     expect(r.status, JSON.stringify(r.body)).toBe(400);
     expect(r.body.error).toMatchObject({ code: 'invalid_request', param: 'x' });

@@ -11,6 +11,8 @@ import { startTestService, type TestService } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
 import { createRuntime } from '../../src/runtime.js';
 import { listen } from '../../src/server.js';
+import { expectError } from '../support/errors.js';
+import type { ErrorCode } from '../../src/errors/catalogue.js';
 
 let svc: TestService;
 
@@ -26,7 +28,7 @@ describe('key states', () => {
     const p = await svc.project();
     await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'k1', amount: 5 } });
     const expired = await p.customerKey('k1', { expiresAtMs: Date.now() - 1 });
-    const cases: [Record<string, string>, number, string][] = [
+    const cases: [Record<string, string>, number, ErrorCode][] = [
       [{}, 401, 'missing_api_key'],
       [{ authorization: 'Bearer nope' }, 401, 'invalid_api_key'],
       [{ authorization: `Bearer svc_live_${'x'.repeat(43)}` }, 401, 'invalid_api_key'],
@@ -35,7 +37,7 @@ describe('key states', () => {
     ];
     for (const [headers, status, code] of cases) {
       const r = await svc.call('GET', '/v1/customers/k1', { headers });
-      expect([r.status, r.body.error.code, r.body.error.type]).toEqual([status, code, status === 401 || status === 403 ? 'auth_error' : '']);
+      expectError(r, status, code);
     }
     const viaXApiKey = await svc.call('GET', '/v1/customers/k1', { headers: { 'x-api-key': p.projectKey } });
     expect(viaXApiKey.status).toBe(200);
@@ -69,7 +71,7 @@ describe('key states', () => {
           const r = await get(`${a.url}/v1/customers/rv`, p.projectKey);
           status = r.status;
           if (status === 401) {
-            expect(((await r.json()) as { error: { code: string } }).error.code).toBe('api_key_revoked');
+            expectError({ status, text: await r.text(), headers: r.headers }, 401, 'api_key_revoked');
             break;
           }
           await new Promise((res) => setTimeout(res, 25));
@@ -98,7 +100,7 @@ describe('rate limits', () => {
       statuses.push(last.status);
     }
     expect(statuses).toEqual([404, 404, 404, 404, 404, 429, 429]);
-    expect(last!.body.error).toMatchObject({ code: 'rate_limited', type: 'too_many_requests' });
+    expectError(last!, 429, 'rate_limited');
     const retryAfter = Number(last!.headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(60);

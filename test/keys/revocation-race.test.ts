@@ -13,6 +13,7 @@ import { hashSecret } from '../../src/keys/secrets.js';
 import { KeyCache, revocationChannel, type KeyQueries, type KeyRecord } from '../../src/keys/store.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 import { ReadGate } from '../support/read-gate.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -81,7 +82,7 @@ describe('key revocation racing key reads', () => {
     expect(answers.filter((r) => !isRevoked(r))).toHaveLength(0);
     // Not within 1 s: at once, although the caches would keep a row for a minute.
     for (const pr of procs) expect(isRevoked(await pr.cache.lookup(key.secret))).toBe(true);
-    expect((await svc.call('GET', '/v1/customers/nobody/balance', { key: key.secret })).body.error.code).toBe('api_key_revoked');
+    expectError(await svc.call('GET', '/v1/customers/nobody/balance', { key: key.secret }), 401, 'api_key_revoked');
   });
 
   it('a read in flight while the subscriber reconnects does not cache the row a lost message would have cleared', async () => {

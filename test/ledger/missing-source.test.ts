@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customerKeys, type CustomerKeys } from '../../src/redis/keys.js';
 import { readSources } from '../../src/ledger/sources.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -44,8 +45,7 @@ describe('a hold whose source is missing', () => {
   ])('%s: 500 billing_account_not_found, the other source untouched', async (op, path) => {
     const { k, first, before } = await frozenOverTwoSources(`c-${op}`, `t-${op}`);
     const res = await svc.call('POST', path, { key: p.projectKey, body: { transaction_id: `t-${op}` } });
-    expect(res.status).toBe(500);
-    expect(res.body.error).toMatchObject({ code: 'billing_account_not_found', type: 'server_error' });
+    expectError(res, 500, 'billing_account_not_found');
     expect(await sourceOf(k, first)).toEqual(before);
     expect(await svc.rt.redis.xlen(k.outbox)).toBe(3);
   });

@@ -52,6 +52,7 @@ import { startTestService, type ApiResponse, type Json, type TestProject, type T
 import {
   LedgerModel, default_wallet, isApprox, stableJson, type Expected, type GatewayAnswer, type LedgerRequest, type ModelEntry, type Tallies, type Variant,
 } from './model.js';
+import { errorTypeForStatus } from '../../src/errors/catalogue.js';
 
 /** The step of long clock moves and of far source windows. */
 const grid_ms = 10_000;
@@ -288,7 +289,6 @@ const runArb: fc.Arbitrary<Run> = fc
 // ---------------------------------------------------------------------------------------
 // Comparison of the model's expectations with what the service answered.
 
-const statusType: Record<number, string> = { 400: 'bad_request', 404: 'not_found', 409: 'conflict' };
 
 /** Why `observed` is not `expected`, or null when it is. */
 function diffValue(expected: unknown, observed: unknown, path: string): string | null {
@@ -330,7 +330,7 @@ function diffResponse(expected: Expected, res: ApiResponse, normalize: (v: unkno
     if (res.status !== expected.status || err?.code !== expected.code) {
       return `expected ${expected.status} ${expected.code}, got ${res.status} ${stableJson(res.body)}`;
     }
-    if (err.type !== statusType[expected.status]) return `error.type ${err.type} does not follow status ${res.status}`;
+    if (err.type !== errorTypeForStatus(expected.status)) return `error.type ${err.type} does not follow status ${res.status}`;
     return null;
   }
   if (res.status !== 200) return `expected 200 ${stableJson(expected.body)}, got ${res.status} ${stableJson(res.body)}`;

@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 const process_count = 3;
 const clients_per_process = 3;
@@ -96,7 +97,7 @@ describe('three API processes on one wallet', () => {
     for (const o of outcomes) {
       if (o.res.status === 200) continue;
       expect(['deduct', 'freeze'], JSON.stringify(o)).toContain(o.op);
-      expect(o.res.body.error.code, JSON.stringify(o)).toBe('insufficient_balance');
+      expectError(o.res, 400, 'insufficient_balance', { label: JSON.stringify(o) });
     }
     const applied = outcomes.filter((o) => o.res.status === 200 && o.res.body.is_idempotent_replay === false);
     const refused = outcomes.filter((o) => o.res.status !== 200);

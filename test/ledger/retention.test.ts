@@ -17,6 +17,7 @@ import { PersistLoop } from '../../workers/persist.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
 import { ScriptStatus } from '../../src/redis/scripts.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -93,7 +94,7 @@ describe('retention of idempotency records', () => {
     await ok('/v1/billing/freeze', { customer_id: 'r1', transaction_id: 'r1-f2', amount: 60 });
     const con = await ok('/v1/billing/consume', { transaction_id: 'r1-f2', amount: 40 });
     const refused = await post('/v1/billing/deduct', { customer_id: 'r1', transaction_id: 'r1-big', amount: 10_000 });
-    expect([refused.status, refused.body.error.code]).toEqual([400, 'insufficient_balance']);
+    expectError(refused, 400, 'insufficient_balance');
     await svc.drained();
 
     await waitFor(async () => (await recordGone('r1', 'tx', 'r1-d1')) && (await recordGone('r1', 'tx', 'r1-f2')) && (await recordGone('r1', 'dep', 'r1-k1')), archived_within_ms, 'the records to be archived');
@@ -111,9 +112,9 @@ describe('retention of idempotency records', () => {
     expect((await post('/v1/billing/deduct', { customer_id: 'r1', transaction_id: 'r1-d1', amount: 100, description: 'first' })).body).toEqual({ ...ded, is_idempotent_replay: true });
     expect((await post('/v1/billing/consume', { transaction_id: 'r1-f2', amount: 40 })).body).toEqual({ ...con, is_idempotent_replay: true });
     // Conflicts too: other parameters, another customer, another state.
-    expect((await post('/v1/billing/deduct', { customer_id: 'r1', transaction_id: 'r1-d1', amount: 101, description: 'first' })).body.error.code).toBe('transaction_conflict');
-    expect((await post('/v1/billing/deduct', { customer_id: 'r2', transaction_id: 'r1-d1', amount: 100 })).body.error.code).toBe('transaction_conflict');
-    expect((await post('/v1/billing/unfreeze', { transaction_id: 'r1-f2' })).body.error.code).toBe('no_unfreezable_records');
+    expectError(await post('/v1/billing/deduct', { customer_id: 'r1', transaction_id: 'r1-d1', amount: 101, description: 'first' }), 409, 'transaction_conflict');
+    expectError(await post('/v1/billing/deduct', { customer_id: 'r2', transaction_id: 'r1-d1', amount: 100 }), 409, 'transaction_conflict');
+    expectError(await post('/v1/billing/unfreeze', { transaction_id: 'r1-f2' }), 400, 'no_unfreezable_records');
     expect(await balance('r1')).toEqual(before);
     // The open freeze was never archived: it still settles.
     expect((await post('/v1/billing/unfreeze', { transaction_id: 'r1-f1' })).status).toBe(200);

@@ -10,6 +10,7 @@ import { readSources } from '../../src/ledger/sources.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -91,10 +92,9 @@ describe('draw order through the live set', () => {
     await noDrift();
 
     const e = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: c, transaction_id: 'o4', amount: 16 } });
-    expect(e.status).toBe(400);
-    expect(e.body.error.code).toBe('insufficient_balance');
+    expectError(e, 400, 'insufficient_balance');
     const w = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: c, transaction_id: 'o5', amount: 15, wallet: 'other' } });
-    expect(w.body.error.code).toBe('insufficient_balance_in_selected_credit_types');
+    expectError(w, 400, 'insufficient_balance_in_selected_credit_types');
   });
 
   it('walks past several reads of the live set, in order', async () => {
@@ -102,7 +102,7 @@ describe('draw order through the live set', () => {
     const ids: string[] = [];
     for (let i = 0; i < 40; i++) ids.push((await post('/v1/customers/deposit', { customer_id: c, amount: 1 })).account_id as string);
     const refused = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: c, transaction_id: 'ml0', amount: 41 } });
-    expect(refused.body.error.code).toBe('insufficient_balance');
+    expectError(refused, 400, 'insufficient_balance');
     const d = await post('/v1/billing/deduct', { customer_id: c, transaction_id: 'ml1', amount: 37 });
     expect(drawn(d, 'deduct_details')).toEqual(ids.slice(0, 37).map((id) => [id, 1]));
     expect(await liveIds(keysOf(c))).toEqual(ids.slice(37));
@@ -141,7 +141,7 @@ describe('reconcile of the layout', () => {
     await svc.rt.redis.hincrby(k.meta, 'wt:credits', 3);
     // Without the live member the credits cannot be drawn.
     const refused = await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: c, transaction_id: 'ld2', amount: 1 } });
-    expect(refused.body.error.code).toBe('insufficient_balance');
+    expectError(refused, 400, 'insufficient_balance');
 
     const base = { project_id: p.projectId, customer_id: c };
     const found = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
@@ -242,8 +242,7 @@ describe('dead sources', () => {
     expect(await svc.rt.ledger.trimSources(scope(), cap, 0, 100)).toBe(9);
     expect(await svc.rt.redis.hlen(k.src)).toBe(0);
     const refused = await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: cap, amount: big } });
-    expect(refused.status).toBe(400);
-    expect(refused.body.error.code).toBe('invalid_amount');
+    expectError(refused, 400, 'invalid_amount');
     await post('/v1/customers/deposit', { customer_id: cap, amount: Number.MAX_SAFE_INTEGER - 9 * big });
     await persist.outbox.drain(k.base);
     await noDrift();

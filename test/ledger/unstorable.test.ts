@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 let p: TestProject;
@@ -30,8 +31,7 @@ const cases: [string, string, Record<string, unknown>, string][] = [
 describe('strings PostgreSQL cannot store', () => {
   it.each(cases)('%s: 400 invalid_request naming the field, nothing applied', async (_, path, body, param) => {
     const res = await svc.call('POST', path, { key: p.projectKey, body });
-    expect(res.status).toBe(400);
-    expect(res.body.error).toMatchObject({ code: 'invalid_request', type: 'bad_request', param });
+    expectError(res, 400, 'invalid_request', { param });
     const bal = await svc.call('GET', '/v1/customers/c1/balance', { key: p.projectKey });
     expect(bal.body).toMatchObject({ used: 0, frozen: 0, available: 1000 });
     expect((await svc.call('GET', '/v1/customers/c2', { key: p.projectKey })).status).toBe(404);

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { ANTHROPIC_MODEL, expectedCost, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
+import { expectError } from '../support/errors.js';
 
 /** One sample of a scrape: name, labels, value. */
 interface Sample {
@@ -252,8 +253,7 @@ describe('METRICS_PORT', () => {
     expect(own.status).toBe(200);
     expect(own.samples.some((s) => s.name === 'svc_http_request_duration_seconds_count' || s.name === 'process_cpu_seconds_total')).toBe(true);
     const api = await fetch(`${svc.url}/metrics`);
-    expect(api.status).toBe(404);
-    expect((await api.json()).error.code).toBe('not_found');
+    expectError({ status: api.status, text: await api.text(), headers: api.headers }, 404, 'not_found');
     // The metrics port serves nothing of the API.
     expect((await fetch(`${svc.server.metrics!.url}/health`)).status).toBe(404);
   });

@@ -12,6 +12,7 @@ import { lease_ops_max, lease_report_ms } from '../../src/plans/leases.js';
 import { scriptSource } from '../../src/redis/scripts.js';
 import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 
@@ -87,7 +88,7 @@ describe('plan leases', () => {
         );
         sawLease ||= (await svc.rt.redis.zrange(k.pending, 0, -1)).some((m) => Number(m.split(':')[0]) > 1);
         admitted += results.filter((r) => r.status === 200).length;
-        for (const r of results.filter((x) => x.status !== 200)) expect([r.status, r.body.error?.code]).toEqual([429, 'usage_limit_exceeded']);
+        for (const r of results.filter((x) => x.status !== 200)) expectError(r, 429, 'usage_limit_exceeded');
         // Refused without Retry-After: the limit is reached, not just held by leases.
         definitive = results.some((r) => r.status === 429 && r.retryAfter === null);
         expect(admitted).toBeLessThanOrEqual(left);

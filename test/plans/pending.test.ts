@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { pending_wait_ms } from '../../src/plans/service.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 let svc: TestService;
 
@@ -61,7 +62,7 @@ describe('an operation in flight at the limit', () => {
     await setCount(p, limit - 1);
     const inFlight = await svc.rt.plans.reserve(p.organizationId);
     const [res] = await Promise.all([deduct(p, 'w2', 'late'), later(300, () => svc.rt.plans.commit(inFlight))]);
-    expect([res.status, res.body.error.code]).toEqual([429, 'usage_limit_exceeded']);
+    expectError(res, 429, 'usage_limit_exceeded');
     expect(res.body.error.message).toMatch(/monthly transaction limit/);
     expect(res.headers.get('retry-after')).toBeNull();
     expect(await ops(p)).toBe(limit);
@@ -74,7 +75,7 @@ describe('an operation in flight at the limit', () => {
     const started = Date.now();
     const res = await deduct(p, 'w3', 'undecided');
     expect(Date.now() - started).toBeGreaterThanOrEqual(pending_wait_ms - 50);
-    expect([res.status, res.body.error.code]).toEqual([429, 'usage_limit_exceeded']);
+    expectError(res, 429, 'usage_limit_exceeded');
     expect(res.body.error.message).toMatch(/in flight.*retrying shortly may succeed/);
     expect(res.headers.get('retry-after')).toBe('1');
     await svc.rt.plans.release(inFlight);
@@ -89,7 +90,7 @@ describe('an operation in flight at the limit', () => {
     const started = Date.now();
     const res = await deduct(p, 'w4', 'after-leak');
     expect(Date.now() - started).toBeLessThan(pending_wait_ms - 500);
-    expect([res.status, res.body.error.code]).toEqual([429, 'usage_limit_exceeded']);
+    expectError(res, 429, 'usage_limit_exceeded');
     expect(res.headers.get('retry-after')).toBeNull();
     expect(await ops(p)).toBe(limit);
   });

@@ -12,6 +12,7 @@ import { bindingKeys, customerKeys } from '../../src/redis/keys.js';
 import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 const run = promisify(execFile);
 
@@ -157,9 +158,9 @@ describe('reconcile', () => {
     expect(await balances('c1', 'c2')).toEqual(before);
     await expectReplays(['dep-c1', 'dep-c1-bonus', 'ded-c1', 'frz-c1-a', 'con-c1-a', 'frz-c1-b', 'unf-c1-b', 'frz-c1-ttl-rel', 'dep-c2', 'ded-c2', 'frz-c2-rel']);
     // Bindings and states came back too: a reused id conflicts, a settled freeze stays settled.
-    expect((await post('/v1/billing/deduct', { customer_id: 'c2', transaction_id: 'c1-f1', amount: 1 })).body.error.code).toBe('transaction_conflict');
-    expect((await post('/v1/billing/consume', { transaction_id: 'c1-f2' })).body.error.code).toBe('no_consumable_freeze_records');
-    expect((await post('/v1/billing/consume', { transaction_id: 'c2-f2', amount: 1 })).body.error.code).toBe('freeze_records_already_consumed');
+    expectError(await post('/v1/billing/deduct', { customer_id: 'c2', transaction_id: 'c1-f1', amount: 1 }), 409, 'transaction_conflict');
+    expectError(await post('/v1/billing/consume', { transaction_id: 'c1-f2' }), 400, 'no_consumable_freeze_records');
+    expectError(await post('/v1/billing/consume', { transaction_id: 'c2-f2', amount: 1 }), 400, 'freeze_records_already_consumed');
   });
 
   it('folds settled gateway calls from their entries and keeps calls in flight through a repair', async () => {
@@ -202,7 +203,7 @@ describe('reconcile', () => {
     ]);
     expect(await balances('c3')).toEqual(before);
     // The id of a settled call stays taken; the call in flight still settles.
-    expect((await post('/v1/billing/deduct', { customer_id: 'c3', transaction_id: 'gw-billed', amount: 1 })).body.error.code).toBe('transaction_conflict');
+    expectError(await post('/v1/billing/deduct', { customer_id: 'c3', transaction_id: 'gw-billed', amount: 1 }), 409, 'transaction_conflict');
     expect((await svc.rt.ledger.run('gateway_settle', scope, 'c3', { transactionId: 'gw-in-flight', cost: 100, usageRecord: usage('gw-in-flight', 'settled', 100), modelId: 'm' }))[0]).toBe(0);
     expect((await svc.call('GET', '/v1/customers/c3/balance', { key: p.projectKey })).body).toMatchObject({ total: 10_000, used: 350, frozen: 0 });
     await svc.drained();

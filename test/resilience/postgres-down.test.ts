@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { expectError } from '../support/errors.js';
 
 const proxy = TcpProxy.to(process.env.TEST_DATABASE_URL!, 5432);
 let svc: TestService;
@@ -50,13 +51,11 @@ describe('PostgreSQL down, Redis up', () => {
 
     // Usage records live only in PostgreSQL.
     const usage = await svc.call('GET', '/v1/usage', { key: p.projectKey });
-    expect(usage.status).toBe(503);
-    expect(usage.body.error).toMatchObject({ code: 'service_unavailable', type: 'server_error' });
+    expectError(usage, 503, 'service_unavailable');
 
     // A key this process never saw cannot be checked without PostgreSQL: 503, not 401.
     const unknown = await svc.call('GET', '/v1/customers/c1/balance', { key: p.projectKey.replace(/.$/, (c) => (c === 'a' ? 'b' : 'a')) });
-    expect(unknown.status).toBe(503);
-    expect(unknown.body.error.code).toBe('service_unavailable');
+    expectError(unknown, 503, 'service_unavailable');
 
     // Back: the outbox drains into PostgreSQL (the ledger below is read from it).
     await proxy.start();

@@ -11,6 +11,7 @@ import { startTestService, type ApiResponse, type TestService } from '../helpers
 import { closedPort } from '../gateway/support.js';
 import { captureConsoleErrors, type ConsoleErrors } from '../support/console-errors.js';
 import { ownRedis, type OwnRedis } from '../support/own-redis.js';
+import { expectError } from '../support/errors.js';
 
 let redis: OwnRedis | null = null;
 let svc: TestService | null = null;
@@ -34,7 +35,7 @@ afterAll(async () => {
 });
 
 function expectUnavailable(label: string, res: ApiResponse): void {
-  expect([label, res.status, res.body?.error?.code, res.body?.error?.type]).toEqual([label, 503, 'service_unavailable', 'server_error']);
+  expectError(res, 503, 'service_unavailable', { label });
 }
 
 describe('Redis unreachable', () => {

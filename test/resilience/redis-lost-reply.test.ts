@@ -16,6 +16,7 @@ import { testConfig, waitFor, type ApiResponse } from '../helpers.js';
 import { OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { captureConsoleErrors, type ConsoleErrors } from '../support/console-errors.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { expectError } from '../support/errors.js';
 
 const redisUrl = testConfig().REDIS_URL;
 const proxy = TcpProxy.to(redisUrl, 6379);
@@ -109,7 +110,7 @@ async function withLostReply(script: string, marker: string, customerId: string,
 }
 
 function expectOutcomeUnknown(res: ApiResponse): void {
-  expect([res.status, res.body?.error?.code], JSON.stringify(res.body)).toEqual([503, 'service_unavailable']);
+  expectError(res, 503, 'service_unavailable');
   expect(res.body.error.message).toMatch(outcome_unknown);
   expect(res.body.error.message).not.toMatch(nothing_applied);
 }
@@ -222,7 +223,7 @@ describe('a request made while Redis refuses connections', () => {
     proxy.cut();
     const body = { customer_id: 'c-refused', transaction_id: 'refused-deduct', amount: 10 };
     const res = await post('/v1/billing/deduct', body);
-    expect([res.status, res.body?.error?.code], JSON.stringify(res.body)).toEqual([503, 'service_unavailable']);
+    expectError(res, 503, 'service_unavailable');
     expect(res.body.error.message).toMatch(nothing_applied);
     await restore();
     expect(await entries('c-refused', 'transaction_id=refused-deduct')).toEqual([]);
