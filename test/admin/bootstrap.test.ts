@@ -7,16 +7,12 @@ import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import { svc, useTestService } from '../support/service.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-let svc: TestService;
 
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc.close());
+useTestService({ variants: [] });
 
 describe('npm run bootstrap -- --json', () => {
   // The npm script builds dist/ first when it is stale: up to a minute on a busy machine.

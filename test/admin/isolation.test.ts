@@ -3,18 +3,14 @@
  * transactions or models, whether that project is in the same organization or another.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createModelQueries } from '../../src/admin/models.js';
-import { startTestService, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
 const masterKey = randomBytes(32);
-let svc: TestService;
 
-beforeAll(async () => {
-  svc = await startTestService({ config: { SVC_MASTER_KEY: masterKey.toString('hex') } });
-});
-afterAll(() => svc.close());
+useTestService({ config: { SVC_MASTER_KEY: masterKey.toString('hex') }, variants: [] });
 
 interface Tenant {
   name: string;

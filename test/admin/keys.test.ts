@@ -4,25 +4,21 @@
  */
 import { randomBytes } from 'node:crypto';
 import { sql } from 'slonik';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { hashSecret } from '../../src/keys/secrets.js';
 import { publishKeyChange } from '../../src/keys/store.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { listen, type RunningServer } from '../../src/server.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor, type TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import type { ErrorCode } from '../../src/errors/catalogue.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
+useTestService({ config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
 beforeAll(async () => {
-  svc = await startTestService({ config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
-  p = await svc.project('B');
   await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'pro_500k' } });
 });
-afterAll(() => svc.close());
 
 const createKey = (q: TestProject, body: unknown) => svc.call('POST', `/v1/admin/projects/${q.projectId}/keys`, { key: q.adminKey, body });
 const putModel = (q: TestProject, id: string) =>

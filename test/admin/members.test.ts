@@ -4,21 +4,17 @@
  * members, never the last owner; passwords are scrypt hashes; emails are unique per
  * organization in any case; the demo has an owner that signs in.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { bootstrapDemo, demo_owner_email } from '../../src/bootstrap.js';
 import { verifyPassword } from '../../src/members/passwords.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import type { TestProject } from '../helpers.js';
 import { addMember, dash, signIn, signInRaw } from './dashboard-support.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc.close());
+useTestService({ variants: [] });
 
 const setPlan = async (p: TestProject, plan: string) => {
   const r = await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan } });

@@ -7,23 +7,18 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'slonik';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createModelQueries } from '../../src/admin/models.js';
 import { projectChannel } from '../../src/keys/store.js';
 import { decryptSecret, encryptSecret, loadMasterKey, master_key_file, parseMasterKey } from '../../src/keys/crypto.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import type { TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
 const masterKey = randomBytes(32);
-let svc: TestService;
-let p: TestProject;
 
-beforeAll(async () => {
-  svc = await startTestService({ config: { SVC_MASTER_KEY: masterKey.toString('base64') } });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ config: { SVC_MASTER_KEY: masterKey.toString('base64') } });
 
 const upstreamKey = () => `sk-test-${randomBytes(16).toString('hex')}`;
 

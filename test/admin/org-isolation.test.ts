@@ -5,13 +5,13 @@
  * not_found, with B unchanged. A has the same customer id as B, so a lookup that ignored
  * the organization would find B's.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { Invoicing } from '../../src/billing/invoices.js';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import type { ApiResponse, TestProject } from '../helpers.js';
 import { addMember, dash, signIn, type SignedIn } from './dashboard-support.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
 let a: TestProject;
 let b: TestProject;
 let session: SignedIn;
@@ -33,8 +33,8 @@ async function organization(): Promise<TestProject> {
   return p;
 }
 
+useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  svc = await startTestService({ workers: true });
   a = await organization();
   b = await organization();
   const owner = await addMember(svc, a, 'owner');
@@ -50,7 +50,6 @@ beforeAll(async () => {
   expect(invoices).toHaveLength(2);
   ids.invoices.push(...invoices.map((i: { id: string }) => i.id));
 });
-afterAll(() => svc.close());
 
 /** Everything of B that a change could reach. */
 async function stateOfB() {

@@ -3,20 +3,13 @@
  * on projects, tenant scoping between organizations, and the reconcile route.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createAdminQueries } from '../../src/admin/queries.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import type { ErrorCode } from '../../src/errors/catalogue.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ config: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ config: { SVC_MASTER_KEY: randomBytes(32).toString('base64') } });
 
 const setPlan = (adminKey: string, plan: string) => svc.call('PUT', '/v1/admin/organization/plan', { key: adminKey, body: { plan } });
 

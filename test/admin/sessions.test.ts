@@ -5,27 +5,24 @@
  * and expiry end it; API keys and session cookies each work only on their own prefix.
  */
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { sign_in_candidates_max } from '../../src/members/store.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import type { TestProject } from '../helpers.js';
 import { addMember, dash, signIn, signInRaw, type SignedIn } from './dashboard-support.js';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
 let owner: { id: string; email: string; password: string };
 let viewer: { id: string; email: string; password: string };
 
+useTestService();
 beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project();
   expect((await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'pro_500k' } })).status).toBe(200);
   owner = await addMember(svc, p, 'owner');
   viewer = await addMember(svc, p, 'viewer');
 });
-afterAll(() => svc.close());
 
 describe('sign-in', () => {
   it('sets a HttpOnly, SameSite=Strict cookie for /dashboard whose id is stored only as its SHA-256', async () => {

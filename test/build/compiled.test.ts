@@ -12,23 +12,19 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { sql } from 'slonik';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, waitFor, type TestService } from '../helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
+import { svc, useTestService } from '../support/service.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const build_timeout_ms = 180_000;
-
-let svc: TestService;
 
 beforeAll(() => {
   // A no-op when dist/ is newer than the sources (CI builds it before the tests).
   execFileSync(process.execPath, [join(root, 'scripts', 'build-if-stale.mjs')], { cwd: root, stdio: 'inherit' });
 }, build_timeout_ms);
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc?.close());
+useTestService({ variants: [] });
 
 describe('the compiled service', () => {
   it('finds the repository root (lua/, migrations/) from dist/, and its migrate command runs', async () => {

@@ -4,21 +4,14 @@
  * case, and a customer-scoped key that names another customer in X-Service-Customer.
  */
 import { sql } from 'slonik';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { reconcile } from '../../src/reconcile/reconcile.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import type { ErrorCode } from '../../src/errors/catalogue.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ workers: true });
 
 const create = (body: unknown, key = p.projectKey) => svc.call('POST', '/v1/customers', { key, body });
 const pgRow = (id: string) =>

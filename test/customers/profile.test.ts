@@ -1,18 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import type { ErrorCode } from '../../src/errors/catalogue.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: false });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService();
 
 describe('PATCH /v1/customers/{id}', () => {
   it('changes the profile in Redis and PostgreSQL, even before the worker persisted the customer', async () => {

@@ -2,18 +2,11 @@
  * Requests that Express or the body parser refuse before any route runs answer the
  * contract's 400 invalid_request, not a 500 that says the service failed.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService();
 
 describe('requests refused before a route runs', () => {
   it('a path with a broken percent-encoding: 400 invalid_request', async () => {

@@ -8,20 +8,14 @@
  * with its own subscriber connection; their reads are the real PostgreSQL query, held at
  * a gate after the row was read so that the change lands while they are in flight.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { gatewayModelOf, ModelCache, type GatewayModel } from '../../src/gateway/models.js';
 import { projectChannel } from '../../src/keys/store.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
 import { ReadGate } from '../support/read-gate.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService();
 
 /** Model reads that, while the gate is shut, wait after reading the row until it opens. */
 class GatedLoader extends ReadGate {

@@ -6,19 +6,11 @@
  * both. Gateway bodies stay pass-through (test/gateway covers them).
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import type { ApiResponse } from '../helpers.js';
+import { pA, pB, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let pA: TestProject;
-let pB: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  pA = await svc.project('A');
-  pB = await svc.project('B');
-});
-afterAll(() => svc?.close());
+useTestService({ variants: ['A', 'B'] });
 
 const newId = (p: string) => `${p}_${randomBytes(6).toString('hex')}`;
 

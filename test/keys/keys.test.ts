@@ -2,24 +2,19 @@
  * Key states across API processes (revocation seen by every process within a second),
  * secrets never stored or logged, and per-key rate limits.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { hashSecret } from '../../src/keys/secrets.js';
 import { publishKeyChange, publishProjectChange } from '../../src/keys/store.js';
-import { startTestService, type TestService } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
 import { createRuntime } from '../../src/runtime.js';
 import { listen } from '../../src/server.js';
 import { expectError } from '../support/errors.js';
 import type { ErrorCode } from '../../src/errors/catalogue.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc.close());
+useTestService({ variants: [] });
 
 const get = (url: string, key: string) => fetch(url, { headers: { authorization: `Bearer ${key}` } });
 

@@ -3,17 +3,11 @@
  * written to PostgreSQL every KEY_LAST_USED_FLUSH_MS (20 ms here); the key list shows it.
  * A refused key (revoked) is not "used".
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ config: { KEY_LAST_USED_FLUSH_MS: 20 } });
-  p = await svc.project();
-});
-afterAll(() => svc.close());
+useTestService({ config: { KEY_LAST_USED_FLUSH_MS: 20 } });
 
 async function listed(id: string): Promise<{ last_used_at: string | null; revoked_at: string | null }> {
   const keys = (await svc.call('GET', `/v1/admin/projects/${p.projectId}/keys`, { key: p.adminKey })).body.data;

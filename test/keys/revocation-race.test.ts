@@ -8,21 +8,15 @@
  * its own subscriber connection; their reads are the real PostgreSQL query, held at a
  * gate after the row was read so that the revocation lands while they are in flight.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hashSecret } from '../../src/keys/secrets.js';
 import { KeyCache, revocationChannel, type KeyQueries, type KeyRecord } from '../../src/keys/store.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
 import { ReadGate } from '../support/read-gate.js';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService();
 
 /** A cache TTL long enough that only the invalidation under test can explain a revoked answer. */
 const long_ttl_ms = 60_000;

@@ -5,22 +5,13 @@
  * shape, and rejected money requests for having no effect.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
 import { expectError } from '../support/errors.js';
+import { pA, pB, svc, useTestService } from '../support/service.js';
 
 type Body = Record<string, unknown>;
 
-let svc: TestService;
-let pA: TestProject;
-let pB: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  pA = await svc.project('A');
-  pB = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ variants: ['A', 'B'] });
 
 const newCustomer = () => `auth_${randomBytes(6).toString('hex')}`;
 const newTx = () => `tx_${randomBytes(6).toString('hex')}`;

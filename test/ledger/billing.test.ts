@@ -5,24 +5,17 @@
  * Every rejected request is checked to have changed neither the balance nor the ledger.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import type { ApiResponse } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import type { ErrorCode } from '../../src/errors/catalogue.js';
+import { projects, svc, useTestService } from '../support/service.js';
 
 type Variant = 'A' | 'B';
 type Body = Record<string, unknown>;
 type Op = 'deduct' | 'freeze' | 'consume' | 'unfreeze';
 
-let svc: TestService;
-const projects = {} as Record<Variant, TestProject>;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  projects.A = await svc.project('A');
-  projects.B = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ variants: ['A', 'B'] });
 
 const defaultWallet: Record<Variant, string> = { A: 'default', B: 'credits' };
 const credits = (v: Variant, n: number): Body => (v === 'A' ? { amount_credits: n } : { amount: n });

@@ -9,19 +9,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWorkers } from '../../workers/index.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { projects, svc, useTestService } from '../support/service.js';
 
 type Variant = 'A' | 'B';
 type Body = Record<string, unknown>;
 
-let svc: TestService;
-const projects = {} as Record<Variant, TestProject>;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  projects.A = await svc.project('A');
-  projects.B = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ workers: true, variants: ['A', 'B'] });
 
 const defaultWallet: Record<Variant, string> = { A: 'default', B: 'credits' };
 const credits = (v: Variant, n: number): Body => (v === 'A' ? { amount_credits: n } : { amount: n });

@@ -5,19 +5,11 @@
  * sum counts every source, those not yet started included: they become active later.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import type { TestProject } from '../helpers.js';
+import { pA, pB, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let pA: TestProject;
-let pB: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  pA = await svc.project('A');
-  pB = await svc.project('B');
-});
-afterAll(() => svc?.close());
+useTestService({ variants: ['A', 'B'] });
 
 const max = 10 ** 15; // the most one deposit may add
 const limit = Number.MAX_SAFE_INTEGER; // 9007199254740991

@@ -4,20 +4,13 @@
  * one source and then fails on the next, which would keep the first change. A TTL freeze
  * in that state stays for reconcile to report, and the customer's other operations go on.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { customerKeys, type CustomerKeys } from '../../src/redis/keys.js';
 import { readSources } from '../../src/ledger/sources.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService();
 
 const soon = () => new Date(Date.now() + 86_400_000).toISOString();
 

@@ -4,24 +4,20 @@
  * (the whole entry as JSON in one field `e`, still in an outbox during a rolling upgrade)
  * reads the same and reaches PostgreSQL the same.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { customerKeys } from '../../src/redis/keys.js';
 import { outbox_entry_fields, outboxEntryFields, parseOutboxEntry } from '../../src/redis/codec.js';
 import { readOutboxEntries } from '../../src/ledger/outbox.js';
 import { PersistLoop } from '../../workers/persist.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
 let persist: PersistLoop;
 
+useTestService();
 beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
   persist = new PersistLoop(svc.rt.redis, svc.rt.ledgerQueries, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger);
 });
-afterAll(() => svc.close());
 
 const post = async (path: string, body: Record<string, unknown>) => {
   const res = await svc.call('POST', path, { key: p.projectKey, body });

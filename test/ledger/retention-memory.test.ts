@@ -12,15 +12,13 @@
  * buffer for the rounds in flight, and each phase ends by deducting what is left, so that
  * both measures are taken with no live source.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { isCluster } from '../../src/redis/client.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
 import { keySlot, masterSlots } from '../../src/redis/slots.js';
-import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
-
-let svc: TestService;
-let p: TestProject;
+import { waitFor, type ApiResponse } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
 const customer = 'mem-1';
 const ops_per_round = 10;
@@ -119,11 +117,7 @@ async function spendAll(tag: string): Promise<void> {
   await ok('/v1/billing/deduct', { customer_id: customer, transaction_id: `md-all-${tag}`, amount: available });
 }
 
-beforeAll(async () => {
-  svc = await startTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 2 } });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 2 } });
 
 describe('bounded Redis state', () => {
   it('keeps a customer flat over 20,000 operations, and replays the first one', async () => {

@@ -7,7 +7,7 @@
  * archive overtook (the grace), so that an archived id is never applied twice.
  */
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { BindStatus } from '../../src/ledger/bindings.js';
 import { archive_grace_ms } from '../../src/ledger/retention.js';
 import { requestHash } from '../../src/ledger/service.js';
@@ -16,11 +16,9 @@ import { recoverForgotten, recoveryBaselineKey } from '../../src/reconcile/recov
 import { PersistLoop } from '../../workers/persist.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
 import { ScriptStatus } from '../../src/redis/scripts.js';
-import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, waitFor, type ApiResponse } from '../helpers.js';
 import { expectError } from '../support/errors.js';
-
-let svc: TestService;
-let p: TestProject;
+import { p, svc, useTestService } from '../support/service.js';
 
 /** Time for a record to be archived and deleted: the retention, the grace, and trim passes. */
 const archived_within_ms = 1_000 + archive_grace_ms + 10_000;
@@ -47,11 +45,7 @@ async function recordGone(customerId: string, kind: 'tx' | 'dep', id: string): P
   return (await svc.rt.redis.hexists(keysOf(customerId)[kind], id)) === 0;
 }
 
-beforeAll(async () => {
-  svc = await startTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 1 } });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 1 } });
 
 describe('retention of idempotency records', () => {
   it('deletes a record no sooner than the customer scripts stop trusting a binding read', () => {

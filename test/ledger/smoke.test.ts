@@ -1,14 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ workers: true });
 
 describe('ledger round trip', () => {
   it('deposits, deducts and shows both in the ledger before and after persistence', async () => {

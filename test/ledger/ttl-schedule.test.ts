@@ -4,19 +4,13 @@
  * sweeper (or lazily in the customer's next script). And every freeze gets an expiry job
  * of its own, whatever its customer and transaction ids contain.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sweep } from '../../workers/sweep.js';
 import { active_mark_window_ms } from '../../src/ledger/service.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+useTestService({ workers: true });
 
 describe('a TTL freeze whose expiry job cannot be queued', () => {
   it('answers 200 and is released by the sweeper when due', async () => {

@@ -3,20 +3,15 @@
  * the edge: accepted, they would sit in the customer's outbox forever (every insert of
  * that customer's entries failing) or reach the ledger altered.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
+useTestService({ workers: true });
 beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project('B');
   const dep = await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'c1', amount: 1000 } });
   expect(dep.status).toBe(200);
 });
-afterAll(() => svc.close());
 
 const cases: [string, string, Record<string, unknown>, string][] = [
   ['NUL in a deduct description', '/v1/billing/deduct', { customer_id: 'c1', transaction_id: 'n1', amount: 5, description: 'a\u0000b' }, 'description'],

@@ -6,13 +6,14 @@
  * for a management operation, which describes both mounts) next to the route's own schemas;
  * see src/openapi/registry.ts.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { managementOperations } from '../../src/admin/operations.js';
 import { createApi } from '../../src/app.js';
 import { openApiPath } from '../../src/openapi/registry.js';
 import { openApiDocument } from '../../src/openapi/routes.js';
 import { errorTypeForStatus } from '../../src/errors/catalogue.js';
-import { startTestService, type Json, type TestService } from '../helpers.js';
+import type { Json } from '../helpers.js';
+import { svc, useTestService } from '../support/service.js';
 
 /**
  * Routes that are not part of the API, and why: the dashboard's page (HTML screens and
@@ -23,7 +24,6 @@ const not_api: { pattern: RegExp; why: string }[] = [
   { pattern: /^GET \/docs(?:\/|$)/, why: "the API reference page (Swagger UI) and its assets" },
 ];
 
-let svc: TestService;
 let routes: string[];
 let doc: Json;
 
@@ -45,13 +45,12 @@ function routesOf(stack: Layer[]): string[] {
   return out;
 }
 
+useTestService({ variants: [] });
 beforeAll(async () => {
-  svc = await startTestService();
   const app = createApi(svc.rt).app as unknown as { router: { stack: Layer[] } };
   routes = [...new Set(routesOf(app.router.stack))];
   doc = openApiDocument();
 });
-afterAll(() => svc?.close());
 
 const documented = () =>
   Object.entries<Record<string, unknown>>(doc.paths).flatMap(([path, item]) => Object.keys(item).map((m) => `${m.toUpperCase()} ${path}`));

@@ -6,20 +6,16 @@
  * count read by another process within the report interval.
  */
 import type { Command } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { lease_ops_max, lease_report_ms } from '../../src/plans/leases.js';
 import { scriptSource } from '../../src/redis/scripts.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor, type TestProject } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc.close());
+useTestService({ variants: [] });
 
 const ops = async (p: TestProject) => (await svc.rt.plans.organization(p.organizationId)).billable_ops;
 

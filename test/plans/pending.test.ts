@@ -7,18 +7,14 @@
  * even when Redis fails the first tries, and never turn the answer into an error.
  */
 import type { Command } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { pending_wait_ms } from '../../src/plans/service.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import type { TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc.close());
+useTestService({ variants: [] });
 
 const limit = 50_000;
 const ops = async (p: TestProject) => (await svc.rt.plans.organization(p.organizationId)).billable_ops;

@@ -2,18 +2,14 @@
  * Plan accounting: which operations count, the Free hard limit (exact under concurrency
  * across two API processes), what keeps working past it, period rollover and downgrades.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, type TestProject } from '../helpers.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-});
-afterAll(() => svc.close());
+useTestService({ workers: true, variants: [] });
 
 const ops = async (p: TestProject) => (await svc.rt.plans.organization(p.organizationId)).billable_ops;
 

@@ -7,18 +7,14 @@
  * count read after it includes what the lease reported.
  */
 import type { Command } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { scriptSource } from '../../src/redis/scripts.js';
 import { CommandNotSentError, OutcomeUnknownError } from '../../src/redis/sent.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import type { TestProject } from '../helpers.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc.close());
+useTestService({ variants: [] });
 
 type Op = 'deduct' | 'consume' | 'consume naming its customer';
 

@@ -3,17 +3,12 @@
  * persistence of every master is read, not of one node, and the queue's count of dirty
  * customers sums every shard of the dirty marks.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isCluster } from '../../src/redis/client.js';
 import { customerKeys, dirty_shards, dirtyKey, shardOf } from '../../src/redis/keys.js';
-import { startTestService, type TestService } from '../helpers.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(() => svc?.close());
+useTestService({ variants: [] });
 
 describe('/health', () => {
   it('reports the durability of every master, the weakest for the whole', async () => {
