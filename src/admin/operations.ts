@@ -24,6 +24,7 @@ import { planIds } from '../plans/catalogue.js';
 import { reconcile } from '../reconcile/reconcile.js';
 import type { Runtime } from '../runtime.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
+import { receipt_not_found_message } from '../usage/queries.js';
 import { actorOf } from './actor.js';
 import { KeyAdmin, keyEntry } from './keys.js';
 import { createListingQueries, decodeDayCursor, encodeDayCursor, type CustomerListRow } from './listings.js';
@@ -432,7 +433,7 @@ export function managementOperations(rt: Runtime): Operation[] {
     const project = await projectOr404(req, res);
     const deps = { usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis };
     const found = await findReceipt(deps, scopeOf(project), String(req.params.transaction_id));
-    if (!found) throw new ApiError('not_found', { message: 'receipt not found' });
+    if (!found) throw new ApiError('not_found', { message: receipt_not_found_message });
     res.json(found);
   });
 
