@@ -46,6 +46,12 @@ interface Checked {
 }
 
 /**
+ * Variant B's wallet names, checked apart from the filter: a filter refused for carrying
+ * credit_types stops before it reads them.
+ */
+const walletNames = (c: Checked) => (c.variant === 'B' ? readDepositWallet(c.body, 'B') : null);
+
+/**
  * Every check of an operation's body, each on its own. The routes read a body step by
  * step and stop at the first invalid field; after that failure only, these run, so that
  * the answer lists every invalid field (error.errors) at no cost to a valid request.
@@ -57,11 +63,11 @@ const checksOf: Record<LedgerOp, readonly ((c: Checked) => unknown)[]> = {
   ],
   deduct: [
     (c) => onlyKnownFields('deduct', c), (c) => parseWith(drawSchema, c.body), (c) => readAmount(c.body, c.variant),
-    (c) => readWalletFilter(c.body, c.variant),
+    (c) => readWalletFilter(c.body, c.variant), walletNames,
   ],
   freeze: [
     (c) => onlyKnownFields('freeze', c), (c) => parseWith(drawSchema, c.body), (c) => readAmount(c.body, c.variant),
-    (c) => readWalletFilter(c.body, c.variant), (c) => readTtl(c.body, parseWith),
+    (c) => readWalletFilter(c.body, c.variant), walletNames, (c) => readTtl(c.body, parseWith),
   ],
   consume: [(c) => onlyKnownFields('consume', c), (c) => parseWith(settleSchema, c.body), (c) => readAmount(c.body, c.variant, { consume: true })],
   unfreeze: [(c) => onlyKnownFields('unfreeze', c), (c) => parseWith(settleSchema, c.body)],

@@ -492,7 +492,11 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       const txid = newTx();
       await post(v, 'freeze', { customer_id: id, transaction_id: txid, ...credits(v, 300) });
       const before = await state(v, id);
-      expectError(await post(v, 'consume', { transaction_id: txid, ...actual(v, 301) }), 400, 'actual_amount_exceeds_frozen_amount');
+      const over = await post(v, 'consume', { transaction_id: txid, ...actual(v, 301) });
+      // The refusal states the frozen amount, naming the amount field the request used.
+      expectError(over, 400, 'actual_amount_exceeds_frozen_amount', v === 'A' ? 'actual_amount_credits' : 'amount');
+      expect(over.body.error.message).toBe('actual amount exceeds the frozen amount: 301 credits asked, 300 credits frozen; consume at most 300');
+      expect(over.body.error.details).toEqual({ frozen_credits: 300, requested_credits: 301 });
       expect(await state(v, id)).toEqual(before);
       expect((await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) })).body).toMatchObject({ consumed_amount: 300, is_idempotent_replay: false });
     });
@@ -659,13 +663,26 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       expect(await balance(v, id)).toMatchObject({ frozen: 300, available: 700 });
       svc.rt.clock.advance(10_001);
       // The consume is the first request after the TTL: it must see the release itself.
-      expectError(await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) }), 400, 'no_consumable_freeze_records');
-      expectError(await post(v, 'unfreeze', { transaction_id: txid }), 400, 'no_unfreezable_records');
+      const consume = await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) });
+      expectError(consume, 400, 'no_consumable_freeze_records');
+      const unfreeze = await post(v, 'unfreeze', { transaction_id: txid });
+      expectError(unfreeze, 400, 'no_unfreezable_records');
       expect(await balance(v, id)).toMatchObject({ total: 1000, used: 0, frozen: 0, available: 1000 });
-      expect(await ledger(v, id, `&transaction_id=${txid}`)).toEqual([
+      const entries = await ledger(v, id, `&transaction_id=${txid}`);
+      expect(entries).toEqual([
         expect.objectContaining({ type: 'UNFREEZE', amount: 300, reason: 'ttl_release', details: frozen.body.freeze_details }),
         expect.objectContaining({ type: 'FREEZE', amount: 300, reason: null }),
       ]);
+      // Both refusals say when the TTL released the freeze (its UNFREEZE entry's time) and when it was due.
+      const releasedAt = entries[0].created_at as string;
+      const due = frozen.body.auto_settle_at as string;
+      expect(consume.body.error.message).toBe(
+        `no consumable freeze records: nothing is left to consume; the freeze's TTL (release_after_seconds) released it at ${releasedAt} (due at ${due})`,
+      );
+      expect(consume.body.error.details).toEqual({ settled_by: 'ttl_release', settled_at: releasedAt, auto_settle_at: due });
+      expect(unfreeze.body.error.message).toBe(
+        `no unfreezable records: its credits are back in their wallet already; the freeze's TTL (release_after_seconds) released it at ${releasedAt} (due at ${due})`,
+      );
     });
 
     it('consumes an unsettled freeze after consume_after_seconds, with a ttl_consume entry', async () => {
@@ -681,9 +698,18 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
         expect.objectContaining({ type: 'FREEZE', amount: 300 }),
       ]);
       const before = await state(v, id);
-      expectError(await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) }), 400, 'freeze_records_already_consumed');
-      expectError(await post(v, 'unfreeze', { transaction_id: txid }), 400, 'no_unfreezable_records');
+      const consume = await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) });
+      expectError(consume, 400, 'freeze_records_already_consumed');
+      const unfreeze = await post(v, 'unfreeze', { transaction_id: txid });
+      expectError(unfreeze, 400, 'no_unfreezable_records');
       expect(await state(v, id)).toEqual(before);
+      const consumedAt = (await ledger(v, id, `&transaction_id=${txid}&type=CONSUME`))[0].created_at as string;
+      const due = frozen.body.auto_settle_at as string;
+      expect(consume.body.error.message).toBe(
+        `the frozen funds of this transaction are already consumed; the freeze's TTL (consume_after_seconds) consumed them at ${consumedAt} (due at ${due})`,
+      );
+      expect(consume.body.error.details).toEqual({ settled_by: 'ttl_consume', settled_at: consumedAt, auto_settle_at: due });
+      expect(unfreeze.body.error.message).toMatch(/^no unfreezable records: the frozen funds were consumed; the freeze's TTL \(consume_after_seconds\) consumed them at /);
     });
 
     it('does nothing when the freeze was settled before its TTL', async () => {
