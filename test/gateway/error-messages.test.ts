@@ -9,8 +9,11 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective } from '../../src/gateway/mock/server.js';
+import { hashSecret } from '../../src/keys/secrets.js';
+import { periodAt } from '../../src/plans/catalogue.js';
 import { inputCostBound } from '../../src/gateway/pricing.js';
 import type { TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, closedPort, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, startGatewayEnv, type GatewayEnv } from './support.js';
@@ -128,7 +131,18 @@ describe('402 insufficient_balance on the gateway', () => {
  */
 describe('/v1/messages errors through @anthropic-ai/sdk', () => {
   let limited: TestProject;
+  let full: TestProject;
   beforeAll(async () => {
+    // A project whose organization used the Free plan's 50,000 operations (set in Redis,
+    // as test/gateway/errors.test.ts does).
+    full = await env.svc.project('B');
+    await env.putModel(ANTHROPIC_MODEL, { provider: 'anthropic' }, full);
+    await env.fund('rich', 1_000_000, { project: full });
+    const rt = env.svc.rt;
+    await rt.plans.giveBackLeases(full.organizationId);
+    await rt.plans.organization(full.organizationId);
+    const period = periodAt(await rt.plans.organizationAnchor(full.organizationId), Date.now() + rt.clock.offsetMs());
+    await rt.redis.set(`${rt.config.REDIS_PREFIX}o:{${full.organizationId}}:ops:${period.startMs}`, 50_000);
     // A project of its own, limited to one request a minute.
     limited = await env.svc.project('B');
     await env.putModel(ANTHROPIC_MODEL, { provider: 'anthropic' }, limited);
@@ -140,6 +154,16 @@ describe('/v1/messages errors through @anthropic-ai/sdk', () => {
 
   const cases: { name: string; status: number; code: string; run: () => Promise<unknown> }[] = [
     { name: 'an invalid key', status: 401, code: 'invalid_api_key', run: () => env.anthropic({ key: `svc_live_${'x'.repeat(40)}`, customer: 'rich' }).messages.create(request()) },
+    {
+      name: 'a revoked key',
+      status: 401,
+      code: 'api_key_revoked',
+      run: async () => {
+        const key = await env.p.customerKey('rich');
+        await env.svc.rt.db.query(sql.unsafe`UPDATE api_keys SET revoked_at = now() WHERE secret_hash = ${sql.binary(hashSecret(key))}`);
+        return env.anthropic({ key }).messages.create(request());
+      },
+    },
     { name: 'an admin key', status: 403, code: 'permission_denied', run: () => env.anthropic({ key: env.p.adminKey, customer: 'rich' }).messages.create(request()) },
     { name: 'no customer', status: 400, code: 'customer_required', run: () => env.anthropic().messages.create(request()) },
     { name: 'an invalid max_tokens', status: 400, code: 'invalid_request', run: () => env.anthropic({ customer: 'rich' }).messages.create(request({ max_tokens: -1 })) },
@@ -184,6 +208,7 @@ describe('/v1/messages errors through @anthropic-ai/sdk', () => {
       code: 'upstream_timeout',
       run: () => env.anthropic({ customer: 'rich' }).messages.create(request({ messages: [{ role: 'user', content: `slow ${mockDirective({ fail: 'timeout' })}` }] })),
     },
+    { name: 'the Free plan limit', status: 429, code: 'usage_limit_exceeded', run: () => env.anthropic({ key: full.projectKey, customer: 'rich' }).messages.create(request()) },
     {
       name: 'the rate limit',
       status: 429,
