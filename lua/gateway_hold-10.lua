@@ -49,28 +49,30 @@ local available = wallet_available(wallet, now)
 
 local function out_cost(tokens) return math.ceil(tokens * answers * out_price / 1000000) end
 
--- The refusal, with what its message needs: computed on this path only.
-local function refuse(tokens, fits)
-  local why = shortfall({ [wallet] = true }, now)
-  why.hold = N(input_bound + out_cost(tokens))
-  why.input = N(input_bound)
-  why.output = N(out_cost(tokens))
-  why.tokens = N(tokens)
-  why.fits = (fits ~= nil and fits >= 1 and N(fits)) or ''
-  return { E_INSUFFICIENT, cjson.encode(why), auto_consumed, ttl_entries_written }
-end
-
 local out_tokens = out_wanted
+-- A refusal's output tokens (the client's limit, or the one token the lowered default
+-- cannot hold) and the largest client limit that would fit: nil while the call fits.
+local refused_tokens, fits = nil, nil
 if input_bound + out_cost(out_tokens) > available then
   if out_fixed or out_price == 0 then
-    local fits = nil
+    refused_tokens = out_tokens
     if out_fixed and out_price > 0 and available > input_bound then
       fits = math.floor((available - input_bound) * 1000000 / (out_price * answers))
     end
-    return refuse(out_tokens, fits)
+  else
+    out_tokens = math.floor((available - input_bound) * 1000000 / (out_price * answers))
+    if out_tokens < 1 then refused_tokens = 1 end
   end
-  out_tokens = math.floor((available - input_bound) * 1000000 / (out_price * answers))
-  if out_tokens < 1 then return refuse(1, nil) end
+end
+if refused_tokens ~= nil then
+  -- What the error's message needs, computed on this path only.
+  local why = shortfall({ [wallet] = true }, now)
+  why.hold = N(input_bound + out_cost(refused_tokens))
+  why.input = N(input_bound)
+  why.output = N(out_cost(refused_tokens))
+  why.tokens = N(refused_tokens)
+  why.fits = (fits ~= nil and fits >= 1 and N(fits)) or ''
+  return { E_INSUFFICIENT, cjson.encode(why), auto_consumed, ttl_entries_written }
 end
 local hold = input_bound + out_cost(out_tokens)
 
