@@ -16,7 +16,7 @@ import { hashSecret } from '../../src/keys/secrets.js';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { inputCostBound } from '../../src/gateway/pricing.js';
 import type { TestProject } from '../helpers.js';
-import { ANTHROPIC_MODEL, closedPort, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, startGatewayEnv, type GatewayEnv } from './support.js';
+import { ANTHROPIC_MODEL, closedPort, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, rawRequest, startGatewayEnv, type GatewayEnv } from './support.js';
 
 let env: GatewayEnv;
 
@@ -236,6 +236,16 @@ describe('/v1/messages errors through @anthropic-ai/sdk', () => {
     expect(body.message).toBe(body.error.message);
     expect(e.message).toBe(`${status} ${body.error.message}`);
     expect(e.message).not.toContain('{');
+  });
+
+  it('has the same envelope on what the SDK cannot send: no key, a body that is not JSON', async () => {
+    const noKey = await rawRequest(env.svc.url, 'POST', '/v1/messages', { body: request() });
+    const notJson = await rawRequest(env.svc.url, 'POST', '/v1/messages', { key: env.p.projectKey, headers: { 'x-service-customer': 'rich' }, body: '{"model": ' });
+    for (const [res, status, code] of [[noKey, 401, 'missing_api_key'], [notJson, 400, 'invalid_json']] as const) {
+      expect(res.status).toBe(status);
+      const body = res.json();
+      expect(body).toEqual({ type: 'error', message: body.error.message, error: expect.objectContaining({ code, message: expect.any(String) }) });
+    }
   });
 
   it('leaves the chat completions envelope without the Anthropic fields', async () => {
