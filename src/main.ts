@@ -12,6 +12,7 @@ import { createRuntime } from './runtime.js';
 import { listen } from './server.js';
 import { startWorkers } from '../workers/index.js';
 import { startMockUpstream } from './gateway/mock/server.js';
+import { demo_allowance } from './plans/catalogue.js';
 import { stopOnSignals, WebDrain } from './shutdown.js';
 
 const credentialsFile = '.demo-credentials.json';
@@ -46,6 +47,7 @@ if (demo) {
 Service running at ${u}
 
 Demo organization ${demo.organization_id}, project ${demo.project_id} (kept in ${credentialsFile})
+  on the Free plan with the demo allowance: up to ${demo_allowance.projectsMax} projects, ${demo_allowance.keysPerProjectMax} keys per project, ${demo_allowance.membersMax} members
   admin key     ${demo.admin_key}
   project key   ${demo.project_key}
   customer key  ${demo.customer_key}  (bound to ${demo.customer_id})

@@ -151,6 +151,50 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
     },
 
     /**
+     * Changes a model in place (PATCH): `change` gets the stored fields (the upstream key
+     * left undefined: kept unless `change` sets it) and returns the new ones, or throws to
+     * change nothing. The row is locked meanwhile, so two concurrent PATCHes of different
+     * fields both apply. Null when the project has no such model.
+     */
+    async updateModel(projectId: string, modelId: string, change: (current: ModelInput) => ModelInput): Promise<ModelRow | null> {
+      return pool.transaction(async (tx) => {
+        const row = await tx.maybeOne(sql.type(modelRow)`
+          SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND id = ${modelId} FOR UPDATE`);
+        if (!row) return null;
+        const { project_id: _p, id: _i, has_upstream_key: _h, created_at: _c, updated_at: _u, ...current } = row;
+        const m = change(current);
+        const key =
+          m.upstream_api_key === undefined
+            ? sql.fragment`upstream_key_ciphertext`
+            : m.upstream_api_key === null
+              ? sql.fragment`NULL`
+              : sql.fragment`${sql.binary(encryptSecret(masterKey, m.upstream_api_key, keyAssociatedData(projectId, modelId)))}`;
+        return tx.one(sql.type(modelRow)`
+          UPDATE models SET
+            provider = ${m.provider}, upstream_base_url = ${m.upstream_base_url}, upstream_model = ${m.upstream_model},
+            upstream_key_ciphertext = ${key}, display_name = ${m.display_name}, description = ${m.description},
+            context_window = ${m.context_window}, max_output_tokens = ${m.max_output_tokens},
+            supports_streaming = ${m.supports_streaming}, active = ${m.active},
+            input_price_per_million_credits = ${m.input_price_per_million_credits},
+            output_price_per_million_credits = ${m.output_price_per_million_credits},
+            cache_read_price_per_million_credits = ${m.cache_read_price_per_million_credits},
+            cache_write_price_per_million_credits = ${m.cache_write_price_per_million_credits},
+            updated_at = now()
+          WHERE project_id = ${projectId} AND id = ${modelId}
+          RETURNING ${modelColumns}`);
+      });
+    },
+
+    /**
+     * Deletes a model; null when there is none. Nothing of the ledger refers to the row:
+     * usage records and receipts keep the model id and the prices they were billed at.
+     */
+    deleteModel(projectId: string, modelId: string): Promise<ModelRow | null> {
+      return pool.maybeOne(sql.type(modelRow)`
+        DELETE FROM models WHERE project_id = ${projectId} AND id = ${modelId} RETURNING ${modelColumns}`);
+    },
+
+    /**
      * The model with its upstream key in clear, for the gateway. Throws when the key
      * cannot be decrypted (another master key): a call must not go upstream without it.
      */

@@ -63,7 +63,12 @@ export function walletsOf(view: CustomerView, sources: SourceState[] = view.sour
 export const ledgerQuery = z.object({
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(200).optional(),
-  type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']).optional(),
+  // In any case: `?type=deduct` filters as `?type=DEDUCT` does.
+  type: z
+    .string()
+    .transform((v) => v.toUpperCase())
+    .pipe(z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']))
+    .optional(),
   transaction_id: z.string().min(1).max(256).optional(),
 });
 

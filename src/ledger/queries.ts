@@ -211,8 +211,30 @@ export interface ProfilePatch {
   metadata?: Record<string, unknown> | null;
 }
 
+const customerProfileRow = z.object({
+  name: z.string().nullable(),
+  email: z.string().nullable(),
+  metadata: z.record(z.unknown()).nullable(),
+  created_at: z.number(),
+});
+
 export function createCustomerQueries(pool: DatabasePool) {
   return {
+    /**
+     * Inserts a customer row (POST /v1/customers) unless the project has one: the row as
+     * stored, and whether this call made it.
+     */
+    async createCustomer(projectId: string, customerId: string, p: { name: string | null; email: string | null; metadata: Record<string, unknown> | null }) {
+      const made = await pool.maybeOne(sql.type(customerProfileRow)`
+        INSERT INTO customers (project_id, id, name, email, metadata, created_at)
+        VALUES (${projectId}, ${customerId}, ${p.name}, ${p.email}, ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}, now())
+        ON CONFLICT (project_id, id) DO NOTHING
+        RETURNING name, email, metadata, created_at`);
+      if (made) return { row: made, created: true };
+      const row = await pool.one(sql.type(customerProfileRow)`
+        SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+      return { row, created: false };
+    },
     /** Returns false when the customer row does not exist (yet). */
     async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<boolean> {
       const sets = [];

@@ -135,11 +135,16 @@ export function createMemberQueries(pool: DatabasePool) {
     },
 
     /** The memberships of an email in any organization, oldest first. */
-    signInCandidates(email: string): Promise<readonly SignInCandidate[]> {
+    /**
+     * `organizationId` narrows before the limit: an email that is a member of more than
+     * sign_in_candidates_max organizations still signs in to the one it names.
+     */
+    signInCandidates(email: string, organizationId: string | null = null): Promise<readonly SignInCandidate[]> {
+      const inOrganization = organizationId === null ? sql.fragment`` : sql.fragment`AND m.organization_id = ${organizationId}`;
       return pool.any(sql.type(signInCandidate)`
         SELECT m.id, m.organization_id, m.email, m.role, m.created_at, m.updated_at, m.password_hash, o.name AS organization_name
         FROM members m JOIN organizations o ON o.id = m.organization_id
-        WHERE lower(m.email) = lower(${email})
+        WHERE lower(m.email) = lower(${email}) ${inOrganization}
         ORDER BY m.created_at, m.id LIMIT ${sign_in_candidates_max}`);
     },
   };

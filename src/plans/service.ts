@@ -17,7 +17,7 @@ import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
-import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
+import { hardLimitOf, limitsOf, periodAt, plans, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 
 export type { PlanTicket } from './leases.js';
@@ -28,6 +28,7 @@ const orgRow = z.object({
   plan: z.enum(['free', 'pro_500k', 'pro_2m', 'pro_5m', 'pro_15m', 'pro_50m', 'enterprise']),
   pending_plan: z.enum(['free', 'pro_500k', 'pro_2m', 'pro_5m', 'pro_15m', 'pro_50m', 'enterprise']).nullable(),
   pending_from: z.number().nullable(),
+  demo_allowance: z.boolean(),
   created_at: z.number(),
 });
 type OrgRow = z.infer<typeof orgRow>;
@@ -73,6 +74,11 @@ export function effectivePlan(org: Pick<OrgRow, 'plan' | 'pending_plan' | 'pendi
   return org.pending_plan !== null && org.pending_from !== null && org.pending_from <= nowMs ? org.pending_plan : org.plan;
 }
 
+/** The organization read's `limits` (null: unlimited). */
+function limitsEntry(l: Limits) {
+  return { projects_max: l.projectsMax, keys_per_project_max: l.keysPerProjectMax, members_max: l.membersMax };
+}
+
 export class PlanService {
   private readonly anchors = new Map<string, number>();
   /** The current period of each organization and its keys (currentKeys). */
@@ -113,7 +119,7 @@ export class PlanService {
 
   private loadOrg(orgId: string): Promise<OrgRow> {
     return this.db.one(sql.type(orgRow)`
-      SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations WHERE id = ${orgId}`);
+      SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations WHERE id = ${orgId}`);
   }
 
   /** The subscription's anchor: billing periods are calendar months from it. */
@@ -337,7 +343,7 @@ export class PlanService {
     const at = sql.timestamp(new Date(now));
     const quote = await this.db.transaction(async (tx) => {
       const org = await tx.one(sql.type(orgRow)`
-        SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
+        SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
       const current = effectivePlan(org, now);
       const q = quotePlanChange(current, plan, periodAt(org.created_at, now), now);
       await tx.query(sql.unsafe`
@@ -389,6 +395,8 @@ export class PlanService {
       overage_ops: overage,
       overage_cost_usd: (overage * plan.overageMicroUsdPerOp) / 1_000_000,
       hard_limit: plan.hardLimit,
+      demo_allowance: org.demo_allowance,
+      limits: limitsEntry(limitsOf(plan.id, org.demo_allowance)),
     };
   }
 
@@ -403,7 +411,7 @@ export class PlanService {
    */
   async usageOfOrganizations(max: number): Promise<{ organizationId: string; used: number; included: number | null }[]> {
     const rows = await this.db.any(sql.type(orgRow)`
-      SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations ORDER BY created_at, id LIMIT ${max}`);
+      SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations ORDER BY created_at, id LIMIT ${max}`);
     const now = this.nowMs();
     const counts = await Promise.all(rows.map((org) => this.redis.get(this.keys(org.id, periodAt(org.created_at, now).startMs).counter)));
     const usage: { organizationId: string; used: number; included: number | null }[] = [];
@@ -414,10 +422,12 @@ export class PlanService {
     return usage;
   }
 
-  /** Projects, keys and members a plan allows (403 plan_limit_reached beyond). */
-  async limitsOf(orgId: string) {
+  /**
+   * Projects, keys and members the organization may have now (403 plan_limit_reached
+   * beyond): its plan's, raised by the demo allowance when it has one.
+   */
+  async limitsOf(orgId: string): Promise<Limits> {
     const org = await this.loadOrg(orgId);
-    const plan = plans[effectivePlan(org, this.nowMs())];
-    return { projectsMax: plan.projectsMax, keysPerProjectMax: plan.keysPerProjectMax, membersMax: plan.membersMax };
+    return limitsOf(effectivePlan(org, this.nowMs()), org.demo_allowance);
   }
 }

@@ -71,7 +71,9 @@ describe('projects', () => {
     expect([up.status, up.body.plan, up.body.pending_plan]).toEqual([200, 'pro_500k', null]);
     const created = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: 'second' } });
     expect(created.status).toBe(201);
-    expect(created.body).toEqual({ id: expect.stringMatching(/^proj_/), name: 'second', contract: 'B', rate_limit_per_minute: null, created_at: expect.any(String) });
+    expect(created.body).toEqual({
+      id: expect.stringMatching(/^proj_/), name: 'second', contract: 'B', rate_limit_per_minute: null, active: true, deactivated_at: null, created_at: expect.any(String),
+    });
     expect(Math.abs(Date.parse(created.body.created_at) - Date.now())).toBeLessThan(60_000);
     const third = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: ' third ', contract: 'A', rate_limit_per_minute: 120 } });
     expect(third.body).toMatchObject({ name: 'third', contract: 'A', rate_limit_per_minute: 120 });
