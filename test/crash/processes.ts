@@ -3,7 +3,10 @@
  * (`workers/main.ts`) run as real child processes, started with `node --import tsx` so
  * that SIGKILL hits the service itself and not a wrapper, and killed without warning.
  * The API binds port 0 and this reads the port it reports in its "API listening" log
- * line, so each restart gets a port nobody else holds.
+ * line, so each restart gets a port nobody else holds. A child that ends without being
+ * killed here is recorded with its exit code and signal (`deaths`), its port forgotten,
+ * and its last stderr lines kept (`describe()`), so a test can say why its API stopped
+ * answering instead of failing later on a refused connection.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +28,13 @@ export class ServiceProcess {
   unhandledRedisErrors = 0;
   /** The service's own "unhandled error" log lines (its 500s), every one, for failure messages. */
   readonly serverErrors: string[] = [];
+  /**
+   * How each run of this process ended: `killed` when this object sent the SIGKILL; any
+   * other end (an exit code, a signal from elsewhere) is a death the test did not cause.
+   */
+  readonly exits: { pid: number; code: number | null; signal: NodeJS.Signals | null; killed: boolean; at: string }[] = [];
+  /** Children this object sent SIGKILL to: their end is not a death. */
+  private readonly killing = new WeakSet<ChildProcess>();
   /** Every child this object started, for the final cleanup. */
   private static readonly all = new Set<ChildProcess>();
 
@@ -61,7 +71,14 @@ export class ServiceProcess {
       }
     });
     ServiceProcess.all.add(child);
-    child.once('exit', () => ServiceProcess.all.delete(child));
+    child.once('exit', (code, signal) => {
+      ServiceProcess.all.delete(child);
+      const killed = this.killing.has(child);
+      this.exits.push({ pid: child.pid ?? 0, code, signal, killed, at: new Date().toISOString() });
+      if (!killed) keep(`${this.name} (pid ${child.pid}) exited by itself: code ${code}, signal ${signal}`);
+      // A process that died on its own no longer listens.
+      if (this.child === child) this.port = null;
+    });
     this.child = child;
   }
 
@@ -83,8 +100,20 @@ export class ServiceProcess {
     this.port = null;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const gone = new Promise((resolve) => child.once('exit', resolve));
+    this.killing.add(child);
     child.kill('SIGKILL');
     await gone;
+  }
+
+  /** Ends of runs the test did not cause (none when every end was a kill of ours). */
+  get deaths(): string[] {
+    return this.exits.filter((e) => !e.killed).map((e) => `${this.name} pid ${e.pid} exited at ${e.at}: code ${e.code}, signal ${e.signal}`);
+  }
+
+  /** Whether it runs, how its runs ended, and its last stderr and error lines: for failure messages. */
+  describe(): string {
+    const state = this.running ? `running (pid ${this.child!.pid}, port ${this.port})` : 'not running';
+    return `${this.name}: ${state}; exits ${JSON.stringify(this.exits)}\n${this.stderr}`;
   }
 
   get running(): boolean {
