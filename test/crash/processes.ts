@@ -32,7 +32,7 @@ export class ServiceProcess {
    * How each run of this process ended: `killed` when this object sent the SIGKILL; any
    * other end (an exit code, a signal from elsewhere) is a death the test did not cause.
    */
-  readonly exits: { pid: number; code: number | null; signal: NodeJS.Signals | null; killed: boolean; at: string }[] = [];
+  readonly exits: { pid: number; code: number | null; signal: NodeJS.Signals | null; killed: boolean; at: string; stderr?: string }[] = [];
   /** Children this object sent SIGKILL to: their end is not a death. */
   private readonly killing = new WeakSet<ChildProcess>();
   /** Every child this object started, for the final cleanup. */
@@ -54,10 +54,14 @@ export class ServiceProcess {
       this.lines.push(text);
       this.lines.splice(0, Math.max(0, this.lines.length - output_lines_max));
     };
+    // This child's own stderr, apart from the error log lines: what Node prints as it dies.
+    const stderrTail: string[] = [];
     child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
       for (const line of chunk.split('\n').filter(Boolean)) {
         if (line.includes('[ioredis] Unhandled error event')) this.unhandledRedisErrors++;
         keep(line);
+        stderrTail.push(line);
+        stderrTail.splice(0, Math.max(0, stderrTail.length - output_lines_max));
       }
     });
     let partial = '';
@@ -74,7 +78,7 @@ export class ServiceProcess {
     child.once('exit', (code, signal) => {
       ServiceProcess.all.delete(child);
       const killed = this.killing.has(child);
-      this.exits.push({ pid: child.pid ?? 0, code, signal, killed, at: new Date().toISOString() });
+      this.exits.push({ pid: child.pid ?? 0, code, signal, killed, at: new Date().toISOString(), ...(killed ? {} : { stderr: stderrTail.join('\n') }) });
       if (!killed) keep(`${this.name} (pid ${child.pid}) exited by itself: code ${code}, signal ${signal}`);
       // A process that died on its own no longer listens.
       if (this.child === child) this.port = null;
@@ -107,13 +111,14 @@ export class ServiceProcess {
 
   /** Ends of runs the test did not cause (none when every end was a kill of ours). */
   get deaths(): string[] {
-    return this.exits.filter((e) => !e.killed).map((e) => `${this.name} pid ${e.pid} exited at ${e.at}: code ${e.code}, signal ${e.signal}`);
+    return this.exits.filter((e) => !e.killed).map((e) => `${this.name} pid ${e.pid} exited at ${e.at}: code ${e.code}, signal ${e.signal}; its stderr:\n${e.stderr}`);
   }
 
   /** Whether it runs, how its runs ended, and its last stderr and error lines: for failure messages. */
   describe(): string {
     const state = this.running ? `running (pid ${this.child!.pid}, port ${this.port})` : 'not running';
-    return `${this.name}: ${state}; exits ${JSON.stringify(this.exits)}\n${this.stderr}`;
+    const exits = this.exits.map(({ stderr, ...e }) => e);
+    return `${this.name}: ${state}; exits ${JSON.stringify(exits)}\n${this.stderr}`;
   }
 
   get running(): boolean {
