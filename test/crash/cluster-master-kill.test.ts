@@ -404,7 +404,14 @@ function ledgerRows() {
     FROM ledger_entries WHERE project_id = ${projectId}`);
 }
 
-const keyOfRow = (r: z.infer<typeof ledgerRow>) => `${r.type}:${r.type === 'DEPOSIT' ? r.ik : r.transaction_id}`;
+/**
+ * What an entry is the record of: `TYPE:id`, as acknowledged operations are named. A
+ * consume or release by a freeze's TTL is named apart (`:ttl`): it is not the client's
+ * consume or unfreeze of that freeze. After an empty restart that lost a client's consume
+ * (acknowledged, not yet in PostgreSQL), the freeze comes back frozen and its TTL may
+ * settle it: that entry must not pass for the lost one.
+ */
+const keyOfRow = (r: z.infer<typeof ledgerRow>) => `${r.type}:${r.type === 'DEPOSIT' ? r.ik : r.transaction_id}${r.reason === null ? '' : ':ttl'}`;
 
 /** The messages of a process's last error lines, for failure messages. */
 function errorsOf(p: ServiceProcess): string {
