@@ -89,12 +89,13 @@ export interface Call {
   requestBytes: number;
   /** A settlement was sent: the call may be billed even if no reply came. */
   settleTried: boolean;
+  /** The call's Idempotency-Key, '' for none. */
+  idempotencyKey: string;
 }
 
 export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried'> & {
   explicitMax: number | null;
   rawBytes: number;
-  idempotencyKey: string;
 };
 
 /**
@@ -121,6 +122,7 @@ function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold
     outputTokens,
     requestBytes: c.rawBytes,
     settleTried: false,
+    idempotencyKey: c.idempotencyKey,
   };
 }
 
@@ -145,9 +147,20 @@ export class GatewayBilling {
     return gatewayBindings(this.deps.ledger.bindings, scope.projectId).claimKey(customerId, key, transactionId);
   }
 
-  /** Frees a claimed Idempotency-Key: nothing was billed under it, so the same key may retry. */
-  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string): Promise<void> {
-    await gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key).catch(() => undefined);
+  /**
+   * Frees the Idempotency-Key that `transactionId` claimed: nothing was billed under it, so
+   * the same key may retry. Only while the claim names this call (lua/unclaim-1.lua).
+   * Sent again in the background until Redis answers when it does not now: a claim left
+   * behind would answer every retry of the key 409 `idempotency_key_reused`, naming a call
+   * that billed nothing. The claim's bucket may be on a Redis (a cluster master) that is
+   * down while the rest answers.
+   */
+  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string, transactionId: string): Promise<void> {
+    const free = () => gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key, transactionId);
+    await free().catch((err: unknown) => {
+      this.deps.logger.warn({ err, transactionId }, 'Idempotency-Key not freed; freeing it in the background');
+      this.untilAnswered(free, (e) => this.deps.logger.error({ err: e, transactionId }, 'Idempotency-Key of a call that billed nothing not freed; retries of it answer 409'));
+    });
   }
 
   /**
@@ -220,24 +233,46 @@ export class GatewayBilling {
   private retryLater(send: Background, call: Call): void {
     const { script, args } = send;
     const { transactionId } = call;
+    this.untilAnswered(
+      async (attempt) => {
+        const [status] = await (send.script === 'gateway_settle'
+          ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
+          : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
+        if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
+          this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
+        } else if (script === 'gateway_settle') {
+          this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+        } else if ((status === ScriptStatus.Ok || status === ScriptStatus.Replay) && call.idempotencyKey !== '') {
+          // Released by the API: the call billed nothing, and its key is free (what the
+          // trim and a recovery read from a record released by the API). Freed again here:
+          // a cluster master that came back empty while the hold was still frozen got the
+          // claim back from its recovery (src/reconcile/shared-keys.ts).
+          await this.freeIdempotencyKey(call.scope, call.customerId, call.idempotencyKey, transactionId);
+        }
+      },
+      (err) => {
+        const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
+        this.deps.logger.error({ err, transactionId, args }, what);
+      },
+    );
+  }
+
+  /**
+   * Runs `send` in the background until it resolves, for at most background_retry_total_ms
+   * (then `gaveUp`), with pauses doubling from background_retry_pause_ms up to
+   * background_retry_pause_max_ms. The pauses do not keep a stopping process alive.
+   */
+  private untilAnswered(send: (attempt: number) => Promise<unknown>, gaveUp: (err: unknown) => void): void {
     const giveUpAt = Date.now() + background_retry_total_ms;
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
-          const [status] = await (send.script === 'gateway_settle'
-            ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
-            : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
-          if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
-            this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
-          } else if (script === 'gateway_settle') {
-            this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
-          }
+          await send(attempt);
           return;
         } catch (err) {
           const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), background_retry_pause_max_ms);
           if (Date.now() + pause > giveUpAt) {
-            const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
-            this.deps.logger.error({ err, transactionId, args }, what);
+            gaveUp(err);
             return;
           }
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
@@ -246,7 +281,7 @@ export class GatewayBilling {
           await this.deps.ledger.ready().catch(() => undefined);
         }
       }
-    })();
+    })().catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
   }
 
   /** The usage record of a call that is not billed, as JSON for the release script. */

@@ -97,7 +97,7 @@ export class GatewayService {
       // The key is freed only when nothing can have been billed: no answer went out and
       // no settlement was tried (one whose reply was lost may have charged the call).
       if (idempotencyKey !== undefined && !(call && (res.headersSent || call.settleTried))) {
-        await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey);
+        await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey, transactionId);
       }
       // Once the hold applied, a later step that never reached Redis (a settlement or a
       // release) does not make the call "nothing applied".
@@ -106,6 +106,6 @@ export class GatewayService {
     // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
     // any answer, was answered without an error of ours but billed nothing: the same key
     // may retry it.
-    if (!settled && idempotencyKey !== undefined) await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey);
+    if (!settled && idempotencyKey !== undefined) await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey, transactionId);
   }
 }

@@ -136,6 +136,14 @@ export class Bindings {
   }
 
   /**
+   * Removes a binding only while it names `owner` (lua/unclaim-1.lua): safe to send late,
+   * after another owner may have bound the id. True when it was removed.
+   */
+  async dropIfOwner(projectId: string, kind: BindingKind, id: string, owner: string): Promise<boolean> {
+    return (await this.api.unclaim({ ids: bindingKeys(this.prefix, projectId, kind, id).ids }, { id, owner })) === 1;
+  }
+
+  /**
    * Archives bindings of `owner`: removed, and added to their buckets' Bloom filters.
    * Returns the latest Redis time (ms) at which one was removed (0 for none).
    */
@@ -172,8 +180,8 @@ export function gatewayBindings(bindings: Bindings, projectId: string) {
       if (first !== null) return first;
       return (await bindings.command(projectId, 'g', id, transactionId, true)).owner ?? transactionId;
     },
-    /** Nothing was billed under this key: the same key may retry. */
-    freeKey: (customerId: string, key: string) => bindings.drop(projectId, 'g', claimId(customerId, key)),
+    /** Nothing was billed under this key by this call: the same key may retry (unless another call holds it now). */
+    freeKey: (customerId: string, key: string, transactionId: string) => bindings.dropIfOwner(projectId, 'g', claimId(customerId, key), transactionId),
     /** Names the call's customer for receipts (the id is new: written beside the hold). */
     indexCall: (transactionId: string, customerId: string) => bindings.command(projectId, 't', transactionId, customerId, true),
     /** The hold failed: no call to find. */
