@@ -33,6 +33,8 @@ export class ServiceProcess {
    * other end (an exit code, a signal from elsewhere) is a death the test did not cause.
    */
   readonly exits: { pid: number; code: number | null; signal: NodeJS.Signals | null; killed: boolean; at: string; stderr?: string }[] = [];
+  /** The last log lines of the current run, whatever their level: what a start that hangs was doing. */
+  private recentStdout: string[] = [];
   /** Children this object sent SIGKILL to: their end is not a death. */
   private readonly killing = new WeakSet<ChildProcess>();
   /** Every child this object started, for the final cleanup. */
@@ -65,10 +67,14 @@ export class ServiceProcess {
       }
     });
     let partial = '';
+    const recent: string[] = [];
+    this.recentStdout = recent;
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
       const lines = (partial + chunk).split('\n');
       partial = lines.pop()!;
       for (const line of lines) {
+        recent.push(line.slice(0, 500));
+        recent.splice(0, Math.max(0, recent.length - 10));
         if (line.includes('"API listening"')) this.port = (JSON.parse(line) as { port: number }).port;
         else if (line.includes('"msg":"unhandled error"')) this.serverErrors.push(line);
         else if (/"level":(50|60)/.test(line)) keep(line);
@@ -91,7 +97,7 @@ export class ServiceProcess {
     const deadline = Date.now() + timeoutMs;
     while (this.port === null) {
       if (!this.running) throw new Error(`${this.name} is not running:\n${this.stderr}`);
-      if (Date.now() > deadline) throw new Error(`${this.name} did not report its port:\n${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`${this.name} did not report its port within ${timeoutMs} ms:\n${this.stderr}\nits last log lines:\n${this.recentStdout.join('\n')}`);
       await sleep(20);
     }
     return this.port;
