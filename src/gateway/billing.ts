@@ -47,6 +47,8 @@ export const settle_retry_pause_ms = 100;
 export const background_retry_pause_ms = 100;
 export const background_retry_pause_max_ms = 1_000;
 export const background_retry_total_ms = 10 * 60_000;
+/** The longest pause between two tries of freeing an Idempotency-Key in the background. */
+export const key_free_retry_pause_ms = 200;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -159,7 +161,13 @@ export class GatewayBilling {
     const free = () => gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key, transactionId);
     await free().catch((err: unknown) => {
       this.deps.logger.warn({ err, transactionId }, 'Idempotency-Key not freed; freeing it in the background');
-      this.untilAnswered(free, (e) => this.deps.logger.error({ err: e, transactionId }, 'Idempotency-Key of a call that billed nothing not freed; retries of it answer 409'));
+      // Not behind the generation guard (Bindings.dropIfOwner): sent again every
+      // key_free_retry_pause_ms, so that it lands as soon as the bucket's master answers,
+      // before the guard lets a retry of the call claim the key.
+      this.untilAnswered(free, (e) => this.deps.logger.error({ err: e, transactionId }, 'Idempotency-Key of a call that billed nothing not freed; retries of it answer 409'), {
+        maxPauseMs: key_free_retry_pause_ms,
+        waitForGuard: false,
+      });
     });
   }
 
@@ -260,9 +268,14 @@ export class GatewayBilling {
   /**
    * Runs `send` in the background until it resolves, for at most background_retry_total_ms
    * (then `gaveUp`), with pauses doubling from background_retry_pause_ms up to
-   * background_retry_pause_max_ms. The pauses do not keep a stopping process alive.
+   * `opts.maxPauseMs`, each followed by a wait for the generation guard unless
+   * `opts.waitForGuard` is false. The pauses do not keep a stopping process alive.
    */
-  private untilAnswered(send: (attempt: number) => Promise<unknown>, gaveUp: (err: unknown) => void): void {
+  private untilAnswered(
+    send: (attempt: number) => Promise<unknown>,
+    gaveUp: (err: unknown) => void,
+    opts: { maxPauseMs: number; waitForGuard: boolean } = { maxPauseMs: background_retry_pause_max_ms, waitForGuard: true },
+  ): void {
     const giveUpAt = Date.now() + background_retry_total_ms;
     void (async () => {
       for (let attempt = 1; ; attempt++) {
@@ -270,7 +283,7 @@ export class GatewayBilling {
           await send(attempt);
           return;
         } catch (err) {
-          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), background_retry_pause_max_ms);
+          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), opts.maxPauseMs);
           if (Date.now() + pause > giveUpAt) {
             gaveUp(err);
             return;
@@ -278,7 +291,7 @@ export class GatewayBilling {
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           // While Redis is away or unverified, this resolves as soon as it is verified
           // again (or after the guard's wait): a try sent before would be refused.
-          await this.deps.ledger.ready().catch(() => undefined);
+          if (opts.waitForGuard) await this.deps.ledger.ready().catch(() => undefined);
         }
       }
     })().catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));

@@ -275,22 +275,22 @@ describe('Idempotency-Key freed late', () => {
   it('is freed in the background when Redis did not answer the first free: the retry is served, not 409', async () => {
     await env.fund('idem4', 100_000);
     const headers = { 'idempotency-key': 'order-4' };
-    const scripts = env.svc.rt.scripts;
-    const runOther = scripts.runOther;
+    const bindings = env.svc.rt.ledger.bindings;
+    const dropIfOwner = bindings.dropIfOwner;
     let refused = 0;
-    // The first free of a claim fails the way a Redis (a cluster master) that went away
-    // fails it; the call billed nothing (an upstream error).
-    scripts.runOther = ((name: string, keys: string[], args: (string | number)[]) => {
-      if (name === 'unclaim' && refused === 0) {
+    // The first free of the claim fails the way a Redis (the bucket's cluster master)
+    // that went away fails it; the call billed nothing (an upstream error).
+    bindings.dropIfOwner = (...args: Parameters<typeof dropIfOwner>) => {
+      if (refused === 0) {
         refused++;
         return Promise.reject(new Error('Connection is closed.'));
       }
-      return runOther(name as never, keys, args);
-    }) as typeof scripts.runOther;
+      return dropIfOwner.apply(bindings, args);
+    };
     try {
       expect((await call('/v1/chat/completions', openaiBody({ fail: 500 }), { customer: 'idem4', headers })).status).toBe(500);
     } finally {
-      scripts.runOther = runOther;
+      bindings.dropIfOwner = dropIfOwner;
     }
     expect(refused).toBe(1);
     let retried: RawResponse | undefined;
