@@ -40,6 +40,12 @@ export interface PersistHooks extends OutboxHooks {
   isReady?(): boolean;
   /** These customers' entries are persisted: their records may be trimmed once due (src/ledger/retention.ts). */
   persisted?(bases: string[]): Promise<void>;
+  /**
+   * A pass that found customers to persist ended: the entries it copied, how long it took
+   * (the pops, the reads, the transaction, the trims) and the customers it gave back for
+   * a failure (the worker's metrics, src/metrics/worker.ts).
+   */
+  passDone?(entries: number, seconds: number, failedCustomers: number): void;
 }
 
 export class PersistLoop {
@@ -68,6 +74,7 @@ export class PersistLoop {
     this.loop = this.run();
   }
 
+  /** Ends the loop after the pass in progress, if any; resolves once it has ended. */
   async stop(): Promise<void> {
     this.running = false;
     this.wake?.();
@@ -103,6 +110,7 @@ export class PersistLoop {
    * remainder, so that no shard waits behind the others.
    */
   async pass(): Promise<{ moved: number; backlog: boolean; failed: boolean }> {
+    const started = performance.now();
     const base = Math.floor(this.popCount / dirty_shards);
     const extra = this.popCount % dirty_shards;
     const counts = Array.from({ length: dirty_shards }, (_, i) => base + ((i - this.firstShard + dirty_shards) % dirty_shards < extra ? 1 : 0));
@@ -111,7 +119,14 @@ export class PersistLoop {
     const popped = pops.flat();
     if (popped.length === 0) return { moved: 0, backlog: false, failed: false };
     const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / this.popCount)));
-    const r = await this.outbox.persist(popped, perCustomer);
+    let r: Awaited<ReturnType<LedgerOutbox['persist']>>;
+    try {
+      r = await this.outbox.persist(popped, perCustomer);
+    } catch (err) {
+      this.hooks.passDone?.(0, (performance.now() - started) / 1000, popped.length);
+      throw err;
+    }
+    this.hooks.passDone?.(r.moved, (performance.now() - started) / 1000, r.failed.length);
     const again = [...r.full, ...r.failed];
     // One command each (auto-pipelined): the shards are different slots.
     if (again.length > 0) await Promise.all(again.map((b) => this.redis.sadd(dirtyKeyOf(this.prefix, b), b)));
@@ -128,6 +143,8 @@ export class PersistLoop {
   }
 
   private sleep(ms: number): Promise<void> {
+    // A stop asked for during a pass ends the loop right after it.
+    if (!this.running) return Promise.resolve();
     return new Promise((resolve) => {
       const t = setTimeout(resolve, ms);
       this.wake = () => {

@@ -21,6 +21,8 @@ import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { Endpoint } from './request.js';
+import type { InFlight } from '../lifecycle.js';
+import type { Metrics } from '../metrics/metrics.js';
 
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
@@ -58,6 +60,18 @@ export const billingHeaderNames = [
   'X-Service-Balance-Usd',
 ] as const;
 
+/** What `X-Service-Stream-Billing: inline` adds to a stream's final usage event (GatewayBilling.inlineBilling). */
+export interface InlineBilling {
+  [field: string]: unknown;
+  transaction_id: string;
+  cost_credits: number;
+  cost_cents: string;
+  cost_usd: string;
+  balance_credits: number;
+  balance_usd: string;
+  usage_estimated: boolean;
+}
+
 /** A script that retryLater sends until Redis answers. */
 type Background =
   | { script: 'gateway_settle'; args: CustomerScriptArgs<'gateway_settle'> }
@@ -91,11 +105,13 @@ export interface Call {
   requestBytes: number;
   /** A settlement was sent: the call may be billed even if no reply came. */
   settleTried: boolean;
+  /** When the call was sent upstream (performance.now()); 0 until then. */
+  upstreamStartedAt: number;
   /** The call's Idempotency-Key, '' for none. */
   idempotencyKey: string;
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried'> & {
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
   explicitMax: number | null;
   rawBytes: number;
 };
@@ -124,6 +140,7 @@ function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold
     outputTokens,
     requestBytes: c.rawBytes,
     settleTried: false,
+    upstreamStartedAt: 0,
     idempotencyKey: c.idempotencyKey,
   };
 }
@@ -136,8 +153,33 @@ export class GatewayBilling {
       redis: RedisClient;
       prefix: string;
       logger: Logger;
+      /** Counts the background sends of retryLater, for a shutdown to wait for (src/shutdown.ts). */
+      inFlight?: InFlight;
+      metrics?: Metrics;
     },
   ) {}
+
+  /**
+   * The upstream's answer ended (or failed): its time in svc_gateway_upstream_duration_seconds,
+   * once per call, when it was sent.
+   */
+  private upstreamEnded(call: Call): void {
+    if (call.upstreamStartedAt === 0 || !this.deps.metrics) return;
+    this.deps.metrics.model(call.model.id).upstream[call.stream ? 1 : 0].observe((performance.now() - call.upstreamStartedAt) / 1000);
+    call.upstreamStartedAt = 0;
+  }
+
+  /** What a settled call billed, in the token, cost and shortfall counters of its model. */
+  private billed(modelId: string, usage: Usage, cost: number, shortfall: number): void {
+    if (!this.deps.metrics) return;
+    const m = this.deps.metrics.model(modelId);
+    if (usage.input > 0) m.inputTokens.inc(usage.input);
+    if (usage.output > 0) m.outputTokens.inc(usage.output);
+    if (usage.cacheRead > 0) m.cacheReadTokens.inc(usage.cacheRead);
+    if (usage.cacheWrite > 0) m.cacheWriteTokens.inc(usage.cacheWrite);
+    if (cost > 0) m.cost.inc(cost);
+    if (shortfall > 0) m.shortfall.inc(shortfall);
+  }
 
   /**
    * Claims the call's Idempotency-Key for `transactionId` in the project's bucketed
@@ -235,8 +277,10 @@ export class GatewayBilling {
    * the answer already, and the provider bills the call). Both scripts are idempotent: a
    * release of a hold that does not exist, or was settled or released, changes nothing,
    * and a settled call answers its stored result, so one that did apply and is sent again
-   * is charged once. The pauses do not keep a stopping process alive: what is still
-   * unsent when the process ends is the residual risk that docs/ARCHITECTURE.md names.
+   * is charged once. The pauses do not keep a stopping process alive: a graceful shutdown
+   * waits for these sends a while (they are counted in `inFlight`, src/shutdown.ts), and
+   * what is still unsent when the process ends is the residual risk that
+   * docs/ARCHITECTURE.md names.
    */
   private retryLater(send: Background, call: Call): void {
     const { script, args } = send;
@@ -250,6 +294,7 @@ export class GatewayBilling {
           this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
         } else if (script === 'gateway_settle') {
           this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+          this.billedInBackground(call, send.args);
         } else if ((status === ScriptStatus.Ok || status === ScriptStatus.Replay) && call.idempotencyKey !== '') {
           // Released by the API: the call billed nothing, and its key is free (what the
           // trim and a recovery read from a record released by the API). Freed again here:
@@ -277,6 +322,8 @@ export class GatewayBilling {
     opts: { maxPauseMs: number; waitForGuard: boolean } = { maxPauseMs: background_retry_pause_max_ms, waitForGuard: true },
   ): void {
     const giveUpAt = Date.now() + background_retry_total_ms;
+    const inFlight = this.deps.inFlight;
+    inFlight?.begin();
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
@@ -294,7 +341,20 @@ export class GatewayBilling {
           if (opts.waitForGuard) await this.deps.ledger.ready().catch(() => undefined);
         }
       }
-    })().catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
+    })()
+      .finally(() => inFlight?.end())
+      .catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
+  }
+
+  /** The counters of a settlement confirmed in the background, from its usage record (shortfall unknown there). */
+  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>): void {
+    try {
+      const r = JSON.parse(String(args.usageRecord)) as UsageRecordInput;
+      const usage: Usage = { input: r.input_tokens, output: r.output_tokens, cacheRead: r.cache_read_tokens, cacheWrite: r.cache_write_tokens };
+      this.billed(call.model.id, usage, Number(args.cost), 0);
+    } catch {
+      // The record is ours; a counter is not worth an error here.
+    }
   }
 
   /** The usage record of a call that is not billed, as JSON for the release script. */
@@ -342,6 +402,7 @@ export class GatewayBilling {
    * settled, or may have (or will, in the background).
    */
   async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
+    this.upstreamEnded(call);
     const cost = costOf(usage, call.model.prices);
     const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
     const args: CustomerScriptArgs<'gateway_settle'> = { transactionId: call.transactionId, cost, usageRecord: JSON.stringify(record), modelId: call.model.id };
@@ -368,6 +429,7 @@ export class GatewayBilling {
     if (reply[0] === ScriptStatus.AccountNotFound) throw scriptError('gateway_settle', reply[0]);
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
     const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
+    this.billed(call.model.id, usage, Number(r.cost), Number(r.shortfall));
     if (Number(r.shortfall) > 0) {
       this.deps.logger.warn({ transactionId: call.transactionId, cost, shortfall: Number(r.shortfall) }, 'gateway call cost more than the wallet held; charged what it had');
     }
@@ -379,6 +441,7 @@ export class GatewayBilling {
    * release without an answer is sent again in the background.
    */
   async release(call: Call, upstreamStatus: number | null): Promise<void> {
+    this.upstreamEnded(call);
     const record = this.failedRecord(call, upstreamStatus);
     void this.deps.plans.finish(call.reservation, 'release');
     const args: CustomerScriptArgs<'gateway_release'> = { transactionId: call.transactionId, usageRecord: record };
@@ -399,6 +462,24 @@ export class GatewayBilling {
       ['X-Service-Balance-Credits', String(s.balanceAfter)],
       ['X-Service-Balance-Usd', creditsToUsd(s.balanceAfter)],
     ];
+  }
+
+  /**
+   * The billing figures of a settled stream in its final usage event
+   * (`X-Service-Stream-Billing: inline`): the trailers' figures (credits as numbers, cents
+   * and USD as exact decimal strings), with the transaction id and whether the usage was
+   * estimated.
+   */
+  inlineBilling(call: Call, s: SettleResult, estimated: boolean): InlineBilling {
+    return {
+      transaction_id: call.transactionId,
+      cost_credits: s.cost,
+      cost_cents: creditsToCents(s.cost),
+      cost_usd: creditsToUsd(s.cost),
+      balance_credits: s.balanceAfter,
+      balance_usd: creditsToUsd(s.balanceAfter),
+      usage_estimated: estimated,
+    };
   }
 
   /**

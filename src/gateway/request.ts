@@ -31,6 +31,11 @@ export interface GatewayRequest {
   idempotencyKey: string | undefined;
   /** The client's `anthropic-version`, passed on upstream. */
   anthropicVersion: string | undefined;
+  /**
+   * `X-Service-Stream-Billing: inline`: a stream's billing figures also go in its final
+   * usage event (src/gateway/relay.ts); false for the default (trailers only).
+   */
+  inlineBilling: boolean;
   /** Bytes of the JSON body: they bound the prompt's tokens for the hold. */
   rawBytes: number;
 }
@@ -61,6 +66,13 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     throw refusedHeader('X-Service-Trace-Id', `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`);
   }
   const wallet = walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
+  const streamBilling = headerValue(req, 'x-service-stream-billing');
+  let inlineBilling = false;
+  if (streamBilling !== undefined) {
+    const v = streamBilling.trim().toLowerCase();
+    if (v !== 'inline' && v !== 'trailers') throw refusedHeader('X-Service-Stream-Billing', 'X-Service-Stream-Billing must be inline (the billing figures also in the final usage event of a stream) or trailers (the default)');
+    inlineBilling = v === 'inline';
+  }
 
   return {
     endpoint,
@@ -76,6 +88,7 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     // Keys are the customer's own (see the claim in billing.ts).
     idempotencyKey: headerValue(req, 'idempotency-key'),
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,
+    inlineBilling,
     rawBytes,
   };
 }

@@ -22,8 +22,14 @@ export function gatewayRoutes(gateway: GatewayService): Route[] {
       parse,
       callers,
       async (req: Request, res: Response) => {
-        jsonBody(req);
-        await gateway.handle(req, res, authOf(res), endpoint, bodyBytes(req));
+        // Counted until settled or released, for a graceful shutdown (src/shutdown.ts).
+        gateway.inFlight.begin();
+        try {
+          jsonBody(req);
+          await gateway.handle(req, res, authOf(res), endpoint, bodyBytes(req));
+        } finally {
+          gateway.inFlight.end();
+        }
       },
     ],
   });

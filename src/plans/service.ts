@@ -392,6 +392,28 @@ export class PlanService {
     };
   }
 
+  /**
+   * The billable operations each organization has counted in its current period, for the
+   * plan usage gauge (src/metrics/stores.ts): the period's counter in Redis, which holds
+   * what every process's leases reported (they report within lease_report_ms), without
+   * the reservations in flight. At most `max` organizations, the oldest first; one whose
+   * period has no counter yet (nothing counted since the period began, or since Redis
+   * was rebuilt) is left out rather than reported as 0. One query and one GET per
+   * organization (auto-pipelined), no script, nothing written.
+   */
+  async usageOfOrganizations(max: number): Promise<{ organizationId: string; used: number; included: number | null }[]> {
+    const rows = await this.db.any(sql.type(orgRow)`
+      SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations ORDER BY created_at, id LIMIT ${max}`);
+    const now = this.nowMs();
+    const counts = await Promise.all(rows.map((org) => this.redis.get(this.keys(org.id, periodAt(org.created_at, now).startMs).counter)));
+    const usage: { organizationId: string; used: number; included: number | null }[] = [];
+    rows.forEach((org, i) => {
+      const count = counts[i];
+      if (count !== null && count !== undefined) usage.push({ organizationId: org.id, used: Number(count), included: plans[effectivePlan(org, now)].includedOps });
+    });
+    return usage;
+  }
+
   /** Projects, keys and members a plan allows (403 plan_limit_reached beyond). */
   async limitsOf(orgId: string) {
     const org = await this.loadOrg(orgId);
