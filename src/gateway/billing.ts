@@ -451,6 +451,10 @@ export class GatewayBilling {
       this.retryLater({ script: 'gateway_release', args }, call);
       throw err;
     }
+    // The call billed nothing: its key is freed before the relay answers (an upstream
+    // error is relayed right after this), so that a retry sent on that answer finds it
+    // free. Freed after the answer, a quick retry was answered 409 naming this call.
+    if (call.idempotencyKey !== '') await this.freeIdempotencyKey(call.scope, call.customerId, call.idempotencyKey, call.transactionId);
   }
 
   /** The billing headers (or trailers) of a settled call, in billingHeaderNames order. */
