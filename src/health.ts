@@ -18,6 +18,8 @@ import { customerKeysFromBase, dirty_shards, dirtyKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
 import { setAsideKey } from './ledger/outbox.js';
 import { sql } from 'slonik';
+import { z } from 'zod';
+import { describeRoute } from './openapi/registry.js';
 
 export const worker_heartbeat_stale_ms = 15_000;
 /** Older unpersisted entries than this make the service `degraded`. */
@@ -228,3 +230,91 @@ export async function readiness(rt: Runtime) {
     body: { status: ready ? ('ready' as const) : rt.lifecycle.stopping ? ('stopping' as const) : ('not_ready' as const), checks: { redis: state(redis), postgres: state(postgres) } },
   };
 }
+
+// The documented answer (src/openapi/).
+const down = z.object({ status: z.literal('down'), error: z.string() }).strict();
+const durability = z.enum(['always', 'everysec', 'no', 'off', 'unknown']);
+export const healthSchema = z
+  .object({
+    status: z.enum(['ok', 'degraded', 'down']),
+    warnings: z.array(z.string()).openapi({ description: 'What an operator should fix; does not change the status.' }),
+    checks: z
+      .object({
+        redis: z.union([
+          z
+            .object({
+              status: z.literal('ok'),
+              generation: z.enum(['verified', 'recovering']),
+              aof_enabled: z.boolean(),
+              rdb: z.boolean(),
+              redis_durability: durability,
+              redis_durability_by_master: z.record(durability).optional().openapi({ description: 'On a Redis Cluster: each master.' }),
+              verified: z.boolean(),
+              run_id: z.string().nullable(),
+              persist_set_aside: z.number().int(),
+              ledger_anomalies: z.number().int(),
+            })
+            .strict(),
+          down,
+        ]),
+        postgres: z.union([z.object({ status: z.literal('ok') }).strict(), down]),
+        queue: z.union([
+          z
+            .object({
+              status: z.enum(['ok', 'lagging']),
+              dirty_customers: z.number().int(),
+              outbox_lag_ms: z.number(),
+              worker_heartbeat_age_ms: z.number().nullable(),
+            })
+            .strict(),
+          down,
+        ]),
+      })
+      .strict(),
+  })
+  .strict()
+  .openapi('Health');
+
+describeRoute({
+  method: 'GET',
+  path: '/health',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Service health',
+  description: '200 while money operations can be served (Redis answers), `degraded` when PostgreSQL is down or the workers lag; 503 only without Redis.',
+  responses: {
+    200: { description: '`ok` or `degraded`', schema: healthSchema },
+    503: { description: 'Redis is down (`status: "down"`)', schema: healthSchema },
+  },
+});
+
+const probe = z.object({ status: z.literal('ok') }).strict();
+export const readinessSchema = z
+  .object({
+    status: z.enum(['ready', 'not_ready', 'stopping']),
+    checks: z.object({ redis: z.union([probe, down]), postgres: z.union([probe, down]) }).strict().optional().openapi({ description: 'Absent once the process is stopping.' }),
+  })
+  .strict()
+  .openapi('Readiness');
+
+describeRoute({
+  method: 'GET',
+  path: '/health/live',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Liveness probe',
+  description: '200 as long as the process can answer at all.',
+  responses: { 200: { description: 'The process answers', schema: z.object({ status: z.literal('live') }).strict() } },
+});
+describeRoute({
+  method: 'GET',
+  path: '/health/ready',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Readiness probe',
+  description: `Whether a load balancer should send this process new requests: 503 once it is stopping, or while Redis or PostgreSQL does not answer within ${ready_check_timeout_ms} ms.`,
+  responses: {
+    200: { description: '`ready`', schema: readinessSchema },
+    503: { description: '`not_ready` or `stopping`', schema: readinessSchema },
+  },
+});

@@ -1,7 +1,7 @@
 /** Starts the HTTP server of a runtime and subscribes it to key revocations. */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createApi } from './http/app.js';
+import { createApi } from './app.js';
 import type { Runtime } from './runtime.js';
 import { serveMetrics, type MetricsServer } from './metrics/stores.js';
 

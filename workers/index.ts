@@ -13,6 +13,7 @@ import { reconcile } from '../src/reconcile/reconcile.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';
+import { CopyEntryWriter } from '../src/ledger/copy-writer.js';
 import { sweep } from './sweep.js';
 import { Invoicing } from '../src/billing/invoices.js';
 import { workerMetrics } from '../src/metrics/worker.js';
@@ -50,6 +51,8 @@ export const close_periods_job = 'close-periods';
  */
 export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean } = {}): Promise<Workers> {
   const { config, logger } = rt;
+  // The persist loop writes plain ledger entries with COPY on a connection of its own.
+  const writer = new CopyEntryWriter(config.DATABASE_URL, rt.ledgerQueries, logger);
   const measured = workerMetrics(rt.metrics);
   const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger, {
     isReady: () => rt.generation.verified,
@@ -64,7 +67,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     },
     persisted: (bases) => rt.retention.persisted(bases),
     passDone: (entries, seconds, failed) => measured.passDone(entries, seconds, failed),
-  });
+  }, writer);
   persist.start();
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();
@@ -137,6 +140,8 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
           if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
         })();
         await Promise.all([queueClosed, persist.stop(), trim.stop(), metricsServer?.close()]);
+        // The COPY connection once the persist loop has ended.
+        await writer.close();
       })();
       return stopping;
     },

@@ -5,6 +5,7 @@
 import type { RedisClient } from '../redis/client.js';
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import { extended, timestamp } from '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
@@ -149,3 +150,22 @@ export class KeyAdmin {
     return key;
   }
 }
+
+// The documented answers (src/openapi/).
+export const keySchema = z
+  .object({
+    id: z.string(),
+    type: z.enum(['project', 'customer']),
+    prefix: z.string().openapi({ description: "The key's first characters, to tell keys apart." }),
+    name: z.string().nullable(),
+    project_id: z.string(),
+    customer_id: z.string().nullable(),
+    allowed_models: z.array(z.string()).nullable(),
+    expires_at: timestamp.nullable(),
+    revoked_at: timestamp.nullable(),
+    last_used_at: timestamp.nullable(),
+    created_at: timestamp,
+  })
+  .strict()
+  .openapi('Key');
+export const createdKeySchema = extended(keySchema, { key: z.string().openapi({ description: 'The secret, shown only in this answer.' }) }).openapi('CreatedKey');

@@ -8,6 +8,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;
@@ -223,3 +224,42 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
 }
 
 export type ModelQueries = ReturnType<typeof createModelQueries>;
+
+// The documented answers (src/openapi/).
+const perMillionCredits = z.number().int().openapi({ description: 'Credits per million tokens.' });
+const perMillionUsd = z.number().openapi({ description: 'USD per million tokens (credits / 10^6).' });
+
+/** A model of `GET /v1/models`: modelEntry. */
+export const modelEntrySchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('model'),
+    created: z.number().int().openapi({ description: 'Unix seconds of the first PUT.' }),
+    active: z.boolean(),
+    owned_by: z.enum(['openai', 'anthropic']).openapi({ description: 'The provider.' }),
+    display_name: z.string().openapi({ description: 'The id when none was set.' }),
+    description: z.string().nullable(),
+    context_window: z.number().int(),
+    max_output_tokens: z.number().int(),
+    input_price_per_million_credits: perMillionCredits,
+    input_price_per_million_usd: perMillionUsd,
+    output_price_per_million_credits: perMillionCredits,
+    output_price_per_million_usd: perMillionUsd,
+    cache_read_price_per_million_credits: perMillionCredits,
+    cache_read_price_per_million_usd: perMillionUsd,
+    cache_write_price_per_million_credits: perMillionCredits,
+    cache_write_price_per_million_usd: perMillionUsd,
+    supports_streaming: z.boolean(),
+  })
+  .strict()
+  .openapi('Model');
+
+/** The management view of a model: adminModelEntry. */
+export const adminModelEntrySchema = extended(modelEntrySchema, {
+    provider: z.enum(['openai', 'anthropic']),
+    upstream_base_url: z.string(),
+    upstream_model: z.string(),
+    has_upstream_key: z.boolean().openapi({ description: 'Whether a provider key is stored (it is never returned).' }),
+    updated_at: timestamp,
+  })
+  .openapi('AdminModel');

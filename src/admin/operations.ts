@@ -11,7 +11,18 @@ import type { Request, RequestHandler, Response } from 'express';
 import { z } from 'zod';
 import { quoteEntry } from '../billing/proration.js';
 import { invoiceEntry, Invoicing } from '../billing/invoices.js';
-import { allSources, ledgerPage, ledgerQuery, walletsOf } from '../customers/routes.js';
+import { allSources, ledgerPage, ledgerPageSchema, ledgerQuery, sourceSchema, walletAmountsSchema, walletsOf } from '../customers/routes.js';
+import { createdKeySchema, keySchema } from './keys.js';
+import { invoiceSchema } from '../billing/invoices.js';
+import { quoteSchema } from '../billing/proration.js';
+import { amount_credits_max } from '../ledger/amounts.js';
+import { depositResultSchema } from '../ledger/schemas.js';
+import { memberSchema } from '../members/store.js';
+import { describeOperation, extended, listOf, timestamp } from '../openapi/registry.js';
+import { organizationSchema } from '../plans/service.js';
+import { reconcileReportSchema } from '../reconcile/reconcile.js';
+import { receiptSchema } from '../usage/queries.js';
+import { usagePageSchema } from '../usage/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import type { Method } from '../http/router.js';
 import { jsonBody, onlyQuery, parseWith, strictBody, unstorableStringPath } from '../http/validate.js';
@@ -37,7 +48,7 @@ import {
   type CustomerListRow,
   type UsageDimension,
 } from './listings.js';
-import { adminModelEntry, credits_per_usd, modelIdSchema, price_per_million_credits_max, token_count_max, upstream_key_chars_max, type ModelInput, type ModelRow } from './models.js';
+import { adminModelEntry, adminModelEntrySchema, credits_per_usd, modelIdSchema, price_per_million_credits_max, token_count_max, upstream_key_chars_max, type ModelInput, type ModelRow } from './models.js';
 import {
   createAdminQueries,
   decodeCursor,
@@ -318,6 +329,273 @@ export const usageTotalsQuery = z.object({
     .default(usage_dimensions.join(',')),
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(2048).optional(),
+});
+
+// The documentation of the operations (src/openapi/): one describeOperation per operation
+// below, in the same order, described at both mounts (/v1/admin and /dashboard/api).
+
+export const projectSchema = z
+  .object({ id: z.string(), name: z.string(), contract: z.enum(['A', 'B']), rate_limit_per_minute: z.number().int().nullable(), created_at: timestamp })
+  .strict()
+  .openapi('Project');
+const walletSums = z.record(walletAmountsSchema).nullable();
+export const customerListEntrySchema = z
+  .object({
+    id: z.string(),
+    project_id: z.string(),
+    name: z.string().nullable(),
+    email: z.string().nullable(),
+    created_at: timestamp,
+    balance: z
+      .object({ total: z.number().int(), used: z.number().int(), frozen: z.number().int(), available: z.number().int(), available_usd: z.string() })
+      .strict()
+      .nullable()
+      .openapi({ description: 'Over the sources active now; null when Redis does not hold the customer.' }),
+    wallets: walletSums,
+  })
+  .strict()
+  .openapi('CustomerListEntry');
+const customerDetailSchema = extended(customerListEntrySchema, { sources: z.array(sourceSchema).nullable().openapi({ description: 'Every source, archived ones included.' }) })
+  .openapi('CustomerDetail');
+const usd = z.string().openapi({ description: 'Exact decimal string.' });
+const dailyUsageSchema = z
+  .object({
+    date: z.string().date(),
+    operations: z.number().int().openapi({ description: 'Deducts, consumes and settled gateway calls.' }),
+    credits: z.number().int(),
+    cost_usd: usd,
+    by_model: z.array(
+      z
+        .object({
+          model: z.string(),
+          calls: z.number().int(),
+          input_tokens: z.number().int(),
+          output_tokens: z.number().int(),
+          cost_credits: z.number().int(),
+          cost_usd: usd,
+        })
+        .strict(),
+    ),
+  })
+  .strict()
+  .openapi('DailyUsage');
+const queuesSchema = z
+  .object({ data: z.array(z.object({ name: z.string(), counts: z.object(Object.fromEntries(job_states.map((s) => [s, z.number().int()]))).strict() }).strict()) })
+  .strict();
+const depositDoc = depositSchema.extend({
+  amount: z.number().int().min(1).max(amount_credits_max).openapi({ description: 'Integer credits, whatever the contract variant.' }),
+  wallet: walletNameSchema.optional().openapi({ description: "Default: the project's default wallet (`credits` for contract B, `default` for A)." }),
+  starts_at: z.string().optional(),
+  expires_at: z.string().optional(),
+});
+const keyCreateDoc = keyCreateSchema.extend({ expires_at: z.string().nullish().openapi({ description: 'ISO 8601, later than now.' }) });
+
+const ok = (description: string, schema: z.ZodTypeAny) => ({ 200: { description, schema } });
+const created = (description: string, schema: z.ZodTypeAny) => ({ 201: { description, schema } });
+const projectParams = 'not_found' as const;
+
+describeOperation({ method: 'GET', path: '/organization', role: 'viewer', tag: 'Organization', summary: 'The organization and its plan', responses: ok('The organization', organizationSchema) });
+describeOperation({
+  method: 'GET',
+  path: '/organization/plan/preview',
+  role: 'viewer',
+  tag: 'Organization',
+  summary: 'What a plan change would do now',
+  query: planPreviewQuery,
+  responses: ok('The quote', quoteSchema),
+});
+describeOperation({
+  method: 'PUT',
+  path: '/organization/plan',
+  role: 'owner',
+  tag: 'Organization',
+  summary: 'Change the plan',
+  description: 'An upgrade applies at once (charged pro rata); a downgrade starts with the next period.',
+  body: planSchema.strict(),
+  responses: ok('The organization, with the change', extended(organizationSchema, { change: quoteSchema })),
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects',
+  role: 'admin',
+  tag: 'Projects',
+  summary: 'Create a project',
+  body: projectCreateSchema.strict(),
+  responses: created('The project', projectSchema),
+  errors: ['plan_limit_reached'],
+});
+describeOperation({ method: 'GET', path: '/projects', role: 'viewer', tag: 'Projects', summary: 'The projects', query: listQuery, responses: ok('A page of projects', listOf(projectSchema)) });
+describeOperation({ method: 'GET', path: '/projects/:project_id', role: 'viewer', tag: 'Projects', summary: 'A project', responses: ok('The project', projectSchema), errors: [projectParams] });
+describeOperation({
+  method: 'PATCH',
+  path: '/projects/:project_id',
+  role: 'admin',
+  tag: 'Projects',
+  summary: "Change a project's name, contract variant or rate limit",
+  body: projectPatchSchema.strict(),
+  responses: ok('The project', projectSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/reconcile',
+  role: 'admin',
+  tag: 'Projects',
+  summary: "Compare the project's customers in Redis with PostgreSQL",
+  description: 'With `repair`, rewrites Redis from PostgreSQL. The body may be omitted.',
+  body: reconcileSchema.strict(),
+  bodyOptional: true,
+  responses: ok('The report', reconcileReportSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/keys',
+  role: 'admin',
+  tag: 'Keys',
+  summary: 'Create a project or customer-scoped key',
+  body: keyCreateDoc.strict(),
+  responses: created('The key, with its secret (shown once)', createdKeySchema),
+  errors: [projectParams, 'invalid_expires_at', 'plan_limit_reached'],
+});
+describeOperation({ method: 'GET', path: '/projects/:project_id/keys', role: 'viewer', tag: 'Keys', summary: "The project's keys", query: listQuery, responses: ok('A page of keys', listOf(keySchema)), errors: [projectParams] });
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/keys/:key_id/revoke',
+  role: 'admin',
+  tag: 'Keys',
+  summary: 'Revoke a key',
+  description: 'Revoking again answers the first `revoked_at`. The body may be omitted.',
+  body: z.object({}).strict(),
+  bodyOptional: true,
+  responses: ok('The key', keySchema),
+  errors: [projectParams],
+});
+describeOperation({ method: 'GET', path: '/projects/:project_id/models', role: 'viewer', tag: 'Models', summary: "The project's models", query: listQuery, responses: ok('A page of models', listOf(adminModelEntrySchema)), errors: [projectParams] });
+describeOperation({
+  method: 'PUT',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Create or replace a model',
+  description: 'The model id may contain `/`: sent percent-encoded as one segment (`openai%2Fgpt-4o`) or raw (`openai/gpt-4o`).',
+  params: z.object({ project_id: z.string(), model_id: modelIdSchema }),
+  body: modelPutSchema,
+  responses: { ...created('The model, created', adminModelEntrySchema), ...ok('The model, replaced', adminModelEntrySchema) },
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/customers',
+  role: 'viewer',
+  tag: 'Customers',
+  summary: "The project's customers, with their balances",
+  query: customerListQuery,
+  responses: ok('A page of customers', listOf(customerListEntrySchema)),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/customers/:customer_id',
+  role: 'viewer',
+  tag: 'Customers',
+  summary: 'A customer, with its balance and sources',
+  responses: ok('The customer', customerDetailSchema),
+  errors: [projectParams, 'customer_not_found'],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/customers/:customer_id/ledger',
+  role: 'viewer',
+  tag: 'Customers',
+  summary: "A customer's ledger",
+  query: ledgerQuery,
+  responses: ok('A page of ledger entries', ledgerPageSchema),
+  errors: [projectParams, 'customer_not_found'],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/customers/:customer_id/deposits',
+  role: 'admin',
+  tag: 'Customers',
+  summary: 'Deposit credits to a customer',
+  description: 'As `POST /v1/customers/deposit`, with `amount` in integer credits in both variants. 200 for a replay of the same `idempotency_key`.',
+  body: depositDoc.pick({ amount: true, wallet: true, description: true, starts_at: true, expires_at: true, idempotency_key: true, source: true }).strict(),
+  responses: { ...created('The deposit', depositResultSchema), ...ok('A replay of the deposit', depositResultSchema) },
+  errors: [projectParams, 'invalid_amount', 'invalid_starts_at', 'invalid_expires_at', 'transaction_conflict'],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/usage',
+  role: 'viewer',
+  tag: 'Gateway',
+  summary: "The project's gateway calls",
+  query: usageQuery,
+  responses: ok('A page of usage records', usagePageSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/receipts/:transaction_id',
+  role: 'viewer',
+  tag: 'Gateway',
+  summary: "A gateway call's receipt",
+  responses: ok('The receipt', receiptSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/usage/daily',
+  role: 'viewer',
+  tag: 'Organization',
+  summary: 'Billable operations per UTC day',
+  query: dailyUsageQuery,
+  responses: ok('A page of days, newest first', listOf(dailyUsageSchema)),
+  errors: [projectParams],
+});
+describeOperation({ method: 'GET', path: '/members', role: 'viewer', tag: 'Members', summary: "The organization's members", query: listQuery, responses: ok('A page of members', listOf(memberSchema)) });
+describeOperation({
+  method: 'POST',
+  path: '/members',
+  role: 'owner',
+  tag: 'Members',
+  summary: 'Add a member',
+  description: 'Without `password` the service makes one and answers it once, as `password`.',
+  body: memberCreateSchema.strict(),
+  responses: created('The member', extended(memberSchema, { password: z.string().optional().openapi({ description: 'The password the service made (only when none was sent).' }) })),
+  errors: ['email_taken', 'plan_limit_reached'],
+});
+describeOperation({ method: 'GET', path: '/members/:member_id', role: 'viewer', tag: 'Members', summary: 'A member', responses: ok('The member', memberSchema), errors: ['not_found'] });
+describeOperation({
+  method: 'PATCH',
+  path: '/members/:member_id',
+  role: 'owner',
+  tag: 'Members',
+  summary: "Change a member's role",
+  body: memberPatchSchema.strict(),
+  responses: ok('The member', memberSchema),
+  errors: ['not_found', 'last_owner'],
+});
+describeOperation({
+  method: 'DELETE',
+  path: '/members/:member_id',
+  role: 'owner',
+  tag: 'Members',
+  summary: 'Remove a member',
+  description: "Ends the member's sessions.",
+  responses: ok('The member, with `deleted: true`', extended(memberSchema, { deleted: z.literal(true) })),
+  errors: ['not_found', 'last_owner'],
+});
+describeOperation({ method: 'GET', path: '/invoices', role: 'viewer', tag: 'Organization', summary: "The organization's invoices", query: listQuery, responses: ok('A page of invoices', listOf(invoiceSchema)) });
+describeOperation({ method: 'GET', path: '/invoices/:invoice_id', role: 'viewer', tag: 'Organization', summary: 'An invoice', responses: ok('The invoice', invoiceSchema), errors: ['not_found'] });
+describeOperation({
+  method: 'GET',
+  path: '/queues',
+  role: 'owner',
+  tag: 'Organization',
+  summary: "The service's job queues, counted by state",
+  description: "The service's own BullMQ queues, shared by every organization: counts only.",
+  responses: ok('The queues', queuesSchema),
 });
 
 /** A customer id from the path, held to what a deposit body's customer_id may be (PostgreSQL stores it). */

@@ -20,6 +20,8 @@ import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { identifierSchema } from '../ledger/schemas.js';
 import { isDeepStrictEqual } from 'node:util';
 import { LedgerOutbox } from '../ledger/outbox.js';
+import { describeRoute } from '../openapi/registry.js';
+import { customerProfileSchema } from './routes.js';
 import type { DatabasePool } from 'slonik';
 
 export const customer_name_chars_max = 256;
@@ -47,6 +49,18 @@ function differingField(given: z.infer<typeof customerPatchSchema>, stored: Prof
   if (given.metadata !== undefined && !isDeepStrictEqual(metadataOf(given.metadata), metadataOf(stored.metadata))) return 'metadata';
   return null;
 }
+
+describeRoute({
+  method: 'PATCH',
+  path: '/v1/customers/:customer_id',
+  tag: 'Customers',
+  callers: ['project'],
+  summary: "Change a customer's name, email or metadata",
+  description: 'Any of the fields; null clears one.',
+  body: customerPatchSchema.strict(),
+  responses: { 200: { description: 'The profile', schema: customerProfileSchema.openapi('CustomerProfile') } },
+  errors: ['customer_not_found'],
+});
 
 export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
   const r = exactRouter();

@@ -46,6 +46,18 @@ export interface EntryFilter {
   limit: number;
 }
 
+/**
+ * The order in which a batch of entries is written: by project, customer and seq. Each
+ * customer's entries in their order (the deposit that creates a customer comes before
+ * anything referring to it), and one lock order for every worker, so that concurrent
+ * passes over overlapping entries wait for each other instead of deadlocking.
+ */
+export function compareForInsert(a: OutboxEntry, b: OutboxEntry): number {
+  if (a.project_id !== b.project_id) return a.project_id < b.project_id ? -1 : 1;
+  if (a.customer_id !== b.customer_id) return a.customer_id < b.customer_id ? -1 : 1;
+  return Number(a.seq) - Number(b.seq);
+}
+
 export function createLedgerQueries(pool: DatabasePool) {
   return {
     async findEntriesPage(projectId: string, customerId: string, f: EntryFilter): Promise<LedgerEntry[]> {
@@ -95,18 +107,7 @@ export function createLedgerQueries(pool: DatabasePool) {
      */
     async insertEntries(entries: OutboxEntry[]): Promise<number> {
       if (entries.length === 0) return 0;
-      // Each customer's entries in their order (the deposit that creates a customer comes
-      // before anything referring to it), and one lock order for every worker, so that
-      // concurrent passes over overlapping entries wait for each other instead of
-      // deadlocking.
-      const order = (e: OutboxEntry) => [e.project_id, e.customer_id] as const;
-      const sorted = [...entries].sort((a, b) => {
-        const [pa, ca] = order(a);
-        const [pb, cb] = order(b);
-        if (pa !== pb) return pa < pb ? -1 : 1;
-        if (ca !== cb) return ca < cb ? -1 : 1;
-        return Number(a.seq) - Number(b.seq);
-      });
+      const sorted = [...entries].sort(compareForInsert);
       return pool.transaction(async (tx) => {
         // Customers and sources first: ledger entries reference them.
         for (const e of sorted) await insertCustomerAndSource(tx, e);

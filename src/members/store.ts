@@ -6,6 +6,7 @@
  */
 import { sql, UniqueIntegrityConstraintViolationError, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
@@ -151,3 +152,9 @@ export function createMemberQueries(pool: DatabasePool) {
 }
 
 export type MemberQueries = ReturnType<typeof createMemberQueries>;
+
+// The documented answer of memberEntry (src/openapi/).
+export const memberSchema = z
+  .object({ id: z.string(), organization_id: z.string(), email: z.string(), role: z.enum(roles), created_at: timestamp, updated_at: timestamp })
+  .strict()
+  .openapi('Member');

@@ -20,6 +20,8 @@ import { outboxState, type OutboxState } from '../health.js';
 import { job_states } from '../admin/operations.js';
 import type { Runtime } from '../runtime.js';
 import type { Metrics } from './metrics.js';
+import { z } from 'zod';
+import { describeRoute } from '../openapi/registry.js';
 
 /** The longest a scrape waits for one read of Redis or PostgreSQL. */
 export const collect_timeout_ms = 2_000;
@@ -138,6 +140,16 @@ export function watchStores(rt: Runtime): void {
     },
   });
 }
+
+describeRoute({
+  method: 'GET',
+  path: '/metrics',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Prometheus metrics',
+  description: "The text exposition of the service's metrics, without a key. With `METRICS_PORT` set it is served on that port only, and this path answers 404 here.",
+  responses: { 200: { description: 'The metrics', content: { 'text/plain': z.string().openapi({ description: 'Prometheus text format 0.0.4.' }) } } },
+});
 
 /** GET /metrics on the API's port: the registry's text exposition, no key. */
 export function metricsHandler(metrics: Metrics): RequestHandler {

@@ -12,12 +12,13 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
-import { hardLimitOf, limitsOf, periodAt, plans, type Limits, type PlanId } from './catalogue.js';
+import { hardLimitOf, limitsOf, periodAt, planIds, plans, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 
 export type { PlanTicket } from './leases.js';
@@ -431,3 +432,22 @@ export class PlanService {
     return limitsOf(effectivePlan(org, this.nowMs()), org.demo_allowance);
   }
 }
+
+// The documented answer of organization() (src/openapi/).
+export const organizationSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    plan: z.enum(planIds).openapi({ description: 'The plan in force now.' }),
+    pending_plan: z.enum(planIds).nullable().openapi({ description: 'A downgrade that starts at `pending_plan_from`.' }),
+    pending_plan_from: timestamp.nullable(),
+    period_start: timestamp,
+    period_end: timestamp,
+    billable_ops: z.number().int(),
+    included_ops: z.number().int().nullable().openapi({ description: 'Null for `enterprise`.' }),
+    overage_ops: z.number().int(),
+    overage_cost_usd: z.number(),
+    hard_limit: z.boolean(),
+  })
+  .strict()
+  .openapi('Organization');

@@ -12,7 +12,7 @@ import { page_size_default, page_size_max } from '../../src/customers/routes.js'
 import { body_bytes_max_gateway } from '../../src/gateway/routes.js';
 import { idempotency_key_chars_max, trace_id_chars_max } from '../../src/gateway/request.js';
 import { answers_max } from '../../src/gateway/wire/openai.js';
-import { body_bytes_max_billing } from '../../src/http/app.js';
+import { body_bytes_max_billing } from '../../src/app.js';
 import { amount_credits_max, credits_sum_max } from '../../src/ledger/amounts.js';
 import { ttl_seconds_max } from '../../src/ledger/schemas.js';
 

@@ -1,25 +1,30 @@
-/** The Express application: logging, parsing, auth, the hot routes, domain routers, errors. */
+/**
+ * The application's wiring: the Express app and the front door before it, with logging,
+ * parsing, auth, rate limits, the hot routes, every domain's routers, and the error
+ * handler, in that order. The plumbing they are built from lives in src/http/.
+ */
 import type { RequestListener, ServerOptions } from 'node:http';
 import express, { type RequestHandler } from 'express';
-import { managementOperations } from '../admin/operations.js';
-import { adminRoutes, dashboardApiRoutes, dashboardSessions } from '../admin/routes.js';
-import { dashboardPages } from '../dashboard/routes.js';
-import { customerRoutes } from '../customers/routes.js';
-import { profileRoutes } from '../customers/profile.js';
-import { health, readiness } from '../health.js';
-import { ledgerRoutes } from '../ledger/routes.js';
-import type { Runtime } from '../runtime.js';
-import { authenticate } from './auth.js';
-import { rateLimit } from '../keys/rate-limit.js';
-import { requestEnd } from './access-log.js';
-import { metricsHandler, watchStores } from '../metrics/stores.js';
-import { errorHandler, notFound } from './errors.js';
-import { exactRouter, underPrefix } from './router.js';
-import { expressClasses, frontDoor } from './front-door.js';
-import { measuredJson } from './validate.js';
-import { gatewayRoutes } from '../gateway/routes.js';
-import { modelRoutes } from '../gateway/model-routes.js';
-import { usageRoutes } from '../usage/routes.js';
+import { managementOperations } from './admin/operations.js';
+import { adminRoutes, dashboardApiRoutes, dashboardSessions } from './admin/routes.js';
+import { dashboardPages } from './dashboard/routes.js';
+import { docsRoutes } from './openapi/routes.js';
+import { customerRoutes } from './customers/routes.js';
+import { profileRoutes } from './customers/profile.js';
+import { health, readiness } from './health.js';
+import { ledgerRoutes } from './ledger/routes.js';
+import type { Runtime } from './runtime.js';
+import { authenticate } from './http/auth.js';
+import { rateLimit } from './http/rate-limit.js';
+import { requestEnd } from './http/access-log.js';
+import { metricsHandler, watchStores } from './metrics/stores.js';
+import { errorHandler, notFound } from './http/errors.js';
+import { exactRouter, underPrefix } from './http/router.js';
+import { expressClasses, frontDoor } from './http/front-door.js';
+import { measuredJson } from './http/validate.js';
+import { gatewayRoutes } from './gateway/routes.js';
+import { modelRoutes } from './gateway/model-routes.js';
+import { usageRoutes } from './usage/routes.js';
 
 export const body_bytes_max_billing = 1024 * 1024;
 
@@ -104,6 +109,8 @@ export function createApi(rt: Runtime): Api {
   app.use(dashboardApiRoutes(sessions, management));
   // The dashboard's page: server-rendered screens over the same operations (src/dashboard/).
   app.use(dashboardPages(rt, sessions, management));
+  // The API's OpenAPI document and its reference page (src/openapi/).
+  app.use(docsRoutes());
   app.use(notFound);
   const onError = errorHandler(rt.logger, rt.metrics);
   app.use(onError);
