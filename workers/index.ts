@@ -10,6 +10,8 @@ import { throttled } from '../src/redis/client.js';
 import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
 import { projectRecorder } from '../src/reconcile/recovery.js';
 import { reconcile } from '../src/reconcile/reconcile.js';
+import { reconcileProcessor, reconcileQueueName, reconcile_worker_concurrency, type ReconcileJobData } from '../src/reconcile/jobs.js';
+import type { ReconcileReport } from '../src/reconcile/reconcile.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';
@@ -20,6 +22,8 @@ export interface Workers {
   persist: PersistLoop;
   /** The BullMQ worker of the ledger queue (TTL expiry and sweep jobs). */
   queueWorker: Worker<LedgerJobData>;
+  /** The BullMQ worker of the reconcile queue (runs asked for through the management API). */
+  reconcileWorker: Worker<ReconcileJobData, ReconcileReport>;
   /** Stops taking jobs and ends the persist loop; calling it again waits for the same stop. */
   stop(): Promise<void>;
 }
@@ -76,6 +80,11 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   );
   worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
+  const reconcileWorker = new Worker<ReconcileJobData, ReconcileReport>(reconcileQueueName, reconcileProcessor(rt), {
+    connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: reconcile_worker_concurrency,
+  });
+  reconcileWorker.on('failed', (job, err) => logger.error({ err, job: job?.id }, 'reconcile job failed'));
+  reconcileWorker.on('error', throttled((err) => logger.error({ err }, 'reconcile worker error')));
   await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
   // Finds every organization whose period is due, however many workers run: each
   // invoice is unique per organization and period (src/billing/invoices.ts).
@@ -95,12 +104,16 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   return {
     persist,
     queueWorker: worker,
+    reconcileWorker,
     stop() {
       stopping ??= (async () => {
         clearInterval(heartbeat);
         let timer: NodeJS.Timeout | undefined;
+        // A reconcile in progress stops after its current customers and goes back to wait
+        // for another worker (src/reconcile/jobs.ts).
+        reconcileWorker.cancelAllJobs('the worker is stopping');
         const closed = await Promise.race([
-          worker.close().then(() => true),
+          Promise.all([worker.close(), reconcileWorker.close()]).then(() => true),
           new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
         ]);
         clearTimeout(timer);

@@ -21,7 +21,7 @@ import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '.
 import { generatePassword, hashPassword, password_chars_max, password_chars_min } from '../members/passwords.js';
 import { createMemberQueries, memberEntry, roles, type Role } from '../members/store.js';
 import { planIds } from '../plans/catalogue.js';
-import { reconcile } from '../reconcile/reconcile.js';
+import { findReconcileJob, reconcileJobEntry, startReconcileJob } from '../reconcile/jobs.js';
 import type { Runtime } from '../runtime.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
 import { actorOf } from './actor.js';
@@ -307,10 +307,24 @@ export function managementOperations(rt: Runtime): Operation[] {
     res.json(projectEntry(project));
   });
 
+  // Reconcile runs as a background job (src/reconcile/jobs.ts): 202 and where to ask.
   op('POST', '/projects/:project_id/reconcile', 'admin', async (req, res) => {
     const project = await projectOr404(req, res);
     const { repair } = strictBody(req, reconcileSchema, { optional: true });
-    res.json(await reconcile(rt, { projectId: project.id, repair, redisOnly: true }));
+    const job = await startReconcileJob(rt.reconcileQueue, project.id, repair);
+    // Over HTTP, the status's address under the mount the call came through.
+    const path = req.originalUrl?.split('?')[0];
+    if (path) res.setHeader('Location', `${path}/${encodeURIComponent(job.id!)}`);
+    res.status(202).json(await reconcileJobEntry(job));
+  });
+
+  // An admin started it; its report names customers and their balances, as the customer reads do.
+  op('GET', '/projects/:project_id/reconcile/:job_id', 'admin', async (req, res) => {
+    onlyQuery(req);
+    const project = await projectOr404(req, res);
+    const job = await findReconcileJob(rt.reconcileQueue, project.id, String(req.params.job_id));
+    if (!job) throw new ApiError('not_found', { message: 'reconcile job not found' });
+    res.json(await reconcileJobEntry(job));
   });
 
   // Keys
@@ -522,7 +536,7 @@ export function managementOperations(rt: Runtime): Operation[] {
   // (never a job's data, which names other organizations' customers) and owners only.
   op('GET', '/queues', 'owner', async (req, res) => {
     onlyQuery(req);
-    const queues = [rt.ledgerQueue];
+    const queues = [rt.ledgerQueue, rt.reconcileQueue];
     const data = await Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) })));
     res.json({ data });
   });
