@@ -197,32 +197,39 @@ function zsetOf(flat: string[]): Record<string, string> {
   return out;
 }
 
-async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapshot> {
+/**
+ * WATCHes the customer's keys and reads them, with Redis's clock, in one round trip: the
+ * WATCH comes first in the pipeline, so any write after the reads fails the caller's EXEC.
+ */
+async function watchAndReadSnapshot(conn: RedisClient, k: CustomerKeys): Promise<{ snap: Snapshot; redisMs: number }> {
   const replies = await conn
     .pipeline()
+    .watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent, k.fin, k.arch)
     .hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+', 'COUNT', snapshot_outbox_page_size)
     .zrange(k.live, 0, -1, 'WITHSCORES').zrange(k.dead, 0, -1, 'WITHSCORES').zrange(k.spent, 0, -1, 'WITHSCORES')
+    .time()
     .exec();
   const values = (replies ?? []).map(([err, v]) => {
     if (err) throw err;
     return v;
   });
-  const [meta, src, tx, dep, ttlFlat, stream, live, dead, spent] = values as [
-    Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
-    string[], string[], string[],
+  const [, meta, src, tx, dep, ttlFlat, stream, live, dead, spent, [sec, usec]] = values as [
+    unknown, Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
+    string[], string[], string[], [string, string],
   ];
-  // The rest of a long outbox, page by page after the first: under the caller's WATCH, so
-  // a change between the pages fails its EXEC and the snapshot is read again.
+  // The rest of a long outbox, page by page after the first: under the WATCH, so a
+  // change between the pages fails the EXEC and the snapshot is read again.
   for (let page = stream; page.length === snapshot_outbox_page_size; ) {
     page = await conn.xrange(k.outbox, `(${page[page.length - 1][0]}`, '+', 'COUNT', snapshot_outbox_page_size);
     stream.push(...page);
   }
   const ttl: Record<string, number> = {};
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
-  return {
+  const snap = {
     meta, src, tx, dep, ttl, live: zsetOf(live), dead: zsetOf(dead), spent: zsetOf(spent),
     outbox: stream.map(([, fields]) => parseOutboxEntry(fields)), outboxIds: stream.map(([id]) => id),
   };
+  return { snap, redisMs: Number(sec) * 1000 + Math.floor(Number(usec) / 1000) };
 }
 
 /** An outbox entry as the ledger row it becomes (outboxEntryToPublic and insertEntries). */
@@ -614,11 +621,14 @@ interface CustomerOutcome {
  * Drains, folds, compares and (with `repair`) rewrites one customer's keys; tries again
  * when an operation changed them meanwhile. The project index is not looked at here.
  *
- * The ledger is read after the WATCH, and the outbox with the keys: an entry written
- * before the WATCH is then in the outbox as read, or was deleted from it after the WATCH
- * (the EXEC fails), or before, which a worker does only once the entry is committed (so
- * the ledger read has it). Any write after the WATCH fails the EXEC. The drain first is
- * not needed for that; it keeps PostgreSQL, the record, up to date.
+ * One round trip WATCHes the keys and reads them (with the outbox); the ledger is read
+ * after it. An entry written before the WATCH is then in the outbox as read, or was
+ * deleted from it after the WATCH (the EXEC fails), or before, which a worker does only
+ * once the entry is committed (so the later ledger read has it); an entry in both counts
+ * once. Any write after the WATCH fails the EXEC. A customer whose outbox holds entries is
+ * drained into PostgreSQL first and read again: not needed for the comparison, it keeps
+ * PostgreSQL, the record, up to date (most customers have none, and skip the drain's
+ * round trip).
  */
 async function reconcileKeys(
   ctx: { conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number; retentionMs: number },
@@ -627,27 +637,31 @@ async function reconcileKeys(
   repair: boolean,
 ): Promise<CustomerOutcome> {
   const k = customerKeysFromBase(base);
-  try {
-    await ctx.persist.drain(base);
-  } catch (err) {
-    // A seq clash is handled below; anything else stops this customer.
-    if (!isSeqClash(err)) throw err;
-  }
+  let drained = false;
+  /** EXECs failed so far: a busy customer gets a longer pause each time. */
+  let changed = 0;
   for (let attempt = 0; attempt < attempts_max; attempt++) {
-    if (attempt > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * attempt));
-    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent, k.fin, k.arch);
+    if (changed > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * changed));
+    const { snap, redisMs } = await watchAndReadSnapshot(ctx.conn, k);
+    if (snap.outbox.length > 0 && !drained) {
+      drained = true;
+      try {
+        await ctx.persist.drain(base);
+      } catch (err) {
+        // A seq clash is handled below; anything else stops this customer.
+        if (!isSeqClash(err)) throw err;
+      }
+      continue;
+    }
     const [row, stored] = await Promise.all([
       ctx.queries.customer(ids.projectId, ids.customerId),
       ctx.queries.entries(ids.projectId, ids.customerId),
     ]);
-    const snap = await readSnapshot(ctx.conn, k);
     const clash = renumberClashes(stored, snap.outbox);
     const outbox = snap.outbox.map((e) => clash?.renumbered.get(e.id) ?? e);
     const ledger = ledgerAsOfSnapshot(row, stored, outbox);
     const anomalies: string[] = [];
     const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { anomalies });
-    const [sec, usec] = await ctx.conn.time();
-    const redisMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
     const nowMs = redisMs + ctx.clockOffsetMs;
     const lastAt = new Map<string, number>();
     const due = folded === null ? { tx: new Set<string>(), dep: new Set<string>() } : dueRecords(folded, stored, outbox, redisMs - ctx.retentionMs, lastAt);
@@ -676,6 +690,7 @@ async function reconcileKeys(
       dep: Object.keys(folded?.dep ?? {}).filter((key) => !due.dep.has(key)),
     };
     if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded, bound, archived };
+    changed++;
   }
   throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);
 }
