@@ -21,7 +21,7 @@ import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '.
 import { generatePassword, hashPassword, password_chars_max, password_chars_min } from '../members/passwords.js';
 import { createMemberQueries, memberEntry, roles, type Role } from '../members/store.js';
 import { planIds } from '../plans/catalogue.js';
-import { findReconcileJob, reconcileJobEntry, startReconcileJob } from '../reconcile/jobs.js';
+import { readReconcileJob, startReconcileJob } from '../reconcile/jobs.js';
 import type { Runtime } from '../runtime.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
 import { actorOf } from './actor.js';
@@ -314,17 +314,17 @@ export function managementOperations(rt: Runtime): Operation[] {
     const job = await startReconcileJob(rt.reconcileQueue, project.id, repair);
     // Over HTTP, the status's address under the mount the call came through.
     const path = req.originalUrl?.split('?')[0];
-    if (path) res.setHeader('Location', `${path}/${encodeURIComponent(job.id!)}`);
-    res.status(202).json(await reconcileJobEntry(job));
+    if (path) res.setHeader('Location', `${path}/${encodeURIComponent(job.id)}`);
+    res.status(202).json(job);
   });
 
   // An admin started it; its report names customers and their balances, as the customer reads do.
   op('GET', '/projects/:project_id/reconcile/:job_id', 'admin', async (req, res) => {
     onlyQuery(req);
     const project = await projectOr404(req, res);
-    const job = await findReconcileJob(rt.reconcileQueue, project.id, String(req.params.job_id));
+    const job = await readReconcileJob(rt.reconcileQueue, project.id, String(req.params.job_id));
     if (!job) throw new ApiError('not_found', { message: 'reconcile job not found' });
-    res.json(await reconcileJobEntry(job));
+    res.json(job);
   });
 
   // Keys

@@ -47,41 +47,47 @@ export function createReconcileQueue(connection: RedisClient, prefix: string): Q
  * Queues a reconcile of the project. While one with the same `repair` is queued or
  * running for the project, that one is answered instead of queueing a second.
  */
-export async function startReconcileJob(queue: Queue<ReconcileJobData, ReconcileReport>, projectId: string, repair: boolean): Promise<Job<ReconcileJobData, ReconcileReport>> {
+export async function startReconcileJob(queue: Queue<ReconcileJobData, ReconcileReport>, projectId: string, repair: boolean): Promise<ReconcileJobEntry> {
   const added = await queue.add('reconcile', { projectId, repair }, {
     jobId: newId('rcj'),
     deduplication: { id: `${projectId}:${repair ? 'repair' : 'check'}` },
   });
-  // Deduplicated: `added` carries the job already there under its id.
-  return (await queue.getJob(added.id!)) ?? added;
+  // Deduplicated: `added` carries the id of the job already there.
+  const entry = await readReconcileJob(queue, projectId, added.id!);
+  if (!entry) throw new Error(`reconcile job ${added.id} vanished as it was queued`);
+  return entry;
 }
 
-/** The project's job of this id, or null (unknown, removed, or another project's). */
-export async function findReconcileJob(queue: Queue<ReconcileJobData, ReconcileReport>, projectId: string, jobId: string): Promise<Job<ReconcileJobData, ReconcileReport> | null> {
+/**
+ * The project's job of this id as the API answers it, or null (unknown, removed, or
+ * another project's). Its state is read before its hash: a job that finishes in between
+ * shows finished in the hash (BullMQ writes both at once), never the other way round.
+ */
+export async function readReconcileJob(queue: Queue<ReconcileJobData, ReconcileReport>, projectId: string, jobId: string): Promise<ReconcileJobEntry | null> {
   if (!/^rcj_[A-Za-z0-9_-]{16}$/.test(jobId)) return null;
+  const state = await queue.getJobState(jobId);
   const job = await queue.getJob(jobId);
-  return job && job.data.projectId === projectId ? job : null;
+  return job && job.data.projectId === projectId ? reconcileJobEntry(job, state) : null;
 }
 
-function statusOf(state: string): ReconcileJobStatus {
-  if (state === 'active') return 'running';
-  if (state === 'completed') return 'completed';
-  if (state === 'failed') return 'failed';
-  return 'queued';
+function statusOf(job: Job<ReconcileJobData, ReconcileReport>, state: string): ReconcileJobStatus {
+  if (state === 'completed' || state === 'failed') return state;
+  // Finished after its state was read.
+  if (job.finishedOn) return job.failedReason ? 'failed' : 'completed';
+  return state === 'active' ? 'running' : 'queued';
 }
 
-const iso = (ms: number | undefined) => (ms === undefined || ms === null ? null : new Date(ms).toISOString());
+const iso = (ms: number | undefined) => (ms ? new Date(ms).toISOString() : null);
 
 /** A job as the API answers it (docs/API.md, "Reconcile jobs"). */
-export async function reconcileJobEntry(job: Job<ReconcileJobData, ReconcileReport>) {
-  const state = await job.getState();
-  const status = statusOf(state);
+export function reconcileJobEntry(job: Job<ReconcileJobData, ReconcileReport>, state: string) {
+  const status = statusOf(job, state);
   const p = typeof job.progress === 'object' && job.progress !== null ? (job.progress as unknown as ReconcileProgress) : null;
   const report = status === 'completed' ? (job.returnvalue ?? null) : null;
   const done = report?.customers_checked ?? p?.customers_done ?? 0;
   const elapsedMs = p?.elapsed_ms ?? 0;
   return {
-    object: 'reconcile_job',
+    object: 'reconcile_job' as const,
     id: job.id!,
     project_id: job.data.projectId,
     repair: job.data.repair,
@@ -102,7 +108,7 @@ export async function reconcileJobEntry(job: Job<ReconcileJobData, ReconcileRepo
   };
 }
 
-export type ReconcileJobEntry = Awaited<ReturnType<typeof reconcileJobEntry>>;
+export type ReconcileJobEntry = ReturnType<typeof reconcileJobEntry>;
 
 /**
  * The worker's processor: reconciles the job's project, with the scan for customers only
