@@ -157,7 +157,9 @@ export function reconcileRoutes(pages: PageRouter): void {
       res,
       async () => {
         job = await start(ctx, projectId, repair);
-        return { kind: 'ok', message: `${repair ? 'Repair' : 'Check'} ${job.status === 'running' ? 'running' : 'started'} in the background` };
+        const kind = repair ? 'repair' : 'check';
+        // A job of the same kind already under way is answered instead of a new one.
+        return { kind: 'ok', message: job.status === 'running' ? `A ${kind} of this project was already running; this page follows it` : `${repair ? 'Repair' : 'Check'} started; this page follows it` };
       },
       (notice) => reconcileScreen(ctx, projectId, { notice, job }),
       // The job's own address, so that a reload follows it.
