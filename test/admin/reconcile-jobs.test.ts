@@ -5,7 +5,9 @@
  * customer keys are refused; another organization's job reads as not found; and a web
  * process that did not start the job (a restarted one) answers its status all the same.
  */
+import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startWorkers } from '../../workers/index.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { addMember, dash, expectError, signIn } from './dashboard-support.js';
@@ -22,12 +24,16 @@ const jobs = () => `/v1/admin/projects/${p.projectId}/reconcile`;
 const meta = (customerId: string) => customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customerId).meta;
 
 /** Follows a job until it has finished, and answers its last status. */
-async function finished(url: string, key = p.adminKey, on = svc): Promise<ApiResponse> {
+async function finished(url: string, key = p.adminKey, on = svc, waitMs = job_wait_ms): Promise<ApiResponse> {
+  let last: unknown = null;
   return waitFor(async () => {
     const r = await on.call('GET', url, { key });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
+    last = r.body;
     return ['completed', 'failed'].includes(r.body.status) ? r : null;
-  }, job_wait_ms, 'the reconcile job to finish');
+  }, waitMs, 'the reconcile job to finish').catch((err: Error) => {
+    throw new Error(`${err.message}; last: ${JSON.stringify(last)}`);
+  });
 }
 
 beforeAll(async () => {
@@ -153,6 +159,41 @@ describe('POST /projects/:project_id/reconcile and GET .../reconcile/:job_id', (
       expect([r.status, r.body]).toEqual([200, done.body]);
     } finally {
       await restarted.close();
+    }
+  }, test_timeout_ms);
+});
+
+describe('a worker that stops', () => {
+  it('puts its running job back in the queue, and another worker runs it again from the start', async () => {
+    // Customers in PostgreSQL only (Redis holds none: each is drift), enough for the job to run a while.
+    const q = await svc.project('B');
+    const n = 1_500;
+    await svc.rt.db.query(sql.unsafe`
+      INSERT INTO customers (project_id, id, created_at) SELECT ${q.projectId}, 'w' || g, now() FROM generate_series(1, ${n}) g`);
+    try {
+      const started = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey });
+      const url = started.headers.get('location')!;
+      await waitFor(async () => {
+        const r = await svc.call('GET', url, { key: q.adminKey });
+        expect(r.body.status).not.toBe('completed');
+        return r.body.status === 'running' && r.body.progress.customers_done > 0 ? r : null;
+      }, job_wait_ms, 'the job to be under way');
+      await svc.workers!.stop();
+      const back = await svc.call('GET', url, { key: q.adminKey });
+      expect([back.body.status, back.body.result]).toEqual(['queued', null]);
+
+      const again = await startWorkers(svc.rt);
+      try {
+        const done = await finished(url, q.adminKey, svc, 2 * job_wait_ms);
+        expect(done.body.status).toBe('completed');
+        expect(done.body.result).toMatchObject({ customers_checked: n, customers_with_drift: n, drift_total: n, errors_total: 0 });
+        expect(done.body.result.drift).toHaveLength(1000);
+        expect(done.body.progress).toMatchObject({ customers_done: n, customers_total: n });
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await svc.rt.db.query(sql.unsafe`DELETE FROM customers WHERE project_id = ${q.projectId}`);
     }
   }, test_timeout_ms);
 });
