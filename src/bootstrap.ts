@@ -12,9 +12,9 @@ import type { Runtime } from './runtime.js';
  * A new organization with its admin key and its first owner member (a password made
  * here), and where that owner signs in.
  */
-export async function bootstrapOrganization(rt: Runtime, name: string, ownerEmail: string) {
+export async function bootstrapOrganization(rt: Runtime, name: string, ownerEmail: string, opts: { demoAllowance?: boolean } = {}) {
   const admin = createAdminQueries(rt.db);
-  const org = await admin.createOrganization(name);
+  const org = await admin.createOrganization(name, opts);
   const { secret } = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: null, type: 'admin', name: 'bootstrap' });
   const owner = await createOwner(rt, org.id, ownerEmail);
   return { organization_id: org.id, admin_key: secret, owner, dashboard_url: dashboardUrl(rt.config) };
@@ -71,7 +71,9 @@ function demoModel(provider: 'openai' | 'anthropic', upstreamBaseUrl: string) {
 }
 
 export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promise<Demo> {
-  const { organization_id, admin_key, owner } = await bootstrapOrganization(rt, 'Demo organization', demo_owner_email);
+  // On Free, whose upgrade can be tried, with the demo allowance: the demo's own two keys
+  // would otherwise fill Free's two key slots, and its project Free's one project.
+  const { organization_id, admin_key, owner } = await bootstrapOrganization(rt, 'Demo organization', demo_owner_email, { demoAllowance: true });
   const project = await createAdminQueries(rt.db).createProject(organization_id, 'Demo project', 'B');
   const projectKey = await rt.keyQueries.insertKey({ organizationId: organization_id, projectId: project.id, type: 'project', name: 'demo project key' });
   const customerKey = await rt.keyQueries.insertKey({

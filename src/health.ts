@@ -18,6 +18,8 @@ import { customerKeysFromBase, dirty_shards, dirtyKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
 import { setAsideKey } from './ledger/outbox.js';
 import { sql } from 'slonik';
+import { z } from 'zod';
+import { describeRoute } from './openapi/registry.js';
 
 export const worker_heartbeat_stale_ms = 15_000;
 /** Older unpersisted entries than this make the service `degraded`. */
@@ -77,6 +79,51 @@ const durability_warnings: Record<RedisDurability, string | null> = {
   unknown: 'Redis persistence could not be read (CONFIG is disabled): make sure it runs with appendonly yes and appendfsync always (docs/OPERATIONS.md)',
 };
 
+/** What the workers have left to persist, as /health and the metrics (src/metrics/stores.ts) read it. */
+export interface OutboxState {
+  /** Customers marked dirty: their outboxes wait for the persist loop. */
+  dirtyCustomers: number;
+  /** Age of the oldest first entry among the sampled outboxes (ms): how far PostgreSQL is behind. */
+  lagMs: number;
+  /** Age of the workers' heartbeat (ms); null when none beat. */
+  heartbeatAgeMs: number | null;
+  /**
+   * Entries waiting in the outboxes of the dirty customers (with `lengths`): exact when
+   * every dirty customer was sampled (at most outbox_lag_sample_size per shard), else the
+   * sample's mean length times the dirty customers.
+   */
+  entriesWaiting?: number;
+}
+
+/**
+ * Samples the dirty shards: outbox_lag_sample_size customers of each, whose first entry's
+ * id carries the Redis time of its write. A bounded number of commands whatever the
+ * backlog: two per shard, and one or two per sampled outbox.
+ */
+export async function outboxState(redis: RedisClient, prefix: string, opts: { lengths?: boolean } = {}): Promise<OutboxState> {
+  const shards = Array.from({ length: dirty_shards }, (_, n) => dirtyKey(prefix, n));
+  const [counts, beat, samples, [seconds, micros]] = await Promise.all([
+    Promise.all(shards.map((key) => redis.scard(key))),
+    redis.get(heartbeatKey(prefix)),
+    Promise.all(shards.map((key) => redis.srandmember(key, outbox_lag_sample_size))),
+    redis.time(),
+  ]);
+  const dirty = counts.reduce((a, b) => a + b, 0);
+  const sample = samples.flat();
+  const [firsts, lengths] = await Promise.all([
+    Promise.all(sample.map((base) => redis.xrange(customerKeysFromBase(base).outbox, '-', '+', 'COUNT', 1))),
+    opts.lengths ? Promise.all(sample.map((base) => redis.xlen(customerKeysFromBase(base).outbox))) : null,
+  ]);
+  const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  const oldestMs = Math.min(nowMs, ...firsts.flat().map(([id]) => Number(id.split('-')[0])));
+  const state: OutboxState = { dirtyCustomers: dirty, lagMs: nowMs - oldestMs, heartbeatAgeMs: beat === null ? null : Date.now() - Number(beat) };
+  if (lengths !== null) {
+    const sampled = lengths.reduce((a, b) => a + b, 0);
+    state.entriesWaiting = sample.length >= dirty || sample.length === 0 ? sampled : Math.round((sampled / sample.length) * dirty);
+  }
+  return state;
+}
+
 async function check<T>(fn: () => Promise<T>, timeoutMs = 1_000): Promise<{ ok: true; value: T } | { ok: false; error: string }> {
   let timer: NodeJS.Timeout | undefined;
   try {
@@ -122,22 +169,8 @@ export async function health(rt: Runtime) {
     }),
     check(() => rt.db.oneFirst(sql.unsafe`SELECT 1`)),
     check(async () => {
-      const shards = Array.from({ length: dirty_shards }, (_, n) => dirtyKey(prefix, n));
-      const [counts, beat, samples, [seconds, micros]] = await Promise.all([
-        Promise.all(shards.map((key) => rt.redis.scard(key))),
-        rt.redis.get(heartbeatKey(prefix)),
-        Promise.all(shards.map((key) => rt.redis.srandmember(key, outbox_lag_sample_size))),
-        rt.redis.time(),
-      ]);
-      const dirty = counts.reduce((a, b) => a + b, 0);
-      const sample = samples.flat();
-      // Outbox entry ids carry the Redis time of their write: the oldest first entry among
-      // the sampled outboxes is how far PostgreSQL is behind.
-      const firsts = await Promise.all(sample.map((base) => rt.redis.xrange(customerKeysFromBase(base).outbox, '-', '+', 'COUNT', 1)));
-      const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-      const oldestMs = Math.min(nowMs, ...firsts.flat().map(([id]) => Number(id.split('-')[0])));
-      const beatAge = beat === null ? null : Date.now() - Number(beat);
-      return { dirty_customers: dirty, outbox_lag_ms: nowMs - oldestMs, worker_heartbeat_age_ms: beatAge };
+      const o = await outboxState(rt.redis, prefix);
+      return { dirty_customers: o.dirtyCustomers, outbox_lag_ms: o.lagMs, worker_heartbeat_age_ms: o.heartbeatAgeMs };
     }),
   ]);
   const workersLag =
@@ -171,3 +204,117 @@ export async function health(rt: Runtime) {
     },
   };
 }
+
+/** How long GET /health/ready waits for each of Redis and PostgreSQL to answer. */
+export const ready_check_timeout_ms = 1_000;
+
+/**
+ * GET /health/ready: whether a load balancer should send this process new requests. 503
+ * once the process is stopping (src/shutdown.ts: from SIGTERM on, while what is in flight
+ * finishes), or while Redis or PostgreSQL does not answer within ready_check_timeout_ms
+ * (a PING, a `SELECT 1`); else 200. A process listens only once it has started, so a
+ * request never finds it starting. GET /health/live answers 200 as long as the process
+ * can answer at all.
+ */
+export async function readiness(rt: Runtime) {
+  if (rt.lifecycle.stopping) return { httpStatus: 503, body: { status: 'stopping' as const } };
+  const [redis, postgres] = await Promise.all([
+    check(() => rt.redis.ping(), ready_check_timeout_ms),
+    check(() => rt.db.oneFirst(sql.unsafe`SELECT 1`), ready_check_timeout_ms),
+  ]);
+  // Checked again: the process may have begun to stop while the checks ran.
+  const ready = redis.ok && postgres.ok && !rt.lifecycle.stopping;
+  const state = (c: { ok: boolean; error?: string }) => (c.ok ? { status: 'ok' } : { status: 'down', error: c.error });
+  return {
+    httpStatus: ready ? 200 : 503,
+    body: { status: ready ? ('ready' as const) : rt.lifecycle.stopping ? ('stopping' as const) : ('not_ready' as const), checks: { redis: state(redis), postgres: state(postgres) } },
+  };
+}
+
+// The documented answer (src/openapi/).
+const down = z.object({ status: z.literal('down'), error: z.string() }).strict();
+const durability = z.enum(['always', 'everysec', 'no', 'off', 'unknown']);
+export const healthSchema = z
+  .object({
+    status: z.enum(['ok', 'degraded', 'down']),
+    warnings: z.array(z.string()).openapi({ description: 'What an operator should fix; does not change the status.' }),
+    checks: z
+      .object({
+        redis: z.union([
+          z
+            .object({
+              status: z.literal('ok'),
+              generation: z.enum(['verified', 'recovering']),
+              aof_enabled: z.boolean(),
+              rdb: z.boolean(),
+              redis_durability: durability,
+              redis_durability_by_master: z.record(durability).optional().openapi({ description: 'On a Redis Cluster: each master.' }),
+              verified: z.boolean(),
+              run_id: z.string().nullable(),
+              persist_set_aside: z.number().int(),
+              ledger_anomalies: z.number().int(),
+            })
+            .strict(),
+          down,
+        ]),
+        postgres: z.union([z.object({ status: z.literal('ok') }).strict(), down]),
+        queue: z.union([
+          z
+            .object({
+              status: z.enum(['ok', 'lagging']),
+              dirty_customers: z.number().int(),
+              outbox_lag_ms: z.number(),
+              worker_heartbeat_age_ms: z.number().nullable(),
+            })
+            .strict(),
+          down,
+        ]),
+      })
+      .strict(),
+  })
+  .strict()
+  .openapi('Health');
+
+describeRoute({
+  method: 'GET',
+  path: '/health',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Service health',
+  description: '200 while money operations can be served (Redis answers), `degraded` when PostgreSQL is down or the workers lag; 503 only without Redis.',
+  responses: {
+    200: { description: '`ok` or `degraded`', schema: healthSchema },
+    503: { description: 'Redis is down (`status: "down"`)', schema: healthSchema },
+  },
+});
+
+const probe = z.object({ status: z.literal('ok') }).strict();
+export const readinessSchema = z
+  .object({
+    status: z.enum(['ready', 'not_ready', 'stopping']),
+    checks: z.object({ redis: z.union([probe, down]), postgres: z.union([probe, down]) }).strict().optional().openapi({ description: 'Absent once the process is stopping.' }),
+  })
+  .strict()
+  .openapi('Readiness');
+
+describeRoute({
+  method: 'GET',
+  path: '/health/live',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Liveness probe',
+  description: '200 as long as the process can answer at all.',
+  responses: { 200: { description: 'The process answers', schema: z.object({ status: z.literal('live') }).strict() } },
+});
+describeRoute({
+  method: 'GET',
+  path: '/health/ready',
+  tag: 'Health',
+  callers: ['public'],
+  summary: 'Readiness probe',
+  description: `Whether a load balancer should send this process new requests: 503 once it is stopping, or while Redis or PostgreSQL does not answer within ${ready_check_timeout_ms} ms.`,
+  responses: {
+    200: { description: '`ready`', schema: readinessSchema },
+    503: { description: '`not_ready` or `stopping`', schema: readinessSchema },
+  },
+});

@@ -12,6 +12,8 @@ import { createRuntime } from './runtime.js';
 import { listen } from './server.js';
 import { startWorkers } from '../workers/index.js';
 import { startMockUpstream } from './gateway/mock/server.js';
+import { demo_allowance } from './plans/catalogue.js';
+import { stopOnSignals, WebDrain } from './shutdown.js';
 
 const credentialsFile = '.demo-credentials.json';
 
@@ -36,7 +38,8 @@ if ((await createAdminQueries(rt.db).countOrganizations()) === 0) {
 }
 
 const server = await listen(rt);
-const workers = await startWorkers(rt);
+// One process: the workers' metrics are served with the API's (METRICS_PORT or /metrics).
+const workers = await startWorkers(rt, { serveMetrics: false });
 
 if (demo) {
   const u = server.url;
@@ -44,6 +47,7 @@ if (demo) {
 Service running at ${u}
 
 Demo organization ${demo.organization_id}, project ${demo.project_id} (kept in ${credentialsFile})
+  on the Free plan with the demo allowance: up to ${demo_allowance.projectsMax} projects, ${demo_allowance.keysPerProjectMax} keys per project, ${demo_allowance.membersMax} members
   admin key     ${demo.admin_key}
   project key   ${demo.project_key}
   customer key  ${demo.customer_key}  (bound to ${demo.customer_id})
@@ -61,12 +65,17 @@ Models (mock upstream at ${mockUrl}): ${(demo.models ?? []).join(', ')}
   console.log(`Service running at ${server.url}, dashboard at ${dashboardUrl(config, server.port)} (database already set up; use npm run bootstrap for a new organization)`);
 }
 
-const shutdown = async () => {
-  await mock?.close();
-  await workers.stop();
-  await server.close();
-  await rt.close();
-  process.exit(0);
-};
-process.once('SIGTERM', shutdown);
-process.once('SIGINT', shutdown);
+// SIGTERM: the API drains and settles every call while the workers and the mock upstream
+// (which streams in flight read from) still run; then they stop, and Redis and PostgreSQL
+// are closed (src/shutdown.ts).
+const drain = new WebDrain(rt, server, config.SHUTDOWN_GRACE_MS);
+stopOnSignals(
+  rt.logger,
+  async () => {
+    await drain.run();
+    await workers.stop();
+    await mock?.close();
+    await rt.close();
+  },
+  () => drain.cut(),
+);

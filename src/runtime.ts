@@ -15,7 +15,7 @@ import { createLedgerQueries, type LedgerQueries } from './ledger/queries.js';
 import { LedgerService } from './ledger/service.js';
 import { pgArchive } from './ledger/bindings.js';
 import { Retention } from './ledger/retention.js';
-import { createClient, createRedis, detectCluster, throttled, type RedisClient } from './redis/client.js';
+import { createClient, createRedis, detectCluster, isCluster, throttled, type RedisClient } from './redis/client.js';
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
@@ -29,6 +29,8 @@ import { gatewayModelOf, ModelCache } from './gateway/models.js';
 import { GatewayService } from './gateway/service.js';
 import { UpstreamClient } from './gateway/upstream.js';
 import { createUsageQueries, type UsageQueries } from './usage/queries.js';
+import { Lifecycle } from './lifecycle.js';
+import { Metrics } from './metrics/metrics.js';
 
 export const ledgerQueueName = 'ledger';
 
@@ -44,6 +46,8 @@ export interface ExpireJob {
 export interface Runtime {
   config: Config;
   logger: Logger;
+  /** The process's Prometheus registry and instruments (src/metrics). */
+  metrics: Metrics;
   /** The shared command client: a single Redis, or a Redis Cluster (config REDIS_CLUSTER). */
   redis: RedisClient;
   db: DatabasePool;
@@ -69,6 +73,8 @@ export interface Runtime {
   gateway: GatewayService;
   /** The Redis generation guard: money operations wait until this Redis is verified. */
   generation: RedisGeneration;
+  /** Whether the process is stopping (GET /health/ready answers 503), src/shutdown.ts. */
+  lifecycle: Lifecycle;
   /**
    * A connection of its own for a subscriber, with ioredis's defaults (wait out a
    * reconnect, send again what was pending). On a cluster, one to the node REDIS_URL
@@ -113,27 +119,52 @@ export function createLogger(config: Pick<Config, 'LOG_LEVEL'>): Logger {
   }, destination);
 }
 
+/** The longest rt.close waits for Redis to answer its QUIT before it drops the connection. */
+export const redis_quit_wait_ms = 1_000;
+
+async function quitWithin(redis: RedisClient, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([redis.quit().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
 export async function createRuntime(config: Config, logger = createLogger(config)): Promise<Runtime> {
+  const metrics = new Metrics();
   const onRedisError = (err: Error) => logger.error({ err }, 'Redis connection error');
+  // Every connection error counts; the log above hears at most one per connection per 10 s.
+  const redisConnectionErrors = metrics.redisErrors.labels('connection');
+  const countRedisErrors = <C extends RedisClient>(c: C): C => {
+    const count = () => redisConnectionErrors.inc();
+    c.on('error', count);
+    if (isCluster(c)) c.on('node error', count);
+    return c;
+  };
   const clustered = await detectCluster(config.REDIS_URL, config.REDIS_CLUSTER, (err) => logger.warn({ err }, 'Redis Cluster probe'));
   // BullMQ keeps a queue's keys in one slot only under a hash-tagged prefix.
   if (clustered && !/\{[^}]+\}/.test(config.QUEUE_PREFIX)) throw new Error(`invalid configuration: QUEUE_PREFIX must carry a hash tag on a Redis Cluster ({${config.QUEUE_PREFIX}})`);
-  const redis = createClient(config.REDIS_URL, clustered, {}, onRedisError);
+  const redis = countRedisErrors(createClient(config.REDIS_URL, clustered, {}, onRedisError));
   const extras: RedisClient[] = [];
   // Subscribers and BullMQ's blocking commands expect ioredis's defaults: wait out a
   // reconnect and send again what was pending.
   const extraOptions = { maxRetriesPerRequest: null, enableAutoPipelining: false, commandTimeout: undefined, autoResendUnfulfilledCommands: true };
   const extraConnection = () => {
-    const c = createRedis(config.REDIS_URL, extraOptions, onRedisError);
+    const c = countRedisErrors(createRedis(config.REDIS_URL, extraOptions, onRedisError));
     extras.push(c);
     return c;
   };
   const queueConnection = () => {
-    const c = createClient(config.REDIS_URL, clustered, extraOptions, onRedisError);
+    const c = countRedisErrors(createClient(config.REDIS_URL, clustered, extraOptions, onRedisError));
     extras.push(c);
     return c;
   };
-  const db = await createDb(config.DATABASE_URL);
+  const failedQueries = metrics.postgresErrors.labels('query');
+  const db = await createDb(config.DATABASE_URL, undefined, [{
+    name: 'metrics',
+    queryExecutionError: () => {
+      failedQueries.inc();
+      return null;
+    },
+  }]);
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: queueConnection(), prefix: config.QUEUE_PREFIX });
   ledgerQueue.on('error', throttled((err) => logger.error({ err }, 'ledger queue error')));
@@ -151,6 +182,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const scripts = generation.guardScripts(registerScripts(redis));
   const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger);
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
+    metrics,
     billable: {
       async reserve(scope) {
         const t = await plans.take(scope.organizationId);
@@ -185,10 +217,11 @@ export async function createRuntime(config: Config, logger = createLogger(config
     bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
     allowPrivate: config.UPSTREAM_ALLOW_PRIVATE,
   });
-  const gateway = new GatewayService({ ledger, plans, models, upstream, redis, prefix: config.REDIS_PREFIX, logger });
+  const gateway = new GatewayService({ ledger, plans, models, upstream, redis, prefix: config.REDIS_PREFIX, logger, metrics });
   return {
     config,
     logger,
+    metrics,
     redis,
     db,
     clock,
@@ -208,6 +241,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     upstream,
     gateway,
     generation,
+    lifecycle: new Lifecycle(),
     extraConnection,
     queueConnection,
     async close() {
@@ -221,6 +255,10 @@ export async function createRuntime(config: Config, logger = createLogger(config
       // A pool that lost connections while PostgreSQL was away fails to end them; the
       // process is stopping either way.
       await db.end().catch((err: unknown) => logger.warn({ err }, 'closing the database pool failed'));
+      // The outboxes' dirty marks not yet sent go now; a Redis that answers gets a QUIT,
+      // which it answers after every command sent before it (the marks included).
+      ledger.flushDirty();
+      if (redis.status === 'ready') await quitWithin(redis, redis_quit_wait_ms);
       redis.disconnect();
       for (const c of extras) c.disconnect();
     },

@@ -2,13 +2,17 @@
 import { loadConfig } from './config/index.js';
 import { createRuntime } from './runtime.js';
 import { listen } from './server.js';
+import { stopOnSignals, WebDrain } from './shutdown.js';
 
 const rt = await createRuntime(loadConfig());
 const server = await listen(rt);
-const shutdown = async () => {
-  await server.close();
-  await rt.close();
-  process.exit(0);
-};
-process.once('SIGTERM', shutdown);
-process.once('SIGINT', shutdown);
+// SIGTERM: drain, settle every call, close Redis and PostgreSQL, exit 0 (src/shutdown.ts).
+const drain = new WebDrain(rt, server, rt.config.SHUTDOWN_GRACE_MS);
+stopOnSignals(
+  rt.logger,
+  async () => {
+    await drain.run();
+    await rt.close();
+  },
+  () => drain.cut(),
+);

@@ -15,8 +15,11 @@ import type { ReconcileReport } from '../src/reconcile/reconcile.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';
+import { CopyEntryWriter } from '../src/ledger/copy-writer.js';
 import { sweep } from './sweep.js';
 import { Invoicing } from '../src/billing/invoices.js';
+import { workerMetrics } from '../src/metrics/worker.js';
+import { serveMetrics, type MetricsServer } from '../src/metrics/stores.js';
 
 export interface Workers {
   persist: PersistLoop;
@@ -24,7 +27,12 @@ export interface Workers {
   queueWorker: Worker<LedgerJobData>;
   /** The BullMQ worker of the reconcile queue (runs asked for through the management API). */
   reconcileWorker: Worker<ReconcileJobData, ReconcileReport>;
-  /** Stops taking jobs and ends the persist loop; calling it again waits for the same stop. */
+  /** GET /metrics of this worker on WORKER_METRICS_PORT; null when not served on a port of its own. */
+  metrics: MetricsServer | null;
+  /**
+   * Stops taking jobs (the jobs in progress finish; a reconcile goes back to the queue) and
+   * ends the persist loop after the pass in progress; calling it again waits for the same stop.
+   */
   stop(): Promise<void>;
 }
 
@@ -40,8 +48,16 @@ export const worker_close_wait_ms = 5_000;
 /** The repeatable job that closes due billing periods into invoices. */
 export const close_periods_job = 'close-periods';
 
-export async function startWorkers(rt: Runtime): Promise<Workers> {
+/**
+ * Starts the worker's parts. `serveMetrics` false: the worker's metrics stay in the
+ * runtime's registry for the API's /metrics to serve (`npm start`), whatever
+ * WORKER_METRICS_PORT says.
+ */
+export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean } = {}): Promise<Workers> {
   const { config, logger } = rt;
+  // The persist loop writes plain ledger entries with COPY on a connection of its own.
+  const writer = new CopyEntryWriter(config.DATABASE_URL, rt.ledgerQueries, logger);
+  const measured = workerMetrics(rt.metrics);
   const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger, {
     isReady: () => rt.generation.verified,
     recordProjects: projectRecorder(rt),
@@ -54,7 +70,8 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
       if (report.errors.length > 0) throw new Error(report.errors[0].message);
     },
     persisted: (bases) => rt.retention.persisted(bases),
-  });
+    passDone: (entries, seconds, failed) => measured.passDone(entries, seconds, failed),
+  }, writer);
   persist.start();
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();
@@ -66,19 +83,27 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
     async (job) => {
       if (job.name === 'expire') {
         const d = job.data as ExpireJob;
-        return rt.ledger.expire({ projectId: d.projectId, organizationId: d.organizationId }, d.customerId);
+        const r = await rt.ledger.expire({ projectId: d.projectId, organizationId: d.organizationId }, d.customerId);
+        measured.expired('job', r.settled);
+        return r;
       }
       if (job.name === 'sweep') {
         const t = await rt.redis.time();
         const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + rt.clock.offsetMs();
-        return sweep(rt.redis, rt.scripts, config.REDIS_PREFIX, rt.ledger, nowMs);
+        const r = await sweep(rt.redis, rt.scripts, config.REDIS_PREFIX, rt.ledger, nowMs);
+        measured.expired('sweep', r.settled);
+        return r;
       }
       if (job.name === close_periods_job) return invoicing.closeDue(rt.plans.nowMs());
       throw new Error(`unknown job ${job.name}`);
     },
     { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8 },
   );
-  worker.on('failed', (job, err) => logger.error({ err, job: job?.name }, 'ledger job failed'));
+  worker.on('failed', (job, err) => {
+    measured.job(job?.name ?? 'other', 'failed');
+    logger.error({ err, job: job?.name }, 'ledger job failed');
+  });
+  worker.on('completed', (job) => measured.job(job.name, 'completed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
   const reconcileWorker = new Worker<ReconcileJobData, ReconcileReport>(reconcileQueueName, reconcileProcessor(rt), {
     connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: reconcile_worker_concurrency,
@@ -100,25 +125,36 @@ export async function startWorkers(rt: Runtime): Promise<Workers> {
   await beat();
   const heartbeat = setInterval(beat, 2_000);
 
+  const metricsPort = opts.serveMetrics === false ? undefined : config.WORKER_METRICS_PORT;
+  const metricsServer = metricsPort === undefined ? null : await serveMetrics(rt.metrics, metricsPort, config.METRICS_HOST ?? config.HOST);
+  if (metricsServer) logger.info({ port: metricsServer.port }, 'worker metrics listening');
+
   let stopping: Promise<void> | undefined;
   return {
     persist,
     queueWorker: worker,
     reconcileWorker,
+    metrics: metricsServer,
     stop() {
       stopping ??= (async () => {
         clearInterval(heartbeat);
-        let timer: NodeJS.Timeout | undefined;
         // A reconcile in progress stops after its current customers and goes back to wait
         // for another worker (src/reconcile/jobs.ts).
         reconcileWorker.cancelAllJobs('the worker is stopping');
-        const closed = await Promise.race([
-          Promise.all([worker.close(), reconcileWorker.close()]).then(() => true),
-          new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
-        ]);
-        clearTimeout(timer);
-        if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
-        await Promise.all([persist.stop(), trim.stop()]);
+        // All at once: the persist loop ends after the pass in progress (its customers put
+        // back when it could not finish them), not after BullMQ's jobs.
+        const queueClosed = (async () => {
+          let timer: NodeJS.Timeout | undefined;
+          const closed = await Promise.race([
+            Promise.all([worker.close(), reconcileWorker.close()]).then(() => true),
+            new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
+          ]);
+          clearTimeout(timer);
+          if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the queue workers did not close in time (their Redis connection is reconnecting); stopping without them');
+        })();
+        await Promise.all([queueClosed, persist.stop(), trim.stop(), metricsServer?.close()]);
+        // The COPY connection once the persist loop has ended.
+        await writer.close();
       })();
       return stopping;
     },

@@ -14,22 +14,38 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../src/redis/client.js';
 import { LedgerOutbox, outbox_read_count_max, type OutboxHooks } from '../src/ledger/outbox.js';
 import type { LedgerQueries } from '../src/ledger/queries.js';
+import type { EntryWriter } from '../src/ledger/copy-writer.js';
 import { dirty_shards, dirtyKey, dirtyKeyOf } from '../src/redis/keys.js';
 
 /** Customers popped per pass without a backlog, and at most under one. */
 export const dirty_pop_count_min = 64;
 export const dirty_pop_count_max = 1_024;
-/** The most entries one pass copies (the reads per customer shrink as the pop grows). */
+/**
+ * The most entries one pass copies: the read per customer is this divided by the customers
+ * the pop found (not by how many it asked for), so that a backlog in a few customers'
+ * outboxes is taken in large reads rather than in many small passes.
+ */
 export const persist_pass_entries_max = 8_192;
 /**
- * Below this many entries in a pass, the loop waits persist_batch_wait_ms before the next,
- * so that under light load a pass carries more than one entry: its fixed cost (the
- * dirty-set pop, the outbox reads and trims, BEGIN and COMMIT) is paid once for all of
- * them. PostgreSQL then trails Redis by about that wait; reads never notice (they merge
- * the outbox).
+ * Below this many entries in a pass, the loop waits before the next, so that under light
+ * load a pass carries more than a few entries: its fixed cost (the dirty-set pops, a read
+ * and a trim per customer, the write's round trips) is paid once for all of them. The
+ * wait is what the last pass's rate says the next needs to carry about this many
+ * entries, within persist_batch_wait_ms and persist_batch_wait_max_ms. PostgreSQL then
+ * trails Redis by about that wait; reads never notice (they merge the outbox).
  */
 export const persist_batch_grow_below = 256;
 export const persist_batch_wait_ms = 40;
+export const persist_batch_wait_max_ms = 250;
+
+/**
+ * The wait after a small pass that moved `moved` entries (those that came in over
+ * `sinceLastMs`, the time since the previous pass started) and took `tookMs`.
+ */
+export function batchWaitMs(moved: number, sinceLastMs: number, tookMs: number): number {
+  const want = moved > 0 ? (persist_batch_grow_below * Math.max(sinceLastMs, 1)) / moved - tookMs : persist_batch_wait_max_ms;
+  return Math.round(Math.min(persist_batch_wait_max_ms, Math.max(persist_batch_wait_ms, want)));
+}
 /** Pause after a failed pass, or a pass in which a customer's entries were refused. */
 export const persist_retry_wait_ms = 1_000;
 /** Pause of the loop while the Redis generation is not verified (src/redis/generation.ts). */
@@ -40,6 +56,24 @@ export interface PersistHooks extends OutboxHooks {
   isReady?(): boolean;
   /** These customers' entries are persisted: their records may be trimmed once due (src/ledger/retention.ts). */
   persisted?(bases: string[]): Promise<void>;
+  /**
+   * A pass that found customers to persist ended: the entries it copied, how long it took
+   * (the pops, the reads, the transaction, the trims) and the customers it gave back for
+   * a failure (the worker's metrics, src/metrics/worker.ts).
+   */
+  passDone?(entries: number, seconds: number, failedCustomers: number): void;
+}
+
+/** Members grouped by the key they go to, each once, in first-seen order. */
+export function groupByKey(members: readonly string[], keyOf: (m: string) => string): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const m of new Set(members)) {
+    const key = keyOf(m);
+    const list = out.get(key);
+    if (list) list.push(m);
+    else out.set(key, [m]);
+  }
+  return out;
 }
 
 export class PersistLoop {
@@ -49,6 +83,8 @@ export class PersistLoop {
   private popCount = dirty_pop_count_min;
   /** The shard that takes the first of a pass's remainder; moves by one each pass. */
   private firstShard = 0;
+  /** When the previous pass started (the entries of a pass came in since then). */
+  private lastPassAt = Date.now();
   readonly outbox: LedgerOutbox;
 
   constructor(
@@ -58,8 +94,9 @@ export class PersistLoop {
     private readonly idleMs: number,
     private readonly logger: Logger,
     private readonly hooks: PersistHooks = {},
+    writer?: EntryWriter,
   ) {
-    this.outbox = new LedgerOutbox(redis, queries, prefix, logger, hooks);
+    this.outbox = new LedgerOutbox(redis, queries, prefix, logger, hooks, writer);
   }
 
   start(): void {
@@ -68,6 +105,7 @@ export class PersistLoop {
     this.loop = this.run();
   }
 
+  /** Ends the loop after the pass in progress, if any; resolves once it has ended. */
   async stop(): Promise<void> {
     this.running = false;
     this.wake?.();
@@ -81,6 +119,9 @@ export class PersistLoop {
         continue;
       }
       let pass = { moved: 0, backlog: false, failed: false };
+      const started = Date.now();
+      const sinceLast = started - this.lastPassAt;
+      this.lastPassAt = started;
       try {
         pass = await this.pass();
       } catch (err) {
@@ -91,7 +132,7 @@ export class PersistLoop {
       // pause the loop would retry it at once, forever, while the refusal lasts.
       if (pass.failed) await this.sleep(persist_retry_wait_ms);
       else if (pass.backlog) continue;
-      else await this.sleep(pass.moved === 0 ? this.idleMs : persist_batch_wait_ms);
+      else await this.sleep(pass.moved === 0 ? this.idleMs : batchWaitMs(pass.moved, sinceLast, Date.now() - started));
     }
   }
 
@@ -103,6 +144,7 @@ export class PersistLoop {
    * remainder, so that no shard waits behind the others.
    */
   async pass(): Promise<{ moved: number; backlog: boolean; failed: boolean }> {
+    const started = performance.now();
     const base = Math.floor(this.popCount / dirty_shards);
     const extra = this.popCount % dirty_shards;
     const counts = Array.from({ length: dirty_shards }, (_, i) => base + ((i - this.firstShard + dirty_shards) % dirty_shards < extra ? 1 : 0));
@@ -110,11 +152,19 @@ export class PersistLoop {
     const pops = await Promise.all(counts.map((count, shard) => (count === 0 ? Promise.resolve([]) : this.redis.spop(dirtyKey(this.prefix, shard), count))));
     const popped = pops.flat();
     if (popped.length === 0) return { moved: 0, backlog: false, failed: false };
-    const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / this.popCount)));
-    const r = await this.outbox.persist(popped, perCustomer);
+    const perCustomer = Math.max(16, Math.min(outbox_read_count_max, Math.floor(persist_pass_entries_max / popped.length)));
+    let r: Awaited<ReturnType<LedgerOutbox['persist']>>;
+    try {
+      r = await this.outbox.persist(popped, perCustomer);
+    } catch (err) {
+      this.hooks.passDone?.(0, (performance.now() - started) / 1000, popped.length);
+      throw err;
+    }
+    this.hooks.passDone?.(r.moved, (performance.now() - started) / 1000, r.failed.length);
     const again = [...r.full, ...r.failed];
-    // One command each (auto-pipelined): the shards are different slots.
-    if (again.length > 0) await Promise.all(again.map((b) => this.redis.sadd(dirtyKeyOf(this.prefix, b), b)));
+    // One SADD per shard with all of its customers (auto-pipelined: the shards are
+    // different slots), not one per customer.
+    if (again.length > 0) await Promise.all([...groupByKey(again, (b) => dirtyKeyOf(this.prefix, b))].map(([key, members]) => this.redis.sadd(key, ...members)));
     if (r.persisted.length > 0 && this.hooks.persisted) {
       await this.hooks.persisted(r.persisted).catch((err: unknown) => this.logger.error({ err }, 'customers not handed to the trim; their records stay until they are persisted again'));
     }
@@ -128,6 +178,8 @@ export class PersistLoop {
   }
 
   private sleep(ms: number): Promise<void> {
+    // A stop asked for during a pass ends the loop right after it.
+    if (!this.running) return Promise.resolve();
     return new Promise((resolve) => {
       const t = setTimeout(resolve, ms);
       this.wake = () => {

@@ -24,8 +24,10 @@ export const sweep_pages_per_shard_max = 20;
 /** Customers looked at at once. */
 export const sweep_concurrency = 16;
 
-export async function sweep(redis: RedisClient, scripts: Scripts, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number; released: number }> {
+export async function sweep(redis: RedisClient, scripts: Scripts, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number; released: number; settled: number }> {
   let outboxes = 0;
+  /** TTL freezes settled (their entries written). */
+  let settled = 0;
   let expired = 0;
   let released = 0;
   for (let shard = 0; shard < dirty_shards; shard++) {
@@ -45,7 +47,7 @@ export async function sweep(redis: RedisClient, scripts: Scripts, prefix: string
             if (ttlDueMs !== null && ttlDueMs <= nowMs) {
               const ids = parseCustomerBase(prefix, base);
               // The organization is only needed for plan accounting; the sweeper settles late.
-              if (ids) await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId);
+              if (ids) settled += (await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId)).settled;
               expired++;
             }
             if (length > 0) {
@@ -68,5 +70,5 @@ export async function sweep(redis: RedisClient, scripts: Scripts, prefix: string
       if (due.length < sweep_page_size) break;
     }
   }
-  return { outboxes, expired, released };
+  return { outboxes, expired, released, settled };
 }

@@ -8,7 +8,9 @@
  * process under load say more, and the ratio between the two checkouts more still.
  *
  * Knobs: AB_ROUTE (deduct | pair | balance; deduct), AB_ROUNDS (6), AB_ROUND_S (3),
- * AB_CONNECTIONS (50); BENCH_REDIS_PERSISTENCE=none gives the run a Redis of its own, so that
+ * AB_CONNECTIONS (50), AB_RATE (unset: as fast as each serves; a number: that many requests
+ * per second to each, so that both batch alike: the CPU per request of a process that
+ * served fewer requests in a round is higher by itself, its script batches being smaller); BENCH_REDIS_PERSISTENCE=none gives the run a Redis of its own, so that
  * its CPU per request (counted too) is not other clients'. The baseline needs its own node_modules (a symlink to this one's
  * works when the dependencies are the same). Both API processes run compiled (each
  * checkout's dist/, built when stale), or both from source with BENCH_FROM_SOURCE=1, the
@@ -32,6 +34,7 @@ const settings = {
   rounds: Number(env.AB_ROUNDS ?? 6),
   roundS: Number(env.AB_ROUND_S ?? 3),
   connections: Number(env.AB_CONNECTIONS ?? 50),
+  rate: env.AB_RATE ? Number(env.AB_RATE) : undefined,
   customers: 8,
   startTimeoutMs: 30_000,
 };
@@ -112,7 +115,7 @@ async function main(): Promise<void> {
       return { ...req, body: JSON.stringify({ customer_id: customer, transaction_id: tx, amount: 1 }) };
     } }];
   };
-  console.log(`A/B ${settings.route}: ${settings.rounds} rounds of ${settings.roundS} s per checkout at ${settings.connections} connections`);
+  console.log(`A/B ${settings.route}: ${settings.rounds} rounds of ${settings.roundS} s per checkout at ${settings.connections} connections${settings.rate ? `, ${settings.rate} req/s` : ''}`);
   for (let round = 0; round < settings.rounds; round++) {
     // Alternate which goes first, so neither always follows the other.
     const order = round % 2 === 0 ? contenders : [...contenders].reverse();
@@ -121,7 +124,7 @@ async function main(): Promise<void> {
       const redisBefore = await redis.read();
       const statsBefore = await commandStats(bench.rt.redis);
       const before = cpuSeconds(c.pid);
-      const load = assertHealthy(await runLoad({ title: c.name, url: c.url, connections: settings.connections, durationS: settings.roundS, warmupS: 1, requests: requests() as never }));
+      const load = assertHealthy(await runLoad({ title: c.name, url: c.url, connections: settings.connections, durationS: settings.roundS, warmupS: 1, overallRate: settings.rate, requests: requests() as never }));
       const cpu = cpuSeconds(c.pid) - before;
       c.cpuUs.push((cpu / load.totalWithWarmup) * 1e6);
       c.redisUs.push((cpuDelta(redisBefore, await redis.read()) / load.totalWithWarmup) * 1e6);
@@ -134,6 +137,9 @@ async function main(): Promise<void> {
   const [a, b] = contenders as [(typeof contenders)[0], (typeof contenders)[0]];
   console.log(`\nmedian API CPU us/req: baseline ${Math.round(median(a.cpuUs))}, this checkout ${Math.round(median(b.cpuUs))} ` +
     `(${(median(b.cpuUs) / median(a.cpuUs)).toFixed(3)}x); Redis ${Math.round(median(a.redisUs))} vs ${Math.round(median(b.redisUs))}; median req/s: ${Math.round(median(a.rps))} vs ${Math.round(median(b.rps))}`);
+  // The two runs of a round are next to each other in time: their ratio sees the least of the machine's changing load.
+  const ratios = a.cpuUs.map((x, i) => b.cpuUs[i]! / x).sort((x, y) => x - y);
+  console.log(`per-round API CPU ratio (this checkout / baseline): median ${median(ratios).toFixed(3)}x, quartiles ${ratios[Math.floor(ratios.length / 4)]!.toFixed(3)}-${ratios[Math.floor((3 * ratios.length) / 4)]!.toFixed(3)}, all ${ratios.map((r) => r.toFixed(2)).join(' ')}`);
 }
 
 void run.finish(main);

@@ -1,6 +1,6 @@
 /**
  * The baseline of the benches: a bare Express 5 app with the same JSON parser settings as
- * the API (src/http/app.ts) and nothing else, so a ratio against it shows what auth,
+ * the API (src/app.ts) and nothing else, so a ratio against it shows what auth,
  * validation, logging and Redis cost on top of Express on the same machine.
  *
  * With ACCESS_LOG=1 it also writes the API's access log (src/http/access-log.ts, through

@@ -235,7 +235,7 @@ async function main(): Promise<void> {
   const halfPaced = await measure(api, () => runPaced(paced));
   const halfAutocannon = await measure(api, () => runLoad(deductLoad(`deduct, autocannon overallRate ${halfRate}`, halfRate)));
 
-  console.log('script-only: EVALSHA deduct, pipelined');
+  console.log('script-only: FCALL deduct, pipelined');
   const scriptOnly = await runScriptOnly({
     redis: rt.redis,
     // Outside `<prefix>c:*`, so the worker's sweeper leaves these outboxes alone.
@@ -255,7 +255,7 @@ async function main(): Promise<void> {
     deducts: settings.spentDeducts,
     batchSize: settings.spentBatch,
   });
-  for (const row of spentSources.rows) console.log(`  ${row.name}: ${row.scriptUs.toFixed(1)} us EVALSHA, ${row.redisCpuUs.toFixed(1)} us Redis CPU`);
+  for (const row of spentSources.rows) console.log(`  ${row.name}: ${row.scriptUs.toFixed(1)} us FCALL, ${row.redisCpuUs.toFixed(1)} us Redis CPU`);
 
   const drainStart = performance.now();
   const backlogAtEnd = await outboxBacklog(rt.redis, redisPrefix);
@@ -350,7 +350,7 @@ function buildReport(r: ReportInput): { markdown: string; allMet: boolean } {
         `p99 < ${targets.halfRateP99Ms} ms: ${verdict(checks.half)}`,
       ),
       row(`deduct, autocannon overallRate ${fmt.int(r.halfRate)}`, r.halfAutocannon, r.halfAutocannon.load.rps, '-', 'bursty, see below'),
-      ['script-only: EVALSHA deduct, pipelined', '-', fmt.int(r.scriptOnly.opsPerSecond), '-', 'Redis limit', '-', '-', '-'],
+      ['script-only: FCALL deduct, pipelined', '-', fmt.int(r.scriptOnly.opsPerSecond), '-', 'Redis limit', '-', '-', '-'],
     ],
   );
   const cpuRow = (name: string, m: Measured): Cell[] => {

@@ -1,6 +1,6 @@
 /**
  * Redis's own limit for deducts: the deduct Lua script (lua/deduct-10.lua) called directly
- * with EVALSHA in pipelined batches, without HTTP, auth, validation or the transaction
+ * as a Redis function (FCALL) in pipelined batches, without HTTP, auth, validation or the transaction
  * index. The API cannot go faster than this on the same Redis.
  *
  * Used by bench/ledger/run.ts; also runs alone: `npx tsx bench/ledger/script-only.ts`.

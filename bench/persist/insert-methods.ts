@@ -1,22 +1,27 @@
 /**
  * `tsx bench/persist/insert-methods.ts`: which way of writing a batch of ledger entries
  * costs less CPU per entry (client + PostgreSQL backend): one prepared multi-row
- * statement (`INSERT ... SELECT FROM unnest($1..$17) ON CONFLICT (id) DO NOTHING`, what
- * src/ledger/queries.ts sends), or COPY into a staging table then one
- * `INSERT ... SELECT ... ON CONFLICT (id) DO NOTHING` (COPY itself cannot skip an entry
- * already written). Both run in the same process, alternating, on a scratch copy of the
- * ledger table, so that a shared machine's load falls on both alike.
+ * statement (`INSERT ... SELECT FROM unnest($1..$17) ON CONFLICT (id) DO NOTHING`, the
+ * statement path of src/ledger/queries.ts), COPY into a staging table then one
+ * `INSERT ... SELECT ... ON CONFLICT (id) DO NOTHING`, or one COPY straight into the table
+ * in autocommit (what the persist loop sends, src/ledger/copy-writer.ts: a repeated
+ * batch fails as a whole there and goes to the statement path). All run in the same
+ * process, in rotating order, on a scratch copy of the ledger table with its indexes and
+ * (unless INSERT_FK=0) its foreign key to a customers table, so that a shared machine's
+ * load falls on all alike.
  *
  * Knobs: BENCH_DATABASE_URL, INSERT_BATCH (256), INSERT_BATCHES (40 per round),
- * INSERT_ROUNDS (6 alternations).
+ * INSERT_ROUNDS (6), INSERT_FK (1).
  */
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
 
 const url = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/svc_bench';
 const batchSize = Number(process.env.INSERT_BATCH ?? 256);
 const batches = Number(process.env.INSERT_BATCHES ?? 40);
 const rounds = Number(process.env.INSERT_ROUNDS ?? 6);
+const withFk = process.env.INSERT_FK !== '0';
 
 const columns = ['id', 'project_id', 'customer_id', 'seq', 'type', 'transaction_id', 'amount', 'returned_amount', 'wallet', 'details', 'reason', 'business_type', 'description', 'state', 'result', 'extra', 'created_at'];
 const types = ['text', 'text', 'text', 'int8', 'text', 'text', 'int8', 'int8', 'text', 'jsonb', 'text', 'text', 'text', 'text', 'jsonb', 'jsonb', 'timestamptz'];
@@ -33,32 +38,15 @@ function rows(): (string | number | null)[][] {
   });
 }
 
-/** COPY FROM STDIN through pg's submittable interface (what pg-copy-streams does). */
-class CopyIn {
-  private resolve!: () => void;
-  private reject!: (err: Error) => void;
-  readonly done = new Promise<void>((res, rej) => {
-    this.resolve = res;
-    this.reject = rej;
+/** COPY FROM STDIN of one chunk of text, through pg-copy-streams (what src/ledger/copy-writer.ts uses). */
+function copyIn(text: string, data: string): Promise<void> {
+  const stream = client.query(copyFrom(text));
+  const done = new Promise<void>((resolve, reject) => {
+    stream.once('finish', resolve);
+    stream.once('error', reject);
   });
-  constructor(
-    private readonly text: string,
-    private readonly data: Buffer,
-  ) {}
-  submit(connection: { query(text: string): void }) {
-    connection.query(this.text);
-  }
-  handleCopyInResponse(connection: { sendCopyFromChunk(b: Buffer): void; endCopyFrom(): void }) {
-    connection.sendCopyFromChunk(this.data);
-    connection.endCopyFrom();
-  }
-  handleCommandComplete() {}
-  handleReadyForQuery() {
-    this.resolve();
-  }
-  handleError(err: Error) {
-    this.reject(err);
-  }
+  stream.end(data);
+  return done;
 }
 
 const copyText = (v: string | number | null) =>
@@ -73,8 +61,14 @@ function backendCpuS(pid: number): number {
 const client = new pg.Client({ connectionString: url });
 await client.connect();
 const backend = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-await client.query('DROP TABLE IF EXISTS measure_ledger_entries');
+await client.query('DROP TABLE IF EXISTS measure_ledger_entries, measure_customers');
 await client.query('CREATE TABLE measure_ledger_entries (LIKE ledger_entries INCLUDING ALL)');
+// The ledger's foreign key to its customers, unless INSERT_FK=0 (LIKE does not copy it).
+if (withFk) {
+  await client.query('CREATE TABLE measure_customers (project_id text, id text, PRIMARY KEY (project_id, id))');
+  await client.query(`INSERT INTO measure_customers SELECT 'proj_bench', 'c' || g FROM generate_series(0, 63) g`);
+  await client.query('ALTER TABLE measure_ledger_entries ADD FOREIGN KEY (project_id, customer_id) REFERENCES measure_customers (project_id, id)');
+}
 await client.query('CREATE TEMP TABLE measure_stage (LIKE ledger_entries INCLUDING DEFAULTS) ON COMMIT DELETE ROWS');
 
 const methods: Record<string, (batch: (string | number | null)[][]) => Promise<void>> = {
@@ -89,19 +83,25 @@ const methods: Record<string, (batch: (string | number | null)[][]) => Promise<v
     await client.query('COMMIT');
   },
   async 'COPY + INSERT SELECT'(batch) {
-    const data = Buffer.from(batch.map((r) => r.map(copyText).join('\t')).join('\n') + '\n');
+    const data = batch.map((r) => r.map(copyText).join('\t')).join('\n') + '\n';
     await client.query('BEGIN');
-    const copy = new CopyIn(`COPY measure_stage (${columns.join(', ')}) FROM STDIN`, data);
-    await (client.query(copy as never), copy.done);
+    await copyIn(`COPY measure_stage (${columns.join(', ')}) FROM STDIN`, data);
     await client.query({ name: 'measure_from_stage', text: `INSERT INTO measure_ledger_entries SELECT * FROM measure_stage ON CONFLICT (id) DO NOTHING` });
     await client.query('COMMIT');
+  },
+  // What the persist loop sends: one COPY into the table, in autocommit.
+  async 'COPY direct'(batch) {
+    const data = batch.map((r) => r.map(copyText).join('\t')).join('\n') + '\n';
+    await copyIn(`COPY measure_ledger_entries (${columns.join(', ')}) FROM STDIN`, data);
   },
 };
 
 const totals: Record<string, { cpuS: number; entries: number }> = {};
 try {
   for (let round = 0; round < rounds; round++) {
-    for (const [name, write] of Object.entries(round % 2 === 0 ? methods : Object.fromEntries(Object.entries(methods).reverse()))) {
+    const all = Object.entries(methods);
+    // Each round starts with another method, so that none always follows the same one.
+    for (const [name, write] of [...all.slice(round % all.length), ...all.slice(0, round % all.length)]) {
       const prepared = Array.from({ length: batches }, rows);
       const c0 = process.cpuUsage();
       const b0 = backendCpuS(backend);
@@ -118,6 +118,6 @@ try {
     console.log(`${name}: ${((t.cpuS / t.entries) * 1e6).toFixed(1)} us client + PostgreSQL CPU per entry over ${t.entries} entries (batches of ${batchSize})`);
   }
 } finally {
-  await client.query('DROP TABLE IF EXISTS measure_ledger_entries');
+  await client.query('DROP TABLE IF EXISTS measure_ledger_entries, measure_customers');
   await client.end();
 }

@@ -63,7 +63,8 @@ await run.finish(async () => {
   const bench = await createBenchRuntime(o);
   const { rt } = bench;
   run.runtime = rt;
-  const worker = group.start({ name: 'worker', script: serviceScript(root, 'workers/main', settings.fromSource), env: bench.env, logPath: join(logDir, 'worker.log') });
+  const profile = settings.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${settings.cpuProfDir}`] : [];
+  const worker = group.start({ name: 'worker', script: serviceScript(root, 'workers/main', settings.fromSource), env: bench.env, logPath: join(logDir, 'worker.log'), nodeArgs: profile });
   await waitUntil('the worker heartbeat', async () => (await rt.redis.exists(heartbeatKey(redisPrefix))) === 1, settings.startTimeoutMs, worker);
 
   const project = await createPaidProject(rt, `bench-persist-${run.tag}`);

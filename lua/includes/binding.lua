@@ -26,6 +26,6 @@ local function bind_id(K_ids, K_bloom, id, owner, force)
   end
   if not force and bloom_has(K_bloom, id) then return { BIND_ARCHIVED, '', '', now } end
   if owner == '' then return { BIND_ABSENT, '', '', now } end
-  redis.call('HSET', K_ids, id, owner .. '|' .. now)
+  redis.call('HSET', K_ids, id, owner .. '|' .. string.format('%d', now))
   return { BIND_NEW, owner, now, now }
 end

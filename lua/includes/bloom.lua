@@ -6,6 +6,8 @@
 -- (1 - e^(-k n / m))^k: 1% at n = 27,000, 10% at n = 47,000 (m = 2^18, k = 7). Such a
 -- false positive costs the new id one PostgreSQL lookup, never a wrong answer.
 
+--@include clock
+
 local BLOOM_BITS = 262144
 local BLOOM_HASHES = 7
 
@@ -31,10 +33,7 @@ local function bloom_add(key, id)
 end
 
 -- Redis time in ms (no test clock offset: retention and binding reads use real time).
-local function bucket_now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local bucket_now_ms = redis_ms
 
 -- A binding's value: owner .. '|' .. when it was bound (ms).
 local function parse_binding(v)

@@ -12,7 +12,10 @@
 
 --@include binding
 
-local K_bucket_ids, K_bucket_bloom = KEYS[11], KEYS[12]
+local K_bucket_ids, K_bucket_bloom, bound_id
+--@per-call
+K_bucket_ids, K_bucket_bloom, bound_id = KEYS[11], KEYS[12], ARGV[5]
+--@end
 
 -- Binds ARGV[5] to this customer (`owner` is customer_id), or reads its binding (`owner`
 -- ''), exactly as lua/bind-2.lua does. Returns nil when the operation goes on: the id is
@@ -20,7 +23,7 @@ local K_bucket_ids, K_bucket_bloom = KEYS[11], KEYS[12]
 -- E_BINDING_ARCHIVED (the filter has the id: the caller takes the two steps, which ask
 -- PostgreSQL), `absent` (read only, no binding) or `other` (bound to another customer).
 local function binding_step(owner, absent, other)
-  local b = bind_id(K_bucket_ids, K_bucket_bloom, ARGV[5], owner, false)
+  local b = bind_id(K_bucket_ids, K_bucket_bloom, bound_id, owner, false)
   if b[1] == BIND_ARCHIVED then return { E_BINDING_ARCHIVED, '', 0, 0 } end
   if b[1] == BIND_ABSENT then return { absent, '', 0, 0 } end
   if b[2] ~= customer_id then return { other, '', 0, 0 } end

@@ -29,13 +29,21 @@
 -- Amounts are integer credits. cjson prints numbers with 14 significant digits, so every
 -- amount stored or returned is a string made by N() and read back with tonumber().
 
-local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_live, K_dead, K_spent, K_fin = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local clock_offset_ms = tonumber(ARGV[1])
-local project_id = ARGV[2]
-local customer_id = ARGV[3]
-local entry_id_base = ARGV[4]
-local binding_read_ms = tonumber(ARGV[#ARGV])
+--@include clock
+
+-- Per call: the loader (src/redis/scripts.ts) runs each `--@per-call` block at the start of
+-- every call, and the rest of an include once, when Redis loads the library.
+local K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox, K_live, K_dead, K_spent, K_fin
+local clock_offset_ms, project_id, customer_id, entry_id_base, binding_read_ms
+--@per-call
+K_meta, K_src, K_tx, K_dep, K_ttl, K_outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+K_live, K_dead, K_spent, K_fin = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+clock_offset_ms = tonumber(ARGV[1])
+project_id = ARGV[2]
+customer_id = ARGV[3]
+entry_id_base = ARGV[4]
+binding_read_ms = tonumber(ARGV[#ARGV])
+--@end
 
 -- Status codes; src/redis/scripts.ts maps them to the error catalogue.
 local OK = 0
@@ -64,9 +72,18 @@ local E_BINDING_ARCHIVED = 24
 -- archive_grace_ms, must be the same).
 local BINDING_GRACE_MS = 5000
 
+-- '%d' (a C long, 64 bits here) formats an integer without the float path that '%.0f'
+-- and Lua's own number-to-string conversion take, the most expensive C call of a deduct.
 local function N(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
+
+-- The ms part of the stream id of the last outbox entry this script wrote (a string), nil
+-- before the first (see finalize).
+local last_entry_ms
+--@per-call
+last_entry_ms = nil
+--@end
 
 -- 2^53 - 1, the largest integer that Lua and JS doubles hold exactly. The deposit script
 -- keeps the sum of a customer's source totals at most this, so every sum made of them is
@@ -74,14 +91,7 @@ end
 local CREDITS_SUM_MAX = 9007199254740991
 
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + clock_offset_ms
-end
-
--- Redis time in ms without the test clock offset: retention and binding reads use it.
-local function redis_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return redis_ms() + clock_offset_ms
 end
 
 -- True when the record a binding led to is absent and the binding was read longer ago
@@ -93,9 +103,11 @@ end
 -- Lists a record (or the binding of a failed operation) as final from now on: the trim
 -- archives it once the retention has passed and its entries are in PostgreSQL. Called
 -- after the record's entry is written: the trim takes the record as persisted once the
--- outbox's oldest stream id is later than this time (stream ids never go back).
+-- outbox's oldest stream id is later than this time (stream ids never go back). The time
+-- is the ms part of the script's last XADD id when it wrote an entry (the record's own
+-- is at or before it), else the script's time (includes/clock.lua).
 local function finalize(member)
-  redis.call('ZADD', K_fin, redis_ms(), member)
+  redis.call('ZADD', K_fin, last_entry_ms or N(redis_ms()), member)
 end
 
 local function customer_exists()
@@ -132,7 +144,7 @@ local function is_dead(s, now)
 end
 
 local function live_member(s)
-  return string.format('%015.0f', s.q) .. ':' .. s.id
+  return string.format('%015d', s.q) .. ':' .. s.id
 end
 
 local function live_score(s)
@@ -189,7 +201,10 @@ end
 
 -- Sources whose used or frozen this script changed: settle_sources looks at them once
 -- the script's entries are written.
-local touched = {}
+local touched
+--@per-call
+touched = {}
+--@end
 
 local function add_used(s, delta)
   touched[s.id] = s
@@ -355,10 +370,13 @@ local function gateway_call(txid)
 end
 
 local function next_seq()
-  return redis.call('HINCRBY', K_meta, 'seq', 1)
+  return redis.call('HINCRBY', K_meta, 'seq', '1')
 end
 
-local ttl_entries_written = 0
+local ttl_entries_written
+--@per-call
+ttl_entries_written = 0
+--@end
 
 -- Appends one ledger entry to the outbox. `e` holds the entry's fields, amounts as
 -- strings. The operation's own entry is named by the entry id base; entries of lazy TTL
@@ -383,13 +401,14 @@ local function write_entry(e, now, ttl_settlement)
   else
     id = entry_id_base
   end
-  redis.call('XADD', K_outbox, '*',
+  local stream_id = redis.call('XADD', K_outbox, '*',
     'id', id, 'seq', N(next_seq()), 'project_id', project_id, 'customer_id', customer_id, 'at', N(now),
     'type', e.type, 'transaction_id', e.transaction_id, 'amount', e.amount,
     'returned_amount', opt(e.returned_amount), 'wallet', opt(e.wallet), 'reason', opt(e.reason),
     'business_type', opt(e.business_type), 'description', opt(e.description), 'state', opt(e.state),
     'result', e.result, 'usage', opt(e.usage), 'details', cjson.encode(e.details),
     'x', (e.x ~= nil and e.x ~= cjson.null and cjson.encode(e.x)) or '')
+  last_entry_ms = string.match(stream_id, '^(%d+)')
   return id
 end
 
@@ -459,7 +478,7 @@ end
 
 -- Settles every freeze whose TTL is due. Returns how many were auto-consumed.
 local function expire_due(now)
-  local due = redis.call('ZRANGEBYSCORE', K_ttl, '-inf', now)
+  local due = redis.call('ZRANGEBYSCORE', K_ttl, '-inf', N(now))
   local auto_consumed = 0
   for _, txid in ipairs(due) do
     local settled = true

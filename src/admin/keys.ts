@@ -3,8 +3,9 @@
  * secret nor its hash) and revocation, which every API process learns at once over Redis.
  */
 import type { RedisClient } from '../redis/client.js';
-import { sql, type DatabasePool } from 'slonik';
+import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import { extended, timestamp } from '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
@@ -55,6 +56,11 @@ export function keyEntry(k: ProjectKeyRow) {
   };
 }
 
+/** A change refused because the project is deactivated (its records stay readable). */
+export function projectDeactivated(projectId: string): ApiError {
+  return new ApiError('project_deactivated', { message: `project ${projectId} is deactivated: its records can be read, nothing can be added or changed` });
+}
+
 export class KeyAdmin {
   constructor(
     private readonly db: DatabasePool,
@@ -74,15 +80,18 @@ export class KeyAdmin {
     const { keysPerProjectMax } = await this.plans.limitsOf(organizationId);
     const secret = generateSecret(k.type);
     const key = await this.db.transaction(async (tx) => {
-      const locked = await tx.maybeOne(sql.unsafe`
-        SELECT id FROM projects WHERE id = ${projectId} AND organization_id = ${organizationId} FOR UPDATE`);
+      const locked = await tx.maybeOne(sql.type(z.object({ deactivated: z.boolean() }))`
+        SELECT deactivated_at IS NOT NULL AS deactivated FROM projects WHERE id = ${projectId} AND organization_id = ${organizationId} FOR UPDATE`);
       if (!locked) throw new ApiError('not_found', { message: 'project not found' });
+      if (locked.deactivated) throw projectDeactivated(projectId);
+      if (k.allowedModels !== null) await this.checkModels(tx, projectId, k.allowedModels);
       if (keysPerProjectMax !== null) {
         const n = await tx.oneFirst(sql.type(z.object({ n: z.number() }))`
           SELECT count(*)::int8 AS n FROM api_keys WHERE project_id = ${projectId} AND revoked_at IS NULL`);
         if (n >= keysPerProjectMax) {
           throw new ApiError('plan_limit_reached', {
             message: `the plan allows ${keysPerProjectMax} API keys per project (revoked keys do not count); upgrade the plan or revoke a key`,
+            extra: { limit: keysPerProjectMax },
           });
         }
       }
@@ -95,6 +104,26 @@ export class KeyAdmin {
         RETURNING ${keyColumns}`);
     });
     return { key, secret };
+  }
+
+  /**
+   * A customer key's allowed_models must name models of its project: a typo would
+   * otherwise make a key that is refused every model (403 model_not_allowed) with nothing
+   * saying why. 400 naming the first unknown entry (`allowed_models.2`). Inactive models
+   * count: they are the project's, and may be activated again.
+   */
+  private async checkModels(tx: CommonQueryMethods, projectId: string, ids: readonly string[]): Promise<void> {
+    const found = new Set(
+      await tx.anyFirst(sql.type(z.object({ id: z.string() }))`
+        SELECT id FROM models WHERE project_id = ${projectId} AND id = ANY (${sql.array([...ids], 'text')})`),
+    );
+    const i = ids.findIndex((id) => !found.has(id));
+    if (i >= 0) {
+      throw new ApiError('invalid_request', {
+        param: `allowed_models.${i}`,
+        message: `allowed_models.${i}: the project has no model ${JSON.stringify(ids[i])} (GET /v1/admin/projects/${projectId}/models lists them)`,
+      });
+    }
   }
 
   async list(projectId: string, page: PageRequest): Promise<Page<ProjectKeyRow>> {
@@ -121,3 +150,22 @@ export class KeyAdmin {
     return key;
   }
 }
+
+// The documented answers (src/openapi/).
+export const keySchema = z
+  .object({
+    id: z.string(),
+    type: z.enum(['project', 'customer']),
+    prefix: z.string().openapi({ description: "The key's first characters, to tell keys apart." }),
+    name: z.string().nullable(),
+    project_id: z.string(),
+    customer_id: z.string().nullable(),
+    allowed_models: z.array(z.string()).nullable(),
+    expires_at: timestamp.nullable(),
+    revoked_at: timestamp.nullable(),
+    last_used_at: timestamp.nullable(),
+    created_at: timestamp,
+  })
+  .strict()
+  .openapi('Key');
+export const createdKeySchema = extended(keySchema, { key: z.string().openapi({ description: 'The secret, shown only in this answer.' }) }).openapi('CreatedKey');

@@ -8,6 +8,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;
@@ -151,6 +152,50 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
     },
 
     /**
+     * Changes a model in place (PATCH): `change` gets the stored fields (the upstream key
+     * left undefined: kept unless `change` sets it) and returns the new ones, or throws to
+     * change nothing. The row is locked meanwhile, so two concurrent PATCHes of different
+     * fields both apply. Null when the project has no such model.
+     */
+    async updateModel(projectId: string, modelId: string, change: (current: ModelInput) => ModelInput): Promise<ModelRow | null> {
+      return pool.transaction(async (tx) => {
+        const row = await tx.maybeOne(sql.type(modelRow)`
+          SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND id = ${modelId} FOR UPDATE`);
+        if (!row) return null;
+        const { project_id: _p, id: _i, has_upstream_key: _h, created_at: _c, updated_at: _u, ...current } = row;
+        const m = change(current);
+        const key =
+          m.upstream_api_key === undefined
+            ? sql.fragment`upstream_key_ciphertext`
+            : m.upstream_api_key === null
+              ? sql.fragment`NULL`
+              : sql.fragment`${sql.binary(encryptSecret(masterKey, m.upstream_api_key, keyAssociatedData(projectId, modelId)))}`;
+        return tx.one(sql.type(modelRow)`
+          UPDATE models SET
+            provider = ${m.provider}, upstream_base_url = ${m.upstream_base_url}, upstream_model = ${m.upstream_model},
+            upstream_key_ciphertext = ${key}, display_name = ${m.display_name}, description = ${m.description},
+            context_window = ${m.context_window}, max_output_tokens = ${m.max_output_tokens},
+            supports_streaming = ${m.supports_streaming}, active = ${m.active},
+            input_price_per_million_credits = ${m.input_price_per_million_credits},
+            output_price_per_million_credits = ${m.output_price_per_million_credits},
+            cache_read_price_per_million_credits = ${m.cache_read_price_per_million_credits},
+            cache_write_price_per_million_credits = ${m.cache_write_price_per_million_credits},
+            updated_at = now()
+          WHERE project_id = ${projectId} AND id = ${modelId}
+          RETURNING ${modelColumns}`);
+      });
+    },
+
+    /**
+     * Deletes a model; null when there is none. Nothing of the ledger refers to the row:
+     * usage records and receipts keep the model id and the prices they were billed at.
+     */
+    deleteModel(projectId: string, modelId: string): Promise<ModelRow | null> {
+      return pool.maybeOne(sql.type(modelRow)`
+        DELETE FROM models WHERE project_id = ${projectId} AND id = ${modelId} RETURNING ${modelColumns}`);
+    },
+
+    /**
      * The model with its upstream key in clear, for the gateway. Throws when the key
      * cannot be decrypted (another master key): a call must not go upstream without it.
      */
@@ -179,3 +224,42 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
 }
 
 export type ModelQueries = ReturnType<typeof createModelQueries>;
+
+// The documented answers (src/openapi/).
+const perMillionCredits = z.number().int().openapi({ description: 'Credits per million tokens.' });
+const perMillionUsd = z.number().openapi({ description: 'USD per million tokens (credits / 10^6).' });
+
+/** A model of `GET /v1/models`: modelEntry. */
+export const modelEntrySchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('model'),
+    created: z.number().int().openapi({ description: 'Unix seconds of the first PUT.' }),
+    active: z.boolean(),
+    owned_by: z.enum(['openai', 'anthropic']).openapi({ description: 'The provider.' }),
+    display_name: z.string().openapi({ description: 'The id when none was set.' }),
+    description: z.string().nullable(),
+    context_window: z.number().int(),
+    max_output_tokens: z.number().int(),
+    input_price_per_million_credits: perMillionCredits,
+    input_price_per_million_usd: perMillionUsd,
+    output_price_per_million_credits: perMillionCredits,
+    output_price_per_million_usd: perMillionUsd,
+    cache_read_price_per_million_credits: perMillionCredits,
+    cache_read_price_per_million_usd: perMillionUsd,
+    cache_write_price_per_million_credits: perMillionCredits,
+    cache_write_price_per_million_usd: perMillionUsd,
+    supports_streaming: z.boolean(),
+  })
+  .strict()
+  .openapi('Model');
+
+/** The management view of a model: adminModelEntry. */
+export const adminModelEntrySchema = extended(modelEntrySchema, {
+    provider: z.enum(['openai', 'anthropic']),
+    upstream_base_url: z.string(),
+    upstream_model: z.string(),
+    has_upstream_key: z.boolean().openapi({ description: 'Whether a provider key is stored (it is never returned).' }),
+    updated_at: timestamp,
+  })
+  .openapi('AdminModel');

@@ -11,23 +11,42 @@ import type { Request, RequestHandler, Response } from 'express';
 import { z } from 'zod';
 import { quoteEntry } from '../billing/proration.js';
 import { invoiceEntry, Invoicing } from '../billing/invoices.js';
-import { allSources, ledgerPage, ledgerQuery, walletsOf } from '../customers/routes.js';
+import { allSources, ledgerPage, ledgerPageSchema, ledgerQuery, sourceSchema, walletAmountsSchema, walletsOf } from '../customers/routes.js';
+import { createdKeySchema, keySchema } from './keys.js';
+import { invoiceSchema } from '../billing/invoices.js';
+import { quoteSchema } from '../billing/proration.js';
+import { amount_credits_max } from '../ledger/amounts.js';
+import { depositResultSchema } from '../ledger/schemas.js';
+import { memberSchema } from '../members/store.js';
+import { describeOperation, extended, listOf, timestamp } from '../openapi/registry.js';
+import { organizationSchema } from '../plans/service.js';
+import { receiptSchema } from '../usage/queries.js';
+import { usagePageSchema } from '../usage/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import type { Method } from '../http/router.js';
 import { jsonBody, onlyQuery, parseWith, strictBody, unstorableStringPath } from '../http/validate.js';
 import { publishProjectChange } from '../keys/store.js';
-import { creditsToUsd, readAmount } from '../ledger/amounts.js';
+import { creditsToUsd, readAmount, toCredits } from '../ledger/amounts.js';
 import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '../ledger/schemas.js';
 import { generatePassword, hashPassword, password_chars_max, password_chars_min } from '../members/passwords.js';
 import { createMemberQueries, memberEntry, roles, type Role } from '../members/store.js';
 import { planIds } from '../plans/catalogue.js';
-import { readReconcileJob, startReconcileJob } from '../reconcile/jobs.js';
+import { readReconcileJob, reconcileJobSchema, reconcileJobStartedSchema, startedEntry, startReconcileJob } from '../reconcile/jobs.js';
 import type { Runtime } from '../runtime.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
 import { actorOf } from './actor.js';
-import { KeyAdmin, keyEntry } from './keys.js';
-import { createListingQueries, decodeDayCursor, encodeDayCursor, type CustomerListRow } from './listings.js';
-import { adminModelEntry, modelIdSchema, price_per_million_credits_max, token_count_max, upstream_key_chars_max } from './models.js';
+import { KeyAdmin, keyEntry, projectDeactivated } from './keys.js';
+import {
+  createListingQueries,
+  decodeDayCursor,
+  decodeUsageCursor,
+  encodeDayCursor,
+  encodeUsageCursor,
+  usage_dimensions,
+  type CustomerListRow,
+  type UsageDimension,
+} from './listings.js';
+import { adminModelEntry, adminModelEntrySchema, credits_per_usd, modelIdSchema, price_per_million_credits_max, token_count_max, upstream_key_chars_max, type ModelInput, type ModelRow } from './models.js';
 import {
   createAdminQueries,
   decodeCursor,
@@ -94,27 +113,142 @@ const upstreamUrlSchema = z
   }, 'upstream_base_url must be an http(s) URL without credentials, query or fragment')
   .transform((v) => v.replace(/\/+$/, ''));
 
-const modelPutSchema = z
-  .object({
-    provider: z.enum(['openai', 'anthropic']),
-    upstream_base_url: upstreamUrlSchema,
-    upstream_model: z.string().min(1).max(256),
-    upstream_api_key: z.string().min(1).max(upstream_key_chars_max).nullable().optional(),
-    display_name: z.string().min(1).max(256).nullable().default(null),
-    description: z.string().max(4096).nullable().default(null),
-    context_window: tokens,
-    max_output_tokens: tokens,
-    supports_streaming: z.boolean(),
-    active: z.boolean().default(true),
-    input_price_per_million_credits: price,
-    output_price_per_million_credits: price,
-    cache_read_price_per_million_credits: price.default(0),
-    cache_write_price_per_million_credits: price.default(0),
-  })
-  .refine((m) => m.max_output_tokens <= m.context_window, {
-    path: ['max_output_tokens'],
-    message: 'max_output_tokens may not exceed context_window',
-  });
+/** A price in USD per million tokens, as a model read answers it (`*_price_per_million_usd`). */
+const usdPrice = z.number().min(0).max(price_per_million_credits_max / credits_per_usd);
+
+export const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'] as const;
+
+/**
+ * Every field a model write reads. A model read is accepted back as a write: the
+ * `*_price_per_million_usd` prices set the price too (see modelInputOf), and the fields a
+ * read adds (`id`, `object`, `created`, `owned_by`, `has_upstream_key`, `updated_at`, a
+ * write's `warnings`) are accepted and ignored: the path names the model, and the service
+ * keeps the others.
+ */
+export const modelPatchSchema = z.object({
+  provider: z.enum(['openai', 'anthropic']).optional(),
+  upstream_base_url: upstreamUrlSchema.optional(),
+  upstream_model: z.string().min(1).max(256).optional(),
+  upstream_api_key: z.string().min(1).max(upstream_key_chars_max).nullable().optional(),
+  display_name: z.string().min(1).max(256).nullable().optional(),
+  description: z.string().max(4096).nullable().optional(),
+  context_window: tokens.optional(),
+  max_output_tokens: tokens.optional(),
+  supports_streaming: z.boolean().optional(),
+  active: z.boolean().optional(),
+  input_price_per_million_credits: price.optional(),
+  output_price_per_million_credits: price.optional(),
+  cache_read_price_per_million_credits: price.optional(),
+  cache_write_price_per_million_credits: price.optional(),
+  input_price_per_million_usd: usdPrice.optional(),
+  output_price_per_million_usd: usdPrice.optional(),
+  cache_read_price_per_million_usd: usdPrice.optional(),
+  cache_write_price_per_million_usd: usdPrice.optional(),
+  id: z.unknown(),
+  object: z.unknown(),
+  created: z.unknown(),
+  owned_by: z.unknown(),
+  has_upstream_key: z.unknown(),
+  updated_at: z.unknown(),
+  warnings: z.unknown(),
+});
+
+/**
+ * PUT: the whole model. Required: provider, upstream_base_url, upstream_model,
+ * context_window, max_output_tokens, supports_streaming, and the input and output prices
+ * (in credits or in USD; modelInputOf checks those).
+ */
+export const modelPutSchema = modelPatchSchema.extend({
+  provider: z.enum(['openai', 'anthropic']),
+  upstream_base_url: upstreamUrlSchema,
+  upstream_model: z.string().min(1).max(256),
+  context_window: tokens,
+  max_output_tokens: tokens,
+  supports_streaming: z.boolean(),
+});
+
+type ModelWrite = z.infer<typeof modelPatchSchema>;
+
+/**
+ * The stored model a write makes: `body` over `current` (a PATCH) or over the defaults (a
+ * PUT: no current). A price may come in credits or in USD; both given must agree, and USD
+ * must be a whole number of credits. 400 invalid_request naming the field otherwise.
+ */
+function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput {
+  const base: ModelInput = current ?? {
+    provider: body.provider!,
+    upstream_base_url: body.upstream_base_url!,
+    upstream_model: body.upstream_model!,
+    display_name: null,
+    description: null,
+    context_window: body.context_window!,
+    max_output_tokens: body.max_output_tokens!,
+    supports_streaming: body.supports_streaming!,
+    active: true,
+    input_price_per_million_credits: -1,
+    output_price_per_million_credits: -1,
+    cache_read_price_per_million_credits: 0,
+    cache_write_price_per_million_credits: 0,
+  };
+  const next: ModelInput = { ...base };
+  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active'] as const) {
+    if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
+  }
+  for (const kind of model_price_kinds) {
+    const creditsField = `${kind}_price_per_million_credits` as const;
+    const usdField = `${kind}_price_per_million_usd` as const;
+    const credits = body[creditsField];
+    const usd = body[usdField];
+    let value = credits;
+    if (usd !== undefined) {
+      const fromUsd = toCredits(usd, 'usd');
+      if (fromUsd === null) {
+        throw new ApiError('invalid_request', { param: usdField, message: `${usdField} must be a whole number of credits (1 credit = 0.000001 USD)` });
+      }
+      if (credits !== undefined && credits !== fromUsd) {
+        throw new ApiError('invalid_request', {
+          param: usdField,
+          message: `${usdField} (${usd}) is ${fromUsd} credits, but ${creditsField} is ${credits}; send one of them, or both equal`,
+        });
+      }
+      value = fromUsd;
+    }
+    if (value !== undefined) next[creditsField] = value;
+    if (next[creditsField] < 0) {
+      throw new ApiError('invalid_request', { param: creditsField, message: `${creditsField} (or ${usdField}) is required` });
+    }
+  }
+  if (next.max_output_tokens > next.context_window) {
+    throw new ApiError('invalid_request', {
+      param: 'max_output_tokens',
+      message: `max_output_tokens (${next.max_output_tokens}) may not exceed context_window (${next.context_window})`,
+    });
+  }
+  return next;
+}
+
+/**
+ * What a saved model will do that its writer may not expect: answered with the write, so
+ * that a model saved without its provider key does not fail silently at its first call.
+ */
+export function modelWarnings(m: ModelRow, modelPath: string): { code: string; param: string; message: string }[] {
+  const warnings = [];
+  if (!m.has_upstream_key) {
+    warnings.push({
+      code: 'byok_key_required',
+      param: 'upstream_api_key',
+      message: `the model has no upstream_api_key: every gateway call to it answers 402 byok_key_required until one is set (PATCH ${modelPath} {"upstream_api_key": "..."})`,
+    });
+  }
+  if (!m.active) {
+    warnings.push({
+      code: 'model_inactive',
+      param: 'active',
+      message: 'the model is inactive: GET /v1/models does not list it and gateway calls answer 404 model_not_found until active is true',
+    });
+  }
+  return warnings;
+}
 
 const planSchema = z.object({ plan: z.enum(planIds) });
 /** The job states GET /queues counts, in the order a job passes through them. */
@@ -166,6 +300,320 @@ const dailyUsageQuery = z.object({
   cursor: z.string().max(200).optional(),
 });
 
+/**
+ * GET /usage: gateway usage and cost totals. `group_by` is a comma-separated list of
+ * day, project, customer and model (all four when omitted; empty for one total).
+ */
+export const usageTotalsQuery = z.object({
+  project_id: z.string().min(1).max(256).optional(),
+  customer_id: identifierSchema.optional(),
+  model: modelIdSchema.optional(),
+  from: isoTime.optional(),
+  to: isoTime.optional(),
+  group_by: z
+    .string()
+    .max(64)
+    .transform((v, ctx) => {
+      const parts = v === '' ? [] : v.split(',').map((x) => x.trim());
+      for (const part of parts) {
+        if (!(usage_dimensions as readonly string[]).includes(part)) {
+          ctx.addIssue({ code: z.ZodIssueCode.custom, message: `unknown dimension ${JSON.stringify(part)}; use a comma-separated list of ${usage_dimensions.join(', ')}` });
+          return z.NEVER;
+        }
+      }
+      // In the order the groups are sorted by, whatever order was sent.
+      return usage_dimensions.filter((d) => parts.includes(d)) as UsageDimension[];
+    })
+    .default(usage_dimensions.join(',')),
+  limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
+  cursor: z.string().max(2048).optional(),
+});
+
+// The documentation of the operations (src/openapi/): one describeOperation per operation
+// below, in the same order, described at both mounts (/v1/admin and /dashboard/api).
+
+export const projectSchema = z
+  .object({ id: z.string(), name: z.string(), contract: z.enum(['A', 'B']), rate_limit_per_minute: z.number().int().nullable(), created_at: timestamp })
+  .strict()
+  .openapi('Project');
+const walletSums = z.record(walletAmountsSchema).nullable();
+export const customerListEntrySchema = z
+  .object({
+    id: z.string(),
+    project_id: z.string(),
+    name: z.string().nullable(),
+    email: z.string().nullable(),
+    created_at: timestamp,
+    balance: z
+      .object({ total: z.number().int(), used: z.number().int(), frozen: z.number().int(), available: z.number().int(), available_usd: z.string() })
+      .strict()
+      .nullable()
+      .openapi({ description: 'Over the sources active now; null when Redis does not hold the customer.' }),
+    wallets: walletSums,
+  })
+  .strict()
+  .openapi('CustomerListEntry');
+const customerDetailSchema = extended(customerListEntrySchema, { sources: z.array(sourceSchema).nullable().openapi({ description: 'Every source, archived ones included.' }) })
+  .openapi('CustomerDetail');
+const usd = z.string().openapi({ description: 'Exact decimal string.' });
+const dailyUsageSchema = z
+  .object({
+    date: z.string().date(),
+    operations: z.number().int().openapi({ description: 'Deducts, consumes and settled gateway calls.' }),
+    credits: z.number().int(),
+    cost_usd: usd,
+    by_model: z.array(
+      z
+        .object({
+          model: z.string(),
+          calls: z.number().int(),
+          input_tokens: z.number().int(),
+          output_tokens: z.number().int(),
+          cost_credits: z.number().int(),
+          cost_usd: usd,
+        })
+        .strict(),
+    ),
+  })
+  .strict()
+  .openapi('DailyUsage');
+const queuesSchema = z
+  .object({ data: z.array(z.object({ name: z.string(), counts: z.object(Object.fromEntries(job_states.map((s) => [s, z.number().int()]))).strict() }).strict()) })
+  .strict();
+const depositDoc = depositSchema.extend({
+  amount: z.number().int().min(1).max(amount_credits_max).openapi({ description: 'Integer credits, whatever the contract variant.' }),
+  wallet: walletNameSchema.optional().openapi({ description: "Default: the project's default wallet (`credits` for contract B, `default` for A)." }),
+  starts_at: z.string().optional(),
+  expires_at: z.string().optional(),
+});
+const keyCreateDoc = keyCreateSchema.extend({ expires_at: z.string().nullish().openapi({ description: 'ISO 8601, later than now.' }) });
+
+const ok = (description: string, schema: z.ZodTypeAny) => ({ 200: { description, schema } });
+const created = (description: string, schema: z.ZodTypeAny) => ({ 201: { description, schema } });
+const projectParams = 'not_found' as const;
+
+describeOperation({ method: 'GET', path: '/organization', role: 'viewer', tag: 'Organization', summary: 'The organization and its plan', responses: ok('The organization', organizationSchema) });
+describeOperation({
+  method: 'GET',
+  path: '/organization/plan/preview',
+  role: 'viewer',
+  tag: 'Organization',
+  summary: 'What a plan change would do now',
+  query: planPreviewQuery,
+  responses: ok('The quote', quoteSchema),
+});
+describeOperation({
+  method: 'PUT',
+  path: '/organization/plan',
+  role: 'owner',
+  tag: 'Organization',
+  summary: 'Change the plan',
+  description: 'An upgrade applies at once (charged pro rata); a downgrade starts with the next period.',
+  body: planSchema.strict(),
+  responses: ok('The organization, with the change', extended(organizationSchema, { change: quoteSchema })),
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects',
+  role: 'admin',
+  tag: 'Projects',
+  summary: 'Create a project',
+  body: projectCreateSchema.strict(),
+  responses: created('The project', projectSchema),
+  errors: ['plan_limit_reached'],
+});
+describeOperation({ method: 'GET', path: '/projects', role: 'viewer', tag: 'Projects', summary: 'The projects', query: listQuery, responses: ok('A page of projects', listOf(projectSchema)) });
+describeOperation({ method: 'GET', path: '/projects/:project_id', role: 'viewer', tag: 'Projects', summary: 'A project', responses: ok('The project', projectSchema), errors: [projectParams] });
+describeOperation({
+  method: 'PATCH',
+  path: '/projects/:project_id',
+  role: 'admin',
+  tag: 'Projects',
+  summary: "Change a project's name, contract variant or rate limit",
+  body: projectPatchSchema.strict(),
+  responses: ok('The project', projectSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/reconcile',
+  role: 'admin',
+  tag: 'Projects',
+  summary: "Start a reconcile of the project's customers (Redis against PostgreSQL) in the background",
+  description:
+    'Queues a job that the workers run; with `repair`, it rewrites Redis from PostgreSQL. The body may be omitted. ' +
+    'While a job of the same kind is queued or running for the project, that one is answered. Follow it at `Location`.',
+  body: reconcileSchema.strict(),
+  bodyOptional: true,
+  responses: {
+    202: {
+      description: 'The job, queued',
+      schema: reconcileJobStartedSchema,
+      headers: { Location: { description: "The job's address (GET it for its status and report)", schema: z.string(), required: true } },
+    },
+  },
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/reconcile/:job_id',
+  role: 'admin',
+  tag: 'Projects',
+  summary: 'A reconcile job: its status, progress and, once completed, its report',
+  description: "Another project's job, or one finished more than 24 hours ago, is not found.",
+  responses: ok('The job', reconcileJobSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/keys',
+  role: 'admin',
+  tag: 'Keys',
+  summary: 'Create a project or customer-scoped key',
+  body: keyCreateDoc.strict(),
+  responses: created('The key, with its secret (shown once)', createdKeySchema),
+  errors: [projectParams, 'invalid_expires_at', 'plan_limit_reached'],
+});
+describeOperation({ method: 'GET', path: '/projects/:project_id/keys', role: 'viewer', tag: 'Keys', summary: "The project's keys", query: listQuery, responses: ok('A page of keys', listOf(keySchema)), errors: [projectParams] });
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/keys/:key_id/revoke',
+  role: 'admin',
+  tag: 'Keys',
+  summary: 'Revoke a key',
+  description: 'Revoking again answers the first `revoked_at`. The body may be omitted.',
+  body: z.object({}).strict(),
+  bodyOptional: true,
+  responses: ok('The key', keySchema),
+  errors: [projectParams],
+});
+describeOperation({ method: 'GET', path: '/projects/:project_id/models', role: 'viewer', tag: 'Models', summary: "The project's models", query: listQuery, responses: ok('A page of models', listOf(adminModelEntrySchema)), errors: [projectParams] });
+describeOperation({
+  method: 'PUT',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Create or replace a model',
+  description: 'The model id may contain `/`: sent percent-encoded as one segment (`openai%2Fgpt-4o`) or raw (`openai/gpt-4o`).',
+  params: z.object({ project_id: z.string(), model_id: modelIdSchema }),
+  body: modelPutSchema,
+  responses: { ...created('The model, created', adminModelEntrySchema), ...ok('The model, replaced', adminModelEntrySchema) },
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/customers',
+  role: 'viewer',
+  tag: 'Customers',
+  summary: "The project's customers, with their balances",
+  query: customerListQuery,
+  responses: ok('A page of customers', listOf(customerListEntrySchema)),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/customers/:customer_id',
+  role: 'viewer',
+  tag: 'Customers',
+  summary: 'A customer, with its balance and sources',
+  responses: ok('The customer', customerDetailSchema),
+  errors: [projectParams, 'customer_not_found'],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/customers/:customer_id/ledger',
+  role: 'viewer',
+  tag: 'Customers',
+  summary: "A customer's ledger",
+  query: ledgerQuery,
+  responses: ok('A page of ledger entries', ledgerPageSchema),
+  errors: [projectParams, 'customer_not_found'],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/customers/:customer_id/deposits',
+  role: 'admin',
+  tag: 'Customers',
+  summary: 'Deposit credits to a customer',
+  description: 'As `POST /v1/customers/deposit`, with `amount` in integer credits in both variants. 200 for a replay of the same `idempotency_key`.',
+  body: depositDoc.pick({ amount: true, wallet: true, description: true, starts_at: true, expires_at: true, idempotency_key: true, source: true }).strict(),
+  responses: { ...created('The deposit', depositResultSchema), ...ok('A replay of the deposit', depositResultSchema) },
+  errors: [projectParams, 'invalid_amount', 'invalid_starts_at', 'invalid_expires_at', 'transaction_conflict'],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/usage',
+  role: 'viewer',
+  tag: 'Gateway',
+  summary: "The project's gateway calls",
+  query: usageQuery,
+  responses: ok('A page of usage records', usagePageSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/receipts/:transaction_id',
+  role: 'viewer',
+  tag: 'Gateway',
+  summary: "A gateway call's receipt",
+  responses: ok('The receipt', receiptSchema),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/usage/daily',
+  role: 'viewer',
+  tag: 'Organization',
+  summary: 'Billable operations per UTC day',
+  query: dailyUsageQuery,
+  responses: ok('A page of days, newest first', listOf(dailyUsageSchema)),
+  errors: [projectParams],
+});
+describeOperation({ method: 'GET', path: '/members', role: 'viewer', tag: 'Members', summary: "The organization's members", query: listQuery, responses: ok('A page of members', listOf(memberSchema)) });
+describeOperation({
+  method: 'POST',
+  path: '/members',
+  role: 'owner',
+  tag: 'Members',
+  summary: 'Add a member',
+  description: 'Without `password` the service makes one and answers it once, as `password`.',
+  body: memberCreateSchema.strict(),
+  responses: created('The member', extended(memberSchema, { password: z.string().optional().openapi({ description: 'The password the service made (only when none was sent).' }) })),
+  errors: ['email_taken', 'plan_limit_reached'],
+});
+describeOperation({ method: 'GET', path: '/members/:member_id', role: 'viewer', tag: 'Members', summary: 'A member', responses: ok('The member', memberSchema), errors: ['not_found'] });
+describeOperation({
+  method: 'PATCH',
+  path: '/members/:member_id',
+  role: 'owner',
+  tag: 'Members',
+  summary: "Change a member's role",
+  body: memberPatchSchema.strict(),
+  responses: ok('The member', memberSchema),
+  errors: ['not_found', 'last_owner'],
+});
+describeOperation({
+  method: 'DELETE',
+  path: '/members/:member_id',
+  role: 'owner',
+  tag: 'Members',
+  summary: 'Remove a member',
+  description: "Ends the member's sessions.",
+  responses: ok('The member, with `deleted: true`', extended(memberSchema, { deleted: z.literal(true) })),
+  errors: ['not_found', 'last_owner'],
+});
+describeOperation({ method: 'GET', path: '/invoices', role: 'viewer', tag: 'Organization', summary: "The organization's invoices", query: listQuery, responses: ok('A page of invoices', listOf(invoiceSchema)) });
+describeOperation({ method: 'GET', path: '/invoices/:invoice_id', role: 'viewer', tag: 'Organization', summary: 'An invoice', responses: ok('The invoice', invoiceSchema), errors: ['not_found'] });
+describeOperation({
+  method: 'GET',
+  path: '/queues',
+  role: 'owner',
+  tag: 'Organization',
+  summary: "The service's job queues, counted by state",
+  description: "The service's own BullMQ queues, shared by every organization: counts only.",
+  responses: ok('The queues', queuesSchema),
+});
+
 /** A customer id from the path, held to what a deposit body's customer_id may be (PostgreSQL stores it). */
 function customerIdParam(req: Request): string {
   const id = parseWith(identifierSchema, String(req.params.customer_id));
@@ -192,6 +640,8 @@ function projectEntry(p: ProjectRow) {
     name: p.name,
     contract: p.contract,
     rate_limit_per_minute: p.rate_limit_per_minute,
+    active: p.deactivated_at === null,
+    deactivated_at: p.deactivated_at === null ? null : new Date(p.deactivated_at).toISOString(),
     created_at: new Date(p.created_at).toISOString(),
   };
 }
@@ -230,6 +680,16 @@ export function managementOperations(rt: Runtime): Operation[] {
     if (!project) throw new ApiError('not_found', { message: 'project not found' });
     return project;
   }
+
+  /** A project that may be changed: 409 project_deactivated for a deactivated one. */
+  async function writableProject(req: Request, res: Response): Promise<ProjectRow> {
+    const project = await projectOr404(req, res);
+    if (project.deactivated_at !== null) throw projectDeactivated(project.id);
+    return project;
+  }
+
+  const modelPath = (project: ProjectRow, modelId: string) => `/v1/admin/projects/${project.id}/models/${encodeURIComponent(modelId)}`;
+  const modelAnswer = (project: ProjectRow, model: ModelRow) => ({ ...adminModelEntry(model), warnings: modelWarnings(model, modelPath(project, model.id)) });
 
   const scopeOf = (project: ProjectRow) => ({ projectId: project.id, organizationId: project.organization_id });
   const customerReads = { ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries };
@@ -300,11 +760,24 @@ export function managementOperations(rt: Runtime): Operation[] {
 
   op('PATCH', '/projects/:project_id', 'admin', async (req, res) => {
     const patch = strictBody(req, projectPatchSchema);
+    await writableProject(req, res);
     const project = await admin.updateProject(orgOf(res), String(req.params.project_id), patch);
     if (!project) throw new ApiError('not_found', { message: 'project not found' });
     // API processes cache key records with their project's contract and rate limit.
     await projectChanged(project.id);
     res.json(projectEntry(project));
+  });
+
+  // Deactivation, not deletion: the project's customers, ledger, usage records and
+  // receipts are money records, and stay readable here. Its keys are revoked in the same
+  // transaction, so nothing can spend or deposit any more; what was in flight finishes.
+  op('DELETE', '/projects/:project_id', 'admin', async (req, res) => {
+    onlyQuery(req);
+    const done = await admin.deactivateProject(orgOf(res), String(req.params.project_id));
+    if (!done) throw new ApiError('not_found', { message: 'project not found' });
+    // Every API process drops the project's cached key records and models.
+    await projectChanged(done.project.id);
+    res.json({ ...projectEntry(done.project), keys_revoked: done.keysRevoked });
   });
 
   // Reconcile runs as a background job (src/reconcile/jobs.ts): 202 and where to ask.
@@ -315,7 +788,7 @@ export function managementOperations(rt: Runtime): Operation[] {
     // Over HTTP, the status's address under the mount the call came through.
     const path = req.originalUrl?.split('?')[0];
     if (path) res.setHeader('Location', `${path}/${encodeURIComponent(job.id)}`);
-    res.status(202).json(job);
+    res.status(202).json(startedEntry(job));
   });
 
   // An admin started it; its report names customers and their balances, as the customer reads do.
@@ -375,17 +848,45 @@ export function managementOperations(rt: Runtime): Operation[] {
     sendList(res, await models.listModels(project.id, pageRequest(req)), adminModelEntry);
   });
 
-  op('PUT', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
-    const project = await projectOr404(req, res);
-    const modelId = modelIdParam(req);
-    const input = strictBody(req, modelPutSchema);
-    // An upstream on the service's own network would let a project admin reach it (SSRF).
-    const refused = await rt.upstream.baseUrlRefusal(input.upstream_base_url);
+  /** An upstream on the service's own network would let a project admin reach it (SSRF). */
+  async function checkUpstream(url: string | undefined): Promise<void> {
+    const refused = url === undefined ? null : await rt.upstream.baseUrlRefusal(url);
     if (refused !== null) throw new ApiError('invalid_request', { param: 'upstream_base_url', message: refused });
+  }
+
+  op('PUT', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
+    const project = await writableProject(req, res);
+    const modelId = modelIdParam(req);
+    const input = modelInputOf(strictBody(req, modelPutSchema), null);
+    await checkUpstream(input.upstream_base_url);
     const { model, created } = await models.upsertModel(project.id, modelId, input);
     // Gateway processes cache models per project and drop them on this message.
     await projectChanged(project.id);
-    res.status(created ? 201 : 200).json(adminModelEntry(model));
+    res.status(created ? 201 : 200).json(modelAnswer(project, model));
+  });
+
+  op('PATCH', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
+    const project = await writableProject(req, res);
+    const modelId = modelIdParam(req);
+    const body = strictBody(req, modelPatchSchema);
+    await checkUpstream(body.upstream_base_url);
+    const model = await models.updateModel(project.id, modelId, (current) => modelInputOf(body, current));
+    if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found; PUT creates it` });
+    await projectChanged(project.id);
+    res.json(modelAnswer(project, model));
+  });
+
+  // A real delete: nothing of the ledger refers to the row (usage records and receipts
+  // keep the model id and the prices they were billed at). A call that already loaded the
+  // model finishes with it; `active: false` is the way to stop serving a model and keep it.
+  op('DELETE', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
+    onlyQuery(req);
+    const project = await writableProject(req, res);
+    const modelId = modelIdParam(req);
+    const model = await models.deleteModel(project.id, modelId);
+    if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found` });
+    await projectChanged(project.id);
+    res.json({ ...adminModelEntry(model), deleted: true });
   });
 
   // Customers
@@ -416,7 +917,7 @@ export function managementOperations(rt: Runtime): Operation[] {
   });
 
   op('POST', '/projects/:project_id/customers/:customer_id/deposits', 'admin', async (req, res) => {
-    const project = await projectOr404(req, res);
+    const project = await writableProject(req, res);
     const fields = strictBody(req, depositSchema);
     const body = jsonBody(req);
     const amount = readAmount(body, 'B')!;
@@ -482,6 +983,36 @@ export function managementOperations(rt: Runtime): Operation[] {
     }));
     const hasMore = days.length > q.limit;
     res.json({ object: 'list', data, has_more: hasMore, next_cursor: hasMore ? encodeDayCursor(shown[shown.length - 1].day) : null });
+  });
+
+  op('GET', '/usage', 'viewer', async (req, res) => {
+    onlyQuery(req, Object.keys(usageTotalsQuery.shape));
+    const q = parseWith(usageTotalsQuery, req.query);
+    const project = q.project_id === undefined ? null : await projectOr404(req, res, q.project_id);
+    const fromMs = q.from === undefined ? null : Date.parse(q.from);
+    const toMs = q.to === undefined ? null : Date.parse(q.to);
+    if (fromMs !== null && toMs !== null && toMs <= fromMs) throw new ApiError('invalid_request', { param: 'to', message: 'to must be later than from' });
+    const rows = await listings.usageTotals({
+      organizationId: orgOf(res),
+      projectId: project?.id ?? null,
+      customerId: q.customer_id ?? null,
+      model: q.model ?? null,
+      fromMs,
+      toMs,
+      groupBy: q.group_by,
+      after: q.cursor === undefined ? null : decodeUsageCursor(q.group_by, q.cursor),
+      limit: q.limit,
+    });
+    const shown = rows.slice(0, q.limit);
+    const hasMore = rows.length > q.limit;
+    const last = shown[shown.length - 1];
+    res.json({
+      object: 'list',
+      group_by: q.group_by,
+      data: shown.map(({ day, ...r }) => ({ date: day, ...r, cost_usd: creditsToUsd(r.cost_credits) })),
+      has_more: hasMore,
+      next_cursor: hasMore ? encodeUsageCursor(q.group_by, last) : null,
+    });
   });
 
   // Members

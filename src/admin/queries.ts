@@ -11,6 +11,8 @@ export const projectRow = z.object({
   contract: z.enum(['A', 'B']),
   rate_limit_per_minute: z.number().nullable(),
   created_at: z.number(),
+  /** Epoch ms; null while the project is active. */
+  deactivated_at: z.number().nullable(),
 });
 export type ProjectRow = z.infer<typeof projectRow>;
 
@@ -83,7 +85,7 @@ export interface ProjectPatch {
   rate_limit_per_minute?: number | null;
 }
 
-const projectColumns = sql.fragment`id, organization_id, name, contract, rate_limit_per_minute, created_at`;
+const projectColumns = sql.fragment`id, organization_id, name, contract, rate_limit_per_minute, created_at, deactivated_at`;
 
 export function createAdminQueries(pool: DatabasePool) {
   /** A project of this organization; another organization's project reads as absent. */
@@ -92,9 +94,11 @@ export function createAdminQueries(pool: DatabasePool) {
       SELECT ${projectColumns} FROM projects WHERE id = ${projectId} AND organization_id = ${organizationId}`);
 
   return {
-    createOrganization(name: string) {
+    /** `demoAllowance`: the demo's (src/plans/catalogue.ts), set only by `npm start`'s demo. */
+    createOrganization(name: string, opts: { demoAllowance?: boolean } = {}) {
       return pool.one(sql.type(organizationRow)`
-        INSERT INTO organizations (id, name) VALUES (${newId('org')}, ${name}) RETURNING id, name, plan, created_at`);
+        INSERT INTO organizations (id, name, demo_allowance) VALUES (${newId('org')}, ${name}, ${opts.demoAllowance ?? false})
+        RETURNING id, name, plan, created_at`);
     },
     createProject(organizationId: string, name: string, contract: 'A' | 'B' = 'B') {
       return pool.one(sql.type(projectRow)`
@@ -119,7 +123,7 @@ export function createAdminQueries(pool: DatabasePool) {
         await tx.query(sql.unsafe`SELECT id FROM organizations WHERE id = ${organizationId} FOR UPDATE`);
         if (projectsMax !== null) {
           const n = await tx.oneFirst(sql.type(z.object({ n: z.number() }))`
-            SELECT count(*)::int8 AS n FROM projects WHERE organization_id = ${organizationId}`);
+            SELECT count(*)::int8 AS n FROM projects WHERE organization_id = ${organizationId} AND deactivated_at IS NULL`);
           if (n >= projectsMax) return null;
         }
         return tx.one(sql.type(projectRow)`
@@ -149,6 +153,26 @@ export function createAdminQueries(pool: DatabasePool) {
         UPDATE projects SET ${sql.join(sets, sql.fragment`, `)}
         WHERE id = ${projectId} AND organization_id = ${organizationId}
         RETURNING ${projectColumns}`);
+    },
+
+    /**
+     * Deactivates a project and revokes its keys, in one transaction: a key created
+     * concurrently (which locks the project row) is either revoked here or refused for
+     * the deactivated project. Deactivating again keeps the first time and revokes
+     * nothing new. Null when the project is not this organization's; `keysRevoked`
+     * counts the keys this call revoked.
+     */
+    deactivateProject(organizationId: string, projectId: string): Promise<{ project: ProjectRow; keysRevoked: number } | null> {
+      return pool.transaction(async (tx) => {
+        const project = await tx.maybeOne(sql.type(projectRow)`
+          UPDATE projects SET deactivated_at = COALESCE(deactivated_at, now())
+          WHERE id = ${projectId} AND organization_id = ${organizationId}
+          RETURNING ${projectColumns}`);
+        if (!project) return null;
+        const revoked = await tx.query(sql.unsafe`
+          UPDATE api_keys SET revoked_at = now() WHERE project_id = ${projectId} AND revoked_at IS NULL`);
+        return { project, keysRevoked: revoked.rowCount };
+      });
     },
   };
 }

@@ -17,13 +17,13 @@ import { exactRouter } from '../http/router.js';
 import { strictBody } from '../http/validate.js';
 import { hashPassword, password_chars_max, password_chars_min, verifyPassword } from '../members/passwords.js';
 import { matchingMemberships, sessionAuth, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
-import { createMemberQueries, memberEntry, type MemberQueries, type SignInCandidate } from '../members/store.js';
+import { createMemberQueries, memberEntry, memberSchema, type MemberQueries, type SignInCandidate } from '../members/store.js';
+import { admin_prefix, dashboard_api_prefix, describeRoute, extended, timestamp } from '../openapi/registry.js';
 import type { Runtime } from '../runtime.js';
 import { actorFromAdminKey, requireRole } from './actor.js';
 import { email_chars_max, type Operation } from './operations.js';
 
-export const admin_prefix = '/v1/admin';
-export const dashboard_api_prefix = '/dashboard/api';
+export { admin_prefix, dashboard_api_prefix };
 
 function register(r: Router, prefix: string, ops: readonly Operation[]): void {
   for (const o of ops) {
@@ -50,6 +50,56 @@ const signInSchema = z.object({
 const passwordChangeSchema = z.object({
   current_password: z.string().min(1).max(password_chars_max),
   new_password: z.string().min(password_chars_min).max(password_chars_max),
+});
+
+// The documented session routes (src/openapi/).
+const organizationRef = z.object({ id: z.string(), name: z.string() }).strict();
+const sessionSchema = z
+  .object({
+    member: memberSchema,
+    organization: organizationRef,
+    csrf_token: z.string().openapi({ description: 'Send as `X-CSRF-Token` on every change.' }),
+    expires_at: timestamp,
+  })
+  .strict()
+  .openapi('Session');
+const sessionDoc = { tag: 'Dashboard sessions', errors: [] } as const;
+describeRoute({
+  ...sessionDoc,
+  method: 'POST',
+  path: `${dashboard_api_prefix}/session`,
+  callers: ['public'],
+  summary: 'Sign in to the dashboard',
+  description:
+    'Sets the session cookie (`svc_session`, Path=/dashboard, HttpOnly, SameSite=Strict). An email that is a member of several organizations signs in to the one `organization_id` names, else to the oldest membership the password opens. The body must be JSON.',
+  body: signInSchema.strict(),
+  responses: {
+    201: {
+      description: 'Signed in',
+      schema: extended(sessionSchema, { other_organizations: z.array(organizationRef) }),
+      headers: { 'Set-Cookie': { description: 'The session cookie.', required: true } },
+    },
+  },
+  errors: ['invalid_credentials', 'rate_limited', 'invalid_json', 'invalid_request', 'payload_too_large'],
+});
+describeRoute({ ...sessionDoc, method: 'GET', path: `${dashboard_api_prefix}/session`, callers: ['session'], summary: 'The signed-in member, organization and CSRF token', responses: { 200: { description: 'The session', schema: sessionSchema } } });
+describeRoute({
+  ...sessionDoc,
+  method: 'DELETE',
+  path: `${dashboard_api_prefix}/session`,
+  callers: ['session'],
+  summary: 'Sign out',
+  responses: { 200: { description: 'Signed out; the cookie is cleared', schema: z.object({ signed_out: z.literal(true) }).strict() } },
+});
+describeRoute({
+  ...sessionDoc,
+  method: 'PUT',
+  path: `${dashboard_api_prefix}/session/password`,
+  callers: ['session'],
+  summary: "Change the member's own password",
+  body: passwordChangeSchema.strict(),
+  responses: { 200: { description: 'The member', schema: memberSchema } },
+  errors: ['invalid_credentials'],
 });
 
 /** The session's answer: who is signed in, where, until when, and the CSRF token for changes. */

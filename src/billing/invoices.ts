@@ -17,6 +17,7 @@
 import type { Logger } from 'pino';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { newId } from '../ids.js';
 import { parseOutboxEntry } from '../redis/codec.js';
@@ -288,3 +289,50 @@ export class Invoicing {
       SELECT ${invoiceColumns} FROM invoices WHERE id = ${invoiceId} AND organization_id = ${organizationId}`);
   }
 }
+
+// The documented answer of invoiceEntry (src/openapi/).
+const lineCommon = { description: z.string(), amount_cents: z.number().int(), amount_usd: z.string() };
+export const invoiceSchema = z
+  .object({
+    id: z.string(),
+    organization_id: z.string(),
+    period_start: timestamp,
+    period_end: timestamp,
+    plan: z.enum(planIds),
+    included_ops: z.number().int().nullable(),
+    operations_used: z.number().int(),
+    overage_ops: z.number().int(),
+    overage_rate_cents_per_10k: z.number().int(),
+    lines: z.array(
+      z.discriminatedUnion('type', [
+        z.object({ type: z.literal('plan'), plan: z.enum(planIds), ...lineCommon }).strict(),
+        z
+          .object({
+            type: z.literal('upgrade'),
+            from_plan: z.enum(planIds),
+            to_plan: z.enum(planIds),
+            effective_at: timestamp,
+            remaining_ms: z.number().int(),
+            period_ms: z.number().int(),
+            ...lineCommon,
+          })
+          .strict(),
+        z
+          .object({
+            type: z.literal('overage'),
+            plan: z.enum(planIds),
+            included_ops: z.number().int().nullable(),
+            operations_used: z.number().int(),
+            overage_ops: z.number().int(),
+            rate_cents_per_10k: z.number().int(),
+            ...lineCommon,
+          })
+          .strict(),
+      ]),
+    ),
+    total_cents: z.number().int(),
+    total_usd: z.string(),
+    created_at: timestamp,
+  })
+  .strict()
+  .openapi('Invoice');

@@ -6,7 +6,9 @@
  * and the overage of a count that is not a multiple of 10,000: both are rounded once,
  * half up, with exact integer arithmetic (docs/API.md, "Upgrades, pro-rated").
  */
-import { plans, type PlanId } from '../plans/catalogue.js';
+import { planIds, plans, type PlanId } from '../plans/catalogue.js';
+import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 
 /** numerator / denominator rounded half up, exact for any sizes (both non-negative). */
 export function divRoundHalfUp(numerator: bigint, denominator: bigint): bigint {
@@ -106,3 +108,22 @@ export function quoteEntry(q: PlanQuote) {
     custom_price: q.custom_price,
   };
 }
+
+// The documented answer (src/openapi/).
+export const quoteSchema = z
+  .object({
+    current_plan: z.enum(planIds),
+    plan: z.enum(planIds),
+    change: z.enum(['upgrade', 'downgrade', 'none']),
+    effective_at: timestamp.openapi({ description: 'Now for an upgrade, `period_end` for a downgrade.' }),
+    period_start: timestamp,
+    period_end: timestamp,
+    remaining_ms: z.number().int(),
+    period_ms: z.number().int(),
+    price_difference_cents: z.number().int(),
+    prorated_charge_cents: z.number().int().openapi({ description: 'What an upgrade charges now, 0 for anything else.' }),
+    prorated_charge_usd: z.string(),
+    custom_price: z.boolean().openapi({ description: 'An upgrade to `enterprise`, which has no list price.' }),
+  })
+  .strict()
+  .openapi('PlanQuote');

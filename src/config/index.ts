@@ -8,6 +8,9 @@ const bool = z
   .enum(['1', '0', 'true', 'false', 'yes', 'no', ''])
   .transform((v) => v === '1' || v === 'true' || v === 'yes');
 
+/** A port that may be left unset; an empty value is unset too. */
+const optionalPort = z.preprocess((v) => (v === '' ? undefined : v), z.coerce.number().int().min(0).max(65535).optional());
+
 const schema = z.object({
   NODE_ENV: z.string().default('development'),
   HOST: z.string().default('127.0.0.1'),
@@ -90,7 +93,25 @@ const schema = z.object({
    * PostgreSQL first (the job also waits for any outbox entry of the period still in Redis).
    */
   INVOICE_GRACE_SECONDS: z.coerce.number().int().min(0).default(300),
+  /**
+   * The port of GET /metrics (Prometheus) of an API process, on METRICS_HOST. Unset: served
+   * on the API's own port, and then only there; set, on this port only, and the API port
+   * answers 404 (docs/OPERATIONS.md, "Metrics"). 0 takes any free port.
+   */
+  METRICS_PORT: optionalPort,
+  /**
+   * The port of a worker process's own GET /metrics. Unset: a worker serves none (`npm
+   * start`, which runs the workers inside the API process, serves theirs with the API's).
+   */
+  WORKER_METRICS_PORT: optionalPort,
+  /** The address the metrics ports listen on; unset: HOST. */
+  METRICS_HOST: z.preprocess((v) => (v === '' ? undefined : v), z.string().optional()),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
+  /**
+   * How long a web process lets the requests and streams in flight finish after SIGTERM
+   * before it cuts what is left (src/shutdown.ts).
+   */
+  SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).default(30_000),
 });
 
 export type Config = z.infer<typeof schema>;

@@ -1,8 +1,10 @@
 /**
- * PATCH /v1/customers/{id}: changes name, email or metadata after creation (a deposit
- * sets them only when it creates the customer). PostgreSQL is written first, after the
- * customer's outbox is drained so that its row exists; Redis, the copy the API reads,
- * second. A crash between the two leaves drift that reconcile repairs from PostgreSQL.
+ * A customer's profile outside deposits. POST /v1/customers creates a customer with no
+ * deposit; PATCH /v1/customers/{id} changes name, email or metadata after creation (a
+ * deposit sets them only when it creates the customer). Both write PostgreSQL first (for
+ * PATCH after the customer's outbox is drained so that its row exists) and Redis, the
+ * copy the API reads, second. A crash between the two leaves drift that reconcile repairs
+ * from PostgreSQL.
  */
 import type { Router } from 'express';
 import { exactRouter } from '../http/router.js';
@@ -14,14 +16,50 @@ import { authOf, requireKeyType } from '../http/auth.js';
 import { strictBody } from '../http/validate.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
-import type { LedgerService } from '../ledger/service.js';
+import type { LedgerService, ProjectScope } from '../ledger/service.js';
+import { identifierSchema } from '../ledger/schemas.js';
+import { isDeepStrictEqual } from 'node:util';
 import { LedgerOutbox } from '../ledger/outbox.js';
+import { describeRoute } from '../openapi/registry.js';
+import { customerProfileSchema } from './routes.js';
 import type { DatabasePool } from 'slonik';
 
-const patchSchema = z.object({
-  name: z.string().max(256).nullable().optional(),
-  email: z.string().max(320).email().nullable().optional(),
+export const customer_name_chars_max = 256;
+export const customer_email_chars_max = 320;
+
+export const customerPatchSchema = z.object({
+  name: z.string().max(customer_name_chars_max).nullable().optional(),
+  email: z.string().max(customer_email_chars_max).email().nullable().optional(),
   metadata: z.record(z.unknown()).nullable().optional(),
+});
+
+/** POST /v1/customers: the id, and the profile fields PATCH takes. */
+export const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
+
+type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
+
+/** Metadata as a profile answers it: none and `{}` are the same. */
+const metadataOf = (m: Record<string, unknown> | null | undefined) => (m == null ? {} : m);
+
+/** The first field the request gives that the stored profile has otherwise, or null. */
+function differingField(given: z.infer<typeof customerPatchSchema>, stored: Profile): 'name' | 'email' | 'metadata' | null {
+  for (const f of ['name', 'email'] as const) {
+    if (given[f] !== undefined && given[f] !== stored[f]) return f;
+  }
+  if (given.metadata !== undefined && !isDeepStrictEqual(metadataOf(given.metadata), metadataOf(stored.metadata))) return 'metadata';
+  return null;
+}
+
+describeRoute({
+  method: 'PATCH',
+  path: '/v1/customers/:customer_id',
+  tag: 'Customers',
+  callers: ['project'],
+  summary: "Change a customer's name, email or metadata",
+  description: 'Any of the fields; null clears one.',
+  body: customerPatchSchema.strict(),
+  responses: { 200: { description: 'The profile', schema: customerProfileSchema.openapi('CustomerProfile') } },
+  errors: ['customer_not_found'],
 });
 
 export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
@@ -29,9 +67,68 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
   const customers = createCustomerQueries(deps.db);
   const outbox = new LedgerOutbox(deps.redis, deps.ledgerQueries, deps.prefix, deps.logger);
 
+  /** The profile as the API answers it, from the Redis copy. */
+  async function profileOf(scope: ProjectScope, id: string) {
+    const view = await deps.ledger.view(scope, id);
+    if (!view) throw new ApiError('customer_not_found');
+    return {
+      id,
+      name: view.profile.name,
+      email: view.profile.email,
+      metadata: (view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata)) as Record<string, unknown>,
+      created_at: new Date(Number(view.profile.created_at)).toISOString(),
+    };
+  }
+
+  /**
+   * Creates a customer without a deposit: 201 and its profile. An id that exists already
+   * (made by a deposit or an earlier POST) is answered 200 with the profile as it is when
+   * every field the request gives matches it (a retried creation is safe), else 409
+   * customer_exists naming the first field that differs: nothing is changed (PATCH does).
+   */
+  r.post('/v1/customers', requireKeyType('project'), async (req, res) => {
+    const body = strictBody(req, customerCreateSchema);
+    const { scope } = authOf(res);
+    const id = body.customer_id;
+    await deps.ledger.ready();
+    const k = deps.ledger.keys(scope, id);
+    const existing = async () => {
+      const p = await profileOf(scope, id);
+      const differs = differingField(body, p);
+      if (differs !== null) {
+        throw new ApiError('customer_exists', {
+          param: differs,
+          message: `customer ${id} already exists with another ${differs}; PATCH /v1/customers/{id} changes it (nothing was changed)`,
+        });
+      }
+      res.status(200).json(p);
+    };
+    if (await deps.redis.hexists(k.meta, 'created_at')) return existing();
+    const stored = await customers.createCustomer(scope.projectId, id, {
+      name: body.name ?? null,
+      email: body.email ?? null,
+      metadata: body.metadata ?? null,
+    });
+    // PostgreSQL's row, new or left by a creation whose Redis write never happened, is
+    // the profile: Redis gets it whole. A deposit that created the customer in Redis
+    // meanwhile keeps its source; its profile gives way to the row (its own insert of the
+    // row does nothing), so the two stores agree.
+    const tx = deps.redis.multi().hset(k.meta, 'created_at', String(stored.row.created_at));
+    for (const field of ['name', 'email'] as const) {
+      const v = stored.row[field];
+      if (v === null) tx.hdel(k.meta, field);
+      else tx.hset(k.meta, field, v);
+    }
+    if (stored.row.metadata === null) tx.hdel(k.meta, 'metadata');
+    else tx.hset(k.meta, 'metadata', JSON.stringify(stored.row.metadata));
+    await tx.exec();
+    if (!stored.created) return existing();
+    res.status(201).json(await profileOf(scope, id));
+  });
+
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
     const id = String(req.params.customer_id);
-    const patch = strictBody(req, patchSchema);
+    const patch = strictBody(req, customerPatchSchema);
     const { scope } = authOf(res);
     const k = deps.ledger.keys(scope, id);
     if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');

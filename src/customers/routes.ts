@@ -9,7 +9,8 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { onlyQuery, parseWith } from '../http/validate.js';
-import { isLedgerEntry, outboxEntryToPublic, type LedgerEntry } from '../ledger/entries.js';
+import { isLedgerEntry, ledgerEntrySchema, outboxEntryToPublic, type LedgerEntry } from '../ledger/entries.js';
+import { describeRoute, extended, listOf, timestamp } from '../openapi/registry.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { isActive, type CustomerView, type LedgerService, type ProjectScope, type SourceState } from '../ledger/service.js';
@@ -63,8 +64,84 @@ export function walletsOf(view: CustomerView, sources: SourceState[] = view.sour
 export const ledgerQuery = z.object({
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(200).optional(),
-  type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']).optional(),
+  // In any case: `?type=deduct` filters as `?type=DEDUCT` does.
+  type: z
+    .string()
+    .transform((v) => v.toUpperCase())
+    .pipe(z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']))
+    .optional(),
   transaction_id: z.string().min(1).max(256).optional(),
+});
+
+// The documented answers of the customer reads (src/openapi/).
+const amountsShape = {
+  total: z.number().int(),
+  used: z.number().int(),
+  frozen: z.number().int(),
+  available: z.number().int(),
+};
+export const walletAmountsSchema = z.object(amountsShape).strict().openapi('WalletAmounts', { description: 'Credits summed over the sources active now.' });
+export const sourceSchema = z
+  .object({
+    account_id: z.string(),
+    source: z.string().openapi({ description: "The grant's label." }),
+    credit_type: z.string(),
+    ...amountsShape,
+    available: z.number().int().openapi({ description: '0 when the source is not active.' }),
+    active: z.boolean(),
+    starts_at: timestamp.nullable(),
+    expires_at: timestamp.nullable(),
+  })
+  .strict()
+  .openapi('Source');
+const walletSchema = z.object({ ...amountsShape, sources: z.array(sourceSchema) }).strict().openapi('Wallet');
+export const customerProfileSchema = z
+  .object({
+    id: z.string(),
+    name: z.string().nullable(),
+    email: z.string().nullable(),
+    metadata: z.record(z.unknown()).openapi({ description: '`{}` when none was given.' }),
+    created_at: timestamp,
+  })
+  .strict();
+export const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema) }).openapi('Customer');
+export const balanceSchema = z
+  .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
+  .strict()
+  .openapi('Balance');
+export const ledgerPageSchema = listOf(ledgerEntrySchema);
+
+const readers = ['project', 'customer'] as const;
+describeRoute({
+  method: 'GET',
+  path: '/v1/customers/:customer_id',
+  tag: 'Customers',
+  callers: readers,
+  summary: 'A customer with its wallets and sources',
+  description: 'A customer-scoped key reads only its own customer (another is 404 `customer_not_found`).',
+  responses: { 200: { description: 'The customer', schema: customerSchema } },
+  errors: ['customer_not_found'],
+});
+describeRoute({
+  method: 'GET',
+  path: '/v1/customers/:customer_id/balance',
+  tag: 'Customers',
+  callers: readers,
+  summary: "A customer's balance",
+  description: 'Sums over the sources active at `as_of`, per wallet and in all.',
+  responses: { 200: { description: 'The balance', schema: balanceSchema } },
+  errors: ['customer_not_found'],
+});
+describeRoute({
+  method: 'GET',
+  path: '/v1/customers/:customer_id/ledger',
+  tag: 'Customers',
+  callers: readers,
+  summary: "A customer's ledger",
+  description: 'Newest first; an acknowledged operation is listed at once, before the workers copy it to PostgreSQL.',
+  query: ledgerQuery,
+  responses: { 200: { description: 'A page of ledger entries', schema: ledgerPageSchema } },
+  errors: ['customer_not_found'],
 });
 
 function encodeCursor(seq: number): string {

@@ -16,6 +16,8 @@ export interface ProjectEntry {
   name: string;
   contract: 'A' | 'B';
   rate_limit_per_minute: number | null;
+  active: boolean;
+  deactivated_at: string | null;
   created_at: string;
 }
 

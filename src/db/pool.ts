@@ -3,9 +3,9 @@
  * int8 columns are read as JS numbers: every amount is capped at 10^15 credits and every
  * sum we read stays below 2^53, where numbers are exact. timestamptz reads as epoch ms.
  */
-import { createPool, createTypeParserPreset, type DatabasePool } from 'slonik';
+import { createPool, createTypeParserPreset, type DatabasePool, type Interceptor } from 'slonik';
 
-export async function createDb(databaseUrl: string, maximumPoolSize = 10): Promise<DatabasePool> {
+export async function createDb(databaseUrl: string, maximumPoolSize = 10, interceptors: Interceptor[] = []): Promise<DatabasePool> {
   const typeParsers = [
     ...createTypeParserPreset().filter((p) => p.name !== 'int8'),
     { name: 'int8', parse: (value: string) => Number(value) },
@@ -19,5 +19,6 @@ export async function createDb(databaseUrl: string, maximumPoolSize = 10): Promi
     statementTimeout: 30_000,
     typeParsers,
     resetConnection: async () => {},
+    interceptors,
   });
 }

@@ -45,6 +45,10 @@ export const errorCatalogue = {
   idempotency_key_reused: { status: 409, message: 'this Idempotency-Key was already used; the first call was not charged again' },
   byok_key_required: { status: 402, message: 'the model has no upstream provider key configured' },
 
+  // Management
+  project_deactivated: { status: 409, message: 'the project is deactivated: its records can be read, nothing can be added or changed' },
+  customer_exists: { status: 409, message: 'a customer with this id already exists with other fields; PATCH /v1/customers/{id} changes them' },
+
   // Organisation members
   email_taken: { status: 409, message: 'a member of this organisation already has this email' },
   last_owner: { status: 409, message: 'an organisation keeps at least one owner' },

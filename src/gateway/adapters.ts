@@ -106,6 +106,23 @@ function replaceEventData(eventText: string, oldData: string, data: string): str
   return out;
 }
 
+/** The field that `X-Service-Stream-Billing: inline` adds to a stream's final usage event. */
+export const billing_field = 'service_billing';
+
+/**
+ * `data` (the JSON object `parsed`, as text) with `name: value` added as its last field:
+ * the text as it came with the field spliced in before its closing brace, or, when the
+ * text spans lines (an SSE data field cannot hold a line end), the object serialized
+ * again on one line.
+ */
+function withField(data: string, parsed: Json, name: string, value: unknown): string {
+  const field = `${JSON.stringify(name)}:${JSON.stringify(value)}`;
+  if (/[\r\n]/.test(data)) return JSON.stringify({ ...parsed, [name]: value });
+  const close = data.lastIndexOf('}');
+  const empty = data.slice(0, close).trimEnd().endsWith('{');
+  return `${data.slice(0, close)}${empty ? '' : ','}${field}${data.slice(close)}`;
+}
+
 /** Appends `next` to `out`, as one view with the last part when it follows it in the same memory. */
 function appendJoined(out: Uint8Array[], next: Uint8Array): void {
   const last = out.at(-1);
@@ -157,14 +174,20 @@ export class StreamRelay {
   /** Data of forwarded events whose generated text is not counted yet, and its length. */
   private deferred: string[] = [];
   private deferredChars = 0;
+  /** holdFinal: the final usage event, held back with what follows it (releaseHeld). */
+  private readonly holdFinal: boolean;
+  private final: { bytes: Buffer; text: string; data: string; parsed: Json } | null = null;
+  /** The bytes to forward after the final usage event, once it is held; else null. */
+  private held: Buffer[] | null = null;
 
   constructor(
     format: WireFormat,
     private readonly clientWantsUsage: boolean,
-    opts: { eventBytesMax?: number } = {},
+    opts: { eventBytesMax?: number; holdFinal?: boolean } = {},
   ) {
     this.wire = formats[format];
     this.eventBytesMax = opts.eventBytesMax ?? DEFAULT_EVENT_BYTES_MAX;
+    this.holdFinal = opts.holdFinal === true;
     this.parser = createParser({
       onEvent: (event) => {
         this.parsed = event;
@@ -183,7 +206,10 @@ export class StreamRelay {
     for (const event of this.framer.push(chunk)) {
       const forwarded = this.relayEvent(event, false);
       if (this.invalidReason !== null) break;
-      if (forwarded.length > 0) appendJoined(out, forwarded);
+      if (forwarded.length > 0) {
+        if (this.held === null) appendJoined(out, forwarded);
+        else this.held.push(Buffer.from(forwarded));
+      }
     }
     if (this.invalidReason === null && this.framer.pendingBytes() > this.eventBytesMax) {
       this.invalidReason = `an upstream event is longer than ${this.eventBytesMax} bytes`;
@@ -202,7 +228,33 @@ export class StreamRelay {
     const rest = this.framer.end();
     if (rest.length === 0 || this.invalidReason !== null) return EMPTY;
     const forwarded = this.relayEvent(rest, true);
-    return this.invalidReason === null ? forwarded : EMPTY;
+    if (this.invalidReason !== null) return EMPTY;
+    if (this.held !== null && forwarded.length > 0) {
+      this.held.push(Buffer.from(forwarded));
+      return EMPTY;
+    }
+    return forwarded;
+  }
+
+  /** Whether the final usage event is held back (holdFinal): releaseHeld gives it and what followed it. */
+  holding(): boolean {
+    return this.held !== null;
+  }
+
+  /**
+   * The bytes held back since the final usage event (holdFinal), once, in order: that
+   * event with `billing` added to its data's object as the field `billing_field` (when
+   * `billing` is given), then the events that followed it as they came. Empty when
+   * nothing is held.
+   */
+  releaseHeld(billing: Json | null): Uint8Array {
+    const final = this.final;
+    const held = this.held;
+    if (final === null || held === null) return EMPTY;
+    this.final = null;
+    this.held = null;
+    const first = billing === null ? final.bytes : Buffer.from(replaceEventData(final.text, final.data, withField(final.data, final.parsed, billing_field, billing)), 'utf8');
+    return held.length === 0 ? first : Buffer.concat([first, ...held]);
   }
 
   /**
@@ -270,7 +322,22 @@ export class StreamRelay {
     const data = parseObject(event.data);
     if (data === null) return this.invalidate();
     this.countDelta(data);
+    if (this.holdFinal && !this.reading.complete) return this.readMaybeFinal(data, raw, text, event.data);
     return this.forward(this.wire.readEvent(data, event.data, this.reading, this.clientWantsUsage), raw, text, event.data);
+  }
+
+  /**
+   * holdFinal, before the final usage: reads the event, and holds it back when it is the
+   * one that made the usage final (OpenAI's usage chunk, Anthropic's `message_delta`).
+   */
+  private readMaybeFinal(data: Json, raw: Buffer, text: string, dataText: string): Uint8Array {
+    const what = this.wire.readEvent(data, dataText, this.reading, this.clientWantsUsage);
+    if (!this.reading.complete || what === 'drop') return this.forward(what, raw, text, dataText);
+    // A copy: `raw` may be a view of the upstream's chunk.
+    const bytes = Buffer.from(this.forward(what, raw, text, dataText));
+    this.final = { bytes, text: what === 'raw' ? text : bytes.toString('utf8'), data: what === 'raw' ? dataText : what.data, parsed: data };
+    this.held = [];
+    return EMPTY;
   }
 
   private forward(what: Forward, raw: Buffer, text: string, dataText: string): Uint8Array {

@@ -21,6 +21,8 @@ import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
 import type { Endpoint } from './request.js';
+import type { InFlight } from '../lifecycle.js';
+import type { Metrics } from '../metrics/metrics.js';
 
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
@@ -47,6 +49,8 @@ export const settle_retry_pause_ms = 100;
 export const background_retry_pause_ms = 100;
 export const background_retry_pause_max_ms = 1_000;
 export const background_retry_total_ms = 10 * 60_000;
+/** The longest pause between two tries of freeing an Idempotency-Key in the background. */
+export const key_free_retry_pause_ms = 200;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -55,6 +59,18 @@ export const billingHeaderNames = [
   'X-Service-Balance-Credits',
   'X-Service-Balance-Usd',
 ] as const;
+
+/** What `X-Service-Stream-Billing: inline` adds to a stream's final usage event (GatewayBilling.inlineBilling). */
+export interface InlineBilling {
+  [field: string]: unknown;
+  transaction_id: string;
+  cost_credits: number;
+  cost_cents: string;
+  cost_usd: string;
+  balance_credits: number;
+  balance_usd: string;
+  usage_estimated: boolean;
+}
 
 /** A script that retryLater sends until Redis answers. */
 type Background =
@@ -89,12 +105,15 @@ export interface Call {
   requestBytes: number;
   /** A settlement was sent: the call may be billed even if no reply came. */
   settleTried: boolean;
+  /** When the call was sent upstream (performance.now()); 0 until then. */
+  upstreamStartedAt: number;
+  /** The call's Idempotency-Key, '' for none. */
+  idempotencyKey: string;
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried'> & {
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
   explicitMax: number | null;
   rawBytes: number;
-  idempotencyKey: string;
 };
 
 /**
@@ -121,6 +140,8 @@ function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold
     outputTokens,
     requestBytes: c.rawBytes,
     settleTried: false,
+    upstreamStartedAt: 0,
+    idempotencyKey: c.idempotencyKey,
   };
 }
 
@@ -132,8 +153,33 @@ export class GatewayBilling {
       redis: RedisClient;
       prefix: string;
       logger: Logger;
+      /** Counts the background sends of retryLater, for a shutdown to wait for (src/shutdown.ts). */
+      inFlight?: InFlight;
+      metrics?: Metrics;
     },
   ) {}
+
+  /**
+   * The upstream's answer ended (or failed): its time in svc_gateway_upstream_duration_seconds,
+   * once per call, when it was sent.
+   */
+  private upstreamEnded(call: Call): void {
+    if (call.upstreamStartedAt === 0 || !this.deps.metrics) return;
+    this.deps.metrics.model(call.model.id).upstream[call.stream ? 1 : 0].observe((performance.now() - call.upstreamStartedAt) / 1000);
+    call.upstreamStartedAt = 0;
+  }
+
+  /** What a settled call billed, in the token, cost and shortfall counters of its model. */
+  private billed(modelId: string, usage: Usage, cost: number, shortfall: number): void {
+    if (!this.deps.metrics) return;
+    const m = this.deps.metrics.model(modelId);
+    if (usage.input > 0) m.inputTokens.inc(usage.input);
+    if (usage.output > 0) m.outputTokens.inc(usage.output);
+    if (usage.cacheRead > 0) m.cacheReadTokens.inc(usage.cacheRead);
+    if (usage.cacheWrite > 0) m.cacheWriteTokens.inc(usage.cacheWrite);
+    if (cost > 0) m.cost.inc(cost);
+    if (shortfall > 0) m.shortfall.inc(shortfall);
+  }
 
   /**
    * Claims the call's Idempotency-Key for `transactionId` in the project's bucketed
@@ -145,9 +191,26 @@ export class GatewayBilling {
     return gatewayBindings(this.deps.ledger.bindings, scope.projectId).claimKey(customerId, key, transactionId);
   }
 
-  /** Frees a claimed Idempotency-Key: nothing was billed under it, so the same key may retry. */
-  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string): Promise<void> {
-    await gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key).catch(() => undefined);
+  /**
+   * Frees the Idempotency-Key that `transactionId` claimed: nothing was billed under it, so
+   * the same key may retry. Only while the claim names this call (lua/unclaim-1.lua).
+   * Sent again in the background until Redis answers when it does not now: a claim left
+   * behind would answer every retry of the key 409 `idempotency_key_reused`, naming a call
+   * that billed nothing. The claim's bucket may be on a Redis (a cluster master) that is
+   * down while the rest answers.
+   */
+  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string, transactionId: string): Promise<void> {
+    const free = () => gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key, transactionId);
+    await free().catch((err: unknown) => {
+      this.deps.logger.warn({ err, transactionId }, 'Idempotency-Key not freed; freeing it in the background');
+      // Not behind the generation guard (Bindings.dropIfOwner): sent again every
+      // key_free_retry_pause_ms, so that it lands as soon as the bucket's master answers,
+      // before the guard lets a retry of the call claim the key.
+      this.untilAnswered(free, (e) => this.deps.logger.error({ err: e, transactionId }, 'Idempotency-Key of a call that billed nothing not freed; retries of it answer 409'), {
+        maxPauseMs: key_free_retry_pause_ms,
+        waitForGuard: false,
+      });
+    });
   }
 
   /**
@@ -214,39 +277,84 @@ export class GatewayBilling {
    * the answer already, and the provider bills the call). Both scripts are idempotent: a
    * release of a hold that does not exist, or was settled or released, changes nothing,
    * and a settled call answers its stored result, so one that did apply and is sent again
-   * is charged once. The pauses do not keep a stopping process alive: what is still
-   * unsent when the process ends is the residual risk that docs/ARCHITECTURE.md names.
+   * is charged once. The pauses do not keep a stopping process alive: a graceful shutdown
+   * waits for these sends a while (they are counted in `inFlight`, src/shutdown.ts), and
+   * what is still unsent when the process ends is the residual risk that
+   * docs/ARCHITECTURE.md names.
    */
   private retryLater(send: Background, call: Call): void {
     const { script, args } = send;
     const { transactionId } = call;
+    this.untilAnswered(
+      async (attempt) => {
+        const [status] = await (send.script === 'gateway_settle'
+          ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
+          : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
+        if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
+          this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
+        } else if (script === 'gateway_settle') {
+          this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+          this.billedInBackground(call, send.args);
+        } else if ((status === ScriptStatus.Ok || status === ScriptStatus.Replay) && call.idempotencyKey !== '') {
+          // Released by the API: the call billed nothing, and its key is free (what the
+          // trim and a recovery read from a record released by the API). Freed again here:
+          // a cluster master that came back empty while the hold was still frozen got the
+          // claim back from its recovery (src/reconcile/shared-keys.ts).
+          await this.freeIdempotencyKey(call.scope, call.customerId, call.idempotencyKey, transactionId);
+        }
+      },
+      (err) => {
+        const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
+        this.deps.logger.error({ err, transactionId, args }, what);
+      },
+    );
+  }
+
+  /**
+   * Runs `send` in the background until it resolves, for at most background_retry_total_ms
+   * (then `gaveUp`), with pauses doubling from background_retry_pause_ms up to
+   * `opts.maxPauseMs`, each followed by a wait for the generation guard unless
+   * `opts.waitForGuard` is false. The pauses do not keep a stopping process alive.
+   */
+  private untilAnswered(
+    send: (attempt: number) => Promise<unknown>,
+    gaveUp: (err: unknown) => void,
+    opts: { maxPauseMs: number; waitForGuard: boolean } = { maxPauseMs: background_retry_pause_max_ms, waitForGuard: true },
+  ): void {
     const giveUpAt = Date.now() + background_retry_total_ms;
+    const inFlight = this.deps.inFlight;
+    inFlight?.begin();
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
-          const [status] = await (send.script === 'gateway_settle'
-            ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
-            : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
-          if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
-            this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
-          } else if (script === 'gateway_settle') {
-            this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
-          }
+          await send(attempt);
           return;
         } catch (err) {
-          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), background_retry_pause_max_ms);
+          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), opts.maxPauseMs);
           if (Date.now() + pause > giveUpAt) {
-            const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
-            this.deps.logger.error({ err, transactionId, args }, what);
+            gaveUp(err);
             return;
           }
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           // While Redis is away or unverified, this resolves as soon as it is verified
           // again (or after the guard's wait): a try sent before would be refused.
-          await this.deps.ledger.ready().catch(() => undefined);
+          if (opts.waitForGuard) await this.deps.ledger.ready().catch(() => undefined);
         }
       }
-    })();
+    })()
+      .finally(() => inFlight?.end())
+      .catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
+  }
+
+  /** The counters of a settlement confirmed in the background, from its usage record (shortfall unknown there). */
+  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>): void {
+    try {
+      const r = JSON.parse(String(args.usageRecord)) as UsageRecordInput;
+      const usage: Usage = { input: r.input_tokens, output: r.output_tokens, cacheRead: r.cache_read_tokens, cacheWrite: r.cache_write_tokens };
+      this.billed(call.model.id, usage, Number(args.cost), 0);
+    } catch {
+      // The record is ours; a counter is not worth an error here.
+    }
   }
 
   /** The usage record of a call that is not billed, as JSON for the release script. */
@@ -294,6 +402,7 @@ export class GatewayBilling {
    * settled, or may have (or will, in the background).
    */
   async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
+    this.upstreamEnded(call);
     const cost = costOf(usage, call.model.prices);
     const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
     const args: CustomerScriptArgs<'gateway_settle'> = { transactionId: call.transactionId, cost, usageRecord: JSON.stringify(record), modelId: call.model.id };
@@ -320,6 +429,7 @@ export class GatewayBilling {
     if (reply[0] === ScriptStatus.AccountNotFound) throw scriptError('gateway_settle', reply[0]);
     if (reply[0] !== ScriptStatus.Ok && reply[0] !== ScriptStatus.Replay) throw new Error(`gateway_settle answered ${reply[0]}`);
     const r = JSON.parse(reply[1]) as { cost: string; shortfall: string; returned: string; reserved: string; balance_after: string };
+    this.billed(call.model.id, usage, Number(r.cost), Number(r.shortfall));
     if (Number(r.shortfall) > 0) {
       this.deps.logger.warn({ transactionId: call.transactionId, cost, shortfall: Number(r.shortfall) }, 'gateway call cost more than the wallet held; charged what it had');
     }
@@ -331,6 +441,7 @@ export class GatewayBilling {
    * release without an answer is sent again in the background.
    */
   async release(call: Call, upstreamStatus: number | null): Promise<void> {
+    this.upstreamEnded(call);
     const record = this.failedRecord(call, upstreamStatus);
     void this.deps.plans.finish(call.reservation, 'release');
     const args: CustomerScriptArgs<'gateway_release'> = { transactionId: call.transactionId, usageRecord: record };
@@ -340,6 +451,10 @@ export class GatewayBilling {
       this.retryLater({ script: 'gateway_release', args }, call);
       throw err;
     }
+    // The call billed nothing: its key is freed before the relay answers (an upstream
+    // error is relayed right after this), so that a retry sent on that answer finds it
+    // free. Freed after the answer, a quick retry was answered 409 naming this call.
+    if (call.idempotencyKey !== '') await this.freeIdempotencyKey(call.scope, call.customerId, call.idempotencyKey, call.transactionId);
   }
 
   /** The billing headers (or trailers) of a settled call, in billingHeaderNames order. */
@@ -351,6 +466,24 @@ export class GatewayBilling {
       ['X-Service-Balance-Credits', String(s.balanceAfter)],
       ['X-Service-Balance-Usd', creditsToUsd(s.balanceAfter)],
     ];
+  }
+
+  /**
+   * The billing figures of a settled stream in its final usage event
+   * (`X-Service-Stream-Billing: inline`): the trailers' figures (credits as numbers, cents
+   * and USD as exact decimal strings), with the transaction id and whether the usage was
+   * estimated.
+   */
+  inlineBilling(call: Call, s: SettleResult, estimated: boolean): InlineBilling {
+    return {
+      transaction_id: call.transactionId,
+      cost_credits: s.cost,
+      cost_cents: creditsToCents(s.cost),
+      cost_usd: creditsToUsd(s.cost),
+      balance_credits: s.balanceAfter,
+      balance_usd: creditsToUsd(s.balanceAfter),
+      usage_estimated: estimated,
+    };
   }
 
   /**

@@ -4,8 +4,20 @@
  */
 import type { Router } from 'express';
 import { exactRouter } from '../http/router.js';
-import { modelEntry, type ModelQueries } from '../admin/models.js';
+import { z } from 'zod';
+import { modelEntry, modelEntrySchema, type ModelQueries } from '../admin/models.js';
+import { describeRoute } from '../openapi/registry.js';
 import { authOf, requireKeyType } from '../http/auth.js';
+
+describeRoute({
+  method: 'GET',
+  path: '/v1/models',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: "The project's active models",
+  description: 'A customer-scoped key with `allowed_models` sees only those.',
+  responses: { 200: { description: 'The models', schema: z.object({ object: z.literal('list'), data: z.array(modelEntrySchema) }).strict() } },
+});
 
 export function modelRoutes(models: ModelQueries): Router {
   const r = exactRouter();

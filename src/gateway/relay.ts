@@ -22,6 +22,7 @@ export class GatewayRelay {
    * input it read).
    */
   private async send(call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined, signal: ClientWatch) {
+    call.upstreamStartedAt = performance.now();
     try {
       return await this.deps.upstream.send(
         { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey! },
@@ -84,8 +85,21 @@ export class GatewayRelay {
     return true;
   }
 
-  /** Relays a streamed answer; true when the call was settled, false when its hold was released. */
-  async stream(res: Response, call: Call, body: Record<string, unknown>, clientWantsUsage: boolean, anthropicVersion: string | undefined): Promise<boolean> {
+  /**
+   * Relays a streamed answer; true when the call was settled, false when its hold was
+   * released. With `inlineBilling` (X-Service-Stream-Billing: inline) the final usage
+   * event (OpenAI's usage chunk, which the client then gets even without asking for
+   * usage; Anthropic's `message_delta`) is held back with what follows it until the call
+   * is settled, and goes out with the billing figures added (GatewayBilling.inlineBilling).
+   */
+  async stream(
+    res: Response,
+    call: Call,
+    body: Record<string, unknown>,
+    clientWantsUsage: boolean,
+    anthropicVersion: string | undefined,
+    inlineBilling = false,
+  ): Promise<boolean> {
     const watch = new ClientWatch(res);
     const upstream = await this.send(call, body, anthropicVersion, watch);
     if (upstream === null) {
@@ -101,12 +115,12 @@ export class GatewayRelay {
     }
     // Read until the first event can be forwarded, so that an upstream answering garbage
     // still gets a clean 502 before any header goes out.
-    const relay = new StreamRelay(call.format, clientWantsUsage);
+    const relay = inlineBilling ? new StreamRelay(call.format, true, { holdFinal: true }) : new StreamRelay(call.format, clientWantsUsage);
     const chunks = upstream.body[Symbol.asyncIterator]();
     const first: Uint8Array[] = [];
     let ended = false;
     try {
-      while (first.length === 0 && !relay.invalid() && !watch.gone) {
+      while (first.length === 0 && !relay.invalid() && !watch.gone && !relay.holding()) {
         const next = await chunks.next();
         if (next.done) {
           ended = true;
@@ -127,7 +141,7 @@ export class GatewayRelay {
       await this.deps.billing.release(call, upstream.status);
       throw upstreamError(err);
     }
-    if (!watch.gone && (relay.invalid() || first.length === 0)) {
+    if (!watch.gone && (relay.invalid() || (first.length === 0 && !relay.holding()))) {
       watch.stop();
       await this.deps.billing.release(call, upstream.status);
       throw new ApiError('upstream_error', { message: 'the upstream stream is not a valid event stream' });
@@ -196,6 +210,7 @@ export class GatewayRelay {
     }
     const usage = relay.usage();
     const exact = !upstreamFailed && usage !== null && relay.usageComplete() && !relay.invalid() && relay.error() === null && relay.sawTerminal();
+    if (relay.holding()) return this.settleHeld(res, call, upstreamStatus, relay, exact ? usage : null, cork);
     let settled: SettleResult;
     if (exact) {
       settled = await this.deps.billing.settle(call, usage, 'settled', false, upstreamStatus);
@@ -208,6 +223,35 @@ export class GatewayRelay {
       res.end();
       return false;
     }
+    res.addTrailers(this.deps.billing.billingHeaders(settled));
+    res.end();
+    return true;
+  }
+
+  /**
+   * The end of relayEvents for a stream whose final usage event is held back (inline
+   * billing): settled as relayEvents would (`exactUsage` when it would bill it exactly),
+   * then the held events go out, the final one with the billing figures added, and the
+   * trailers. A release or a failed settlement sends them as they came.
+   */
+  private async settleHeld(res: Response, call: Call, upstreamStatus: number, relay: StreamRelay, exactUsage: Usage | null, cork: TurnCork): Promise<boolean> {
+    let settled: SettleResult;
+    try {
+      if (exactUsage !== null) {
+        settled = await this.deps.billing.settle(call, exactUsage, 'settled', false, upstreamStatus);
+      } else if (relay.relayedOutputEstimate() > 0) {
+        settled = await this.settleEstimate(call, relay, 'settled', upstreamStatus);
+      } else {
+        await this.deps.billing.release(call, upstreamStatus);
+        res.end(relay.releaseHeld(null));
+        return false;
+      }
+    } catch (err) {
+      if (!res.destroyed) res.write(relay.releaseHeld(null));
+      throw err;
+    }
+    cork.hold();
+    res.write(relay.releaseHeld(this.deps.billing.inlineBilling(call, settled, exactUsage === null)));
     res.addTrailers(this.deps.billing.billingHeaders(settled));
     res.end();
     return true;

@@ -12,6 +12,7 @@ import { formatOf, type WireFormat } from './adapters.js';
 export type Endpoint = 'chat.completions' | 'messages';
 
 export const trace_id_chars_max = 256;
+export const idempotency_key_chars_max = 256;
 
 export interface GatewayRequest {
   endpoint: Endpoint;
@@ -31,6 +32,11 @@ export interface GatewayRequest {
   idempotencyKey: string | undefined;
   /** The client's `anthropic-version`, passed on upstream. */
   anthropicVersion: string | undefined;
+  /**
+   * `X-Service-Stream-Billing: inline`: a stream's billing figures also go in its final
+   * usage event (src/gateway/relay.ts); false for the default (trailers only).
+   */
+  inlineBilling: boolean;
   /** Bytes of the JSON body: they bound the prompt's tokens for the hold. */
   rawBytes: number;
 }
@@ -50,8 +56,17 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
   const body = req.body as Record<string, unknown>;
   const fields = formatOf(format).readBody(body);
 
-  const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : headerValue(req, 'x-service-customer');
+  const named = headerValue(req, 'x-service-customer');
+  const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : named;
   if (!customerId) throw new ApiError('customer_required');
+  // A customer-scoped key bills its own customer only: a header naming another one is
+  // refused rather than ignored, so the caller learns who would have been billed.
+  if (named !== undefined && named !== customerId) {
+    throw new ApiError('permission_denied', {
+      param: 'X-Service-Customer',
+      message: `this customer-scoped key bills its own customer ${JSON.stringify(customerId)}; X-Service-Customer names another (send it only with a project key)`,
+    });
+  }
   const walletHeader = headerValue(req, 'x-service-wallet');
   if (walletHeader !== undefined && !walletNameSchema.safeParse(walletHeader).success) {
     throw refusedHeader('X-Service-Wallet', 'X-Service-Wallet is not a valid wallet name');
@@ -61,6 +76,17 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     throw refusedHeader('X-Service-Trace-Id', `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`);
   }
   const wallet = walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
+  const idempotencyKey = headerValue(req, 'idempotency-key');
+  if (idempotencyKey !== undefined && (idempotencyKey.length < 1 || idempotencyKey.length > idempotency_key_chars_max)) {
+    throw refusedHeader('Idempotency-Key', `Idempotency-Key must be 1-${idempotency_key_chars_max} characters, as transaction ids are`);
+  }
+  const streamBilling = headerValue(req, 'x-service-stream-billing');
+  let inlineBilling = false;
+  if (streamBilling !== undefined) {
+    const v = streamBilling.trim().toLowerCase();
+    if (v !== 'inline' && v !== 'trailers') throw refusedHeader('X-Service-Stream-Billing', 'X-Service-Stream-Billing must be inline (the billing figures also in the final usage event of a stream) or trailers (the default)');
+    inlineBilling = v === 'inline';
+  }
 
   return {
     endpoint,
@@ -74,8 +100,9 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     wallet,
     traceId: traceId ?? null,
     // Keys are the customer's own (see the claim in billing.ts).
-    idempotencyKey: headerValue(req, 'idempotency-key'),
+    idempotencyKey,
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,
+    inlineBilling,
     rawBytes,
   };
 }

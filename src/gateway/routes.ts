@@ -4,8 +4,110 @@ import { authOf, requireKeyType } from '../http/auth.js';
 import type { Route } from '../http/router.js';
 import { bodyBytes, jsonBody, measuredJson } from '../http/validate.js';
 import type { Endpoint, GatewayService } from './service.js';
+import { z } from 'zod';
+import { describeRoute, type DocumentedResponse } from '../openapi/registry.js';
 
 export const body_bytes_max_gateway = 8 * 1024 * 1024;
+
+// The documented requests and answers (src/openapi/). The gateway validates no body with
+// zod (its hot path parses nothing it does not need): these schemas describe what it reads;
+// every other field is relayed to the provider as sent.
+const gatewayHeaders = z.object({
+  'X-Service-Customer': z.string().optional().openapi({ description: 'The customer billed (project keys; a customer-scoped key bills its own).' }),
+  'X-Service-Wallet': z.string().optional().openapi({ description: 'The wallet billed (default: the variant\'s, `credits` in B, `default` in A).' }),
+  'X-Service-Trace-Id': z.string().optional().openapi({ description: 'Echoed, and kept on the usage record.' }),
+  'Idempotency-Key': z.string().optional().openapi({ description: "The customer's key for this call: a later call with it is 409 `idempotency_key_reused`." }),
+  'X-Service-Stream-Billing': z
+    .string()
+    .optional()
+    .openapi({ description: '`trailers` (default) or `inline`: a stream\'s billing figures also go in its final usage event, as `service_billing`.' }),
+});
+const message = z.object({ role: z.string(), content: z.unknown() }).passthrough();
+const chatBody = z
+  .object({
+    model: z.string().openapi({ description: 'A model id of the project (`GET /v1/models`) whose provider is `openai`.' }),
+    messages: z.array(message),
+    stream: z.boolean().optional(),
+    max_tokens: z.number().int().positive().optional(),
+    max_completion_tokens: z.number().int().positive().optional(),
+    n: z.number().int().min(1).max(128).optional(),
+  })
+  .passthrough()
+  .openapi('ChatCompletionRequest', { description: 'The OpenAI chat-completions request; other fields are relayed as sent.' });
+const messagesBody = z
+  .object({
+    model: z.string().openapi({ description: 'A model id of the project whose provider is `anthropic`.' }),
+    messages: z.array(message),
+    max_tokens: z.number().int().positive().optional(),
+    stream: z.boolean().optional(),
+  })
+  .passthrough()
+  .openapi('MessagesRequest', { description: 'The Anthropic messages request; other fields are relayed as sent.' });
+const chatAnswer = z
+  .object({ id: z.string(), object: z.literal('chat.completion'), model: z.string(), choices: z.array(z.object({}).passthrough()) })
+  .passthrough()
+  .openapi('ChatCompletion', { description: "The upstream's answer, unchanged." });
+const messagesAnswer = z
+  .object({ id: z.string(), type: z.literal('message'), role: z.literal('assistant'), model: z.string(), content: z.array(z.object({}).passthrough()) })
+  .passthrough()
+  .openapi('Message', { description: "The upstream's answer, unchanged." });
+const billingHeaders: NonNullable<DocumentedResponse['headers']> = {
+  'X-Service-Transaction-Id': { description: "The call's transaction (its receipt: `GET /v1/billing/receipts/{transaction_id}`).", required: true },
+  'X-Service-Trace-Id': { description: 'The request\'s trace id, echoed.' },
+  'X-Service-Reserved-Credits': { description: 'The hold made before relaying.' },
+  'X-Service-Max-Tokens': { description: 'The output limit sent upstream.' },
+  'X-Service-Cost-Credits': { description: 'What the call cost (a trailer when streamed).' },
+  'X-Service-Cost-Cents': { description: 'The same in cents, an exact decimal string.' },
+  'X-Service-Cost-Usd': { description: 'The same in USD, an exact decimal string.' },
+  'X-Service-Balance-Credits': { description: "The billed wallet's available credits after settlement." },
+  'X-Service-Balance-Usd': { description: 'The same in USD.' },
+};
+const gatewayErrors = [
+  'customer_required',
+  'model_not_found',
+  'model_not_allowed',
+  { code: 'byok_key_required', status: 402 },
+  { code: 'insufficient_balance', status: 402 },
+  'idempotency_key_reused',
+  'customer_not_found',
+  'usage_limit_exceeded',
+  'upstream_error',
+  'upstream_timeout',
+] as const;
+const streamBody = z.string().openapi({ description: 'Server-sent events as the upstream sent them; cost and balance follow as HTTP trailers.' });
+const upstreamError = { description: "An upstream HTTP error, relayed with the provider's status and body; nothing is charged." };
+
+describeRoute({
+  method: 'POST',
+  path: '/v1/chat/completions',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'OpenAI chat completions, billed per token',
+  description:
+    'Relays the call to the model\'s upstream (OpenAI format), streaming or not, and bills the customer: a hold before relaying, the exact cost after. Bodies up to 8 MiB.',
+  headers: gatewayHeaders,
+  body: chatBody,
+  responses: {
+    200: { description: 'The upstream answer', schema: chatAnswer, content: { 'text/event-stream': streamBody }, headers: billingHeaders },
+  },
+  otherResponses: { default: upstreamError },
+  errors: gatewayErrors,
+});
+describeRoute({
+  method: 'POST',
+  path: '/v1/messages',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'Anthropic messages, billed per token',
+  description: 'As `POST /v1/chat/completions`, in the Anthropic messages format.',
+  headers: gatewayHeaders,
+  body: messagesBody,
+  responses: {
+    200: { description: 'The upstream answer', schema: messagesAnswer, content: { 'text/event-stream': streamBody }, headers: billingHeaders },
+  },
+  otherResponses: { default: upstreamError },
+  errors: gatewayErrors,
+});
 
 /** Both are hot routes (src/http/router.ts). */
 export function gatewayRoutes(gateway: GatewayService): Route[] {
@@ -22,8 +124,14 @@ export function gatewayRoutes(gateway: GatewayService): Route[] {
       parse,
       callers,
       async (req: Request, res: Response) => {
-        jsonBody(req);
-        await gateway.handle(req, res, authOf(res), endpoint, bodyBytes(req));
+        // Counted until settled or released, for a graceful shutdown (src/shutdown.ts).
+        gateway.inFlight.begin();
+        try {
+          jsonBody(req);
+          await gateway.handle(req, res, authOf(res), endpoint, bodyBytes(req));
+        } finally {
+          gateway.inFlight.end();
+        }
       },
     ],
   });

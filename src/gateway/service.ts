@@ -19,13 +19,27 @@ import type { ModelCache } from './models.js';
 import { GatewayRelay } from './relay.js';
 import { parseGatewayRequest, type Endpoint } from './request.js';
 import type { UpstreamClient } from './upstream.js';
+import { InFlight } from '../lifecycle.js';
+import { failureStatus, type Metrics, type ModelSeries } from '../metrics/metrics.js';
 
 export { hold_ttl_seconds } from './billing.js';
 export type { Endpoint } from './request.js';
 
+/** What a call is counted under: its model's series once the model is found, and stream. */
+interface Counted {
+  series: ModelSeries | null;
+  stream: boolean;
+}
+
 export class GatewayService {
   private readonly billing: GatewayBilling;
   private readonly relay: GatewayRelay;
+  /**
+   * Calls in progress (counted by the routes, src/gateway/routes.ts, from the request's
+   * parse to its settlement or release) and the settlements and releases sent again in
+   * the background: a shutdown waits for them before it closes Redis (src/shutdown.ts).
+   */
+  readonly inFlight = new InFlight();
 
   constructor(
     private readonly deps: {
@@ -36,20 +50,44 @@ export class GatewayService {
       redis: RedisClient;
       prefix: string;
       logger: Logger;
+      metrics?: Metrics;
     },
   ) {
-    this.billing = new GatewayBilling(deps);
+    this.billing = new GatewayBilling({ ...deps, inFlight: this.inFlight });
     this.relay = new GatewayRelay({ upstream: deps.upstream, billing: this.billing, logger: deps.logger });
   }
 
+  /**
+   * Serves one call, and counts it (svc_gateway_calls_total) by model, the status it was
+   * answered with and stream: a call refused before its model was found counts under the
+   * `unknown` model, never under the name the client sent.
+   */
   async handle(req: Request, res: Response, auth: AuthContext, endpoint: Endpoint, rawBytes: number): Promise<void> {
+    const counted: Counted = { series: null, stream: false };
+    try {
+      await this.call(req, res, auth, endpoint, rawBytes, counted);
+    } catch (err) {
+      this.count(counted, res.headersSent ? res.statusCode : failureStatus(err));
+      throw err;
+    }
+    this.count(counted, res.statusCode);
+  }
+
+  private count(c: Counted, status: number): void {
+    const metrics = this.deps.metrics;
+    if (metrics) (c.series ?? metrics.noModel).call(status, c.stream);
+  }
+
+  private async call(req: Request, res: Response, auth: AuthContext, endpoint: Endpoint, rawBytes: number, counted: Counted): Promise<void> {
     // The Redis generation guard, before any command of the call (src/redis/generation.ts).
     await this.deps.ledger.ready();
     const r = parseGatewayRequest(req, auth, endpoint, rawBytes);
     const { scope } = auth;
+    counted.stream = r.stream;
 
     const model = await this.deps.models.get(scope.projectId, r.modelId);
     if (!model || !model.active) throw new ApiError('model_not_found', { param: 'model' });
+    if (this.deps.metrics) counted.series = this.deps.metrics.model(model.id);
     if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
     if (model.provider !== r.format) {
       throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${formatOf(model.provider).gatewayPath}` });
@@ -67,7 +105,6 @@ export class GatewayService {
     }
 
     let call: Call | undefined;
-    let settled: boolean;
     try {
       call = await this.billing.hold({
         auth,
@@ -90,14 +127,15 @@ export class GatewayService {
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
-      settled = r.stream
-        ? await this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion)
-        : await this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion);
+      // Settled, or released (the release freed the key: GatewayBilling.release).
+      await (r.stream
+        ? this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling)
+        : this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion));
     } catch (err) {
       // The key is freed only when nothing can have been billed: no answer went out and
       // no settlement was tried (one whose reply was lost may have charged the call).
       if (idempotencyKey !== undefined && !(call && (res.headersSent || call.settleTried))) {
-        await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey);
+        await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey, transactionId);
       }
       // Once the hold applied, a later step that never reached Redis (a settlement or a
       // release) does not make the call "nothing applied".
@@ -105,7 +143,7 @@ export class GatewayService {
     }
     // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
     // any answer, was answered without an error of ours but billed nothing: the same key
-    // may retry it.
-    if (!settled && idempotencyKey !== undefined) await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey);
+    // may retry it. Its release freed the key already, before the answer went out
+    // (GatewayBilling.release).
   }
 }

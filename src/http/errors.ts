@@ -1,10 +1,11 @@
 /** The one error middleware: catalogue errors as the contract's body, the rest as 500. */
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
+import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError, SlonikError } from 'slonik';
 import { ApiError } from '../errors/catalogue.js';
 import { pathOf } from './access-log.js';
 import { CommandNotSentError, OutcomeUnknownError } from '../redis/sent.js';
+import type { Metrics } from '../metrics/metrics.js';
 
 export const notFound: RequestHandler = (req) => {
   throw new ApiError('not_found', { message: `no route for ${req.method} ${req.path}` });
@@ -21,13 +22,18 @@ export const notFound: RequestHandler = (req) => {
  * "Command timed out") are given to written and unwritten commands alike, so they prove
  * nothing by themselves.
  */
-function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
+export function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
   const e = err as { name?: string; message?: string; code?: string };
   if (err instanceof CommandNotSentError || err instanceof ConnectionError) return 'unsent';
   if (err instanceof OutcomeUnknownError || err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError) return 'unknown';
   if (e?.name === 'MaxRetriesPerRequestError' || e?.code === 'ECONNREFUSED') return 'unknown';
   if (/Connection is closed|Command timed out|Stream isn't writeable/.test(e?.message ?? '')) return 'unknown';
   return null;
+}
+
+/** The store a backend failure (backendFailure) came from: slonik's errors are PostgreSQL's, the rest Redis's. */
+export function failedStore(err: unknown): 'redis' | 'postgres' {
+  return err instanceof SlonikError ? 'postgres' : 'redis';
 }
 
 /**
@@ -43,8 +49,11 @@ function isClientHttpError(err: unknown): boolean {
 const outcome_unknown_message =
   'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
-/** The error middleware; `logger` gets the failures of our own (a 5xx), with the request's method and path. */
-export function errorHandler(logger?: Logger): ErrorRequestHandler {
+/**
+ * The error middleware; `logger` gets the failures of our own (a 5xx), with the request's
+ * method and path, and `metrics` counts the requests a store failure answered 503.
+ */
+export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHandler {
   return (err, req, res, _next) => {
     let apiError: ApiError;
     const backend = backendFailure(err);
@@ -60,6 +69,7 @@ export function errorHandler(logger?: Logger): ErrorRequestHandler {
       apiError = new ApiError('invalid_request', { message: (err as Error).message });
     } else if (backend !== null) {
       logger?.error({ err, method: req.method, path: pathOf(req) }, 'backing service unavailable');
+      (failedStore(err) === 'postgres' ? metrics?.postgresErrors : metrics?.redisErrors)?.inc({ kind: 'request' });
       apiError = new ApiError('service_unavailable', backend === 'unknown' ? { message: outcome_unknown_message } : {});
     } else {
       logger?.error({ err, method: req.method, path: pathOf(req) }, 'unhandled error');

@@ -16,12 +16,16 @@ import { IncomingMessage, ServerResponse, type RequestListener, type ServerOptio
 import type { ErrorRequestHandler, Express, Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors/catalogue.js';
 import { routeTable, runHandlers, type Route } from './router.js';
+import { routeSeries, startedAt, type Timed } from './access-log.js';
+import type { Metrics, RouteSeries } from '../metrics/metrics.js';
 
 export interface FrontDoorOptions {
   /** The app everything else goes to; its prototypes are given to the hot requests. */
   app: Express;
-  /** Run before every hot route: the access log, when there is one. */
+  /** Run before every hot route: the access log and request histogram (src/http/access-log.ts). */
   first: readonly RequestHandler[];
+  /** Where each hot route's request duration series comes from. */
+  metrics: Metrics;
   /** The body parser of a hot path, or null when its route reads its own body. */
   bodyParser(path: string): RequestHandler | null;
   /** Run after the body parser for a path under `/v1`: authentication, rate limit. */
@@ -32,6 +36,9 @@ export interface FrontDoorOptions {
 
 const v1 = /^\/v1(?:\/|$)/i;
 
+/** A hot route with its whole chain of handlers and its request duration series. */
+type HotRoute = Route & { series: RouteSeries };
+
 /**
  * The server's request and response classes, made with Express's prototypes: a hot request
  * has them from the start instead of changing its prototype (as Express's app.handle does),
@@ -41,7 +48,12 @@ const v1 = /^\/v1(?:\/|$)/i;
 export function expressClasses(app: Express): Pick<ServerOptions, 'IncomingMessage' | 'ServerResponse'> {
   class ExpressRequest extends IncomingMessage {}
   Object.setPrototypeOf(ExpressRequest.prototype, app.request);
-  class ExpressResponse extends ServerResponse {}
+  // The request-end fields (src/http/access-log.ts) are the class's own, so every response
+  // has them from its construction and none changes shape when a middleware sets them.
+  class ExpressResponse extends ServerResponse {
+    [startedAt] = 0;
+    [routeSeries]: RouteSeries | null = null;
+  }
   Object.setPrototypeOf(ExpressResponse.prototype, app.response);
   return { IncomingMessage: ExpressRequest, ServerResponse: ExpressResponse as unknown as typeof ServerResponse };
 }
@@ -56,8 +68,9 @@ export function frontDoor(o: FrontDoorOptions): RequestListener {
     const parser = o.bodyParser(path);
     return [...o.first, ...(parser ? [parser] : []), ...(v1.test(path) ? o.underV1 : [])];
   };
-  // Each route's whole chain is built once, not per request.
-  const chained: Route[] = o.routes.map((route) => ({ ...route, handlers: [...prelude(route.path), ...route.handlers] }));
+  // Each route's whole chain is built once, not per request, and its request duration
+  // series (the histogram's children per status) found once.
+  const chained: HotRoute[] = o.routes.map((route) => ({ ...route, handlers: [...prelude(route.path), ...route.handlers], series: o.metrics.route(route.method, route.path) }));
   const find = routeTable(chained);
   const { app, onError } = o;
 
@@ -97,6 +110,7 @@ export function frontDoor(o: FrontDoorOptions): RequestListener {
       return;
     }
     req.params = match!.params;
+    (response as Timed)[routeSeries] = (match!.route as HotRoute).series;
     runHandlers(match!.route.handlers, req, res, done);
   };
 }

@@ -2,7 +2,10 @@
  * The public form of ledger entries and stored results. How the scripts write them into
  * a customer's outbox (amounts and times as strings) is src/redis/codec.ts.
  */
+import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import type { OutboxEntry } from '../redis/codec.js';
+import { detailItemSchema } from './schemas.js';
 
 export interface DetailItem {
   account_id: string;
@@ -72,3 +75,22 @@ export function publicResult(raw: string): Record<string, unknown> {
   }
   return out;
 }
+
+/** A ledger entry as the API answers it (LedgerEntry without `seq`): the documented schema. */
+export const ledgerEntrySchema = z
+  .object({
+    id: z.string(),
+    customer_id: z.string(),
+    type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']),
+    transaction_id: z.string(),
+    amount: z.number().int().openapi({ description: 'Positive magnitude in credits (0 only for a GATEWAY call that cost nothing).' }),
+    returned_amount: z.number().int().nullable().openapi({ description: 'CONSUME and GATEWAY: what the hold did not need; else null.' }),
+    wallet: z.string().nullable().openapi({ description: 'The wallet drawn from; null when a draw spans several.' }),
+    details: z.array(detailItemSchema),
+    reason: z.enum(['ttl_release', 'ttl_consume']).nullable(),
+    business_type: z.string().nullable(),
+    description: z.string().nullable(),
+    created_at: timestamp,
+  })
+  .strict()
+  .openapi('LedgerEntry');

@@ -88,10 +88,15 @@ function batchOf(base: string, stream: [string, string[]][]): OutboxBatch {
 export class LedgerOutbox {
   constructor(
     private readonly redis: RedisClient,
-    private readonly queries: LedgerQueries,
+    queries: LedgerQueries,
     private readonly prefix: string,
     private readonly logger: Logger,
     private readonly hooks: OutboxHooks = {},
+    /**
+     * What writes the entries: the statement path (`queries.insertEntries`) unless given,
+     * the persist loop's COPY writer (src/ledger/copy-writer.ts) in a worker.
+     */
+    private readonly writer: Pick<LedgerQueries, 'insertEntries'> = queries,
   ) {}
 
   /** The oldest `count` entries of a customer's outbox. */
@@ -165,7 +170,7 @@ export class LedgerOutbox {
   private async write(entries: OutboxEntry[]): Promise<void> {
     if (entries.length === 0) return;
     await this.hooks.recordProjects?.(entries.map((e) => e.project_id));
-    await this.queries.insertEntries(entries);
+    await this.writer.insertEntries(entries);
   }
 
   private async trim(batches: OutboxBatch[]): Promise<void> {

@@ -46,6 +46,18 @@ export interface EntryFilter {
   limit: number;
 }
 
+/**
+ * The order in which a batch of entries is written: by project, customer and seq. Each
+ * customer's entries in their order (the deposit that creates a customer comes before
+ * anything referring to it), and one lock order for every worker, so that concurrent
+ * passes over overlapping entries wait for each other instead of deadlocking.
+ */
+export function compareForInsert(a: OutboxEntry, b: OutboxEntry): number {
+  if (a.project_id !== b.project_id) return a.project_id < b.project_id ? -1 : 1;
+  if (a.customer_id !== b.customer_id) return a.customer_id < b.customer_id ? -1 : 1;
+  return Number(a.seq) - Number(b.seq);
+}
+
 export function createLedgerQueries(pool: DatabasePool) {
   return {
     async findEntriesPage(projectId: string, customerId: string, f: EntryFilter): Promise<LedgerEntry[]> {
@@ -95,18 +107,7 @@ export function createLedgerQueries(pool: DatabasePool) {
      */
     async insertEntries(entries: OutboxEntry[]): Promise<number> {
       if (entries.length === 0) return 0;
-      // Each customer's entries in their order (the deposit that creates a customer comes
-      // before anything referring to it), and one lock order for every worker, so that
-      // concurrent passes over overlapping entries wait for each other instead of
-      // deadlocking.
-      const order = (e: OutboxEntry) => [e.project_id, e.customer_id] as const;
-      const sorted = [...entries].sort((a, b) => {
-        const [pa, ca] = order(a);
-        const [pb, cb] = order(b);
-        if (pa !== pb) return pa < pb ? -1 : 1;
-        if (ca !== cb) return ca < cb ? -1 : 1;
-        return Number(a.seq) - Number(b.seq);
-      });
+      const sorted = [...entries].sort(compareForInsert);
       return pool.transaction(async (tx) => {
         // Customers and sources first: ledger entries reference them.
         for (const e of sorted) await insertCustomerAndSource(tx, e);
@@ -211,8 +212,30 @@ export interface ProfilePatch {
   metadata?: Record<string, unknown> | null;
 }
 
+const customerProfileRow = z.object({
+  name: z.string().nullable(),
+  email: z.string().nullable(),
+  metadata: z.record(z.unknown()).nullable(),
+  created_at: z.number(),
+});
+
 export function createCustomerQueries(pool: DatabasePool) {
   return {
+    /**
+     * Inserts a customer row (POST /v1/customers) unless the project has one: the row as
+     * stored, and whether this call made it.
+     */
+    async createCustomer(projectId: string, customerId: string, p: { name: string | null; email: string | null; metadata: Record<string, unknown> | null }) {
+      const made = await pool.maybeOne(sql.type(customerProfileRow)`
+        INSERT INTO customers (project_id, id, name, email, metadata, created_at)
+        VALUES (${projectId}, ${customerId}, ${p.name}, ${p.email}, ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}, now())
+        ON CONFLICT (project_id, id) DO NOTHING
+        RETURNING name, email, metadata, created_at`);
+      if (made) return { row: made, created: true };
+      const row = await pool.one(sql.type(customerProfileRow)`
+        SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+      return { row, created: false };
+    },
     /** Returns false when the customer row does not exist (yet). */
     async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<boolean> {
       const sets = [];

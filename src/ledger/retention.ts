@@ -59,8 +59,16 @@ export class Retention {
   async persisted(bases: readonly string[]): Promise<void> {
     if (bases.length === 0) return;
     const at = Date.now() + this.retentionMs;
-    // One command each (auto-pipelined): the due shards are different slots.
-    await Promise.all([...new Set(bases)].map((base) => this.redis.zadd(trimDueKeyOf(this.prefix, base), 'LT', at, base)));
+    // One ZADD per due shard with all of its customers (auto-pipelined: the shards are
+    // different slots), not one per customer.
+    const byShard = new Map<string, (string | number)[]>();
+    for (const base of new Set(bases)) {
+      const key = trimDueKeyOf(this.prefix, base);
+      const args = byShard.get(key);
+      if (args) args.push(at, base);
+      else byShard.set(key, [at, base]);
+    }
+    await Promise.all([...byShard].map(([key, args]) => this.redis.zadd(key, 'LT', ...args)));
   }
 
   /**

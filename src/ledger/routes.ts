@@ -5,7 +5,18 @@ import { authOf, requireKeyType } from '../http/auth.js';
 import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { ApiError } from '../errors/catalogue.js';
 import { sendJson } from '../http/respond.js';
+import { describeRoute, type DocumentedError, type RouteDoc } from '../openapi/registry.js';
 import {
+  consumeBody,
+  consumeResultSchema,
+  deductBody,
+  deductResultSchema,
+  depositBody,
+  freezeBody,
+  freezeResultSchema,
+  publicDepositResultSchema,
+  unfreezeBody,
+  unfreezeResultSchema,
   depositSchema,
   drawSchema,
   ledgerFields,
@@ -35,6 +46,48 @@ function operationBody(req: Request, op: LedgerOp, variant: Variant): Record<str
   onlyFields(body, allowed, { suggest: reads });
   return body;
 }
+
+const moneyErrors: DocumentedError[] = ['invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'usage_limit_exceeded', 'billing_account_not_found'];
+const describeMoney = (path: string, doc: Pick<RouteDoc, 'summary' | 'description' | 'body' | 'responses' | 'errors'>) =>
+  describeRoute({ method: 'POST', path, tag: 'Ledger', callers: ['project'], ...doc, errors: [...moneyErrors, ...(doc.errors ?? [])] });
+
+describeMoney('/v1/customers/deposit', {
+  summary: 'Deposit credits to a customer',
+  description:
+    'Adds a source of credits to a wallet of the customer, creating the customer on its first deposit (`name`, `email`, `metadata` are used then). ' +
+    '`idempotency_key` makes a retry answer the first result (`is_idempotent_replay: true`). `starts_at` and `expires_at` bound when the credits may be used.',
+  body: depositBody,
+  responses: { 200: { description: 'The deposit (or its replay)', schema: publicDepositResultSchema } },
+  errors: ['invalid_starts_at', 'invalid_expires_at'],
+});
+describeMoney('/v1/billing/deduct', {
+  summary: 'Deduct credits',
+  description: 'Draws the amount from the sources active now, soonest expiry first. `transaction_id` is unique within the project: a retry answers the first result.',
+  body: deductBody,
+  responses: { 200: { description: 'The deduction (or its replay)', schema: deductResultSchema } },
+  errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types'],
+});
+describeMoney('/v1/billing/freeze', {
+  summary: 'Freeze (hold) credits',
+  description: 'Holds the amount for a later consume or unfreeze, optionally settled automatically after a TTL.',
+  body: freezeBody,
+  responses: { 200: { description: 'The hold (or its replay)', schema: freezeResultSchema } },
+  errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types'],
+});
+describeMoney('/v1/billing/consume', {
+  summary: 'Consume a hold',
+  description: 'Charges all or part of a frozen transaction; the rest returns to its sources.',
+  body: consumeBody,
+  responses: { 200: { description: 'The consumption (or its replay)', schema: consumeResultSchema } },
+  errors: ['customer_scope_mismatch', 'no_consumable_freeze_records', 'freeze_records_already_consumed', 'actual_amount_exceeds_frozen_amount', 'customer_not_found'],
+});
+describeMoney('/v1/billing/unfreeze', {
+  summary: 'Release a hold',
+  description: 'Returns the frozen credits of a transaction to their sources.',
+  body: unfreezeBody,
+  responses: { 200: { description: 'The release (or its replay)', schema: unfreezeResultSchema } },
+  errors: ['customer_scope_mismatch', 'no_unfreezable_records', 'customer_not_found'],
+});
 
 /** The money operations: all hot routes (src/http/router.ts). */
 export function ledgerRoutes(ledger: LedgerService): Route[] {

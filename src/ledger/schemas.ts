@@ -1,7 +1,8 @@
 /** Request fields shared by the ledger endpoints, read per contract variant. */
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
-import { amountFields, type Variant } from './amounts.js';
+import { amount_credits_max, amountFields, type Variant } from './amounts.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 export const walletNameSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'wallet names are 1-64 characters of A-Z a-z 0-9 _ . : -');
 export const identifierSchema = z.string().min(1).max(256);
@@ -164,3 +165,115 @@ function fieldsOf(op: LedgerOp, variant: Variant): { reads: string[]; allowed: s
   const reads = [...common[op], ...amounts.reads, ...wallets.reads];
   return { reads, allowed: [...reads, ...amounts.refused, ...wallets.refused] };
 }
+
+// The documented bodies (src/openapi/): the schemas above, with the amount and wallet
+// fields that readAmount, readDepositWallet and readWalletFilter read by hand, per variant.
+
+const creditsAmount = z.number().int().min(1).max(amount_credits_max);
+const unitAmount = z.number().positive();
+const variantAAmounts = (prefix: 'amount' | 'actual_amount') =>
+  ({
+    [`${prefix}_usd`]: unitAmount.optional().openapi({ description: 'USD (a number); must come to a whole number of credits.' }),
+    [`${prefix}_cents`]: unitAmount.optional().openapi({ description: 'US cents (a number); must come to a whole number of credits.' }),
+    [`${prefix}_credits`]: creditsAmount.optional().openapi({ description: 'Integer credits.' }),
+    [prefix]: unitAmount.optional().openapi({ description: 'Legacy: US cents. Exactly one of the four amount fields.' }),
+  }) as Record<string, z.ZodOptional<z.ZodNumber>>;
+const timestampField = z.string().nullish().openapi({ description: 'ISO 8601; a time without a zone is UTC.' });
+const ttlFields = {
+  release_after_seconds: freezeTtlSchema.shape.release_after_seconds.openapi({ description: 'Releases the hold automatically after this many seconds (at most one TTL field).' }),
+  consume_after_seconds: freezeTtlSchema.shape.consume_after_seconds.openapi({ description: 'Consumes the hold automatically after this many seconds (at most one TTL field).' }),
+};
+const walletB = {
+  wallet: walletNameSchema.nullish().openapi({ description: 'The wallet (default `credits`).' }),
+  credit_type: walletNameSchema.nullish().openapi({ description: 'Deprecated alias of `wallet`; both and different is 400.', deprecated: true }),
+};
+const drawWalletB = {
+  wallet: walletNameSchema.nullish().openapi({ description: 'Draw from this wallet only (default: every wallet).' }),
+  credit_type: walletB.credit_type,
+};
+const drawWalletA = { credit_types: z.array(walletNameSchema).min(1).nullish().openapi({ description: 'Draw from these wallets only (default: every wallet).' }) };
+const amountB = { amount: creditsAmount.openapi({ description: 'Integer credits (1 USD = 1,000,000 credits), at most 10^15.' }) };
+
+function variants(a: z.AnyZodObject, b: z.AnyZodObject) {
+  return z.union([
+    a.strict().openapi({ title: 'Variant A', description: "A project whose `contract` is `A`, or the header `X-Service-Api-Variant: A`." }),
+    b.strict().openapi({ title: 'Variant B', description: "A project whose `contract` is `B` (the default), or the header `X-Service-Api-Variant: B`." }),
+  ]);
+}
+
+const window = { starts_at: timestampField, expires_at: timestampField };
+export const depositBody = variants(
+  depositSchema.extend({ ...variantAAmounts('amount'), credit_type: walletNameSchema.nullish().openapi({ description: 'The wallet (default `default`).' }), ...window }),
+  depositSchema.extend({ ...amountB, ...walletB, ...window }),
+);
+export const deductBody = variants(drawSchema.extend({ ...variantAAmounts('amount'), ...drawWalletA }), drawSchema.extend({ ...amountB, ...drawWalletB }));
+export const freezeBody = variants(
+  drawSchema.extend({ ...variantAAmounts('amount'), ...drawWalletA, ...ttlFields }),
+  drawSchema.extend({ ...amountB, ...drawWalletB, ...ttlFields }),
+);
+export const consumeBody = variants(
+  settleSchema.extend(variantAAmounts('actual_amount')),
+  settleSchema.extend({ amount: creditsAmount.optional().openapi({ description: 'Integer credits to consume; default the whole frozen amount.' }) }),
+);
+export const unfreezeBody = settleSchema.strict();
+
+/** How much of which source an operation moved. */
+export const detailItemSchema = z
+  .object({ account_id: z.string().openapi({ description: 'The source (`src_...`).' }), credit_type: z.string().openapi({ description: "The source's wallet." }), amount: z.number().int() })
+  .strict()
+  .openapi('DetailItem');
+
+const replay = { is_idempotent_replay: z.boolean().openapi({ description: 'True when this answers an earlier identical request again.' }) };
+
+export const depositResultSchema = z
+  .object({
+    record_id: z.string().openapi({ description: 'The ledger entry (also its `transaction_id`).' }),
+    customer_id: z.string(),
+    account_id: z.string().openapi({ description: 'The new source.' }),
+    credit_type: z.string().openapi({ description: 'The wallet.' }),
+    added_amount: z.number().int(),
+    total_amount: z.number().int().openapi({ description: "The wallet's total of sources active now, after the deposit." }),
+    starts_at: timestamp.nullable(),
+    expires_at: timestamp.nullable(),
+    ...replay,
+  })
+  .strict()
+  .openapi('DepositResult');
+
+/** The public deposit's answer: the result and `wallet`, the same name as `credit_type`. */
+export const publicDepositResultSchema = extended(depositResultSchema, { wallet: z.string() }).openapi('PublicDepositResult');
+
+export const deductResultSchema = z
+  .object({ transaction_id: z.string(), deducted_amount: z.number().int(), deduct_details: z.array(detailItemSchema), deducted_at: timestamp, ...replay })
+  .strict()
+  .openapi('DeductResult');
+
+export const freezeResultSchema = z
+  .object({
+    transaction_id: z.string(),
+    frozen_amount: z.number().int(),
+    freeze_details: z.array(detailItemSchema),
+    frozen_at: timestamp,
+    auto_settle: z.enum(['release', 'consume']).nullable(),
+    auto_settle_at: timestamp.nullable(),
+    ...replay,
+  })
+  .strict()
+  .openapi('FreezeResult');
+
+export const consumeResultSchema = z
+  .object({
+    transaction_id: z.string(),
+    consumed_amount: z.number().int(),
+    returned_amount: z.number().int().openapi({ description: 'What the hold did not need, returned to its sources.' }),
+    consume_details: z.array(detailItemSchema),
+    consumed_at: timestamp,
+    ...replay,
+  })
+  .strict()
+  .openapi('ConsumeResult');
+
+export const unfreezeResultSchema = z
+  .object({ transaction_id: z.string(), unfrozen_amount: z.number().int(), unfreeze_details: z.array(detailItemSchema), unfrozen_at: timestamp, ...replay })
+  .strict()
+  .openapi('UnfreezeResult');

@@ -19,6 +19,7 @@ import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
 import { Bindings, type Archive } from './bindings.js';
+import type { LedgerOperation, Metrics } from '../metrics/metrics.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -46,6 +47,13 @@ export interface DrawInput {
   /** Wallets to draw from; null for all. */
   wallets: string[] | null;
   businessType: string | null;
+  description: string | null;
+}
+
+/** Consume and unfreeze: the transaction, and its customer when the caller names it. */
+export interface SettleInput {
+  transactionId: string;
+  customerId: string | null;
   description: string | null;
 }
 
@@ -94,6 +102,8 @@ export interface LedgerHooks {
    * (the Redis generation guard, src/redis/generation.ts).
    */
   ready?(): Promise<void>;
+  /** Counts every operation by its outcome (svc_ledger_operations_total). */
+  metrics?: Metrics;
 }
 
 /**
@@ -173,9 +183,17 @@ export class LedgerService {
     this.dirtyFlushQueued = true;
     setImmediate(() => {
       this.dirtyFlushQueued = false;
-      for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
-      this.dirty.clear();
+      this.flushDirty();
     });
+  }
+
+  /**
+   * Sends the dirty marks gathered since the last flush (one SADD per shard), without
+   * waiting for the end of the turn; a process that stops calls it before closing Redis.
+   */
+  flushDirty(): void {
+    for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
+    this.dirty.clear();
   }
 
   /**
@@ -348,7 +366,7 @@ export class LedgerService {
     return { customerId, readAtMs: b.readAtMs };
   }
 
-  async deposit(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
+  private async depositOp(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
     await this.ready();
     const hash = requestHash([
       'deposit', input.amount, input.wallet, input.label, input.startsAtMs, input.expiresAtMs, input.description,
@@ -389,7 +407,7 @@ export class LedgerService {
     };
   }
 
-  async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
+  private async deductOp(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
     await this.ready();
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
     const args = this.drawArgs(input, hash);
@@ -407,7 +425,7 @@ export class LedgerService {
     return this.outcome(reply, input.customerId, 'transaction_id');
   }
 
-  async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
+  private async freezeOp(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
     await this.ready();
     const hash = requestHash([
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
@@ -441,7 +459,7 @@ export class LedgerService {
     return { customerId: b.owner, readAtMs: b.readAtMs };
   }
 
-  async consume(
+  private async consumeOp(
     scope: ProjectScope,
     input: { transactionId: string; customerId: string | null; amount: number | null; description: string | null },
   ): Promise<OpResult> {
@@ -465,7 +483,7 @@ export class LedgerService {
     return this.outcome(reply, customerId);
   }
 
-  async unfreeze(
+  private async unfreezeOp(
     scope: ProjectScope,
     input: { transactionId: string; customerId: string | null; description: string | null },
   ): Promise<OpResult> {
@@ -484,10 +502,73 @@ export class LedgerService {
     return this.outcome(reply, customerId);
   }
 
-  /** Settles due TTL freezes of one customer (the expire worker). */
-  async expire(scope: ProjectScope, customerId: string): Promise<number> {
-    const reply = await this.run('expire', scope, customerId, {});
-    return reply[2];
+  /**
+   * The operations, each counted by its outcome (svc_ledger_operations_total): applied,
+   * replay, or the error it failed with. One try per operation, no closure.
+   */
+  async deposit(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
+    try {
+      return this.counted('deposit', await this.depositOp(scope, input));
+    } catch (err) {
+      throw this.failed('deposit', err);
+    }
+  }
+
+  async deduct(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
+    try {
+      return this.counted('deduct', await this.deductOp(scope, input));
+    } catch (err) {
+      throw this.failed('deduct', err);
+    }
+  }
+
+  async freeze(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
+    try {
+      return this.counted('freeze', await this.freezeOp(scope, input));
+    } catch (err) {
+      throw this.failed('freeze', err);
+    }
+  }
+
+  async consume(scope: ProjectScope, input: SettleInput & { amount: number | null }): Promise<OpResult> {
+    try {
+      return this.counted('consume', await this.consumeOp(scope, input));
+    } catch (err) {
+      throw this.failed('consume', err);
+    }
+  }
+
+  async unfreeze(scope: ProjectScope, input: SettleInput): Promise<OpResult> {
+    try {
+      return this.counted('unfreeze', await this.unfreezeOp(scope, input));
+    } catch (err) {
+      throw this.failed('unfreeze', err);
+    }
+  }
+
+  private counted(op: LedgerOperation, result: OpResult): OpResult {
+    this.hooks.metrics?.ledgerDone(op, result.replay);
+    return result;
+  }
+
+  private failed(op: LedgerOperation, err: unknown): unknown {
+    this.hooks.metrics?.ledgerFailed(op, err);
+    return err;
+  }
+
+  /** Settles due TTL freezes of one customer (the expire worker): how many auto-consumes
+   * (billable) and how many TTL entries (each freeze settled) it wrote.
+   */
+  async expire(scope: ProjectScope, customerId: string): Promise<{ autoConsumed: number; settled: number }> {
+    const metrics = this.hooks.metrics;
+    try {
+      const reply = await this.run('expire', scope, customerId, {});
+      metrics?.ledgerDone('expire', false);
+      return { autoConsumed: reply[2], settled: reply[3] };
+    } catch (err) {
+      metrics?.ledgerFailed('expire', err);
+      throw err;
+    }
   }
 
   /**

@@ -226,7 +226,7 @@ export async function matchingMemberships(
   password: string,
   organizationId: string | null,
 ): Promise<{ member: SignInCandidate; others: SignInCandidate[] } | null> {
-  const candidates = (await members.signInCandidates(email)).filter((c) => organizationId === null || c.organization_id === organizationId);
+  const candidates = await members.signInCandidates(email, organizationId);
   if (candidates.length === 0) {
     await verifyPassword(password, unknown_member_hash);
     return null;

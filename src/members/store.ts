@@ -6,6 +6,7 @@
  */
 import { sql, UniqueIntegrityConstraintViolationError, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
@@ -135,14 +136,25 @@ export function createMemberQueries(pool: DatabasePool) {
     },
 
     /** The memberships of an email in any organization, oldest first. */
-    signInCandidates(email: string): Promise<readonly SignInCandidate[]> {
+    /**
+     * `organizationId` narrows before the limit: an email that is a member of more than
+     * sign_in_candidates_max organizations still signs in to the one it names.
+     */
+    signInCandidates(email: string, organizationId: string | null = null): Promise<readonly SignInCandidate[]> {
+      const inOrganization = organizationId === null ? sql.fragment`` : sql.fragment`AND m.organization_id = ${organizationId}`;
       return pool.any(sql.type(signInCandidate)`
         SELECT m.id, m.organization_id, m.email, m.role, m.created_at, m.updated_at, m.password_hash, o.name AS organization_name
         FROM members m JOIN organizations o ON o.id = m.organization_id
-        WHERE lower(m.email) = lower(${email})
+        WHERE lower(m.email) = lower(${email}) ${inOrganization}
         ORDER BY m.created_at, m.id LIMIT ${sign_in_candidates_max}`);
     },
   };
 }
 
 export type MemberQueries = ReturnType<typeof createMemberQueries>;
+
+// The documented answer of memberEntry (src/openapi/).
+export const memberSchema = z
+  .object({ id: z.string(), organization_id: z.string(), email: z.string(), role: z.enum(roles), created_at: timestamp, updated_at: timestamp })
+  .strict()
+  .openapi('Member');

@@ -34,6 +34,35 @@ export const plans: Record<PlanId, Plan> = {
   enterprise: { id: 'enterprise', includedOps: null, hardLimit: false, priceMicroUsd: null, overageMicroUsdPerOp: 0, projectsMax: null, keysPerProjectMax: null, membersMax: null, rank: 6 },
 };
 
+/**
+ * The demo organisation's allowance (`npm start`'s demo, marked `demo_allowance` in
+ * PostgreSQL): on top of its plan, so that every feature can be tried at once on Free
+ * (several projects, project and customer keys beside the demo's two, a team). Still
+ * bounded, as every limit is; a plan that allows more keeps its own.
+ */
+export const demo_allowance = { projectsMax: 10, keysPerProjectMax: 25, membersMax: 5 } as const;
+
+export interface Limits {
+  projectsMax: number | null;
+  keysPerProjectMax: number | null;
+  membersMax: number | null;
+}
+
+/** The larger of two limits; null is unlimited. */
+const larger = (a: number | null, b: number | null): number | null => (a === null || b === null ? null : Math.max(a, b));
+
+/** Projects, keys per project and members an organisation on `plan` may have. */
+export function limitsOf(plan: PlanId, demoAllowance: boolean): Limits {
+  const p = plans[plan];
+  const own: Limits = { projectsMax: p.projectsMax, keysPerProjectMax: p.keysPerProjectMax, membersMax: p.membersMax };
+  if (!demoAllowance) return own;
+  return {
+    projectsMax: larger(own.projectsMax, demo_allowance.projectsMax),
+    keysPerProjectMax: larger(own.keysPerProjectMax, demo_allowance.keysPerProjectMax),
+    membersMax: larger(own.membersMax, demo_allowance.membersMax),
+  };
+}
+
 /** The hard limit the reserve script enforces: 0 for none. */
 export function hardLimitOf(plan: PlanId): number {
   const p = plans[plan];

@@ -12,12 +12,13 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import { timestamp } from '../openapi/registry.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
-import { hardLimitOf, periodAt, plans, type PlanId } from './catalogue.js';
+import { hardLimitOf, limitsOf, periodAt, planIds, plans, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 
 export type { PlanTicket } from './leases.js';
@@ -28,6 +29,7 @@ const orgRow = z.object({
   plan: z.enum(['free', 'pro_500k', 'pro_2m', 'pro_5m', 'pro_15m', 'pro_50m', 'enterprise']),
   pending_plan: z.enum(['free', 'pro_500k', 'pro_2m', 'pro_5m', 'pro_15m', 'pro_50m', 'enterprise']).nullable(),
   pending_from: z.number().nullable(),
+  demo_allowance: z.boolean(),
   created_at: z.number(),
 });
 type OrgRow = z.infer<typeof orgRow>;
@@ -73,6 +75,11 @@ export function effectivePlan(org: Pick<OrgRow, 'plan' | 'pending_plan' | 'pendi
   return org.pending_plan !== null && org.pending_from !== null && org.pending_from <= nowMs ? org.pending_plan : org.plan;
 }
 
+/** The organization read's `limits` (null: unlimited). */
+function limitsEntry(l: Limits) {
+  return { projects_max: l.projectsMax, keys_per_project_max: l.keysPerProjectMax, members_max: l.membersMax };
+}
+
 export class PlanService {
   private readonly anchors = new Map<string, number>();
   /** The current period of each organization and its keys (currentKeys). */
@@ -113,7 +120,7 @@ export class PlanService {
 
   private loadOrg(orgId: string): Promise<OrgRow> {
     return this.db.one(sql.type(orgRow)`
-      SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations WHERE id = ${orgId}`);
+      SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations WHERE id = ${orgId}`);
   }
 
   /** The subscription's anchor: billing periods are calendar months from it. */
@@ -337,7 +344,7 @@ export class PlanService {
     const at = sql.timestamp(new Date(now));
     const quote = await this.db.transaction(async (tx) => {
       const org = await tx.one(sql.type(orgRow)`
-        SELECT id, name, plan, pending_plan, pending_from, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
+        SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
       const current = effectivePlan(org, now);
       const q = quotePlanChange(current, plan, periodAt(org.created_at, now), now);
       await tx.query(sql.unsafe`
@@ -389,13 +396,58 @@ export class PlanService {
       overage_ops: overage,
       overage_cost_usd: (overage * plan.overageMicroUsdPerOp) / 1_000_000,
       hard_limit: plan.hardLimit,
+      demo_allowance: org.demo_allowance,
+      limits: limitsEntry(limitsOf(plan.id, org.demo_allowance)),
     };
   }
 
-  /** Projects, keys and members a plan allows (403 plan_limit_reached beyond). */
-  async limitsOf(orgId: string) {
+  /**
+   * The billable operations each organization has counted in its current period, for the
+   * plan usage gauge (src/metrics/stores.ts): the period's counter in Redis, which holds
+   * what every process's leases reported (they report within lease_report_ms), without
+   * the reservations in flight. At most `max` organizations, the oldest first; one whose
+   * period has no counter yet (nothing counted since the period began, or since Redis
+   * was rebuilt) is left out rather than reported as 0. One query and one GET per
+   * organization (auto-pipelined), no script, nothing written.
+   */
+  async usageOfOrganizations(max: number): Promise<{ organizationId: string; used: number; included: number | null }[]> {
+    const rows = await this.db.any(sql.type(orgRow)`
+      SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations ORDER BY created_at, id LIMIT ${max}`);
+    const now = this.nowMs();
+    const counts = await Promise.all(rows.map((org) => this.redis.get(this.keys(org.id, periodAt(org.created_at, now).startMs).counter)));
+    const usage: { organizationId: string; used: number; included: number | null }[] = [];
+    rows.forEach((org, i) => {
+      const count = counts[i];
+      if (count !== null && count !== undefined) usage.push({ organizationId: org.id, used: Number(count), included: plans[effectivePlan(org, now)].includedOps });
+    });
+    return usage;
+  }
+
+  /**
+   * Projects, keys and members the organization may have now (403 plan_limit_reached
+   * beyond): its plan's, raised by the demo allowance when it has one.
+   */
+  async limitsOf(orgId: string): Promise<Limits> {
     const org = await this.loadOrg(orgId);
-    const plan = plans[effectivePlan(org, this.nowMs())];
-    return { projectsMax: plan.projectsMax, keysPerProjectMax: plan.keysPerProjectMax, membersMax: plan.membersMax };
+    return limitsOf(effectivePlan(org, this.nowMs()), org.demo_allowance);
   }
 }
+
+// The documented answer of organization() (src/openapi/).
+export const organizationSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    plan: z.enum(planIds).openapi({ description: 'The plan in force now.' }),
+    pending_plan: z.enum(planIds).nullable().openapi({ description: 'A downgrade that starts at `pending_plan_from`.' }),
+    pending_plan_from: timestamp.nullable(),
+    period_start: timestamp,
+    period_end: timestamp,
+    billable_ops: z.number().int(),
+    included_ops: z.number().int().nullable().openapi({ description: 'Null for `enterprise`.' }),
+    overage_ops: z.number().int(),
+    overage_cost_usd: z.number(),
+    hard_limit: z.boolean(),
+  })
+  .strict()
+  .openapi('Organization');

@@ -11,9 +11,11 @@
  * organizations' jobs.
  */
 import { Queue, WaitingError, type Job, type Processor } from 'bullmq';
+import { z } from 'zod';
+import '../openapi/registry.js';
 import { newId } from '../ids.js';
 import type { RedisClient } from '../redis/client.js';
-import { reconcile, type ReconcileProgress, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
+import { reconcile, reconcileReportSchema, type ReconcileProgress, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
 
 export const reconcileQueueName = 'reconcile';
 
@@ -28,7 +30,48 @@ export const reconcile_jobs_kept_max = 200;
 /** Reconcile jobs one worker process runs at once (each checks concurrency_default customers at a time). */
 export const reconcile_worker_concurrency = 1;
 
-export type ReconcileJobStatus = 'queued' | 'running' | 'completed' | 'failed';
+export const reconcile_job_statuses = ['queued', 'running', 'completed', 'failed'] as const;
+export type ReconcileJobStatus = (typeof reconcile_job_statuses)[number];
+
+const isoTime = z.string().openapi({ format: 'date-time' });
+const count = z.number().int();
+
+/** A job as GET .../reconcile/{job_id} answers it. */
+export const reconcileJobSchema = z
+  .object({
+    object: z.literal('reconcile_job'),
+    id: z.string().openapi({ example: 'rcj_3q2Vd0zQ3aJ1x9bF' }),
+    project_id: z.string(),
+    repair: z.boolean(),
+    status: z.enum(reconcile_job_statuses),
+    created_at: isoTime.nullable(),
+    started_at: isoTime.nullable(),
+    finished_at: isoTime.nullable(),
+    progress: z
+      .object({
+        customers_done: count,
+        customers_total: count.nullable().openapi({ description: "The project's customers in PostgreSQL when the run started; null until it has." }),
+        customers_with_drift: count,
+        drift_total: count,
+        errors_total: count,
+        customers_per_second: z.number().int().nullable(),
+      })
+      .strict(),
+    result: reconcileReportSchema.nullable().openapi({ description: 'The report, once completed.' }),
+    error: z.object({ message: z.string() }).strict().nullable(),
+  })
+  .strict()
+  .openapi('ReconcileJob');
+
+/** What POST .../reconcile answers (202): the job as queued, with none of what running it writes. */
+export const reconcileJobStartedSchema = reconcileJobSchema
+  .pick({ object: true, id: true, project_id: true, repair: true, status: true, created_at: true })
+  .strict()
+  .openapi('ReconcileJobStarted');
+
+export function startedEntry(job: ReconcileJobEntry): z.infer<typeof reconcileJobStartedSchema> {
+  return { object: job.object, id: job.id, project_id: job.project_id, repair: job.repair, status: job.status, created_at: job.created_at };
+}
 
 export function createReconcileQueue(connection: RedisClient, prefix: string): Queue<ReconcileJobData, ReconcileReport> {
   return new Queue<ReconcileJobData, ReconcileReport>(reconcileQueueName, {

@@ -20,6 +20,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import '../openapi/registry.js';
 import { ledgerEntryRow } from '../ledger/queries.js';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, type LedgerEntryType } from '../ledger/entries.js';
@@ -431,9 +432,13 @@ function compare(
 /**
  * Binding entries (src/ledger/bindings.ts) that do not name this customer: transaction
  * ids, then deposit keys. Records the trim may have archived are not looked at: their
- * binding may be gone.
+ * binding may be gone. Nor is one the trim archived after the snapshot `bound` comes from
+ * (it became due meanwhile: its binding is gone, its record listed in `arch`, the
+ * customer's `archKey`), which a missing binding is checked against before it counts.
  */
-async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }): Promise<DriftItem[]> {
+async function indexDrift(
+  redis: RedisClient, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }, archKey: string,
+): Promise<DriftItem[]> {
   const drift: DriftItem[] = [];
   const check = async (kind: 't' | 'd', names: string[]) => {
     for (let i = 0; i < names.length; i += index_read_batch_size) {
@@ -443,8 +448,16 @@ async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: 
       const owners = (await Promise.all(batch.map((name) => redis.hget(bindingKeys(prefix, ids.projectId, kind, name).ids, name)))).map((v) =>
         v === null ? null : v.slice(0, v.lastIndexOf('|')),
       );
+      // A gateway call's record is listed as `g:`, every other transaction as `t:`.
+      const archivedSince = await Promise.all(
+        batch.map(async (name, j) => {
+          if (owners[j] !== null) return false;
+          const members = kind === 't' ? [`t:${name}`, `g:${name}`] : [`d:${name}`];
+          return (await Promise.all(members.map((m) => redis.zscore(archKey, m)))).some((score) => score !== null);
+        }),
+      );
       batch.forEach((name, j) => {
-        if (owners[j] === ids.customerId) return;
+        if (owners[j] === ids.customerId || archivedSince[j]) return;
         const id = kind === 't' ? { transaction_id: name } : { idempotency_key: name };
         drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field: kind === 't' ? 'txidx' : 'depidx', ...id, redis: owners[j], expected: ids.customerId });
       });
@@ -809,7 +822,7 @@ export async function reconcile(
         if (ik !== undefined) await bindings.archive(ids.projectId, 'g', txid, [claimId(ids.customerId, ik)]);
       }
     }
-    const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound))];
+    const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound, customerKeysFromBase(base).arch))];
     if (drift.length === 0) return;
     report.customers_with_drift++;
     report.drift_total += drift.length;
@@ -901,3 +914,33 @@ export async function reconcile(
   progress(true);
   return report;
 }
+
+// The documented answer (src/openapi/).
+const customerOf = { project_id: z.string(), customer_id: z.string() };
+export const reconcileReportSchema = z
+  .object({
+    customers_checked: z.number().int(),
+    customers_with_drift: z.number().int(),
+    customers_repaired: z.number().int(),
+    drift_total: z.number().int().openapi({ description: 'Differences found; `drift` lists the first `items_max`.' }),
+    drift: z.array(
+      z
+        .object({
+          ...customerOf,
+          field: z.string().openapi({ description: 'What differs: `customer`, `meta.<field>`, `source[.<field>]`, `transaction[.<field>]`, `deposit[.<field>]`, `ttl`, `txidx`, `depidx` or `ledger.seq`.' }),
+          source: z.string().optional(),
+          transaction_id: z.string().optional(),
+          idempotency_key: z.string().optional(),
+          redis: z.unknown(),
+          expected: z.unknown(),
+        })
+        .openapi('Drift'),
+    ),
+    errors_total: z.number().int(),
+    errors: z.array(z.object({ ...customerOf, message: z.string(), permanent: z.boolean() }).strict()),
+    anomalies_total: z.number().int(),
+    anomalies: z.array(z.object({ ...customerOf, message: z.string() }).strict()),
+    items_max: z.number().int().openapi({ description: 'The most entries each list holds (the first found); the `_total` counts cover all.' }),
+  })
+  .strict()
+  .openapi('ReconcileReport');

@@ -1,10 +1,28 @@
 /**
  * Loads lua/<name>-<keys>.lua, splices `--@include <file>` from lua/includes and
  * `--@script <name>` (another script under lua/, as the rest of this one: the bound
- * scripts run their operation's script after their binding step), and runs each by its
- * SHA1 (EVALSHA), sending the source (EVAL) when Redis answers NOSCRIPT: a script that
- * Redis does not know was not run, so sending it again is safe. Scripts are named by their
- * content, so two deployments with different script versions can share one Redis.
+ * scripts run their operation's script after their binding step), and runs each as a
+ * Redis function (FCALL), loading its library (FUNCTION LOAD) when Redis answers that it
+ * has no such function: a function that Redis does not know was not run, so calling it
+ * again once loaded is safe.
+ *
+ * Why functions and not EVALSHA: an EVAL script runs all of its text on every call, and the
+ * includes define some forty local functions, each a closure made again on every call,
+ * with its upvalues looked up in a list as long as the include's locals: 55,000 of the
+ * 360,000 instructions of a deduct (bench/profile/redis-script.ts). A library runs its
+ * text once, when it is loaded; a call runs only the function registered at its end. So an
+ * include's text is the library's, except its `--@per-call` ... `--@end` blocks (the KEYS
+ * and ARGV it reads, the state a call starts from), which open the registered function,
+ * followed by the script's own text. Run as one EVAL text instead (`lua` below, which the
+ * header test reads), the same code means the same: the blocks run where they stand.
+ *
+ * Libraries and functions are named by the script and the SHA-1 of the library's text
+ * (`svc_deduct_<12 hex>`), so two deployments with different script versions can share
+ * one Redis; a version no process uses any more stays loaded until an operator deletes it
+ * (FUNCTION DELETE, docs/OPERATIONS.md). Redis keeps functions in its RDB and append-only
+ * files and replicates them, so a restart from its files does not lose them; an emptied
+ * Redis answers "Function not found", and the call loads the library again. On a cluster
+ * the library is loaded on every master at once.
  *
  * Not ioredis defineCommand: ioredis copies every script defined that way onto each
  * auto-pipeline it makes, about 14.5 us per pipeline with two dozen scripts, which at one
@@ -13,7 +31,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { RedisClient } from './client.js';
+import { isCluster, type RedisClient } from './client.js';
 import type { BindingKeys } from './keys.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
 import { projectRoot } from '../root.js';
@@ -87,9 +105,15 @@ export const customerScriptNames = [
 export type CustomerScriptName = (typeof customerScriptNames)[number];
 
 interface LoadedScript {
+  /** SHA-1 of `lua`. */
   sha1: string;
   numberOfKeys: number;
+  /** The script as one EVAL text, includes spliced where they are named. */
   lua: string;
+  /** The function FCALL names, and its library's name. */
+  fn: string;
+  /** The library FUNCTION LOAD takes. */
+  library: string;
 }
 
 function loadScripts(): Map<string, LoadedScript> {
@@ -100,8 +124,21 @@ function loadScripts(): Map<string, LoadedScript> {
   }
   const scripts = new Map<string, LoadedScript>();
   for (const [name, { file, numberOfKeys }] of files) {
-    const lua = assemble(readFileSync(join(luaDir, file), 'utf8'), files, new Set());
-    scripts.set(name, { sha1: createHash('sha1').update(lua).digest('hex'), numberOfKeys, lua });
+    const text = readFileSync(join(luaDir, file), 'utf8');
+    const lua = assemble(text, files, new Set());
+    const includes: string[] = [];
+    const body = splitIncludes(text, files, new Set(), includes);
+    const perCall: string[] = [];
+    const once = includes.map((inc) =>
+      inc.replace(/^--@per-call\s*\n([\s\S]*?)^--@end\s*$/gm, (_, block: string) => {
+        perCall.push(block);
+        return '';
+      }),
+    );
+    const code = `${once.join('\n')}\nredis.register_function('FN', function(KEYS, ARGV)\n${perCall.join('')}${body}\nend)\n`;
+    const fn = `svc_${name}_${createHash('sha1').update(code).digest('hex').slice(0, 12)}`;
+    const library = `#!lua name=${fn}\n${code.replace("redis.register_function('FN'", `redis.register_function('${fn}'`)}`;
+    scripts.set(name, { sha1: createHash('sha1').update(lua).digest('hex'), numberOfKeys, lua, fn, library });
   }
   return scripts;
 }
@@ -120,6 +157,25 @@ function assemble(text: string, files: ReadonlyMap<string, { file: string }>, sp
     if (what === 'script' && !script) throw new Error(`--@script ${name}: no script lua/${name}-<keys>.lua`);
     const path = what === 'include' ? join(luaDir, 'includes', `${name}.lua`) : join(luaDir, script!.file);
     return assemble(readFileSync(path, 'utf8'), files, spliced);
+  });
+}
+
+/**
+ * A script's own text, its `--@script` spliced in turn, with the includes it and they name
+ * taken out and appended to `includes` (each once, an include's own includes before it).
+ */
+function splitIncludes(text: string, files: ReadonlyMap<string, { file: string }>, spliced: Set<string>, includes: string[]): string {
+  return text.replace(/^--@(include|script) (\w+)\s*$/gm, (_, what: string, name: string) => {
+    const id = `${what}:${name}`;
+    if (spliced.has(id)) return '';
+    spliced.add(id);
+    if (what === 'include') {
+      includes.push(splitIncludes(readFileSync(join(luaDir, 'includes', `${name}.lua`), 'utf8'), files, spliced, includes));
+      return '';
+    }
+    const script = files.get(name);
+    if (!script) throw new Error(`--@script ${name}: no script lua/${name}-<keys>.lua`);
+    return splitIncludes(readFileSync(join(luaDir, script.file), 'utf8'), files, spliced, includes);
   });
 }
 
@@ -164,6 +220,25 @@ class TurnBatch {
   };
 }
 
+/** Redis's answer to an FCALL of a function it does not have. */
+const isFunctionNotFound = (err: unknown): boolean => err instanceof Error && /^ERR Function not found/.test(err.message);
+
+/**
+ * Loads a library on the Redis (every master of a cluster). A library with that name is
+ * there already when another process loaded it meanwhile: its name is its content's, so it
+ * is the same.
+ */
+async function loadLibrary(redis: RedisClient, library: string): Promise<void> {
+  const nodes = isCluster(redis) ? redis.nodes('master') : [redis];
+  await Promise.all(
+    nodes.map((node) =>
+      (node.call('FUNCTION', 'LOAD', library) as Promise<unknown>).catch((err: unknown) => {
+        if (!(err instanceof Error && /already exists/.test(err.message))) throw err;
+      }),
+    ),
+  );
+}
+
 export function registerScripts(redis: RedisClient): Scripts {
   cached ??= loadScripts();
   const scripts = cached;
@@ -173,9 +248,10 @@ export function registerScripts(redis: RedisClient): Scripts {
     if (!s) throw new Error(`no Lua script named ${name}`);
     if (keys.length !== s.numberOfKeys) throw new Error(`${name} takes ${s.numberOfKeys} keys, got ${keys.length}`);
     const send = () =>
-      (redis.evalsha(s.sha1, s.numberOfKeys, ...keys, ...args) as Promise<T>).catch((err: unknown) => {
-        if (!(err instanceof Error && err.message.startsWith('NOSCRIPT'))) throw err;
-        return redis.eval(s.lua, s.numberOfKeys, ...keys, ...args) as Promise<T>;
+      (redis.fcall(s.fn, s.numberOfKeys, ...keys, ...args) as Promise<T>).catch(async (err: unknown) => {
+        if (!isFunctionNotFound(err)) throw err;
+        await loadLibrary(redis, s.library);
+        return redis.fcall(s.fn, s.numberOfKeys, ...keys, ...args) as Promise<T>;
       });
     return batch.send(send);
   };
@@ -186,14 +262,14 @@ export function registerScripts(redis: RedisClient): Scripts {
 }
 
 /**
- * How a script under lua/ appears on the wire: EVALSHA names it by its SHA1, and EVAL
- * sends the source itself when Redis did not know it. Tests find its call that way.
+ * How a script under lua/ appears: FCALL names its function `fn`, FUNCTION LOAD sends its
+ * `library`; `lua` is the same script as one EVAL text (the header test reads it).
  */
-export function scriptSource(name: string): { sha1: string; lua: string } {
+export function scriptSource(name: string): { sha1: string; lua: string; fn: string; library: string } {
   cached ??= loadScripts();
   const s = cached.get(name);
   if (!s) throw new Error(`no Lua script named ${name}`);
-  return { sha1: s.sha1, lua: s.lua };
+  return { sha1: s.sha1, lua: s.lua, fn: s.fn, library: s.library };
 }
 
 // ---------------------------------------------------------------- the typed script layer
@@ -250,6 +326,7 @@ export const bound_script_bucket_keys = ['ids', 'bloom'] as const;
 export const other_scripts = {
   bind: { keys: ['ids', 'bloom'], args: ['id', 'owner', 'force'] },
   unbind: { keys: ['ids', 'bloom'], args: ['owner'], rest: 'ids' },
+  unclaim: { keys: ['ids'], args: ['id', 'owner'] },
   restore: { keys: ['tx', 'dep', 'fin', 'arch'], args: ['member', 'record'] },
   trim: { keys: ['tx', 'dep', 'fin', 'arch', 'outbox'], args: null },
   trim_due: { keys: ['due'], args: ['base', 'score', 'nextDueMs'] },
@@ -307,6 +384,7 @@ export type ScriptApi = {
   bound<N extends BoundOperation>(op: N, call: BoundCall, args: CustomerScriptArgs<N>): Promise<ScriptReply>;
   bind(keys: OtherKeys<'bind'>, args: OtherArgs<'bind'>): Promise<[number, string, string, number]>;
   unbind(keys: OtherKeys<'unbind'>, args: OtherArgs<'unbind'>): Promise<number>;
+  unclaim(keys: OtherKeys<'unclaim'>, args: OtherArgs<'unclaim'>): Promise<number>;
   restore(keys: OtherKeys<'restore'>, args: OtherArgs<'restore'>): Promise<unknown>;
   trimScan(keys: OtherKeys<'trim'>, args: { retentionMs: number; countMax: number }): Promise<[string[], string, string, number]>;
   trimMark(keys: OtherKeys<'trim'>, args: { cutoff: string; deleteAtMs: number; members: readonly string[] }): Promise<number>;

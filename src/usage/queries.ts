@@ -2,6 +2,8 @@
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { creditsToUsd } from '../ledger/amounts.js';
+import { detailItemSchema } from '../ledger/schemas.js';
+import { extended, timestamp } from '../openapi/registry.js';
 
 const usageRow = z.object({
   id: z.string(),
@@ -101,3 +103,37 @@ export function createUsageQueries(pool: DatabasePool) {
 }
 
 export type UsageQueries = ReturnType<typeof createUsageQueries>;
+
+// The documented answers (src/openapi/).
+export const usageRecordResponseSchema = z
+  .object({
+    id: z.string(),
+    transaction_id: z.string(),
+    trace_id: z.string().nullable().openapi({ description: 'The `X-Service-Trace-Id` of the call.' }),
+    customer_id: z.string(),
+    wallet: z.string(),
+    model: z.string(),
+    endpoint: z.enum(['chat.completions', 'messages']),
+    stream: z.boolean(),
+    status: z.enum(['settled', 'failed', 'client_aborted']),
+    input_tokens: z.number().int(),
+    output_tokens: z.number().int(),
+    cache_read_tokens: z.number().int(),
+    cache_write_tokens: z.number().int(),
+    usage_estimated: z.boolean(),
+    cost_credits: z.number().int(),
+    cost_usd: z.string().openapi({ description: 'Exact decimal string.' }),
+    latency_ms: z.number().int(),
+    created_at: timestamp,
+  })
+  .strict()
+  .openapi('UsageRecord');
+
+export const receiptSchema = extended(usageRecordResponseSchema, {
+    prices: z.record(z.number().int()).openapi({ description: 'The prices the call was billed at, credits per million tokens.' }),
+    reserved_credits: z.number().int().openapi({ description: 'The hold made before relaying.' }),
+    returned_credits: z.number().int(),
+    details: z.array(detailItemSchema),
+    balance_after_credits: z.number().int().nullable().openapi({ description: "The billed wallet's available credits after settlement." }),
+  })
+  .openapi('Receipt');

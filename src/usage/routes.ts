@@ -16,7 +16,8 @@ import { readOutboxEntries } from '../ledger/outbox.js';
 import { usageRecordSchema } from '../ledger/queries.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { page_size_default, page_size_max } from '../customers/routes.js';
-import { receipt, type UsageQueries } from './queries.js';
+import { receipt, receiptSchema, usageRecordResponseSchema, type UsageQueries } from './queries.js';
+import { describeRoute, listOf } from '../openapi/registry.js';
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
 
@@ -28,6 +29,30 @@ export const usageQuery = z.object({
   to: isoTime.optional(),
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(300).optional(),
+});
+
+export const usagePageSchema = listOf(usageRecordResponseSchema);
+
+describeRoute({
+  method: 'GET',
+  path: '/v1/usage',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'Usage records of gateway calls',
+  description: 'Newest first; `to` is exclusive. A customer-scoped key sees only its own customer. Records appear once the workers persisted them.',
+  query: usageQuery,
+  responses: { 200: { description: 'A page of usage records', schema: usagePageSchema } },
+  errors: ['customer_not_found'],
+});
+describeRoute({
+  method: 'GET',
+  path: '/v1/billing/receipts/:transaction_id',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: "A gateway call's receipt",
+  description: 'Readable as soon as the call answered (from the outbox until the workers copy it to PostgreSQL).',
+  responses: { 200: { description: 'The receipt', schema: receiptSchema } },
+  errors: ['not_found'],
 });
 
 function encodeCursor(createdAt: string, id: string): string {

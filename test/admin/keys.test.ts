@@ -23,6 +23,14 @@ beforeAll(async () => {
 afterAll(() => svc.close());
 
 const createKey = (q: TestProject, body: unknown) => svc.call('POST', `/v1/admin/projects/${q.projectId}/keys`, { key: q.adminKey, body });
+const putModel = (q: TestProject, id: string) =>
+  svc.call('PUT', `/v1/admin/projects/${q.projectId}/models/${encodeURIComponent(id)}`, {
+    key: q.adminKey,
+    body: {
+      provider: 'openai', upstream_base_url: 'http://127.0.0.1:9/v1', upstream_model: id, context_window: 1000, max_output_tokens: 100,
+      supports_streaming: true, input_price_per_million_credits: 1, output_price_per_million_credits: 1,
+    },
+  });
 const revokeKey = (q: TestProject, id: string) => svc.call('POST', `/v1/admin/projects/${q.projectId}/keys/${id}/revoke`, { key: q.adminKey });
 /** A read any project or customer key may make; 404 customer_not_found proves the key was accepted. */
 const probe = (key: string, customerId = 'nobody') => svc.call('GET', `/v1/customers/${customerId}/balance`, { key });
@@ -53,6 +61,7 @@ describe('creating keys', () => {
   });
 
   it('creates a customer key bound to its customer, with a model whitelist and an expiry', async () => {
+    for (const id of ['openai/gpt-4o', 'm2']) expect((await putModel(p, id)).status).toBe(201);
     await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'bound', amount: 7 } });
     const expiresAt = new Date(Date.now() + 3_600_000).toISOString();
     const res = await createKey(p, { type: 'customer', customer_id: 'bound', allowed_models: ['openai/gpt-4o', 'm2', 'm2'], expires_at: expiresAt });
@@ -69,6 +78,7 @@ describe('creating keys', () => {
   });
 
   it('rejects bad key input with 400 and the param, creating nothing', async () => {
+    expect((await putModel(p, 'ok')).status).toBe(201);
     const before = (await svc.call('GET', `/v1/admin/projects/${p.projectId}/keys?limit=500`, { key: p.adminKey })).body.data.length;
     const cases: [unknown, string, string | undefined][] = [
       [{}, 'invalid_request', 'type'],
@@ -85,6 +95,9 @@ describe('creating keys', () => {
       [{ type: 'project', name: '' }, 'invalid_request', 'name'],
       [{ type: 'project', name: 'x'.repeat(129) }, 'invalid_request', 'name'],
       [{ type: 'project', customerId: 'c' }, 'invalid_request', 'customerId'],
+      // allowed_models must name models of the project: `ok` is one, `missing` and `other` are not.
+      [{ type: 'customer', customer_id: 'c', allowed_models: ['missing'] }, 'invalid_request', 'allowed_models.0'],
+      [{ type: 'customer', customer_id: 'c', allowed_models: ['ok', 'other'] }, 'invalid_request', 'allowed_models.1'],
       [{ type: 'customer', customer_id: 'c', expires_at: 'tomorrow' }, 'invalid_expires_at', 'expires_at'],
       [{ type: 'customer', customer_id: 'c', expires_at: 1_900_000_000_000 }, 'invalid_expires_at', 'expires_at'],
       [{ type: 'customer', customer_id: 'c', expires_at: '2020-01-01T00:00:00Z' }, 'invalid_expires_at', 'expires_at'],

@@ -78,6 +78,7 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       upstream_model: 'gpt-4o-2024-08-06',
       has_upstream_key: true,
       updated_at: expect.any(String),
+      warnings: [],
     });
     expect(Math.abs(created.body.created - Date.now() / 1000)).toBeLessThan(60);
     expect(JSON.stringify(created.body)).not.toContain(secret);
@@ -96,7 +97,10 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
     });
     const list = await listModels(q);
     expect(list.body).toMatchObject({ object: 'list', has_more: false, next_cursor: null });
-    expect(list.body.data).toEqual([replaced.body]);
+    // The write answers what the saved model will do: inactive, it is not served.
+    const { warnings, ...entry } = replaced.body;
+    expect(warnings.map((w: { code: string }) => w.code)).toEqual(['model_inactive']);
+    expect(list.body.data).toEqual([entry]);
     expect(JSON.stringify(list.body)).not.toContain(secret);
   });
 

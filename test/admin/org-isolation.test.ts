@@ -58,7 +58,9 @@ async function stateOfB() {
   return {
     org: await get('/organization'),
     projects: await get('/projects'),
-    keys: await get(`/projects/${b.projectId}/keys`),
+    // Without last use: B's own requests before the test are written by a timer
+    // (KEY_LAST_USED_FLUSH_MS), which may land between the two reads.
+    keys: (await get(`/projects/${b.projectId}/keys`)).data.map(({ last_used_at: _u, ...k }: { last_used_at: unknown }) => k),
     models: await get(`/projects/${b.projectId}/models`),
     customers: await get(`/projects/${b.projectId}/customers`),
     members: await get('/members'),
@@ -76,7 +78,7 @@ describe.each(callers)('organization A through its %s', (_name, call) => {
   it('lists only A\'s rows in every listing', async () => {
     const listings = ['/organization', '/projects', `/projects/${a.projectId}/keys`, `/projects/${a.projectId}/models`,
       `/projects/${a.projectId}/customers`, `/projects/${a.projectId}/customers?search=shared`, `/projects/${a.projectId}/customers/shared-id`,
-      '/usage/daily', `/usage/daily?project_id=${a.projectId}`, '/members', '/invoices', '/organization/plan/preview?plan=free'];
+      '/usage/daily', `/usage/daily?project_id=${a.projectId}`, '/usage', `/usage?project_id=${a.projectId}&customer_id=shared-id`, '/members', '/invoices', '/organization/plan/preview?plan=free'];
     for (const path of listings) {
       const r = await call('GET', path);
       expect([path, r.status]).toEqual([path, 200]);
@@ -101,6 +103,7 @@ describe.each(callers)('organization A through its %s', (_name, call) => {
       ['GET', `/projects/${b.projectId}/customers`, undefined],
       ['GET', `/projects/${b.projectId}/customers/shared-id`, undefined],
       ['GET', `/usage/daily?project_id=${b.projectId}`, undefined],
+      ['GET', `/usage?project_id=${b.projectId}`, undefined],
       ['GET', `/members/${bMember}`, undefined],
       ['GET', `/invoices/${bInvoice}`, undefined],
       ['PATCH', `/projects/${b.projectId}`, { name: 'taken over' }],
@@ -109,6 +112,9 @@ describe.each(callers)('organization A through its %s', (_name, call) => {
       ['POST', `/projects/${b.projectId}/keys/${bKey}/revoke`, undefined],
       ['PUT', `/projects/${b.projectId}/models/m1`, { provider: 'openai', upstream_base_url: 'http://127.0.0.1:9/v1', upstream_model: 'y', context_window: 100,
         max_output_tokens: 10, supports_streaming: false, input_price_per_million_credits: 0, output_price_per_million_credits: 0 }],
+      ['PATCH', `/projects/${b.projectId}/models/m1`, { upstream_model: 'y' }],
+      ['DELETE', `/projects/${b.projectId}/models/m1`, undefined],
+      ['DELETE', `/projects/${b.projectId}`, undefined],
       ['POST', `/projects/${b.projectId}/reconcile`, { repair: true }],
       ['PATCH', `/members/${bMember}`, { role: 'viewer' }],
       ['DELETE', `/members/${bMember}`, undefined],

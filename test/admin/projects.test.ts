@@ -71,7 +71,9 @@ describe('projects', () => {
     expect([up.status, up.body.plan, up.body.pending_plan]).toEqual([200, 'pro_500k', null]);
     const created = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: 'second' } });
     expect(created.status).toBe(201);
-    expect(created.body).toEqual({ id: expect.stringMatching(/^proj_/), name: 'second', contract: 'B', rate_limit_per_minute: null, created_at: expect.any(String) });
+    expect(created.body).toEqual({
+      id: expect.stringMatching(/^proj_/), name: 'second', contract: 'B', rate_limit_per_minute: null, active: true, deactivated_at: null, created_at: expect.any(String),
+    });
     expect(Math.abs(Date.parse(created.body.created_at) - Date.now())).toBeLessThan(60_000);
     const third = await svc.call('POST', '/v1/admin/projects', { key: q.adminKey, body: { name: ' third ', contract: 'A', rate_limit_per_minute: 120 } });
     expect(third.body).toMatchObject({ name: 'third', contract: 'A', rate_limit_per_minute: 120 });
@@ -212,7 +214,7 @@ describe('reconcile', () => {
     const res = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey });
     expect(res.status).toBe(202);
     // This service runs no workers: the job waits (test/admin/reconcile-jobs.test.ts runs them).
-    expect(res.body).toMatchObject({ object: 'reconcile_job', project_id: q.projectId, repair: false, status: 'queued', result: null });
+    expect(res.body).toMatchObject({ object: 'reconcile_job', project_id: q.projectId, repair: false, status: 'queued' });
     expect(res.headers.get('location')).toBe(`/v1/admin/projects/${q.projectId}/reconcile/${res.body.id}`);
     const emptyJson = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey, body: '' });
     expect([emptyJson.status, emptyJson.body.id]).toEqual([202, res.body.id]);

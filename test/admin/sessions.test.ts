@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
+import { sign_in_candidates_max } from '../../src/members/store.js';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { addMember, dash, expectError, signIn, signInRaw, type SignedIn } from './dashboard-support.js';
 
@@ -68,6 +69,20 @@ describe('sign-in', () => {
     expect(first.body.other_organizations).toEqual([{ id: other.organizationId, name: expect.any(String) }]);
     const named = await signIn(svc, owner.email, owner.password, { organization_id: other.organizationId });
     expect(named.body).toMatchObject({ organization: { id: other.organizationId }, member: { role: 'viewer' } });
+  });
+
+  it('an email in more organizations than sign-in reads at once still signs in to the one it names', async () => {
+    const email = `many-${p.organizationId.slice(-6).toLowerCase()}@example.com`;
+    const password = 'the same password for all';
+    const orgs: TestProject[] = [];
+    for (let i = 0; i <= sign_in_candidates_max; i++) {
+      const q = await svc.project();
+      expect((await svc.call('POST', '/v1/admin/members', { key: q.adminKey, body: { email, role: 'viewer', password } })).status).toBe(201);
+      orgs.push(q);
+    }
+    const last = orgs[orgs.length - 1];
+    const named = await signIn(svc, email, password, { organization_id: last.organizationId });
+    expect(named.body.organization.id).toBe(last.organizationId);
   });
 });
 

@@ -3,8 +3,8 @@
  * TypeScript with tsx, so this file is what keeps the build from breaking unnoticed. The
  * compiled web and worker processes start from dist/, find the Lua scripts, the
  * migrations and the dashboard's assets at the repository root from there, serve a
- * deposit, a deduct and the dashboard's files, and the compiled worker copies both
- * ledger entries to PostgreSQL.
+ * deposit, a deduct, the dashboard's files and the OpenAPI document the build wrote, and
+ * the compiled worker copies both ledger entries to PostgreSQL.
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -78,6 +78,17 @@ describe('the compiled service', () => {
       expect(((await balance.json()) as { available: number }).available).toBe(700);
       // The dashboard's files: htmx from node_modules, ours from assets/, both found from dist/.
       for (const path of ['/dashboard/sign-in', '/dashboard/assets/htmx.min.js', '/dashboard/assets/dashboard.js', '/dashboard/assets/dashboard.css']) {
+        const r = await fetch(`${web.url}${path}`);
+        expect([path, r.status, (await r.text()).length > 0]).toEqual([path, 200, true]);
+      }
+      // The OpenAPI document: the one `npm run build` wrote (src/openapi/routes.ts), the same as the code generates.
+      const served = await fetch(`${web.url}/openapi.json`);
+      expect(served.status).toBe(200);
+      expect(await served.text()).toBe(readFileSync(join(root, 'dist', 'openapi.json'), 'utf8'));
+      const { generateDocument } = (await import(pathToFileURL(join(root, 'dist', 'src', 'openapi', 'document.js')).href)) as { generateDocument(): unknown };
+      await import(pathToFileURL(join(root, 'dist', 'src', 'http', 'app.js')).href);
+      expect(JSON.parse(readFileSync(join(root, 'dist', 'openapi.json'), 'utf8'))).toEqual(generateDocument());
+      for (const path of ['/docs', '/docs/swagger-ui-bundle.js', '/docs/docs.js']) {
         const r = await fetch(`${web.url}${path}`);
         expect([path, r.status, (await r.text()).length > 0]).toEqual([path, 200, true]);
       }

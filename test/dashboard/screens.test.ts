@@ -71,13 +71,44 @@ describe('models', () => {
     // Unchecked boxes are absent from a form: active and streaming off.
     const { active: _a, supports_streaming: _s, ...off } = model();
     const saved = await post(path(), { ...off, output_price_per_million_credits: '4000000' });
-    expect([saved.status, notice(saved.text)]).toEqual([200, 'Saved model openai/gpt-x']);
+    expect([saved.status, notice(saved.text)]).toEqual([200, expect.stringMatching(/^Saved model openai\/gpt-x\. Note: the model is inactive: /)]);
     expect(await listed()).toMatchObject({ has_upstream_key: true, active: false, supports_streaming: false, output_price_per_million_credits: 4_000_000 });
     await post(path(), { ...model(), clear_upstream_api_key: '1' });
     expect(await listed()).toMatchObject({ has_upstream_key: false, active: true });
     const bad = await post(path(), { ...model(), max_output_tokens: '9000' });
-    expect([bad.status, notice(bad.text)]).toEqual([400, 'max_output_tokens: max_output_tokens may not exceed context_window']);
+    expect([bad.status, notice(bad.text)]).toEqual([400, 'max_output_tokens (9000) may not exceed context_window (8000)']);
     expect(bad.text).toContain('value="9000"');
+  });
+
+  it('says when a saved model has no provider key (every call would be 402 byok_key_required)', async () => {
+    const r = await post(path(), { ...model(), model_id: 'keyless' });
+    expect([r.status, notice(r.text)]).toEqual([200, expect.stringMatching(/^Added model keyless\. Note: the model has no upstream_api_key: .*402 byok_key_required/)]);
+  });
+
+  it('deletes a model from its row', async () => {
+    expect((await post(path(), { ...model(), model_id: 'doomed/x', upstream_api_key: 'sk-x' })).status).toBe(200);
+    const page = await pageCall(svc, owner, 'GET', path());
+    expect(page.text).toContain('name="model_id" value="doomed/x"');
+    const r = await post(`${path()}/delete`, { model_id: 'doomed/x' });
+    expect([r.status, notice(r.text)]).toEqual([200, 'Deleted model doomed/x; the receipts of its calls stay']);
+    expect((await admin(`/projects/${org.p.projectId}/models`)).data.map((m: { id: string }) => m.id)).not.toContain('doomed/x');
+    const again = await post(`${path()}/delete`, { model_id: 'doomed/x' });
+    expect([again.status, notice(again.text)]).toEqual([404, 'model doomed/x not found']);
+  });
+});
+
+describe('deactivating a project', () => {
+  it('deactivates from the projects list: keys revoked, shown as deactivated, no button any more', async () => {
+    const made = await post('/dashboard/projects', { name: 'Short-lived' });
+    const id = /\((proj_[A-Za-z0-9_-]+)\)/.exec(notice(made.text)!)![1];
+    const key = await svc.call('POST', `/v1/admin/projects/${id}/keys`, { key: org.p.adminKey, body: { type: 'project' } });
+    const r = await post(`/dashboard/projects/${id}/deactivate`, {});
+    expect([r.status, notice(r.text)]).toEqual([200, 'Deactivated project Short-lived: 1 key(s) revoked; its records stay readable']);
+    expect((await admin(`/projects/${id}`)).active).toBe(false);
+    expect((await svc.call('GET', '/v1/customers/x/balance', { key: key.body.key })).body.error.code).toBe('api_key_revoked');
+    const row = new RegExp(`data-project-id="${id}"[\\s\\S]*?</tr>`).exec((await pageCall(svc, owner, 'GET', '/dashboard/projects')).text)![0];
+    expect(row).toContain('deactivated');
+    expect(row).not.toContain('project-deactivate');
   });
 });
 

@@ -235,7 +235,9 @@ describe('organization A\'s session and organization B', () => {
 describe('a viewer', () => {
   it('has every change refused with the API\'s message, and nothing changes', async () => {
     const state = async () => ({
-      keys: (await svc.call('GET', `/v1/admin/projects/${a.p.projectId}/keys`, { key: a.p.adminKey })).body,
+      // Without last use, which a timer writes (KEY_LAST_USED_FLUSH_MS) whenever it comes.
+      keys: (await svc.call('GET', `/v1/admin/projects/${a.p.projectId}/keys`, { key: a.p.adminKey })).body.data.map(({ last_used_at: _u, ...k }: { last_used_at: unknown }) => k),
+      project: (await svc.call('GET', `/v1/admin/projects/${a.p.projectId}`, { key: a.p.adminKey })).body,
       org: (await svc.call('GET', '/v1/admin/organization', { key: a.p.adminKey })).body.plan,
       members: (await svc.call('GET', '/v1/admin/members', { key: a.p.adminKey })).body,
       balance: (await svc.call('GET', `/v1/customers/${a.customerId}/balance`, { key: a.p.projectKey })).body.available,
@@ -248,6 +250,8 @@ describe('a viewer', () => {
       [`${pa}/keys`, { kind: 'project' }, 'admin'],
       [`${pa}/keys/${ids.aKey}/revoke`, {}, 'admin'],
       [`${pa}/models`, { model_id: a.modelId, provider: 'openai', upstream_base_url: mock.url, upstream_model: 'x', context_window: '10', max_output_tokens: '10' }, 'admin'],
+      [`${pa}/models/delete`, { model_id: a.modelId }, 'admin'],
+      [`${pa}/deactivate`, {}, 'admin'],
       [`${pa}/customers/${a.customerId}/deposits`, { amount: '1000' }, 'admin'],
       [`${pa}/reconcile`, {}, 'admin'],
       [`${pa}/reconcile/repair`, {}, 'admin'],

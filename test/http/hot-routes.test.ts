@@ -13,6 +13,7 @@ import { errorHandler } from '../../src/http/errors.js';
 import { underPrefix } from '../../src/http/router.js';
 import { expressClasses, frontDoor } from '../../src/http/front-door.js';
 import { ApiError } from '../../src/errors/catalogue.js';
+import { Metrics } from '../../src/metrics/metrics.js';
 import { rawRequest, startGatewayEnv, type GatewayEnv, type RawResponse } from '../gateway/support.js';
 
 let env: GatewayEnv;
@@ -98,6 +99,7 @@ describe('the front door', () => {
     const listener = frontDoor({
       app,
       first: [],
+      metrics: new Metrics({ defaultMetrics: false }),
       bodyParser: () => null,
       underV1: [auth],
       routes: [

@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { gatewayRoutes } from '../../src/gateway/routes.js';
-import { jsonBodies } from '../../src/http/app.js';
+import { jsonBodies } from '../../src/app.js';
 import { authenticate } from '../../src/http/auth.js';
 import { errorHandler } from '../../src/http/errors.js';
 import { exactRouter } from '../../src/http/router.js';

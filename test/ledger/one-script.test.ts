@@ -28,16 +28,13 @@ import { startTestService, testConfig, waitFor, type TestService } from '../help
 const clustered = await detectCluster(testConfig().REDIS_URL, undefined);
 
 const scriptNames = [...customerScriptNames, ...Object.keys(other_scripts), ...boundOperations.map(boundScriptName)];
-/** Every script under lua/ as EVALSHA names it: by the SHA-1 of its source. */
-const scriptBySha = new Map(scriptNames.map((name) => [scriptSource(name).sha1, name]));
-/** ...and as EVAL sends it (a connection's first call): by the first line of its header, which MONITOR shows as it is. */
-const scriptByFirstLine = new Map(scriptNames.map((name) => [scriptSource(name).lua.split('\n')[0], name]));
+/** Every script under lua/ as FCALL names it: by its function (src/redis/scripts.ts). */
+const scriptByFn = new Map(scriptNames.map((name) => [scriptSource(name).fn, name]));
 
-/** What a MONITOR line shows of a command: its name, and the script's name for EVAL and EVALSHA. */
+/** What a MONITOR line shows of a command: its name, and the script's name for FCALL. */
 function describeCommand(args: string[]): string {
   const name = args[0].toLowerCase();
-  if (name === 'evalsha') return `script ${scriptBySha.get(args[1]) ?? args[1]}`;
-  if (name === 'eval') return `script ${scriptByFirstLine.get(args[1].split(/\\n|\n/)[0]) ?? '?'}`;
+  if (name === 'fcall') return `script ${scriptByFn.get(args[1]) ?? args[1]}`;
   return name;
 }
 
@@ -137,7 +134,7 @@ const errorCode = (r: OpResult | ApiError) => (r instanceof ApiError ? r.code : 
 
 describe.skipIf(clustered)('one script per money operation on a single Redis', () => {
   beforeAll(async () => {
-    // Each script's first call on a connection is an EVAL with its source, then EVALSHA;
+    // A script's first call on a Redis that lacks its function loads it (FUNCTION LOAD);
     // the customer's active mark is a command of its own once per 5 s. Both are done here.
     await deposit('c1', 1_000, 'c1-warm-k');
     await deposit('c1', 1_000, null);

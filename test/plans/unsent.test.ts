@@ -51,20 +51,20 @@ const pendingMembers = async (p: TestProject) => svc.rt.redis.zrange(await pendi
 async function withFailure<T>(op: Op, failure: Failure, f: () => Promise<T>): Promise<T> {
   const redis = svc.rt.redis;
   const send = redis.sendCommand;
-  const sha = scriptSource(scriptOf[op]).sha1;
-  const reserveShas = [scriptSource('plan_reserve').sha1, scriptSource('plan_lease').sha1];
+  const fn = scriptSource(scriptOf[op]).fn;
+  const reserveFns = [scriptSource('plan_reserve').fn, scriptSource('plan_lease').fn];
   const generation = svc.rt.generation as unknown as { verifiedRunId: string | null };
   const runId = generation.verifiedRunId;
   let armed = true;
   redis.sendCommand = ((command: Command, ...rest: unknown[]) => {
-    const script = command.name === 'evalsha' ? String(command.args[0]) : '';
-    if (armed && failure === 'refused by the generation guard' && reserveShas.includes(script)) {
+    const script = command.name === 'fcall' ? String(command.args[0]) : '';
+    if (armed && failure === 'refused by the generation guard' && reserveFns.includes(script)) {
       armed = false;
       void command.promise.then(() => {
         generation.verifiedRunId = null;
       });
     }
-    if (armed && script === sha) {
+    if (armed && script === fn) {
       armed = false;
       if (failure === 'never written') {
         command.reject(new CommandNotSentError(new Error('Connection is closed.')));

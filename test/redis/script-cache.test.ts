@@ -1,9 +1,9 @@
 /**
- * Scripts run by their SHA1, with the source sent only when Redis answers NOSCRIPT
- * (src/redis/scripts.ts): after Redis lost its script cache (a restart, SCRIPT FLUSH) a
- * call still runs, once, and Redis knows the script again for the next one. On a Redis of
- * the test's own: a SCRIPT FLUSH of the shared one would show other test files' scripts
- * twice on the wire (EVALSHA refused, then EVAL).
+ * Scripts run as Redis functions (FCALL), with their library loaded only when Redis
+ * answers "Function not found" (src/redis/scripts.ts): after Redis lost its functions (an
+ * emptied Redis, FUNCTION FLUSH) a call still runs, once, and Redis knows the function
+ * again for the next one. On a Redis of the test's own: a FUNCTION FLUSH of the shared one
+ * would show other test files' functions twice on the wire (FCALL refused, FCALL again).
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,18 +24,35 @@ afterAll(async () => {
   await own.stop();
 });
 
-describe('script cache', () => {
-  it('runs a script Redis forgot by sending its source, once, and by its SHA1 after', async () => {
+/** Names of the libraries Redis has loaded. */
+async function libraries(): Promise<string[]> {
+  const list = (await redis.call('FUNCTION', 'LIST')) as unknown[][];
+  return list.map((lib) => String(lib[1]));
+}
+
+describe('function libraries', () => {
+  it('runs a script whose function Redis forgot by loading its library, once, and by FCALL after', async () => {
     const scripts = registerScripts(redis);
-    const { sha1 } = scriptSource('trim_due');
+    const { fn, library } = scriptSource('trim_due');
+    expect(library.startsWith(`#!lua name=${fn}\n`)).toBe(true);
     await redis.zadd(due, 5, 'c1');
-    await redis.script('FLUSH');
-    expect(await redis.script('EXISTS', sha1)).toEqual([0]);
+    await redis.call('FUNCTION', 'FLUSH');
+    expect(await libraries()).toEqual([]);
     // Moves c1 from score 5 to 9 once: a second run of the same call would see 9, not 5.
     expect(await scripts.runOther('trim_due', [due], ['c1', '5', '9'])).toBe(1);
     expect(await redis.zscore(due, 'c1')).toBe('9');
-    expect(await redis.script('EXISTS', sha1)).toEqual([1]);
+    expect(await libraries()).toEqual([fn]);
     expect(await scripts.runOther('trim_due', [due], ['c1', '9', '12'])).toBe(1);
     expect(await redis.zscore(due, 'c1')).toBe('12');
+  });
+
+  it('keeps the functions across kill -9 and a restart from the append-only file', async () => {
+    const { fn } = scriptSource('trim_due');
+    expect(await libraries()).toContain(fn);
+    redis.disconnect();
+    await own.kill();
+    await own.start();
+    redis = new Redis({ path: own.socket });
+    expect(await libraries()).toContain(fn);
   });
 });

@@ -70,8 +70,8 @@ describe('script headers', () => {
   it('bound scripts: the bucket after the ten KEYS, and the operation\'s id in ARGV[5]', () => {
     expect(header(boundLua, 1).keys.slice(customer_script_keys.length)).toEqual([...bound_script_bucket_keys]);
     expect(boundLua).toMatch(/^--\s+KEYS\[11\] ids\s/m);
-    expect(boundLua).toMatch(/^local K_bucket_ids, K_bucket_bloom = KEYS\[11\], KEYS\[12\]$/m);
-    expect(boundLua).toMatch(/bind_id\(K_bucket_ids, K_bucket_bloom, ARGV\[5\], owner, false\)/);
+    expect(boundLua).toMatch(/^K_bucket_ids, K_bucket_bloom, bound_id = KEYS\[11\], KEYS\[12\], ARGV\[5\]$/m);
+    expect(boundLua).toMatch(/bind_id\(K_bucket_ids, K_bucket_bloom, bound_id, owner, false\)/);
     // ARGV[5] is the id each operation binds: its transaction id or deposit key.
     for (const op of boundOperations) expect(customer_script_args[op][0], op).toMatch(/^(transactionId|idempotencyKey)$/);
   });
@@ -124,5 +124,17 @@ describe('script headers', () => {
     for (const [name, n] of codes) {
       expect(scriptStatusErrors[n as ScriptStatus] === null, name).toBe(!name.startsWith('E_') || name === 'E_STALE_BINDING' || name === 'E_BINDING_ARCHIVED');
     }
+  });
+
+  // Scripts run as Redis functions: an include's text runs once, when its library is
+  // loaded, except its --@per-call blocks, which open every call (src/redis/scripts.ts).
+  // KEYS or ARGV read anywhere else in an include would be the first call's, for good.
+  it.each(readdirSync(join(luaDir, 'includes')))('includes/%s reads KEYS and ARGV only in its --@per-call blocks', (file) => {
+    const text = readFileSync(join(luaDir, 'includes', file), 'utf8');
+    const outside = text.replace(/^--@per-call\s*\n[\s\S]*?^--@end\s*$/gm, '');
+    const code = outside.split('\n').filter((line) => !/^\s*--/.test(line)).map((line) => line.replace(/--.*$/, ''));
+    expect(code.filter((line) => /\b(KEYS|ARGV)\b/.test(line))).toEqual([]);
+    // A per-call block assigns what the include declared before it, never a new local.
+    for (const block of text.matchAll(/^--@per-call\s*\n([\s\S]*?)^--@end\s*$/gm)) expect(block[1]).not.toMatch(/^\s*local\b/m);
   });
 });

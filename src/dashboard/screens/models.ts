@@ -99,7 +99,8 @@ ${models.data.map(
 <td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
 <td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>
 <td><span class="status ${m.active ? 'active' : 'inactive'}">${m.active ? 'active' : 'inactive'}</span></td>
-<td><a href="${withQuery(path, { edit: m.id, cursor })}" data-testid="model-edit">Edit</a></td>
+<td><a href="${withQuery(path, { edit: m.id, cursor })}" data-testid="model-edit">Edit</a>
+<form method="post" action="${path}/delete" class="inline">${csrfField(ctx.session)}<input type="hidden" name="model_id" value="${m.id}"><button type="submit" class="danger" data-testid="model-delete">Delete</button></form></td>
 </tr>`,
 )}
 </tbody>
@@ -146,10 +147,29 @@ export function modelRoutes(pages: PageRouter): void {
       res,
       async () => {
         const modelId = text(req, 'model_id');
-        const { status } = await ctx.api('PUT', '/projects/:project_id/models/*model_id', { params: { project_id: projectId, model_id: modelId }, body: modelBody(req) });
-        return { kind: 'ok', message: `${status === 201 ? 'Added' : 'Saved'} model ${modelId}` };
+        const { status, body } = await ctx.api<{ warnings: { message: string }[] }>('PUT', '/projects/:project_id/models/*model_id', {
+          params: { project_id: projectId, model_id: modelId },
+          body: modelBody(req),
+        });
+        // What the saved model will do that may not be meant (no provider key, inactive).
+        const notes = body.warnings.map((w) => ` Note: ${w.message}`).join('');
+        return { kind: 'ok', message: `${status === 201 ? 'Added' : 'Saved'} model ${modelId}${notes === '' ? '' : `.${notes}`}` };
       },
       (notice, failed) => modelsScreen(ctx, req, projectId, { notice, typed: failed }),
+      pagePath('projects', projectId, 'models'),
+    );
+  });
+
+  pages.post('/dashboard/projects/:project_id/models/delete', async (req, res, ctx) => {
+    const projectId = String(req.params.project_id);
+    await answerAction(
+      res,
+      async () => {
+        const modelId = text(req, 'model_id');
+        await ctx.api('DELETE', '/projects/:project_id/models/*model_id', { params: { project_id: projectId, model_id: modelId } });
+        return { kind: 'ok', message: `Deleted model ${modelId}; the receipts of its calls stay` };
+      },
+      (notice) => modelsScreen(ctx, req, projectId, { notice }),
       pagePath('projects', projectId, 'models'),
     );
   });

@@ -12,7 +12,7 @@ async function projectsScreen(ctx: PageContext, req: Request, notice: Notice = n
   const { body: projects } = await ctx.api<List<ProjectEntry>>('GET', '/projects', { query: { cursor } });
   const body = html`${noticeOf(notice)}
 <table class="list" data-testid="project-list">
-<thead><tr><th>Project</th><th>Contract</th><th>Rate limit</th><th>Created</th><th></th></tr></thead>
+<thead><tr><th>Project</th><th>Contract</th><th>Rate limit</th><th>Created</th><th>Status</th><th></th><th></th></tr></thead>
 <tbody>
 ${projects.data.map(
   (p) => html`<tr data-testid="project-row" data-project-id="${p.id}" data-href="${pagePath('projects', p.id, 'keys')}">
@@ -20,7 +20,11 @@ ${projects.data.map(
 <td>${p.contract}</td>
 <td>${p.rate_limit_per_minute === null ? 'none' : `${p.rate_limit_per_minute}/min`}</td>
 <td>${when(p.created_at)}</td>
+<td><span class="status ${p.active ? 'active' : 'inactive'}">${p.active ? 'active' : html`deactivated ${when(p.deactivated_at!)}`}</span></td>
 <td><a href="${pagePath('projects', p.id, 'keys')}" data-testid="project-open">Open</a></td>
+<td>${p.active
+    ? html`<form method="post" action="${pagePath('projects', p.id, 'deactivate')}" class="inline">${csrfField(ctx.session)}<button type="submit" class="danger" data-testid="project-deactivate">Deactivate</button></form>`
+    : ''}</td>
 </tr>`,
 )}
 </tbody>
@@ -50,6 +54,19 @@ export function projectRoutes(pages: PageRouter): void {
           body: { name: text(req, 'name'), contract: optional(req, 'contract') ?? 'B', ...(rate === undefined ? {} : { rate_limit_per_minute: rate }) },
         });
         return { kind: 'ok', message: `Created project ${body.name} (${body.id})` };
+      },
+      (notice) => projectsScreen(ctx, req, notice),
+      '/dashboard/projects',
+    );
+  });
+
+  // Deactivation revokes the project's keys and keeps its records (docs/API.md, "Projects").
+  pages.post('/dashboard/projects/:project_id/deactivate', async (req, res, ctx) => {
+    await answerAction(
+      res,
+      async () => {
+        const { body } = await ctx.api<ProjectEntry & { keys_revoked: number }>('DELETE', '/projects/:project_id', { params: { project_id: String(req.params.project_id) } });
+        return { kind: 'ok', message: `Deactivated project ${body.name}: ${body.keys_revoked} key(s) revoked; its records stay readable` };
       },
       (notice) => projectsScreen(ctx, req, notice),
       '/dashboard/projects',

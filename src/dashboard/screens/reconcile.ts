@@ -130,9 +130,15 @@ ${v.job ? jobPanel(project.id, v.job) : ''}`;
   return shell({ session: ctx.session, title: `Reconcile · ${project.name}`, screen: 'reconcile', body, project: choice });
 }
 
-/** Starts the operation as the member: a check, or a repair. */
+/** The job, as the member reads it. */
+async function readJob(ctx: PageContext, projectId: string, jobId: string): Promise<ReconcileJobEntry> {
+  return (await ctx.api<ReconcileJobEntry>('GET', '/projects/:project_id/reconcile/:job_id', { params: { project_id: projectId, job_id: jobId } })).body;
+}
+
+/** Starts the operation as the member (a check, or a repair) and reads the job it queued. */
 async function start(ctx: PageContext, projectId: string, repair: boolean): Promise<ReconcileJobEntry> {
-  return (await ctx.api<ReconcileJobEntry>('POST', '/projects/:project_id/reconcile', { params: { project_id: projectId }, body: { repair } })).body;
+  const started = (await ctx.api<{ id: string }>('POST', '/projects/:project_id/reconcile', { params: { project_id: projectId }, body: { repair } })).body;
+  return readJob(ctx, projectId, started.id);
 }
 
 export function reconcileRoutes(pages: PageRouter): void {
@@ -145,7 +151,7 @@ export function reconcileRoutes(pages: PageRouter): void {
   // A job: the whole screen, or only its panel for htmx's polling (not for a boosted navigation).
   pages.get('/dashboard/projects/:project_id/reconcile/jobs/:job_id', async (req, res, ctx) => {
     const projectId = String(req.params.project_id);
-    const job = (await ctx.api<ReconcileJobEntry>('GET', '/projects/:project_id/reconcile/:job_id', { params: { project_id: projectId, job_id: String(req.params.job_id) } })).body;
+    const job = await readJob(ctx, projectId, String(req.params.job_id));
     const polled = req.headers['hx-request'] === 'true' && req.headers['hx-boosted'] !== 'true';
     sendPage(res, polled ? jobPanel(projectId, job) : await reconcileScreen(ctx, projectId, { job }));
   });

@@ -16,7 +16,7 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ApiError } from '../errors/catalogue.js';
-import { authOf } from '../http/auth.js';
+import { authOf } from './auth.js';
 
 export const rate_limit_window_seconds = 60;
 export const rate_limit_chunk_max = 10;

@@ -1,24 +1,30 @@
-/** The Express application: logging, parsing, auth, the hot routes, domain routers, errors. */
+/**
+ * The application's wiring: the Express app and the front door before it, with logging,
+ * parsing, auth, rate limits, the hot routes, every domain's routers, and the error
+ * handler, in that order. The plumbing they are built from lives in src/http/.
+ */
 import type { RequestListener, ServerOptions } from 'node:http';
 import express, { type RequestHandler } from 'express';
-import { managementOperations } from '../admin/operations.js';
-import { adminRoutes, dashboardApiRoutes, dashboardSessions } from '../admin/routes.js';
-import { dashboardPages } from '../dashboard/routes.js';
-import { customerRoutes } from '../customers/routes.js';
-import { profileRoutes } from '../customers/profile.js';
-import { health } from '../health.js';
-import { ledgerRoutes } from '../ledger/routes.js';
-import type { Runtime } from '../runtime.js';
-import { authenticate } from './auth.js';
-import { rateLimit } from '../keys/rate-limit.js';
-import { accessLog } from './access-log.js';
-import { errorHandler, notFound } from './errors.js';
-import { exactRouter, underPrefix } from './router.js';
-import { expressClasses, frontDoor } from './front-door.js';
-import { measuredJson } from './validate.js';
-import { gatewayRoutes } from '../gateway/routes.js';
-import { modelRoutes } from '../gateway/model-routes.js';
-import { usageRoutes } from '../usage/routes.js';
+import { managementOperations } from './admin/operations.js';
+import { adminRoutes, dashboardApiRoutes, dashboardSessions } from './admin/routes.js';
+import { dashboardPages } from './dashboard/routes.js';
+import { docsRoutes } from './openapi/routes.js';
+import { customerRoutes } from './customers/routes.js';
+import { profileRoutes } from './customers/profile.js';
+import { health, readiness } from './health.js';
+import { ledgerRoutes } from './ledger/routes.js';
+import type { Runtime } from './runtime.js';
+import { authenticate } from './http/auth.js';
+import { rateLimit } from './http/rate-limit.js';
+import { requestEnd } from './http/access-log.js';
+import { metricsHandler, watchStores } from './metrics/stores.js';
+import { errorHandler, notFound } from './http/errors.js';
+import { exactRouter, underPrefix } from './http/router.js';
+import { expressClasses, frontDoor } from './http/front-door.js';
+import { measuredJson } from './http/validate.js';
+import { gatewayRoutes } from './gateway/routes.js';
+import { modelRoutes } from './gateway/model-routes.js';
+import { usageRoutes } from './usage/routes.js';
 
 export const body_bytes_max_billing = 1024 * 1024;
 
@@ -59,12 +65,26 @@ export function createApi(rt: Runtime): Api {
   app.set('strict routing', true);
   app.disable('x-powered-by');
   app.set('etag', false);
-  const logAccess = accessLog(rt.logger);
-  if (logAccess !== null) app.use(logAccess);
+  const ended = requestEnd(rt.logger, rt.metrics);
+  app.use(ended);
+  // The gauges read from Redis and PostgreSQL on a scrape (src/metrics/stores.ts).
+  watchStores(rt);
+  // Without METRICS_PORT the scrape is served here, without a key; with it, on that port
+  // only (src/server.ts), and this path is a 404 like any unknown one.
+  if (rt.config.METRICS_PORT === undefined) app.get('/metrics', metricsHandler(rt.metrics));
 
   app.get('/health', async (_req, res) => {
     const h = await health(rt);
     res.status(h.httpStatus).json(h.body);
+  });
+  // The process answers (a liveness probe), and whether it should get new requests (a
+  // readiness probe: 503 while it stops, or while Redis or PostgreSQL does not answer).
+  app.get('/health/live', (_req, res) => {
+    res.json({ status: 'live' });
+  });
+  app.get('/health/ready', async (_req, res) => {
+    const r = await readiness(rt);
+    res.status(r.httpStatus).json(r.body);
   });
 
   const parsers = bodyParsers();
@@ -89,12 +109,15 @@ export function createApi(rt: Runtime): Api {
   app.use(dashboardApiRoutes(sessions, management));
   // The dashboard's page: server-rendered screens over the same operations (src/dashboard/).
   app.use(dashboardPages(rt, sessions, management));
+  // The API's OpenAPI document and its reference page (src/openapi/).
+  app.use(docsRoutes());
   app.use(notFound);
-  const onError = errorHandler(rt.logger);
+  const onError = errorHandler(rt.logger, rt.metrics);
   app.use(onError);
   const listener = frontDoor({
     app,
-    first: logAccess === null ? [] : [logAccess],
+    first: [ended],
+    metrics: rt.metrics,
     bodyParser: parsers,
     underV1,
     routes: [...ledger, ...customers, ...gateway].filter((r) => r.hot),
