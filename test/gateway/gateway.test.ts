@@ -216,16 +216,17 @@ describe('the hold and the output limit', () => {
       headers: { 'x-service-customer': 'h4' },
       body: { model: OPENAI_MODEL, messages: ask({ output_tokens: 1 }) },
     });
-    expect(poor.status).toBe(402);
-    expect(poor.json().error).toMatchObject({ code: 'insufficient_balance', type: 'bad_request', message: 'insufficient balance' });
+    expectError(poor, 402, 'insufficient_balance', {
+      message: /^insufficient balance: this call needs a hold of at least \d+ credits .* and wallet credits has 10 credits available\.$/,
+      fields: { details: { wallet: 'credits', available_credits: 10 } },
+    });
     // The client's own limit is never lowered: 4,000 output tokens cost 10,000 credits.
     const greedy = await rawPost(env.svc.url, '/v1/messages', {
       key: env.p.projectKey,
       headers: { 'x-service-customer': 'h5' },
       body: { model: ANTHROPIC_MODEL, max_tokens: 4_000, messages: ask({ output_tokens: 1 }) },
     });
-    expect(greedy.status).toBe(402);
-    expect(greedy.json().error.code).toBe('insufficient_balance');
+    expectError(greedy, 402, 'insufficient_balance', { message: / Lower max_tokens to \d+ or less to fit\.$/ });
     expect(await env.balance('h4')).toEqual({ ...before.h4, as_of: expect.any(String) });
     expect(await env.balance('h5')).toEqual({ ...before.h5, as_of: expect.any(String) });
     expect((await env.ledger('h4')).map((e) => e.type)).toEqual(['DEPOSIT']);

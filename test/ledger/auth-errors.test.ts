@@ -19,8 +19,12 @@ const newTx = () => `tx_${randomBytes(6).toString('hex')}`;
 const moneyEndpoints = ['/v1/customers/deposit', '/v1/billing/deduct', '/v1/billing/freeze', '/v1/billing/consume', '/v1/billing/unfreeze'];
 const readPaths = (id: string) => [`/v1/customers/${id}`, `/v1/customers/${id}/balance`, `/v1/customers/${id}/ledger`];
 
-/** The contract's error body: only `error`, holding message, type, code and maybe param. */
-const envelope = { onlyFields: [] };
+/**
+ * The contract's error body: only `error`, holding message, type, code and maybe param,
+ * plus the fields docs/API.md lists for some errors ("Errors": details, errors, the key
+ * types of a permission_denied).
+ */
+const envelope = { onlyFields: ['details', 'errors', 'key_types_allowed', 'key_type'] };
 
 /** A B-project customer with 1000 credits and one open freeze of 100. */
 async function fundedCustomer(): Promise<{ id: string; frozenTx: string }> {
