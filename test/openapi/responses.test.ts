@@ -104,6 +104,18 @@ async function exercise(): Promise<void> {
   await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/gpt-test`, modelBody('openai'));
   await call('PUT', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/openai%2Fclaude-test`, { key: p.adminKey, body: modelBody('anthropic') });
   await both(s, p, 'GET', '/projects/{project_id}/models', `/projects/${P}/models`);
+  // A model without its provider key: the write answers a warning; PATCH and DELETE through both mounts.
+  const keyless: Record<string, unknown> = { ...modelBody('openai') };
+  delete keyless.upstream_api_key;
+  const [w] = await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`, keyless);
+  expect(w.body.warnings.map((x: { code: string }) => x.code)).toEqual(['byok_key_required']);
+  await both(s, p, 'PATCH', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`, { display_name: 'Temporary', active: false });
+  await both(s, p, 'PATCH', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`, { input_price_per_million_usd: 0.0000001 });
+  await both(s, p, 'PATCH', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/no-such-model`, { active: true });
+  await call('DELETE', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/tmp-model`, { key: p.adminKey });
+  await call('PUT', '/dashboard/api/projects/{project_id}/models/{model_id}', `/dashboard/api/projects/${P}/models/tmp-model`, { body: keyless, headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await call('DELETE', '/dashboard/api/projects/{project_id}/models/{model_id}', `/dashboard/api/projects/${P}/models/tmp-model`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await both(s, p, 'DELETE', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`);
 
   // Money operations, variant B.
   await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', {
@@ -149,6 +161,12 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: aliceKey, body: { customer_id: 'alice', transaction_id: 'x1', amount: 1 } });
   await call('PATCH', '/v1/customers/{customer_id}', '/v1/customers/alice', { key: p.projectKey, body: { name: 'Alice A.', metadata: null } });
   await call('PATCH', '/v1/customers/{customer_id}', '/v1/customers/alice', { key: p.projectKey, body: { nickname: 'x' } });
+  const erin = { customer_id: 'erin', name: 'Erin', email: 'erin@example.com', metadata: { plan: 'trial' } };
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: erin });
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: erin });
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: { ...erin, name: 'Erin B.' } });
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: { name: 'no id' } });
+  await call('POST', '/v1/customers', '/v1/customers', { key: aliceKey, body: { customer_id: 'frank' } });
 
   // Gateway.
   await call('GET', '/v1/models', '/v1/models', { key: p.projectKey });
@@ -181,7 +199,7 @@ async function exercise(): Promise<void> {
   await call('GET', '/v1/usage', '/v1/usage?customer=alice', { key: p.projectKey });
 
   // Projects, keys, customers, usage through both mounts.
-  await both(s, p, 'POST', '/projects', '/projects', { name: 'second', contract: 'A' });
+  const [second, third] = await both(s, p, 'POST', '/projects', '/projects', { name: 'second', contract: 'A' });
   await both(s, p, 'GET', '/projects', '/projects?limit=1');
   await both(s, p, 'GET', '/projects/{project_id}', `/projects/${P}`);
   await both(s, p, 'GET', '/projects/{project_id}', '/projects/proj_nope');
@@ -199,6 +217,22 @@ async function exercise(): Promise<void> {
   await both(s, p, 'GET', '/projects/{project_id}/receipts/{transaction_id}', `/projects/${P}/receipts/${tx}`);
   await both(s, p, 'GET', '/usage/daily', `/usage/daily?project_id=${P}`);
   await both(s, p, 'GET', '/queues', '/queues');
+  await both(s, p, 'GET', '/usage', '/usage');
+  await both(s, p, 'GET', '/usage', `/usage?group_by=model,day&project_id=${P}&limit=1`);
+  await both(s, p, 'GET', '/usage', `/usage?group_by=&customer_id=alice&from=2020-01-01T00:00:00Z`);
+  await both(s, p, 'GET', '/usage', '/usage?group_by=week');
+  await both(s, p, 'GET', '/usage', '/usage?project_id=proj_nope');
+
+  // Deactivation: a project of each mount; changes to it answer 409 project_deactivated, its records stay readable.
+  await call('POST', '/v1/admin/projects/{project_id}/keys', `/v1/admin/projects/${second.body.id}/keys`, { key: p.adminKey, body: { type: 'project' } });
+  await call('DELETE', '/v1/admin/projects/{project_id}', `/v1/admin/projects/${second.body.id}`, { key: p.adminKey });
+  await call('DELETE', '/dashboard/api/projects/{project_id}', `/dashboard/api/projects/${third.body.id}`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await both(s, p, 'DELETE', '/projects/{project_id}', `/projects/${second.body.id}`);
+  await both(s, p, 'DELETE', '/projects/{project_id}', '/projects/proj_nope');
+  await both(s, p, 'PATCH', '/projects/{project_id}', `/projects/${second.body.id}`, { name: 'renamed' });
+  await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${third.body.id}/models/gpt-test`, modelBody('openai'));
+  await both(s, p, 'POST', '/projects/{project_id}/keys', `/projects/${third.body.id}/keys`, { type: 'project' });
+  await both(s, p, 'GET', '/projects/{project_id}', `/projects/${second.body.id}`);
 
   // Members.
   const [m1, m2] = await both(s, p, 'POST', '/members', '/members', undefined);
@@ -288,7 +322,7 @@ describe('the OpenAPI document against real answers', () => {
 
   it('checked errors of many kinds along the way', () => {
     const codes = new Set(answers.filter((a) => a.status >= 400).map((a) => (a.body as { error?: { code?: string } })?.error?.code));
-    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed']) {
+    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed', 'customer_exists', 'project_deactivated']) {
       expect(codes, code).toContain(code);
     }
   });
