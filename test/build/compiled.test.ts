@@ -86,7 +86,7 @@ describe('the compiled service', () => {
       expect(served.status).toBe(200);
       expect(await served.text()).toBe(readFileSync(join(root, 'dist', 'openapi.json'), 'utf8'));
       const { generateDocument } = (await import(pathToFileURL(join(root, 'dist', 'src', 'openapi', 'document.js')).href)) as { generateDocument(): unknown };
-      await import(pathToFileURL(join(root, 'dist', 'src', 'http', 'app.js')).href);
+      await import(pathToFileURL(join(root, 'dist', 'src', 'app.js')).href);
       expect(JSON.parse(readFileSync(join(root, 'dist', 'openapi.json'), 'utf8'))).toEqual(generateDocument());
       for (const path of ['/docs', '/docs/swagger-ui-bundle.js', '/docs/docs.js']) {
         const r = await fetch(`${web.url}${path}`);
