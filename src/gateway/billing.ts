@@ -49,6 +49,8 @@ export const settle_retry_pause_ms = 100;
 export const background_retry_pause_ms = 100;
 export const background_retry_pause_max_ms = 1_000;
 export const background_retry_total_ms = 10 * 60_000;
+/** The longest pause between two tries of freeing an Idempotency-Key in the background. */
+export const key_free_retry_pause_ms = 200;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -105,12 +107,13 @@ export interface Call {
   settleTried: boolean;
   /** When the call was sent upstream (performance.now()); 0 until then. */
   upstreamStartedAt: number;
+  /** The call's Idempotency-Key, '' for none. */
+  idempotencyKey: string;
 }
 
 export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
   explicitMax: number | null;
   rawBytes: number;
-  idempotencyKey: string;
 };
 
 /**
@@ -138,6 +141,7 @@ function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold
     requestBytes: c.rawBytes,
     settleTried: false,
     upstreamStartedAt: 0,
+    idempotencyKey: c.idempotencyKey,
   };
 }
 
@@ -187,9 +191,26 @@ export class GatewayBilling {
     return gatewayBindings(this.deps.ledger.bindings, scope.projectId).claimKey(customerId, key, transactionId);
   }
 
-  /** Frees a claimed Idempotency-Key: nothing was billed under it, so the same key may retry. */
-  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string): Promise<void> {
-    await gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key).catch(() => undefined);
+  /**
+   * Frees the Idempotency-Key that `transactionId` claimed: nothing was billed under it, so
+   * the same key may retry. Only while the claim names this call (lua/unclaim-1.lua).
+   * Sent again in the background until Redis answers when it does not now: a claim left
+   * behind would answer every retry of the key 409 `idempotency_key_reused`, naming a call
+   * that billed nothing. The claim's bucket may be on a Redis (a cluster master) that is
+   * down while the rest answers.
+   */
+  async freeIdempotencyKey(scope: ProjectScope, customerId: string, key: string, transactionId: string): Promise<void> {
+    const free = () => gatewayBindings(this.deps.ledger.bindings, scope.projectId).freeKey(customerId, key, transactionId);
+    await free().catch((err: unknown) => {
+      this.deps.logger.warn({ err, transactionId }, 'Idempotency-Key not freed; freeing it in the background');
+      // Not behind the generation guard (Bindings.dropIfOwner): sent again every
+      // key_free_retry_pause_ms, so that it lands as soon as the bucket's master answers,
+      // before the guard lets a retry of the call claim the key.
+      this.untilAnswered(free, (e) => this.deps.logger.error({ err: e, transactionId }, 'Idempotency-Key of a call that billed nothing not freed; retries of it answer 409'), {
+        maxPauseMs: key_free_retry_pause_ms,
+        waitForGuard: false,
+      });
+    });
   }
 
   /**
@@ -264,36 +285,65 @@ export class GatewayBilling {
   private retryLater(send: Background, call: Call): void {
     const { script, args } = send;
     const { transactionId } = call;
+    this.untilAnswered(
+      async (attempt) => {
+        const [status] = await (send.script === 'gateway_settle'
+          ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
+          : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
+        if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
+          this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
+        } else if (script === 'gateway_settle') {
+          this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
+          this.billedInBackground(call, send.args);
+        } else if ((status === ScriptStatus.Ok || status === ScriptStatus.Replay) && call.idempotencyKey !== '') {
+          // Released by the API: the call billed nothing, and its key is free (what the
+          // trim and a recovery read from a record released by the API). Freed again here:
+          // a cluster master that came back empty while the hold was still frozen got the
+          // claim back from its recovery (src/reconcile/shared-keys.ts).
+          await this.freeIdempotencyKey(call.scope, call.customerId, call.idempotencyKey, transactionId);
+        }
+      },
+      (err) => {
+        const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
+        this.deps.logger.error({ err, transactionId, args }, what);
+      },
+    );
+  }
+
+  /**
+   * Runs `send` in the background until it resolves, for at most background_retry_total_ms
+   * (then `gaveUp`), with pauses doubling from background_retry_pause_ms up to
+   * `opts.maxPauseMs`, each followed by a wait for the generation guard unless
+   * `opts.waitForGuard` is false. The pauses do not keep a stopping process alive.
+   */
+  private untilAnswered(
+    send: (attempt: number) => Promise<unknown>,
+    gaveUp: (err: unknown) => void,
+    opts: { maxPauseMs: number; waitForGuard: boolean } = { maxPauseMs: background_retry_pause_max_ms, waitForGuard: true },
+  ): void {
     const giveUpAt = Date.now() + background_retry_total_ms;
     const inFlight = this.deps.inFlight;
     inFlight?.begin();
     void (async () => {
       for (let attempt = 1; ; attempt++) {
         try {
-          const [status] = await (send.script === 'gateway_settle'
-            ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
-            : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
-          if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
-            this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
-          } else if (script === 'gateway_settle') {
-            this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
-            this.billedInBackground(call, send.args);
-          }
+          await send(attempt);
           return;
         } catch (err) {
-          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), background_retry_pause_max_ms);
+          const pause = Math.min(background_retry_pause_ms * 2 ** (attempt - 1), opts.maxPauseMs);
           if (Date.now() + pause > giveUpAt) {
-            const what = script === 'gateway_settle' ? 'gateway call not settled; it is not billed' : 'gateway hold not released; its TTL releases it';
-            this.deps.logger.error({ err, transactionId, args }, what);
+            gaveUp(err);
             return;
           }
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           // While Redis is away or unverified, this resolves as soon as it is verified
           // again (or after the guard's wait): a try sent before would be refused.
-          await this.deps.ledger.ready().catch(() => undefined);
+          if (opts.waitForGuard) await this.deps.ledger.ready().catch(() => undefined);
         }
       }
-    })().finally(() => inFlight?.end());
+    })()
+      .finally(() => inFlight?.end())
+      .catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
   }
 
   /** The counters of a settlement confirmed in the background, from its usage record (shortfall unknown there). */
@@ -401,6 +451,10 @@ export class GatewayBilling {
       this.retryLater({ script: 'gateway_release', args }, call);
       throw err;
     }
+    // The call billed nothing: its key is freed before the relay answers (an upstream
+    // error is relayed right after this), so that a retry sent on that answer finds it
+    // free. Freed after the answer, a quick retry was answered 409 naming this call.
+    if (call.idempotencyKey !== '') await this.freeIdempotencyKey(call.scope, call.customerId, call.idempotencyKey, call.transactionId);
   }
 
   /** The billing headers (or trailers) of a settled call, in billingHeaderNames order. */

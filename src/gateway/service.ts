@@ -105,7 +105,6 @@ export class GatewayService {
     }
 
     let call: Call | undefined;
-    let settled: boolean;
     try {
       call = await this.billing.hold({
         auth,
@@ -128,14 +127,15 @@ export class GatewayService {
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
-      settled = r.stream
-        ? await this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling)
-        : await this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion);
+      // Settled, or released (the release freed the key: GatewayBilling.release).
+      await (r.stream
+        ? this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling)
+        : this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion));
     } catch (err) {
       // The key is freed only when nothing can have been billed: no answer went out and
       // no settlement was tried (one whose reply was lost may have charged the call).
       if (idempotencyKey !== undefined && !(call && (res.headersSent || call.settleTried))) {
-        await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey);
+        await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey, transactionId);
       }
       // Once the hold applied, a later step that never reached Redis (a settlement or a
       // release) does not make the call "nothing applied".
@@ -143,7 +143,7 @@ export class GatewayService {
     }
     // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
     // any answer, was answered without an error of ours but billed nothing: the same key
-    // may retry it.
-    if (!settled && idempotencyKey !== undefined) await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey);
+    // may retry it. Its release freed the key already, before the answer went out
+    // (GatewayBilling.release).
   }
 }

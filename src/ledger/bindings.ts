@@ -16,7 +16,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ledgerEntryRow } from './queries.js';
 import { bindingKeys, customerKeys, type BindingKind } from '../redis/keys.js';
-import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
+import { registerScripts, scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { foldCustomer, type EntryRow } from '../reconcile/fold.js';
 
 export enum BindStatus {
@@ -89,7 +89,7 @@ export function claimId(customerId: string, key: string): string {
 
 export class Bindings {
   constructor(
-    private readonly redis: Pick<RedisClient, 'hdel'>,
+    private readonly redis: RedisClient,
     scripts: Scripts,
     private readonly prefix: string,
     readonly archived: Archive | null,
@@ -98,6 +98,8 @@ export class Bindings {
   }
 
   private readonly api: ScriptApi;
+  /** Scripts without the generation guard, made when first needed (dropIfOwner). */
+  private direct: ScriptApi | null = null;
 
   /**
    * One binding command: binds `id` to `owner` ('' to read only). With `force` the Bloom
@@ -133,6 +135,19 @@ export class Bindings {
   /** Removes a binding that nothing was done under (a gateway call that billed nothing). */
   async drop(projectId: string, kind: BindingKind, id: string): Promise<void> {
     await this.redis.hdel(bindingKeys(this.prefix, projectId, kind, id).ids, id);
+  }
+
+  /**
+   * Removes a binding only while it names `owner` (lua/unclaim-1.lua): safe to send late,
+   * after another owner may have bound the id. True when it was removed. Not behind the
+   * generation guard, as drop is not: it applies nothing that a lost write could undo, and
+   * while one cluster master is down (the guard refuses every script then) the bucket's
+   * own master may answer, so that a retry of a gateway call that billed nothing finds
+   * its key free once money is served again.
+   */
+  async dropIfOwner(projectId: string, kind: BindingKind, id: string, owner: string): Promise<boolean> {
+    this.direct ??= scriptApi(registerScripts(this.redis));
+    return (await this.direct.unclaim({ ids: bindingKeys(this.prefix, projectId, kind, id).ids }, { id, owner })) === 1;
   }
 
   /**
@@ -172,8 +187,8 @@ export function gatewayBindings(bindings: Bindings, projectId: string) {
       if (first !== null) return first;
       return (await bindings.command(projectId, 'g', id, transactionId, true)).owner ?? transactionId;
     },
-    /** Nothing was billed under this key: the same key may retry. */
-    freeKey: (customerId: string, key: string) => bindings.drop(projectId, 'g', claimId(customerId, key)),
+    /** Nothing was billed under this key by this call: the same key may retry (unless another call holds it now). */
+    freeKey: (customerId: string, key: string, transactionId: string) => bindings.dropIfOwner(projectId, 'g', claimId(customerId, key), transactionId),
     /** Names the call's customer for receipts (the id is new: written beside the hold). */
     indexCall: (transactionId: string, customerId: string) => bindings.command(projectId, 't', transactionId, customerId, true),
     /** The hold failed: no call to find. */

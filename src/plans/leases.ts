@@ -164,7 +164,13 @@ export class PlanLeases {
     lease.inFlight++;
     lease.lastUsedMs = Date.now();
     if (lease.call === null && !lease.closing && lease.available * 2 <= lease.lastGrant && Date.now() >= lease.edgeUntilMs) {
-      void this.report(lease, { keep: true, want: lease_ops_max - lease.available });
+      // In the background: no request waits for it, so its failure (Redis went away, the
+      // generation guard refused it) is nobody's answer. Handled here, or the rejection
+      // would end the process (Node's default for an unhandled rejection). The lease starts
+      // over (report's catch) and the next operation takes a new one.
+      this.report(lease, { keep: true, want: lease_ops_max - lease.available }).catch((err: unknown) => {
+        this.logger.warn({ err, orgId: lease.orgId }, 'plan lease top-up failed; the next operation takes a new lease');
+      });
     }
     const epoch = lease.epoch;
     let done = false;

@@ -389,9 +389,13 @@ function compare(
 /**
  * Binding entries (src/ledger/bindings.ts) that do not name this customer: transaction
  * ids, then deposit keys. Records the trim may have archived are not looked at: their
- * binding may be gone.
+ * binding may be gone. Nor is one the trim archived after the snapshot `bound` comes from
+ * (it became due meanwhile: its binding is gone, its record listed in `arch`, the
+ * customer's `archKey`), which a missing binding is checked against before it counts.
  */
-async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }): Promise<DriftItem[]> {
+async function indexDrift(
+  redis: RedisClient, prefix: string, ids: { projectId: string; customerId: string }, bound: { tx: string[]; dep: string[] }, archKey: string,
+): Promise<DriftItem[]> {
   const drift: DriftItem[] = [];
   const check = async (kind: 't' | 'd', names: string[]) => {
     for (let i = 0; i < names.length; i += index_read_batch_size) {
@@ -401,8 +405,16 @@ async function indexDrift(redis: RedisClient, prefix: string, ids: { projectId: 
       const owners = (await Promise.all(batch.map((name) => redis.hget(bindingKeys(prefix, ids.projectId, kind, name).ids, name)))).map((v) =>
         v === null ? null : v.slice(0, v.lastIndexOf('|')),
       );
+      // A gateway call's record is listed as `g:`, every other transaction as `t:`.
+      const archivedSince = await Promise.all(
+        batch.map(async (name, j) => {
+          if (owners[j] !== null) return false;
+          const members = kind === 't' ? [`t:${name}`, `g:${name}`] : [`d:${name}`];
+          return (await Promise.all(members.map((m) => redis.zscore(archKey, m)))).some((score) => score !== null);
+        }),
+      );
       batch.forEach((name, j) => {
-        if (owners[j] === ids.customerId) return;
+        if (owners[j] === ids.customerId || archivedSince[j]) return;
         const id = kind === 't' ? { transaction_id: name } : { idempotency_key: name };
         drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field: kind === 't' ? 'txidx' : 'depidx', ...id, redis: owners[j], expected: ids.customerId });
       });
@@ -701,7 +713,7 @@ export async function reconcile(
         if (ik !== undefined) await bindings.archive(ids.projectId, 'g', txid, [claimId(ids.customerId, ik)]);
       }
     }
-    const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound))];
+    const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound, customerKeysFromBase(base).arch))];
     if (drift.length === 0) return;
     report.customers_with_drift++;
     report.drift.push(...drift);

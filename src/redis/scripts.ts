@@ -326,6 +326,7 @@ export const bound_script_bucket_keys = ['ids', 'bloom'] as const;
 export const other_scripts = {
   bind: { keys: ['ids', 'bloom'], args: ['id', 'owner', 'force'] },
   unbind: { keys: ['ids', 'bloom'], args: ['owner'], rest: 'ids' },
+  unclaim: { keys: ['ids'], args: ['id', 'owner'] },
   restore: { keys: ['tx', 'dep', 'fin', 'arch'], args: ['member', 'record'] },
   trim: { keys: ['tx', 'dep', 'fin', 'arch', 'outbox'], args: null },
   trim_due: { keys: ['due'], args: ['base', 'score', 'nextDueMs'] },
@@ -383,6 +384,7 @@ export type ScriptApi = {
   bound<N extends BoundOperation>(op: N, call: BoundCall, args: CustomerScriptArgs<N>): Promise<ScriptReply>;
   bind(keys: OtherKeys<'bind'>, args: OtherArgs<'bind'>): Promise<[number, string, string, number]>;
   unbind(keys: OtherKeys<'unbind'>, args: OtherArgs<'unbind'>): Promise<number>;
+  unclaim(keys: OtherKeys<'unclaim'>, args: OtherArgs<'unclaim'>): Promise<number>;
   restore(keys: OtherKeys<'restore'>, args: OtherArgs<'restore'>): Promise<unknown>;
   trimScan(keys: OtherKeys<'trim'>, args: { retentionMs: number; countMax: number }): Promise<[string[], string, string, number]>;
   trimMark(keys: OtherKeys<'trim'>, args: { cutoff: string; deleteAtMs: number; members: readonly string[] }): Promise<number>;

@@ -131,7 +131,13 @@ export function trackWrites(redis: Redis): void {
       const reject = command.reject;
       command.reject = (err: Error) => {
         s.failed = true;
-        reject(s.written ? err : new CommandNotSentError(err));
+        if (!s.written) reject(new CommandNotSentError(err));
+        // A written command of a pipeline whose earlier replies had come when the
+        // connection closed: ioredis fails it with its AbortError before the `close`
+        // handler below runs. It may have applied, as any written command whose reply was
+        // lost: "outcome unknown", like the others (the API answered 500 for it).
+        else if (err.name === 'AbortError') reject(new OutcomeUnknownError(err));
+        else reject(err);
       };
     } else if (state.failed) {
       return command.promise;

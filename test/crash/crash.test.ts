@@ -576,7 +576,12 @@ describe('crash safety', () => {
       ]);
       const loadEndedAt = Date.now();
 
-      expect(worker.running).toBe(true);
+      // The service processes ran until the end: neither died by itself (a death says
+      // how, with its last stderr lines).
+      expect(api.deaths, api.describe()).toEqual([]);
+      expect(worker.deaths, worker.describe()).toEqual([]);
+      expect(api.running, api.describe()).toBe(true);
+      expect(worker.running, worker.describe()).toBe(true);
       // Settlements Redis did not confirm while their call waited, and releases of holds
       // whose outcome was unknown, go on in the API's background until Redis answers:
       // wait for every hold but those of calls whose API process was killed mid-call
@@ -651,7 +656,9 @@ describe('crash safety', () => {
       const balanceDiff: string[] = [];
       const negative: string[] = [];
       for (const [customerId, pg] of fromPg) {
-        const res = await fetch(`${apiUrl()}/v1/customers/${customerId}/balance`, { headers: { authorization: `Bearer ${projectKey}` } });
+        const res = await fetch(`${apiUrl()}/v1/customers/${customerId}/balance`, { headers: { authorization: `Bearer ${projectKey}` } }).catch((err: unknown) => {
+          throw new Error(`balance of ${customerId}: ${String(err)} ${String((err as { cause?: unknown }).cause)}\n${api.describe()}`);
+        });
         const b = (await res.json()) as Sums & { available: number };
         const gateway = customerId.startsWith('crash-gw-');
         if (b.total !== pg.total || b.used !== pg.used || (!gateway && b.frozen !== pg.frozen)) balanceDiff.push(`${customerId}: redis ${JSON.stringify(b)} ledger ${JSON.stringify(pg)}`);

@@ -3,7 +3,10 @@
  * (`workers/main.ts`) run as real child processes, started with `node --import tsx` so
  * that SIGKILL hits the service itself and not a wrapper, and killed without warning.
  * The API binds port 0 and this reads the port it reports in its "API listening" log
- * line, so each restart gets a port nobody else holds.
+ * line, so each restart gets a port nobody else holds. A child that ends without being
+ * killed here is recorded with its exit code and signal (`deaths`), its port forgotten,
+ * and its last stderr lines kept (`describe()`), so a test can say why its API stopped
+ * answering instead of failing later on a refused connection.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +28,15 @@ export class ServiceProcess {
   unhandledRedisErrors = 0;
   /** The service's own "unhandled error" log lines (its 500s), every one, for failure messages. */
   readonly serverErrors: string[] = [];
+  /**
+   * How each run of this process ended: `killed` when this object sent the SIGKILL; any
+   * other end (an exit code, a signal from elsewhere) is a death the test did not cause.
+   */
+  readonly exits: { pid: number; code: number | null; signal: NodeJS.Signals | null; killed: boolean; at: string; stderr?: string }[] = [];
+  /** The last log lines of the current run, whatever their level: what a start that hangs was doing. */
+  private recentStdout: string[] = [];
+  /** Children this object sent SIGKILL to: their end is not a death. */
+  private readonly killing = new WeakSet<ChildProcess>();
   /** Every child this object started, for the final cleanup. */
   private static readonly all = new Set<ChildProcess>();
 
@@ -44,24 +56,39 @@ export class ServiceProcess {
       this.lines.push(text);
       this.lines.splice(0, Math.max(0, this.lines.length - output_lines_max));
     };
+    // This child's own stderr, apart from the error log lines: what Node prints as it dies.
+    const stderrTail: string[] = [];
     child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
       for (const line of chunk.split('\n').filter(Boolean)) {
         if (line.includes('[ioredis] Unhandled error event')) this.unhandledRedisErrors++;
         keep(line);
+        stderrTail.push(line);
+        stderrTail.splice(0, Math.max(0, stderrTail.length - output_lines_max));
       }
     });
     let partial = '';
+    const recent: string[] = [];
+    this.recentStdout = recent;
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
       const lines = (partial + chunk).split('\n');
       partial = lines.pop()!;
       for (const line of lines) {
+        recent.push(line.slice(0, 500));
+        recent.splice(0, Math.max(0, recent.length - 10));
         if (line.includes('"API listening"')) this.port = (JSON.parse(line) as { port: number }).port;
         else if (line.includes('"msg":"unhandled error"')) this.serverErrors.push(line);
         else if (/"level":(50|60)/.test(line)) keep(line);
       }
     });
     ServiceProcess.all.add(child);
-    child.once('exit', () => ServiceProcess.all.delete(child));
+    child.once('exit', (code, signal) => {
+      ServiceProcess.all.delete(child);
+      const killed = this.killing.has(child);
+      this.exits.push({ pid: child.pid ?? 0, code, signal, killed, at: new Date().toISOString(), ...(killed ? {} : { stderr: stderrTail.join('\n') }) });
+      if (!killed) keep(`${this.name} (pid ${child.pid}) exited by itself: code ${code}, signal ${signal}`);
+      // A process that died on its own no longer listens.
+      if (this.child === child) this.port = null;
+    });
     this.child = child;
   }
 
@@ -70,7 +97,7 @@ export class ServiceProcess {
     const deadline = Date.now() + timeoutMs;
     while (this.port === null) {
       if (!this.running) throw new Error(`${this.name} is not running:\n${this.stderr}`);
-      if (Date.now() > deadline) throw new Error(`${this.name} did not report its port:\n${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`${this.name} did not report its port within ${timeoutMs} ms:\n${this.stderr}\nits last log lines:\n${this.recentStdout.join('\n')}`);
       await sleep(20);
     }
     return this.port;
@@ -83,8 +110,21 @@ export class ServiceProcess {
     this.port = null;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const gone = new Promise((resolve) => child.once('exit', resolve));
+    this.killing.add(child);
     child.kill('SIGKILL');
     await gone;
+  }
+
+  /** Ends of runs the test did not cause (none when every end was a kill of ours). */
+  get deaths(): string[] {
+    return this.exits.filter((e) => !e.killed).map((e) => `${this.name} pid ${e.pid} exited at ${e.at}: code ${e.code}, signal ${e.signal}; its stderr:\n${e.stderr}`);
+  }
+
+  /** Whether it runs, how its runs ended, and its last stderr and error lines: for failure messages. */
+  describe(): string {
+    const state = this.running ? `running (pid ${this.child!.pid}, port ${this.port})` : 'not running';
+    const exits = this.exits.map(({ stderr, ...e }) => e);
+    return `${this.name}: ${state}; exits ${JSON.stringify(exits)}\n${this.stderr}`;
   }
 
   get running(): boolean {

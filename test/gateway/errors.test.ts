@@ -6,8 +6,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/server.js';
+import { gatewayBindings } from '../../src/ledger/bindings.js';
 import { periodAt } from '../../src/plans/catalogue.js';
-import type { TestProject } from '../helpers.js';
+import { waitFor, type TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, closedPort, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
 
 const UPSTREAM_TIMEOUT_MS = 1_000;
@@ -267,6 +268,53 @@ describe('Idempotency-Key', () => {
     expect(gateway.map((e) => [e.transaction_id, e.amount])).toEqual([[retried.headers['x-service-transaction-id'], Number(retried.headers['x-service-cost-credits'])]]);
     expect(await env.ops()).toBe(opsBefore + 1);
     expectError(await call('/v1/chat/completions', openaiBody(), { customer: 'idem3', headers }), 409, 'idempotency_key_reused');
+  });
+});
+
+describe('Idempotency-Key freed late', () => {
+  it('is freed in the background when Redis did not answer the first free: the retry is served, not 409', async () => {
+    await env.fund('idem4', 100_000);
+    const headers = { 'idempotency-key': 'order-4' };
+    const bindings = env.svc.rt.ledger.bindings;
+    const dropIfOwner = bindings.dropIfOwner;
+    let refused = 0;
+    // The first free of the claim fails the way a Redis (the bucket's cluster master)
+    // that went away fails it; the call billed nothing (an upstream error).
+    bindings.dropIfOwner = (...args: Parameters<typeof dropIfOwner>) => {
+      if (refused === 0) {
+        refused++;
+        return Promise.reject(new Error('Connection is closed.'));
+      }
+      return dropIfOwner.apply(bindings, args);
+    };
+    try {
+      expect((await call('/v1/chat/completions', openaiBody({ fail: 500 }), { customer: 'idem4', headers })).status).toBe(500);
+    } finally {
+      bindings.dropIfOwner = dropIfOwner;
+    }
+    expect(refused).toBe(1);
+    let retried: RawResponse | undefined;
+    await waitFor(async () => {
+      retried = await call('/v1/chat/completions', openaiBody(), { customer: 'idem4', headers });
+      return retried.status !== 409;
+    }, 5_000, 'the key to be freed in the background');
+    expect(retried!.status, retried!.text).toBe(200);
+    expect((await env.ledger('idem4', 'GATEWAY')).map((e) => e.transaction_id)).toEqual([retried!.headers['x-service-transaction-id']]);
+  });
+
+  it('a late free of a call that billed nothing leaves the claim of the call that holds the key now', async () => {
+    await env.fund('idem5', 100_000);
+    const headers = { 'idempotency-key': 'order-5' };
+    const failed = await call('/v1/chat/completions', openaiBody({ fail: 500 }), { customer: 'idem5', headers });
+    expect(failed.status).toBe(500);
+    const served = await call('/v1/chat/completions', openaiBody(), { customer: 'idem5', headers });
+    expect(served.status, served.text).toBe(200);
+    const keys = gatewayBindings(env.svc.rt.ledger.bindings, env.p.projectId);
+    // The failed call's free, sent again late (in the background): the key is another call's now.
+    expect(await keys.freeKey('idem5', 'order-5', failed.headers['x-service-transaction-id'] as string)).toBe(false);
+    const again = await call('/v1/chat/completions', openaiBody(), { customer: 'idem5', headers });
+    expectError(again, 409, 'idempotency_key_reused');
+    expect(again.json().error.transaction_id).toBe(served.headers['x-service-transaction-id']);
   });
 });
 

@@ -102,6 +102,39 @@ describe('plan leases', () => {
     }
   });
 
+  it('survive a top-up report that fails: no unhandled rejection, which would end an API process', async () => {
+    const p = await svc.project();
+    await fund(p, 'c3');
+    const scripts = svc.rt.scripts;
+    const runOther = scripts.runOther;
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    let failed = 0;
+    try {
+      // The top-up that a serve sends in the background once half of the lease is used
+      // (it keeps what is left and wants more) fails the way a Redis that went away fails
+      // it. No request waits for that call: its failure is nobody's answer.
+      scripts.runOther = ((name: string, keys: string[], args: (string | number)[]) => {
+        const [keep, want] = [Number(args[5]), Number(args[6])];
+        if (name === 'plan_lease' && keep > 0 && want > 0) {
+          failed++;
+          return Promise.reject(new Error('Connection is closed.'));
+        }
+        return runOther(name as never, keys, args);
+      }) as typeof scripts.runOther;
+      for (let i = 0; i < lease_ops_max && failed === 0; i++) expect((await deduct(svc.url, p, 'c3', `f${i}`)).status).toBe(200);
+      await new Promise((r) => setTimeout(r, 50));
+      // The lease starts over; the next operation is served and counted.
+      expect((await deduct(svc.url, p, 'c3', 'after')).status).toBe(200);
+    } finally {
+      scripts.runOther = runOther;
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(failed).toBeGreaterThan(0);
+    expect(unhandled.map(String)).toEqual([]);
+  });
+
   it('count a dead process lease whole at its deadline: never too few', async () => {
     const p = await svc.project();
     const k = await periodKeys(p);

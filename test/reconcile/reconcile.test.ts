@@ -275,6 +275,24 @@ describe('reconcile', () => {
     expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, errors: [] });
   });
 
+  it('does not take a binding the trim archived after the customer was read for drift', async () => {
+    // Where the trim's first step leaves a record (src/ledger/retention.ts): its binding
+    // gone (and its id in the bucket's Bloom filter), the record listed in `arch` until
+    // its deletion, while the record is not yet due by the retention reconcile reads
+    // with. That is the state of a record that became due while reconcile checked the
+    // customer's bindings, after it had read the customer's keys.
+    const k = keysOf('c1');
+    await svc.rt.ledger.bindings.archive(p.projectId, 't', 'c1', ['c1-d1']);
+    await svc.rt.ledger.bindings.archive(p.projectId, 'd', 'c1', ['k-c1']);
+    for (const member of ['t:c1-d1', 'd:k-c1']) {
+      await svc.rt.redis.zrem(k.fin, member);
+      await svc.rt.redis.zadd(k.arch, Date.now() + 5_000, member);
+    }
+    expect(await svc.rt.redis.hget(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 't', 'c1-d1').ids, 'c1-d1')).toBeNull();
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
+    expect(report).toMatchObject({ customers_checked: 2, customers_with_drift: 0, drift: [] });
+  });
+
   it('reports Redis state that PostgreSQL does not know, and --repair leaves it alone', async () => {
     const ghost = keysOf('ghost');
     await svc.rt.redis.hset(ghost.meta, { created_at: '1', seq: '1' });

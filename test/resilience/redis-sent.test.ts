@@ -79,6 +79,22 @@ describe('which failed Redis commands are proven unsent', () => {
     expect(await direct.get(`${prefix}timed-out`)).toBeNull();
   });
 
+  it('a written command of a pipeline cut after an earlier reply fails as outcome unknown, not as ioredis\'s AbortError', async () => {
+    const c = await connect();
+    // Auto-pipelined in one batch: the SET answers at once, the BLPOP waits (without
+    // blocking Redis) until the connection is cut. ioredis then aborts the rest of a
+    // pipeline whose first replies came (abortIncompletePipelines).
+    const list = `${prefix}list`;
+    const pipeline = c.pipeline().set(`${prefix}first`, '1').blpop(list, 5).exec();
+    await waitFor(async () => (await direct.get(`${prefix}first`)) === '1', 5_000, 'the SET to apply');
+    await new Promise((r) => setTimeout(r, 50));
+    proxy.cut();
+    const results = (await pipeline) as [Error | null, unknown][];
+    expect(results[0]).toEqual([null, 'OK']);
+    expect(results[1][0]).toBeInstanceOf(OutcomeUnknownError);
+    expect((results[1][0] as OutcomeUnknownError).cause).toMatchObject({ name: 'AbortError' });
+  });
+
   it('a written command whose connection closes fails at once as outcome unknown, even when the reconnect succeeds at once', async () => {
     // The default commandTimeout (5 s): the failure must come from the close, not the timeout.
     const c = await connect();
