@@ -19,6 +19,8 @@ import { createClient, createRedis, detectCluster, isCluster, throttled, type Re
 import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
+import { createReconcileQueue, type ReconcileJobData } from './reconcile/jobs.js';
+import type { ReconcileReport } from './reconcile/reconcile.js';
 import { registerScripts, type Scripts } from './redis/scripts.js';
 import { PlanService } from './plans/service.js';
 import { createModelQueries, type ModelQueries } from './admin/models.js';
@@ -62,6 +64,8 @@ export interface Runtime {
   /** The last-used times of keys, written in batches (src/keys/usage.ts). */
   keyUsage: KeyUsage;
   ledgerQueue: Queue<LedgerJobData>;
+  /** Reconcile runs asked for through the management API (src/reconcile/jobs.ts). */
+  reconcileQueue: Queue<ReconcileJobData, ReconcileReport>;
   modelQueries: ModelQueries;
   models: ModelCache;
   usageQueries: UsageQueries;
@@ -164,6 +168,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const clock = new Clock(config.SVC_CLOCK_CONTROL);
   const ledgerQueue = new Queue<LedgerJobData>(ledgerQueueName, { connection: queueConnection(), prefix: config.QUEUE_PREFIX });
   ledgerQueue.on('error', throttled((err) => logger.error({ err }, 'ledger queue error')));
+  const reconcileQueue = createReconcileQueue(queueConnection(), config.QUEUE_PREFIX);
+  reconcileQueue.on('error', throttled((err) => logger.error({ err }, 'reconcile queue error')));
   const ledgerQueries = createLedgerQueries(db);
   const generation = new RedisGeneration(redis, {
     prefix: config.REDIS_PREFIX,
@@ -228,6 +234,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     keyCache,
     keyUsage,
     ledgerQueue,
+    reconcileQueue,
     modelQueries,
     models,
     usageQueries: createUsageQueries(db),
@@ -242,6 +249,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       await plans.close();
       generation.close();
       await ledgerQueue.close();
+      await reconcileQueue.close();
       await upstream.close();
       await keyUsage.close();
       // A pool that lost connections while PostgreSQL was away fails to end them; the

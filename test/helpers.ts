@@ -10,6 +10,7 @@ import { scanKeys } from '../src/redis/scan.js';
 import { createRuntime, type Runtime } from '../src/runtime.js';
 import { listen, type RunningServer } from '../src/server.js';
 import { startWorkers, type Workers } from '../workers/index.js';
+import type { ReconcileReport } from '../src/reconcile/reconcile.js';
 
 export interface TestProject {
   organizationId: string;
@@ -154,4 +155,21 @@ export async function startTestService(opts: { workers?: boolean; config?: Parti
       await rt.close();
     },
   };
+}
+
+/**
+ * A project's reconcile through the management API: POST queues the job (202 and its
+ * Location), which the service's workers run; its status is followed until it has
+ * finished, and its report answered (docs/API.md, "Reconcile jobs").
+ */
+export async function reconcileOverApi(svc: TestService, p: Pick<TestProject, 'projectId' | 'adminKey'>, repair = false, timeoutMs = 60_000): Promise<ReconcileReport> {
+  const started = await svc.call('POST', `/v1/admin/projects/${p.projectId}/reconcile`, { key: p.adminKey, body: { repair } });
+  if (started.status !== 202) throw new Error(`reconcile was not queued: ${started.status} ${JSON.stringify(started.body)}`);
+  const location = started.headers.get('location')!;
+  const job = await waitFor(async () => {
+    const r = await svc.call('GET', location, { key: p.adminKey });
+    return r.body.status === 'completed' || r.body.status === 'failed' ? r.body : null;
+  }, timeoutMs, 'the reconcile job to finish');
+  if (job.status !== 'completed') throw new Error(`the reconcile job failed: ${JSON.stringify(job.error)}`);
+  return job.result as ReconcileReport;
 }

@@ -10,6 +10,8 @@ import { throttled } from '../src/redis/client.js';
 import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
 import { projectRecorder } from '../src/reconcile/recovery.js';
 import { reconcile } from '../src/reconcile/reconcile.js';
+import { reconcileProcessor, reconcileQueueName, reconcile_worker_concurrency, type ReconcileJobData } from '../src/reconcile/jobs.js';
+import type { ReconcileReport } from '../src/reconcile/reconcile.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';
@@ -23,11 +25,13 @@ export interface Workers {
   persist: PersistLoop;
   /** The BullMQ worker of the ledger queue (TTL expiry and sweep jobs). */
   queueWorker: Worker<LedgerJobData>;
+  /** The BullMQ worker of the reconcile queue (runs asked for through the management API). */
+  reconcileWorker: Worker<ReconcileJobData, ReconcileReport>;
   /** GET /metrics of this worker on WORKER_METRICS_PORT; null when not served on a port of its own. */
   metrics: MetricsServer | null;
   /**
-   * Stops taking jobs (the jobs in progress finish) and ends the persist loop after the
-   * pass in progress; calling it again waits for the same stop.
+   * Stops taking jobs (the jobs in progress finish; a reconcile goes back to the queue) and
+   * ends the persist loop after the pass in progress; calling it again waits for the same stop.
    */
   stop(): Promise<void>;
 }
@@ -101,6 +105,11 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   });
   worker.on('completed', (job) => measured.job(job.name, 'completed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
+  const reconcileWorker = new Worker<ReconcileJobData, ReconcileReport>(reconcileQueueName, reconcileProcessor(rt), {
+    connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: reconcile_worker_concurrency,
+  });
+  reconcileWorker.on('failed', (job, err) => logger.error({ err, job: job?.id }, 'reconcile job failed'));
+  reconcileWorker.on('error', throttled((err) => logger.error({ err }, 'reconcile worker error')));
   await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
   // Finds every organization whose period is due, however many workers run: each
   // invoice is unique per organization and period (src/billing/invoices.ts).
@@ -124,20 +133,24 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   return {
     persist,
     queueWorker: worker,
+    reconcileWorker,
     metrics: metricsServer,
     stop() {
       stopping ??= (async () => {
         clearInterval(heartbeat);
+        // A reconcile in progress stops after its current customers and goes back to wait
+        // for another worker (src/reconcile/jobs.ts).
+        reconcileWorker.cancelAllJobs('the worker is stopping');
         // All at once: the persist loop ends after the pass in progress (its customers put
         // back when it could not finish them), not after BullMQ's jobs.
         const queueClosed = (async () => {
           let timer: NodeJS.Timeout | undefined;
           const closed = await Promise.race([
-            worker.close().then(() => true),
+            Promise.all([worker.close(), reconcileWorker.close()]).then(() => true),
             new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
           ]);
           clearTimeout(timer);
-          if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the ledger queue worker did not close in time (its Redis connection is reconnecting); stopping without it');
+          if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the queue workers did not close in time (their Redis connection is reconnecting); stopping without them');
         })();
         await Promise.all([queueClosed, persist.stop(), trim.stop(), metricsServer?.close()]);
         // The COPY connection once the persist loop has ended.

@@ -20,7 +20,6 @@ import { depositResultSchema } from '../ledger/schemas.js';
 import { memberSchema } from '../members/store.js';
 import { describeOperation, extended, listOf, timestamp } from '../openapi/registry.js';
 import { organizationSchema } from '../plans/service.js';
-import { reconcileReportSchema } from '../reconcile/reconcile.js';
 import { receiptSchema } from '../usage/queries.js';
 import { usagePageSchema } from '../usage/routes.js';
 import { ApiError } from '../errors/catalogue.js';
@@ -32,7 +31,7 @@ import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '.
 import { generatePassword, hashPassword, password_chars_max, password_chars_min } from '../members/passwords.js';
 import { createMemberQueries, memberEntry, roles, type Role } from '../members/store.js';
 import { planIds } from '../plans/catalogue.js';
-import { reconcile } from '../reconcile/reconcile.js';
+import { readReconcileJob, reconcileJobSchema, reconcileJobStartedSchema, startedEntry, startReconcileJob } from '../reconcile/jobs.js';
 import type { Runtime } from '../runtime.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
 import { actorOf } from './actor.js';
@@ -502,11 +501,29 @@ describeOperation({
   path: '/projects/:project_id/reconcile',
   role: 'admin',
   tag: 'Projects',
-  summary: "Compare the project's customers in Redis with PostgreSQL",
-  description: 'With `repair`, rewrites Redis from PostgreSQL. The body may be omitted.',
+  summary: "Start a reconcile of the project's customers (Redis against PostgreSQL) in the background",
+  description:
+    'Queues a job that the workers run; with `repair`, it rewrites Redis from PostgreSQL. The body may be omitted. ' +
+    'While a job of the same kind is queued or running for the project, that one is answered. Follow it at `Location`.',
   body: reconcileSchema.strict(),
   bodyOptional: true,
-  responses: ok('The report', reconcileReportSchema),
+  responses: {
+    202: {
+      description: 'The job, queued',
+      schema: reconcileJobStartedSchema,
+      headers: { Location: { description: "The job's address (GET it for its status and report)", schema: z.string(), required: true } },
+    },
+  },
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/reconcile/:job_id',
+  role: 'admin',
+  tag: 'Projects',
+  summary: 'A reconcile job: its status, progress and, once completed, its report',
+  description: "Another project's job, or one finished more than 24 hours ago, is not found.",
+  responses: ok('The job', reconcileJobSchema),
   errors: [projectParams],
 });
 describeOperation({
@@ -864,10 +881,24 @@ export function managementOperations(rt: Runtime): Operation[] {
     res.json({ ...projectEntry(done.project), keys_revoked: done.keysRevoked });
   });
 
+  // Reconcile runs as a background job (src/reconcile/jobs.ts): 202 and where to ask.
   op('POST', '/projects/:project_id/reconcile', 'admin', async (req, res) => {
     const project = await projectOr404(req, res);
     const { repair } = strictBody(req, reconcileSchema, { optional: true });
-    res.json(await reconcile(rt, { projectId: project.id, repair, redisOnly: true }));
+    const job = await startReconcileJob(rt.reconcileQueue, project.id, repair);
+    // Over HTTP, the status's address under the mount the call came through.
+    const path = req.originalUrl?.split('?')[0];
+    if (path) res.setHeader('Location', `${path}/${encodeURIComponent(job.id)}`);
+    res.status(202).json(startedEntry(job));
+  });
+
+  // An admin started it; its report names customers and their balances, as the customer reads do.
+  op('GET', '/projects/:project_id/reconcile/:job_id', 'admin', async (req, res) => {
+    onlyQuery(req);
+    const project = await projectOr404(req, res);
+    const job = await readReconcileJob(rt.reconcileQueue, project.id, String(req.params.job_id));
+    if (!job) throw new ApiError('not_found', { message: 'reconcile job not found' });
+    res.json(job);
   });
 
   // Keys
@@ -1137,7 +1168,7 @@ export function managementOperations(rt: Runtime): Operation[] {
   // (never a job's data, which names other organizations' customers) and owners only.
   op('GET', '/queues', 'owner', async (req, res) => {
     onlyQuery(req);
-    const queues = [rt.ledgerQueue];
+    const queues = [rt.ledgerQueue, rt.reconcileQueue];
     const data = await Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) })));
     res.json({ data });
   });

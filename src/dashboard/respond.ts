@@ -21,7 +21,7 @@ export async function answerAction(
   res: Response,
   act: () => Promise<Notice>,
   screen: (notice: Notice, failed: boolean) => Promise<Html>,
-  canonicalPath: string,
+  canonicalPath: string | (() => string),
 ): Promise<void> {
   let notice: Notice;
   let status = 200;
@@ -33,7 +33,7 @@ export async function answerAction(
     status = err.status;
   }
   // htmx keeps the screen's address in the location bar instead of the action's.
-  res.setHeader('HX-Push-Url', canonicalPath);
+  res.setHeader('HX-Push-Url', typeof canonicalPath === 'string' ? canonicalPath : canonicalPath());
   res.status(status).type('html').send(String(await screen(notice, status !== 200)));
 }
 

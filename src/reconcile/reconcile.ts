@@ -69,23 +69,54 @@ export interface DriftItem {
   expected: unknown;
 }
 
+/**
+ * What a run found. The lists hold at most `items_max` entries each (report_items_max
+ * unless the caller says otherwise), the first found; the `_total` counts cover all, so
+ * that a run over a million drifted customers keeps a bounded report.
+ */
 export interface ReconcileReport {
   customers_checked: number;
   customers_with_drift: number;
   customers_repaired: number;
+  drift_total: number;
   drift: DriftItem[];
   /**
    * Customers that could not be checked. `permanent`: their ledger does not fold (trying
    * again changes nothing); otherwise a store failed or the keys kept changing.
    */
+  errors_total: number;
   errors: { project_id: string; customer_id: string; message: string; permanent: boolean }[];
   /**
    * What a fold found and kept rather than fail on: entries written on a Redis that had
    * forgotten earlier ones (renumbered after PostgreSQL's last), settlements or repeats
    * they made, and sources drawn beyond their total (shortfalls).
    */
+  anomalies_total: number;
   anomalies: { project_id: string; customer_id: string; message: string }[];
+  /** The cap of each list. */
+  items_max: number;
 }
+
+/** Where a run is: reported to `onProgress` at most every progress_interval_ms, and once at the end. */
+export interface ReconcileProgress {
+  customers_done: number;
+  /**
+   * The customers PostgreSQL holds in the run's scope when it starts (or the customers
+   * given). The scan for customers only Redis holds comes after and may add to `done`.
+   */
+  customers_total: number;
+  customers_with_drift: number;
+  drift_total: number;
+  errors_total: number;
+  elapsed_ms: number;
+}
+
+/** Drift items, errors and anomalies a report lists at most, each (the counts cover all). */
+export const report_items_max = 1_000;
+/** Customers checked at once, each on a Redis connection of its own (WATCH is per connection). */
+export const concurrency_default = 4;
+export const concurrency_max = 64;
+export const progress_interval_ms = 1_000;
 
 export type ReconcileRuntime = Pick<Runtime, 'config' | 'redis' | 'db' | 'ledgerQueries' | 'ledgerQueue' | 'clock' | 'logger'>;
 
@@ -130,6 +161,11 @@ function createReconcileQueries(pool: DatabasePool) {
         ORDER BY seq`);
       return rows.map((r) => ({ ...r, details: r.details, result: r.result }));
     },
+    /** How many customers the scope holds (the progress's total). */
+    countCustomers(projectId: string | null) {
+      return pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+        SELECT count(*)::int8 AS n FROM customers ${projectId === null ? sql.fragment`` : sql.fragment`WHERE project_id = ${projectId}`}`);
+    },
     organizationOf(projectId: string) {
       return pool.maybeOneFirst(sql.type(z.object({ organization_id: z.string() }))`
         SELECT organization_id FROM projects WHERE id = ${projectId}`);
@@ -162,32 +198,39 @@ function zsetOf(flat: string[]): Record<string, string> {
   return out;
 }
 
-async function readSnapshot(conn: RedisClient, k: CustomerKeys): Promise<Snapshot> {
+/**
+ * WATCHes the customer's keys and reads them, with Redis's clock, in one round trip: the
+ * WATCH comes first in the pipeline, so any write after the reads fails the caller's EXEC.
+ */
+async function watchAndReadSnapshot(conn: RedisClient, k: CustomerKeys): Promise<{ snap: Snapshot; redisMs: number }> {
   const replies = await conn
     .pipeline()
+    .watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent, k.fin, k.arch)
     .hgetall(k.meta).hgetall(k.src).hgetall(k.tx).hgetall(k.dep).zrange(k.ttl, 0, -1, 'WITHSCORES').xrange(k.outbox, '-', '+', 'COUNT', snapshot_outbox_page_size)
     .zrange(k.live, 0, -1, 'WITHSCORES').zrange(k.dead, 0, -1, 'WITHSCORES').zrange(k.spent, 0, -1, 'WITHSCORES')
+    .time()
     .exec();
   const values = (replies ?? []).map(([err, v]) => {
     if (err) throw err;
     return v;
   });
-  const [meta, src, tx, dep, ttlFlat, stream, live, dead, spent] = values as [
-    Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
-    string[], string[], string[],
+  const [, meta, src, tx, dep, ttlFlat, stream, live, dead, spent, [sec, usec]] = values as [
+    unknown, Record<string, string>, Record<string, string>, Record<string, string>, Record<string, string>, string[], [string, string[]][],
+    string[], string[], string[], [string, string],
   ];
-  // The rest of a long outbox, page by page after the first: under the caller's WATCH, so
-  // a change between the pages fails its EXEC and the snapshot is read again.
+  // The rest of a long outbox, page by page after the first: under the WATCH, so a
+  // change between the pages fails the EXEC and the snapshot is read again.
   for (let page = stream; page.length === snapshot_outbox_page_size; ) {
     page = await conn.xrange(k.outbox, `(${page[page.length - 1][0]}`, '+', 'COUNT', snapshot_outbox_page_size);
     stream.push(...page);
   }
   const ttl: Record<string, number> = {};
   for (let i = 0; i < ttlFlat.length; i += 2) ttl[ttlFlat[i]] = Number(ttlFlat[i + 1]);
-  return {
+  const snap = {
     meta, src, tx, dep, ttl, live: zsetOf(live), dead: zsetOf(dead), spent: zsetOf(spent),
     outbox: stream.map(([, fields]) => parseOutboxEntry(fields)), outboxIds: stream.map(([id]) => id),
   };
+  return { snap, redisMs: Number(sec) * 1000 + Math.floor(Number(usec) / 1000) };
 }
 
 /** An outbox entry as the ledger row it becomes (outboxEntryToPublic and insertEntries). */
@@ -591,11 +634,14 @@ interface CustomerOutcome {
  * Drains, folds, compares and (with `repair`) rewrites one customer's keys; tries again
  * when an operation changed them meanwhile. The project index is not looked at here.
  *
- * The ledger is read after the WATCH, and the outbox with the keys: an entry written
- * before the WATCH is then in the outbox as read, or was deleted from it after the WATCH
- * (the EXEC fails), or before, which a worker does only once the entry is committed (so
- * the ledger read has it). Any write after the WATCH fails the EXEC. The drain first is
- * not needed for that; it keeps PostgreSQL, the record, up to date.
+ * One round trip WATCHes the keys and reads them (with the outbox); the ledger is read
+ * after it. An entry written before the WATCH is then in the outbox as read, or was
+ * deleted from it after the WATCH (the EXEC fails), or before, which a worker does only
+ * once the entry is committed (so the later ledger read has it); an entry in both counts
+ * once. Any write after the WATCH fails the EXEC. A customer whose outbox holds entries is
+ * drained into PostgreSQL first and read again: not needed for the comparison, it keeps
+ * PostgreSQL, the record, up to date (most customers have none, and skip the drain's
+ * round trip).
  */
 async function reconcileKeys(
   ctx: { conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number; retentionMs: number },
@@ -604,27 +650,31 @@ async function reconcileKeys(
   repair: boolean,
 ): Promise<CustomerOutcome> {
   const k = customerKeysFromBase(base);
-  try {
-    await ctx.persist.drain(base);
-  } catch (err) {
-    // A seq clash is handled below; anything else stops this customer.
-    if (!isSeqClash(err)) throw err;
-  }
+  let drained = false;
+  /** EXECs failed so far: a busy customer gets a longer pause each time. */
+  let changed = 0;
   for (let attempt = 0; attempt < attempts_max; attempt++) {
-    if (attempt > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * attempt));
-    await ctx.conn.watch(k.meta, k.src, k.tx, k.dep, k.ttl, k.outbox, k.live, k.dead, k.spent, k.fin, k.arch);
+    if (changed > 0) await new Promise((r) => setTimeout(r, Math.random() * retry_pause_ms_max * changed));
+    const { snap, redisMs } = await watchAndReadSnapshot(ctx.conn, k);
+    if (snap.outbox.length > 0 && !drained) {
+      drained = true;
+      try {
+        await ctx.persist.drain(base);
+      } catch (err) {
+        // A seq clash is handled below; anything else stops this customer.
+        if (!isSeqClash(err)) throw err;
+      }
+      continue;
+    }
     const [row, stored] = await Promise.all([
       ctx.queries.customer(ids.projectId, ids.customerId),
       ctx.queries.entries(ids.projectId, ids.customerId),
     ]);
-    const snap = await readSnapshot(ctx.conn, k);
     const clash = renumberClashes(stored, snap.outbox);
     const outbox = snap.outbox.map((e) => clash?.renumbered.get(e.id) ?? e);
     const ledger = ledgerAsOfSnapshot(row, stored, outbox);
     const anomalies: string[] = [];
     const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { anomalies });
-    const [sec, usec] = await ctx.conn.time();
-    const redisMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
     const nowMs = redisMs + ctx.clockOffsetMs;
     const lastAt = new Map<string, number>();
     const due = folded === null ? { tx: new Set<string>(), dep: new Set<string>() } : dueRecords(folded, stored, outbox, redisMs - ctx.retentionMs, lastAt);
@@ -653,38 +703,95 @@ async function reconcileKeys(
       dep: Object.keys(folded?.dep ?? {}).filter((key) => !due.dep.has(key)),
     };
     if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded, bound, archived };
+    changed++;
   }
   throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);
 }
 
+
+type CustomerIds = { projectId: string; customerId: string };
+
+/**
+ * The customers of a scope from PostgreSQL, in keyset order, a page of `pageSize` at a
+ * time; the next page is read while the current one is checked. At most two pages are
+ * held, whatever the number of customers.
+ */
+async function* customerPages(queries: ReturnType<typeof createReconcileQueries>, projectId: string | null, pageSize: number): AsyncGenerator<CustomerIds> {
+  let next = queries.customerPage(projectId, null, pageSize);
+  for (;;) {
+    const page = await next;
+    const full = page.length === pageSize;
+    if (full) next = queries.customerPage(projectId, page[page.length - 1], pageSize);
+    for (const row of page) yield { projectId: row.project_id, customerId: row.id };
+    if (!full) return;
+  }
+}
+
 /**
  * Checks (and with `repair` rewrites) every customer of the prefix, of one project, or
- * only the `customers` given (the recovery after a Redis restart, the persist loop's
- * repair of a clashing customer).
+ * only the `customers` given (the CLI's --customer, the recovery after a Redis restart,
+ * the persist loop's repair of a clashing customer).
  *
  * Customers come from PostgreSQL, in pages of customer_page_size (keyset order), so that
- * neither a project with a million customers nor a cluster makes one long read. With
- * `redisOnly` (the CLI and the admin route, run by hand), an extra step then scans every
- * master's keyspace (src/redis/scan.ts) for customers Redis holds and PostgreSQL does not:
- * they are reported, never deleted. Nothing runs this scan on a timer.
+ * neither a project with a million customers nor a cluster makes one long read, and are
+ * checked `concurrency` at a time, each lane on a Redis connection of its own. Nothing
+ * grows with the number of customers: two pages, one customer per lane, and a report
+ * whose lists stop at `itemsMax` (its counts go on). With `redisOnly` (the CLI and the
+ * admin job, run by hand), an extra step then scans every master's keyspace
+ * (src/redis/scan.ts) for customers Redis holds and PostgreSQL does not: they are
+ * reported, never deleted. Nothing runs this scan on a timer.
  */
 export async function reconcile(
   rt: ReconcileRuntime,
-  opts: { projectId?: string; repair: boolean; customers?: { projectId: string; customerId: string }[]; redisOnly?: boolean; pageSize?: number },
+  opts: {
+    projectId?: string;
+    repair: boolean;
+    customers?: CustomerIds[];
+    redisOnly?: boolean;
+    pageSize?: number;
+    concurrency?: number;
+    itemsMax?: number;
+    onProgress?: (progress: ReconcileProgress) => void;
+    /** Aborted: the lanes stop after their current customer and the partial report is returned. */
+    signal?: AbortSignal;
+  },
 ): Promise<ReconcileReport> {
   const prefix = rt.config.REDIS_PREFIX;
   const queries = createReconcileQueries(rt.db);
   const persist = new LedgerOutbox(rt.redis, rt.ledgerQueries, prefix, rt.logger);
   const bindings = new Bindings(rt.redis, registerScripts(rt.redis), prefix, null);
   const retentionMs = rt.config.REDIS_RETENTION_SECONDS * 1000;
-  const report: ReconcileReport = { customers_checked: 0, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] };
+  const itemsMax = opts.itemsMax ?? report_items_max;
+  const concurrency = opts.concurrency ?? concurrency_default;
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > concurrency_max) throw new Error(`concurrency must be an integer from 1 to ${concurrency_max}`);
+  if (!Number.isInteger(itemsMax) || itemsMax < 0) throw new Error('itemsMax must be a non-negative integer');
+  const report: ReconcileReport = {
+    customers_checked: 0, customers_with_drift: 0, customers_repaired: 0,
+    drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: itemsMax,
+  };
+  const keep = <T>(list: T[], items: T[]) => {
+    for (const item of items) {
+      if (list.length >= itemsMax) return;
+      list.push(item);
+    }
+  };
+
+  const startedAt = Date.now();
+  let total = 0;
+  let reportedAt = 0;
+  const progress = (force: boolean) => {
+    if (!opts.onProgress) return;
+    const now = Date.now();
+    if (!force && now - reportedAt < progress_interval_ms) return;
+    reportedAt = now;
+    opts.onProgress({
+      customers_done: report.customers_checked, customers_total: total, customers_with_drift: report.customers_with_drift,
+      drift_total: report.drift_total, errors_total: report.errors_total, elapsed_ms: now - startedAt,
+    });
+  };
 
   const organizations = new Map<string, string | null>();
-  // WATCH belongs to a connection: the shared client is used by others and its MULTIs
-  // would end our WATCH.
-  const conn = createClient(rt.config.REDIS_URL, isCluster(rt.redis), { enableAutoPipelining: false });
-  const checkCustomer = async (base: string, ids: { projectId: string; customerId: string }): Promise<void> => {
-    report.customers_checked++;
+  const checkCustomer = async (conn: RedisClient, base: string, ids: CustomerIds): Promise<void> => {
     let outcome: CustomerOutcome;
     try {
       outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs(), retentionMs }, base, ids, opts.repair);
@@ -692,10 +799,12 @@ export async function reconcile(
       await conn.unwatch().catch(() => undefined);
       const permanent = err instanceof FoldError;
       if (!permanent) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
-      report.errors.push({ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message, permanent });
+      report.errors_total++;
+      keep(report.errors, [{ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message, permanent }]);
       return;
     }
-    for (const message of outcome.anomalies) report.anomalies.push({ project_id: ids.projectId, customer_id: ids.customerId, message });
+    report.anomalies_total += outcome.anomalies.length;
+    keep(report.anomalies, outcome.anomalies.map((message) => ({ project_id: ids.projectId, customer_id: ids.customerId, message })));
     if (opts.repair && outcome.rewritten && outcome.anomalies.length > 0) {
       rt.logger.error({ ...ids, anomalies: outcome.anomalies }, 'reconcile kept ledger anomalies; see docs/OPERATIONS.md');
       await rt.redis.hset(anomaliesKey(prefix), base, JSON.stringify({ at: new Date().toISOString(), anomalies: outcome.anomalies }));
@@ -716,7 +825,8 @@ export async function reconcile(
     const drift = folded === null ? outcome.drift : [...outcome.drift, ...(await indexDrift(rt.redis, prefix, ids, outcome.bound, customerKeysFromBase(base).arch))];
     if (drift.length === 0) return;
     report.customers_with_drift++;
-    report.drift.push(...drift);
+    report.drift_total += drift.length;
+    keep(report.drift, drift);
     // Redis state without a PostgreSQL customer is reported, never deleted.
     if (!opts.repair || folded === null) return;
 
@@ -742,36 +852,66 @@ export async function reconcile(
     rt.logger.info({ ...ids, drift: drift.length }, 'reconcile repaired a customer');
     report.customers_repaired++;
   };
+
+  // WATCH belongs to a connection: the shared client is used by others and its MULTIs
+  // would end our WATCH. One connection per lane, and no more lanes than customers given.
+  const lanes = opts.customers ? Math.max(1, Math.min(concurrency, opts.customers.length)) : concurrency;
+  const conns = Array.from({ length: lanes }, () => createClient(rt.config.REDIS_URL, isCluster(rt.redis), { enableAutoPipelining: false }));
+  /**
+   * Checks the customers of `source` on every lane; each lane takes the next customer
+   * when it is done with one. A failure outside a customer's check (a store the report
+   * cannot do without) stops every lane and is thrown.
+   */
+  const runLanes = async (source: AsyncIterator<CustomerIds> | Iterator<CustomerIds>): Promise<void> => {
+    let failed = false;
+    await Promise.all(conns.map(async (conn) => {
+      try {
+        while (!failed && !opts.signal?.aborted) {
+          const next = await source.next();
+          if (next.done) return;
+          report.customers_checked++;
+          await checkCustomer(conn, customerBase(prefix, next.value.projectId, next.value.customerId), next.value);
+          progress(false);
+        }
+      } catch (err) {
+        failed = true;
+        throw err;
+      }
+    }));
+  };
   try {
     if (opts.customers) {
       const given = new Map(opts.customers.map((ids) => [customerBase(prefix, ids.projectId, ids.customerId), ids]));
-      for (const [base, ids] of given) await checkCustomer(base, ids);
+      total = given.size;
+      await runLanes(given.values());
     } else {
-      await drainActive(rt.redis, persist, prefix, opts.projectId ?? null);
-      let after: { project_id: string; id: string } | null = null;
-      for (;;) {
-        const pageSize = opts.pageSize ?? customer_page_size;
-        const page = await queries.customerPage(opts.projectId ?? null, after, pageSize);
-        for (const row of page) await checkCustomer(customerBase(prefix, row.project_id, row.id), { projectId: row.project_id, customerId: row.id });
-        if (page.length < pageSize) break;
-        after = page[page.length - 1];
-      }
-      if (opts.redisOnly) {
+      const projectId = opts.projectId ?? null;
+      await drainActive(rt.redis, persist, prefix, projectId);
+      total = await queries.countCustomers(projectId);
+      progress(true);
+      await runLanes(customerPages(queries, projectId, opts.pageSize ?? customer_page_size));
+      if (opts.redisOnly && !opts.signal?.aborted) {
+        // Bases met so far: a customer may come in several scan batches. Only customers
+        // PostgreSQL lacks are kept, which is what drift there is to report.
         const seen = new Set<string>();
-        await scanRedisCustomers(rt.redis, prefix, opts.projectId ?? null, async (found) => {
+        await scanRedisCustomers(rt.redis, prefix, projectId, async (found) => {
           const fresh = found.filter(([base]) => !seen.has(base));
           if (fresh.length === 0) return;
           const known = new Set((await queries.existing(fresh.map(([, ids]) => ids))).map((r) => customerBase(prefix, r.project_id, r.id)));
+          const unknown: CustomerIds[] = [];
           for (const [base, ids] of fresh) {
+            if (known.has(base)) continue;
             seen.add(base);
-            if (!known.has(base)) await checkCustomer(base, ids);
+            unknown.push(ids);
           }
+          await runLanes(unknown.values());
         });
       }
     }
   } finally {
-    conn.disconnect();
+    for (const conn of conns) conn.disconnect();
   }
+  progress(true);
   return report;
 }
 
@@ -782,6 +922,7 @@ export const reconcileReportSchema = z
     customers_checked: z.number().int(),
     customers_with_drift: z.number().int(),
     customers_repaired: z.number().int(),
+    drift_total: z.number().int().openapi({ description: 'Differences found; `drift` lists the first `items_max`.' }),
     drift: z.array(
       z
         .object({
@@ -795,8 +936,11 @@ export const reconcileReportSchema = z
         })
         .openapi('Drift'),
     ),
+    errors_total: z.number().int(),
     errors: z.array(z.object({ ...customerOf, message: z.string(), permanent: z.boolean() }).strict()),
+    anomalies_total: z.number().int(),
     anomalies: z.array(z.object({ ...customerOf, message: z.string() }).strict()),
+    items_max: z.number().int().openapi({ description: 'The most entries each list holds (the first found); the `_total` counts cover all.' }),
   })
   .strict()
   .openapi('ReconcileReport');

@@ -208,17 +208,19 @@ describe('organization scoping', () => {
 });
 
 describe('reconcile', () => {
-  it("checks the project's customers and reports no drift on a consistent project", async () => {
+  it('queues a job for the project (202, its Location), the same one while it waits, and refuses bad input', async () => {
     const q = await svc.project('B');
     await svc.call('POST', '/v1/customers/deposit', { key: q.projectKey, body: { customer_id: 'rc1', amount: 50 } });
-    await svc.call('POST', '/v1/billing/deduct', { key: q.projectKey, body: { customer_id: 'rc1', transaction_id: 'rt1', amount: 20 } });
     const res = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey });
-    expect(res.status).toBe(200);
+    expect(res.status).toBe(202);
+    // This service runs no workers: the job waits (test/admin/reconcile-jobs.test.ts runs them).
+    expect(res.body).toMatchObject({ object: 'reconcile_job', project_id: q.projectId, repair: false, status: 'queued' });
+    expect(res.headers.get('location')).toBe(`/v1/admin/projects/${q.projectId}/reconcile/${res.body.id}`);
     const emptyJson = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey, body: '' });
-    expect(emptyJson.body).toEqual(res.body);
-    expect(res.body).toMatchObject({ customers_checked: 1, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [] });
+    expect([emptyJson.status, emptyJson.body.id]).toEqual([202, res.body.id]);
     const bad = await svc.call('POST', `/v1/admin/projects/${q.projectId}/reconcile`, { key: q.adminKey, body: { repair: 'yes' } });
     expect([bad.status, bad.body.error.code, bad.body.error.param]).toEqual([400, 'invalid_request', 'repair']);
+    await svc.rt.reconcileQueue.remove(res.body.id);
   });
 });
 

@@ -198,6 +198,12 @@ describe('the dashboard as the owner', () => {
     await shoot('projects');
 
     await open('nav-reconcile', /\/dashboard\/.*reconcile/);
+    await page.getByTestId('reconcile-run').click();
+    // The check runs on the workers; htmx asks for the job's panel every second until the report shows.
+    await page.getByTestId('reconcile-outcome').waitFor({ timeout: 60_000 });
+    expect(page.url()).toMatch(/\/reconcile\/jobs\/rcj_[A-Za-z0-9_-]{16}$/);
+    expect(await page.getByTestId('reconcile-job').getAttribute('data-status')).toBe('completed');
+    expect(await page.getByTestId('customers-checked').textContent()).toMatch(/^[1-9][\d,]*$/);
     await shoot('reconcile');
 
     await open('nav-queues', /\/dashboard\/queues/);

@@ -7,7 +7,7 @@ import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/ser
 import { csvField } from '../../src/dashboard/screens/usage.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { addMember } from '../admin/dashboard-support.js';
-import { startTestService, type TestService } from '../helpers.js';
+import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
 
 let svc: TestService;
@@ -189,25 +189,58 @@ describe('reconcile', () => {
   const meta = () => customerKeys(svc.rt.config.REDIS_PREFIX, org.p.projectId, 'globex').meta;
   const driftRows = (text: string) => [...text.matchAll(/data-testid="drift-row" data-customer-id="([^"]+)" data-field="([^"]+)"/g)].map((m) => [m[1], m[2]]);
 
-  it('checks the project, shows the drift per customer, and repairs it on a second click', async () => {
+  /** The job an answer shows, followed as htmx does (its panel alone, every poll) until it has finished. */
+  const finishedPanel = async (answer: { text: string; headers: Headers }) => {
+    const id = /data-testid="reconcile-job" data-job-id="([^"]+)"/.exec(answer.text)![1];
+    const url = `${path()}/jobs/${id}`;
+    expect(answer.headers.get('hx-push-url')).toBe(url);
+    const panel = await waitFor(async () => {
+      const r = await pageCall(svc, owner, 'GET', url, undefined, { 'hx-request': 'true', 'hx-target': 'reconcile-job' });
+      expect([r.status, r.text.startsWith('<section id="reconcile-job"')]).toEqual([200, true]);
+      if (/data-status="(queued|running)"/.test(r.text)) {
+        // Unfinished: the panel asks for itself again.
+        expect(r.text).toContain(`hx-get="${url}" hx-trigger="every 1s" hx-swap="outerHTML"`);
+        return null;
+      }
+      return r.text;
+    }, 60_000, 'the reconcile job to finish');
+    expect(panel).toContain('data-status="completed"');
+    expect(panel).not.toContain('hx-trigger');
+    return { id, url, panel };
+  };
+
+  it('checks the project in the background, follows the job to the drift per customer, and repairs it on a second click', async () => {
     await svc.drained();
     await svc.rt.redis.hset(meta(), 'name', 'Tampered <b>');
     const checked = await post(path(), {});
-    expect([checked.status, notice(checked.text)]).toEqual([200, 'Checked 2 customers: 1 with drift']);
-    expect(checked.text).toContain('data-testid="customers-checked">2<');
-    expect(driftRows(checked.text)).toEqual([['globex', 'meta.name']]);
+    expect(checked.status).toBe(200);
+    expect(notice(checked.text)).toMatch(/^(Check started|A check of this project was already running); this page follows it$/);
+    const check = await finishedPanel(checked);
+    expect(check.panel).toContain('data-testid="reconcile-outcome"><strong>Checked 2 customers: 1 with drift</strong>');
+    expect(check.panel).toContain('data-testid="customers-checked">2<');
+    expect(driftRows(check.panel)).toEqual([['globex', 'meta.name']]);
     // Redis's value and the ledger's, escaped.
-    expect(checked.text).toContain('<code>&quot;Tampered &lt;b&gt;&quot;</code></td>\n<td><code>&quot;Globex&quot;</code>');
+    expect(check.panel).toContain('<code>&quot;Tampered &lt;b&gt;&quot;</code></td>\n<td><code>&quot;Globex&quot;</code>');
     expect(await svc.rt.redis.hget(meta(), 'name')).toBe('Tampered <b>');
+    // The job's address, opened (or reloaded) in full, shows the screen with the same report.
+    const page = await pageCall(svc, owner, 'GET', check.url);
+    expect([page.status, page.text.includes('<html'), driftRows(page.text)]).toEqual([200, true, [['globex', 'meta.name']]]);
 
     const asked = await pageCall(svc, owner, 'GET', `${path()}/repair`);
     expect(asked.text).toContain('data-testid="reconcile-repair-confirm"');
     const repaired = await post(`${path()}/repair`, {});
-    expect([repaired.status, notice(repaired.text)]).toEqual([200, 'Repaired 1 of 1 customers with drift']);
+    expect(notice(repaired.text)).toMatch(/^(Repair started|A repair of this project was already running); this page follows it$/);
+    const repair = await finishedPanel(repaired);
+    expect(repair.panel).toContain('<strong>Repaired 1 of 1 customers with drift</strong>');
     expect(await svc.rt.redis.hget(meta(), 'name')).toBe('Globex');
-    const again = await post(path(), {});
-    expect([notice(again.text), driftRows(again.text)]).toEqual(['Checked 2 customers: 0 with drift', []]);
-    expect(again.text).toContain('data-testid="drift-none"');
+    const again = await finishedPanel(await post(path(), {}));
+    expect([/<strong>(Checked[^<]*)</.exec(again.panel)![1], driftRows(again.panel)]).toEqual(['Checked 2 customers: 0 with drift', []]);
+    expect(again.panel).toContain('data-testid="drift-none"');
+  }, 180_000);
+
+  it('answers an unknown job as not found', async () => {
+    const r = await pageCall(svc, owner, 'GET', `${path()}/jobs/rcj_AAAAAAAAAAAAAAAA`);
+    expect([r.status, r.text.includes('reconcile job not found')]).toEqual([404, true]);
   });
 
   it("refuses a viewer's check and repair with the API's message, and offers a viewer no repair", async () => {
@@ -245,7 +278,7 @@ describe('queues', () => {
       expect(delayedOf(after.text)).toBe(delayedOf(before.text) + 1);
       // The same operation over the management API (the admin key acts as an owner): counts only.
       const api = await admin('/queues');
-      expect(api.data.map((q: { name: string }) => q.name)).toEqual(['ledger']);
+      expect(api.data.map((q: { name: string }) => q.name)).toEqual(['ledger', 'reconcile']);
       expect(api.data[0].counts.delayed).toBeGreaterThanOrEqual(1);
       expect(JSON.stringify(api)).not.toContain('dashboard-count-probe');
     } finally {

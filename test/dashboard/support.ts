@@ -110,9 +110,9 @@ export async function pageSignIn(svc: TestService, email: string, password: stri
   return { cookie, csrf };
 }
 
-/** A page request with the session's cookie; `form` posts it urlencoded. */
-export async function pageCall(svc: TestService, s: PageSession | null, method: 'GET' | 'POST', path: string, form?: Record<string, string | string[]>) {
-  const headers: Record<string, string> = {};
+/** A page request with the session's cookie; `form` posts it urlencoded; `extra` adds headers (htmx's). */
+export async function pageCall(svc: TestService, s: PageSession | null, method: 'GET' | 'POST', path: string, form?: Record<string, string | string[]>, extra: Record<string, string> = {}) {
+  const headers: Record<string, string> = { ...extra };
   if (s) headers.cookie = s.cookie;
   let body: string | undefined;
   if (form) {

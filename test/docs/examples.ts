@@ -96,7 +96,7 @@ export interface ExampleEnv {
 
 const statusMarker = '@@docs-status ';
 const reasons: Record<number, string> = {
-  200: 'OK', 201: 'Created', 400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden',
+  200: 'OK', 201: 'Created', 202: 'Accepted', 400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden',
   404: 'Not Found', 409: 'Conflict', 413: 'Payload Too Large', 429: 'Too Many Requests', 500: 'Internal Server Error',
   502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
 };

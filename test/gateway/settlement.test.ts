@@ -6,6 +6,7 @@
  * settlement sent twice charges once.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { reconcileOverApi } from '../helpers.js';
 import { mockDirective } from '../../src/gateway/mock/server.js';
 import type { ScriptReply } from '../../src/redis/scripts.js';
 import { expectedCost, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';
@@ -19,11 +20,10 @@ afterAll(async () => {
   try {
     // After every test, whatever their order: Redis and the ledger in PostgreSQL agree.
     await env.svc.drained();
-    const report = await env.svc.call('POST', `/v1/admin/projects/${env.p.projectId}/reconcile`, { key: env.p.adminKey, body: {} });
-    expect(report.status).toBe(200);
-    expect(report.body.customers_checked).toBeGreaterThan(0);
-    expect(report.body.errors).toEqual([]);
-    expect(report.body.drift).toEqual([]);
+    const report = await reconcileOverApi(env.svc, env.p);
+    expect(report.customers_checked).toBeGreaterThan(0);
+    expect(report.errors).toEqual([]);
+    expect(report.drift).toEqual([]);
   } finally {
     await env.close();
   }

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Invoicing } from '../../src/billing/invoices.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { openApiDocument } from '../../src/openapi/routes.js';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { ownDatabase } from '../support/own-database.js';
 import { addMember, signIn, type SignedIn } from '../admin/dashboard-support.js';
 
@@ -204,7 +204,12 @@ async function exercise(): Promise<void> {
   await both(s, p, 'GET', '/projects/{project_id}', `/projects/${P}`);
   await both(s, p, 'GET', '/projects/{project_id}', '/projects/proj_nope');
   await both(s, p, 'PATCH', '/projects/{project_id}', `/projects/${P}`, { rate_limit_per_minute: 100_000 });
-  await both(s, p, 'POST', '/projects/{project_id}/reconcile', `/projects/${P}/reconcile`, { repair: false });
+  const [job] = await both(s, p, 'POST', '/projects/{project_id}/reconcile', `/projects/${P}/reconcile`, { repair: false });
+  // The job, then the job once finished (its report), through both mounts.
+  await both(s, p, 'GET', '/projects/{project_id}/reconcile/{job_id}', `/projects/${P}/reconcile/${job.body.id}`);
+  await waitFor(async () => (await svc.call('GET', `/v1/admin/projects/${P}/reconcile/${job.body.id}`, { key: p.adminKey })).body.status === 'completed', 60_000, 'the reconcile job');
+  await both(s, p, 'GET', '/projects/{project_id}/reconcile/{job_id}', `/projects/${P}/reconcile/${job.body.id}`);
+  await both(s, p, 'GET', '/projects/{project_id}/reconcile/{job_id}', `/projects/${P}/reconcile/rcj_AAAAAAAAAAAAAAAA`);
   const [k] = await both(s, p, 'POST', '/projects/{project_id}/keys', `/projects/${P}/keys`, { type: 'customer', customer_id: 'alice', name: 'alice key', expires_at: new Date(Date.now() + 86_400_000).toISOString() });
   await both(s, p, 'GET', '/projects/{project_id}/keys', `/projects/${P}/keys`);
   await both(s, p, 'POST', '/projects/{project_id}/keys/{key_id}/revoke', `/projects/${P}/keys/${k.body.id}/revoke`);

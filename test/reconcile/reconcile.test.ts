@@ -114,7 +114,10 @@ describe('reconcile', () => {
 
   it('finds no drift between Redis and the state folded from PostgreSQL', async () => {
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
-    expect(report).toEqual({ customers_checked: 2, customers_with_drift: 0, customers_repaired: 0, drift: [], errors: [], anomalies: [] });
+    expect(report).toEqual({
+      customers_checked: 2, customers_with_drift: 0, customers_repaired: 0,
+      drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: 1000,
+    });
   });
 
   it('reports exactly the drift made in Redis, and --repair restores balances and replays', async () => {

@@ -1,23 +1,30 @@
 /**
  * Reconcile: checks the project's customers in Redis against their PostgreSQL ledger
- * (POST /projects/:project_id/reconcile, an admin's operation) and shows the drift; the
- * repair, which rewrites Redis from the ledger, takes a second, confirming click.
+ * and shows the drift; the repair, which rewrites Redis from the ledger, takes a second,
+ * confirming click. Both start a background job (POST /projects/:project_id/reconcile,
+ * an admin's operation); the screen then shows the job at its own address
+ * (`.../reconcile/jobs/:job_id`), whose panel htmx asks for again every
+ * job_poll_seconds until the job has finished, and which then shows the report.
  */
 import type { Request } from 'express';
+import type { ReconcileJobEntry } from '../../reconcile/jobs.js';
 import type { ReconcileReport } from '../../reconcile/reconcile.js';
 import { openProject, type PageContext } from '../context.js';
-import { count } from '../format.js';
+import { count, when } from '../format.js';
 import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
-import { answerAction, sendPage, type PageRouter } from '../respond.js';
+import { answerAction, sendPage, type PageHandler, type PageRouter } from '../respond.js';
 
 export interface ReconcileView {
   notice?: Notice;
-  /** The last check's or repair's report. */
-  report?: ReconcileReport | null;
+  /** The job shown: queued or running (its progress), or finished (its report). */
+  job?: ReconcileJobEntry | null;
   /** The repair waits for the second click. */
   confirmRepair?: boolean;
 }
+
+/** How often the panel of an unfinished job is asked for again. */
+export const job_poll_seconds = 1;
 
 /** A value of the report (a field, a source, a list of entries) as compact JSON. */
 function shown(v: unknown): string {
@@ -58,11 +65,50 @@ ${report.anomalies.length === 0 ? '' : html`<h2>Anomalies</h2>
 }
 
 function reportOf(report: ReconcileReport): Html {
+  const unlisted = report.drift_total - report.drift.length;
   return html`<p data-testid="reconcile-summary">Customers checked <strong data-testid="customers-checked">${count(report.customers_checked)}</strong>;
 with drift <strong data-testid="customers-with-drift">${count(report.customers_with_drift)}</strong>;
 repaired <strong data-testid="customers-repaired">${count(report.customers_repaired)}</strong>.</p>
 ${driftTable(report)}
+${unlisted > 0 ? html`<p class="muted" data-testid="drift-unlisted">${count(unlisted)} more differences not listed (the first ${count(report.items_max)} are); the CLI lists more: <code>npm run reconcile -- --project ${report.drift[0]?.project_id ?? ''} --list-max N</code>.</p>` : ''}
 ${problems(report)}`;
+}
+
+const jobPath = (projectId: string, jobId: string) => `${pagePath('projects', projectId, 'reconcile')}/jobs/${encodeURIComponent(jobId)}`;
+
+/** What a finished job found, in a sentence. */
+function outcomeOf(job: ReconcileJobEntry): string {
+  const r = job.result!;
+  return job.repair
+    ? `Repaired ${count(r.customers_repaired)} of ${count(r.customers_with_drift)} customers with drift`
+    : `Checked ${count(r.customers_checked)} customers: ${count(r.customers_with_drift)} with drift`;
+}
+
+/**
+ * A job's panel: its progress while it is queued or running (asked for again by htmx
+ * every job_poll_seconds, replacing itself), its report once completed.
+ */
+export function jobPanel(projectId: string, job: ReconcileJobEntry): Html {
+  const kind = job.repair ? 'Repair' : 'Check';
+  const attrs = html`id="reconcile-job" data-testid="reconcile-job" data-job-id="${job.id}" data-status="${job.status}"`;
+  if (job.status === 'completed' && job.result) {
+    return html`<section ${attrs}>
+<p data-testid="reconcile-outcome"><strong>${outcomeOf(job)}</strong> <span class="muted">(${kind.toLowerCase()} ${job.id}, finished ${when(job.finished_at)})</span></p>
+${reportOf(job.result)}
+</section>`;
+  }
+  if (job.status === 'failed') {
+    return html`<section ${attrs}><p class="notice error" data-testid="reconcile-failed">${kind} ${job.id} failed: ${job.error?.message ?? 'unknown error'}</p></section>`;
+  }
+  const p = job.progress;
+  const total = p.customers_total;
+  return html`<section ${attrs} hx-get="${jobPath(projectId, job.id)}" hx-trigger="every ${job_poll_seconds}s" hx-swap="outerHTML">
+<p data-testid="reconcile-progress">${kind} <strong data-testid="job-status">${job.status}</strong>:
+<span data-testid="customers-done">${count(p.customers_done)}</span>${total === null ? '' : html` of ${count(total)}`} customers,
+${count(p.customers_with_drift)} with drift${p.customers_per_second === null ? '' : html`, ${count(p.customers_per_second)}/s`}.
+<a href="${jobPath(projectId, job.id)}">Refresh</a></p>
+${total === null || total === 0 ? html`<progress></progress>` : html`<progress max="${String(total)}" value="${String(Math.min(p.customers_done, total))}"></progress>`}
+</section>`;
 }
 
 export async function reconcileScreen(ctx: PageContext, projectId: string, v: ReconcileView = {}): Promise<Html> {
@@ -77,16 +123,22 @@ export async function reconcileScreen(ctx: PageContext, projectId: string, v: Re
       ? html`<form method="post" action="${path}/repair" class="inline">${csrf}<button type="submit" class="danger" data-testid="reconcile-repair-confirm">Confirm: rewrite Redis from the ledger</button> <a href="${path}">Cancel</a></form>`
       : html`<a href="${path}/repair" class="button" data-testid="reconcile-repair">Repair</a>`;
   const body = html`${noticeOf(v.notice ?? null)}
-<p class="muted">Compares every customer of this project in Redis with its PostgreSQL ledger. A repair rewrites the customers with drift in Redis from the ledger.</p>
+<p class="muted">Compares every customer of this project in Redis with its PostgreSQL ledger, in the background: this page follows the job. A repair rewrites the customers with drift in Redis from the ledger.</p>
 <form method="post" action="${path}" class="inline">${csrf}<button type="submit" data-testid="reconcile-run">Check now</button></form>
 ${repair}
-${v.report ? reportOf(v.report) : ''}`;
+${v.job ? jobPanel(project.id, v.job) : ''}`;
   return shell({ session: ctx.session, title: `Reconcile · ${project.name}`, screen: 'reconcile', body, project: choice });
 }
 
-/** Runs the operation as the member: a check, or a repair. */
-async function run(ctx: PageContext, projectId: string, repair: boolean): Promise<ReconcileReport> {
-  return (await ctx.api<ReconcileReport>('POST', '/projects/:project_id/reconcile', { params: { project_id: projectId }, body: { repair } })).body;
+/** The job, as the member reads it. */
+async function readJob(ctx: PageContext, projectId: string, jobId: string): Promise<ReconcileJobEntry> {
+  return (await ctx.api<ReconcileJobEntry>('GET', '/projects/:project_id/reconcile/:job_id', { params: { project_id: projectId, job_id: jobId } })).body;
+}
+
+/** Starts the operation as the member (a check, or a repair) and reads the job it queued. */
+async function start(ctx: PageContext, projectId: string, repair: boolean): Promise<ReconcileJobEntry> {
+  const started = (await ctx.api<{ id: string }>('POST', '/projects/:project_id/reconcile', { params: { project_id: projectId }, body: { repair } })).body;
+  return readJob(ctx, projectId, started.id);
 }
 
 export function reconcileRoutes(pages: PageRouter): void {
@@ -96,19 +148,32 @@ export function reconcileRoutes(pages: PageRouter): void {
     sendPage(res, await reconcileScreen(ctx, String(req.params.project_id)));
   });
 
-  pages.post('/dashboard/projects/:project_id/reconcile', async (req, res, ctx) => {
+  // A job: the whole screen, or only its panel for htmx's polling (not for a boosted navigation).
+  pages.get('/dashboard/projects/:project_id/reconcile/jobs/:job_id', async (req, res, ctx) => {
     const projectId = String(req.params.project_id);
-    let report: ReconcileReport | null = null;
+    const job = await readJob(ctx, projectId, String(req.params.job_id));
+    const polled = req.headers['hx-request'] === 'true' && req.headers['hx-boosted'] !== 'true';
+    sendPage(res, polled ? jobPanel(projectId, job) : await reconcileScreen(ctx, projectId, { job }));
+  });
+
+  const action = (repair: boolean): PageHandler => async (req, res, ctx) => {
+    const projectId = String(req.params.project_id);
+    let job: ReconcileJobEntry | null = null;
     await answerAction(
       res,
       async () => {
-        report = await run(ctx, projectId, false);
-        return { kind: 'ok', message: `Checked ${count(report.customers_checked)} customers: ${count(report.customers_with_drift)} with drift` };
+        job = await start(ctx, projectId, repair);
+        const kind = repair ? 'repair' : 'check';
+        // A job of the same kind already under way is answered instead of a new one.
+        return { kind: 'ok', message: job.status === 'running' ? `A ${kind} of this project was already running; this page follows it` : `${repair ? 'Repair' : 'Check'} started; this page follows it` };
       },
-      (notice) => reconcileScreen(ctx, projectId, { notice, report }),
-      screenPath(req),
+      (notice) => reconcileScreen(ctx, projectId, { notice, job }),
+      // The job's own address, so that a reload follows it.
+      () => (job === null ? screenPath(req) : jobPath(projectId, (job as ReconcileJobEntry).id)),
     );
-  });
+  };
+
+  pages.post('/dashboard/projects/:project_id/reconcile', action(false));
 
   // The first click on Repair: the same screen, asking for the second click.
   pages.get('/dashboard/projects/:project_id/reconcile/repair', async (req, res, ctx) => {
@@ -116,17 +181,5 @@ export function reconcileRoutes(pages: PageRouter): void {
     sendPage(res, await reconcileScreen(ctx, String(req.params.project_id), { confirmRepair: true }));
   });
 
-  pages.post('/dashboard/projects/:project_id/reconcile/repair', async (req, res, ctx) => {
-    const projectId = String(req.params.project_id);
-    let report: ReconcileReport | null = null;
-    await answerAction(
-      res,
-      async () => {
-        report = await run(ctx, projectId, true);
-        return { kind: 'ok', message: `Repaired ${count(report.customers_repaired)} of ${count(report.customers_with_drift)} customers with drift` };
-      },
-      (notice) => reconcileScreen(ctx, projectId, { notice, report }),
-      screenPath(req),
-    );
-  });
+  pages.post('/dashboard/projects/:project_id/reconcile/repair', action(true));
 }
