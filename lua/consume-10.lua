@@ -10,7 +10,10 @@
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
 -- REPLAY, E_STALE_BINDING, E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN, E_USAGE_LIMIT or
 -- E_ACCOUNT_NOT_FOUND (a source of the holds is missing; nothing changed). The holds are
--- consumed in the order they were drawn (soonest expiry first).
+-- consumed in the order they were drawn (soonest expiry first). Errors that carry numbers
+-- for their message put them in the second value instead of the result: E_EXCEEDS_FROZEN
+-- {frozen}, E_NO_CONSUMABLE after a TTL release {released_at, due_at}, E_ALREADY_CONSUMED
+-- after a TTL consume {consumed_at, due_at} (ms: when it settled, when it was due); '' otherwise.
 
 --@include customer
 
@@ -35,10 +38,16 @@ local amount = requested or frozen
 if tx.st == 'consumed' then
   -- A repeat of the consume that settled it is a replay; anything else is too late.
   if tx.by == 'api' and tonumber(tx.ca) == amount then return { REPLAY, tx.cr, auto_consumed, ttl_entries_written } end
-  return { E_ALREADY_CONSUMED, '', auto_consumed, ttl_entries_written }
+  local why = ''
+  if tx.by == 'ttl' and tx.cr then why = cjson.encode({ consumed_at = cjson.decode(tx.cr).consumed_at, due_at = tx.ttla }) end
+  return { E_ALREADY_CONSUMED, why, auto_consumed, ttl_entries_written }
 end
-if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written } end
-if amount > frozen then return { E_EXCEEDS_FROZEN, '', auto_consumed, ttl_entries_written } end
+if tx.st ~= 'frozen' then
+  local why = ''
+  if tx.st == 'released' and tx.by == 'ttl' and tx.ur then why = cjson.encode({ released_at = cjson.decode(tx.ur).unfrozen_at, due_at = tx.ttla }) end
+  return { E_NO_CONSUMABLE, why, auto_consumed, ttl_entries_written }
+end
+if amount > frozen then return { E_EXCEEDS_FROZEN, cjson.encode({ frozen = N(frozen) }), auto_consumed, ttl_entries_written } end
 if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
 local sources = load_hold_sources(tx.holds)

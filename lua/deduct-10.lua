@@ -12,7 +12,10 @@
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
 -- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or
--- E_USAGE_LIMIT or E_STALE_BINDING.
+-- E_USAGE_LIMIT or E_STALE_BINDING. With E_INSUFFICIENT or E_INSUFFICIENT_SELECTED the second
+-- value is the shortfall JSON instead: {available: {wallet: credits}, none: 'wallets of the
+-- filter that never had a source'} (shortfall in includes/customer.lua), for the error's
+-- message; '' with the other errors.
 
 --@include customer
 
@@ -28,9 +31,9 @@ local admitted = ARGV[12] ~= '0'
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local status, picks = begin_draw('deduct', txid, request_hash, amount, filter, now, admitted)
+local status, picks, why = begin_draw('deduct', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
-if status ~= OK then return { status, '', auto_consumed, ttl_entries_written } end
+if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_used(p.source, p.take) end
 local details = picks_to_details(picks)

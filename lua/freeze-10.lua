@@ -12,7 +12,7 @@
 -- ARGV[12] ttl_kind: 'release', 'consume' or '' for none
 -- ARGV[13] ttl_seconds: TTL, seconds (ignored without a kind)
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status as deduct-10.lua. The
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status, and the shortfall JSON of a refusal, as deduct-10.lua. The
 -- result carries auto_settle_at (ms) so the caller can schedule the expire job.
 
 --@include customer
@@ -30,9 +30,9 @@ local ttl_seconds = tonumber(ARGV[13]) or 0
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local status, picks = begin_draw('freeze', txid, request_hash, amount, filter, now, true)
+local status, picks, why = begin_draw('freeze', txid, request_hash, amount, filter, now, true)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
-if status ~= OK then return { status, '', auto_consumed, ttl_entries_written } end
+if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_frozen(p.source, p.take) end
 local details = picks_to_details(picks)

@@ -19,7 +19,13 @@
 --          and found in PostgreSQL afterwards
 --
 -- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries};
--- status OK, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT.
+-- status OK, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT. With E_INSUFFICIENT the
+-- JSON says why, for the error's message: {hold: the smallest hold the call needed,
+-- input: its input bound, output: its output bound for `tokens` output tokens, fits: the
+-- largest client output limit that would fit ('' when none, or when the client set no
+-- limit: the hold was already lowered as far as it goes), and the shortfall of
+-- includes/customer.lua: available (credits by wallet), none (the wallet, when it never had
+-- a source)}.
 
 --@include customer
 
@@ -44,10 +50,29 @@ local available = wallet_available(wallet, now)
 local function out_cost(tokens) return math.ceil(tokens * answers * out_price / 1000000) end
 
 local out_tokens = out_wanted
+-- A refusal's output tokens (the client's limit, or the one token the lowered default
+-- cannot hold) and the largest client limit that would fit: nil while the call fits.
+local refused_tokens, fits = nil, nil
 if input_bound + out_cost(out_tokens) > available then
-  if out_fixed or out_price == 0 then return { E_INSUFFICIENT, '', auto_consumed, ttl_entries_written } end
-  out_tokens = math.floor((available - input_bound) * 1000000 / (out_price * answers))
-  if out_tokens < 1 then return { E_INSUFFICIENT, '', auto_consumed, ttl_entries_written } end
+  if out_fixed or out_price == 0 then
+    refused_tokens = out_tokens
+    if out_fixed and out_price > 0 and available > input_bound then
+      fits = math.floor((available - input_bound) * 1000000 / (out_price * answers))
+    end
+  else
+    out_tokens = math.floor((available - input_bound) * 1000000 / (out_price * answers))
+    if out_tokens < 1 then refused_tokens = 1 end
+  end
+end
+if refused_tokens ~= nil then
+  -- What the error's message needs, computed on this path only.
+  local why = shortfall({ [wallet] = true }, now)
+  why.hold = N(input_bound + out_cost(refused_tokens))
+  why.input = N(input_bound)
+  why.output = N(out_cost(refused_tokens))
+  why.tokens = N(refused_tokens)
+  why.fits = (fits ~= nil and fits >= 1 and N(fits)) or ''
+  return { E_INSUFFICIENT, cjson.encode(why), auto_consumed, ttl_entries_written }
 end
 local hold = input_bound + out_cost(out_tokens)
 

@@ -6,7 +6,8 @@
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
 -- REPLAY, E_STALE_BINDING, E_NO_UNFREEZABLE or E_ACCOUNT_NOT_FOUND (a source of the holds is missing;
--- nothing changed).
+-- nothing changed). E_NO_UNFREEZABLE after a TTL settlement carries {released_at, due_at}
+-- or {consumed_at, due_at} (ms: when it settled, when it was due) in the second value, for its message; '' otherwise.
 
 --@include customer
 
@@ -24,7 +25,12 @@ end
 local tx = cjson.decode(raw)
 if tx.k ~= 'freeze' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
 if tx.st == 'unfrozen' then return { REPLAY, tx.ur, auto_consumed, ttl_entries_written } end
-if tx.st ~= 'frozen' then return { E_NO_UNFREEZABLE, '', auto_consumed, ttl_entries_written } end
+if tx.st ~= 'frozen' then
+  local why = ''
+  if tx.by == 'ttl' and tx.st == 'released' and tx.ur then why = cjson.encode({ released_at = cjson.decode(tx.ur).unfrozen_at, due_at = tx.ttla }) end
+  if tx.by == 'ttl' and tx.st == 'consumed' and tx.cr then why = cjson.encode({ consumed_at = cjson.decode(tx.cr).consumed_at, due_at = tx.ttla }) end
+  return { E_NO_UNFREEZABLE, why, auto_consumed, ttl_entries_written }
+end
 
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end

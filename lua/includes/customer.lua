@@ -503,12 +503,38 @@ local function expire_due(now)
   return auto_consumed
 end
 
+-- Credits available now in each wallet that has any (active live sources), and the
+-- wallets of `names` (a set, or nil) that never had a source: the meta counter `wt:<wallet>`
+-- exists once a wallet got its first source. For the error of a refused draw or hold
+-- only: it walks the whole live set again, so no successful operation pays for it.
+-- Returns a table for cjson: {available = {wallet = credits string}, none = 'w1 w2'}
+-- (wallet names hold no spaces; an empty table would encode as {} either way).
+local function shortfall(names, now)
+  local by = {}
+  walk_live(function(s)
+    if is_active(s, now) then
+      local a = s.t - s.u - s.f
+      if a > 0 then by[s.w] = (by[s.w] or 0) + a end
+    end
+  end)
+  local available = {}
+  for w, a in pairs(by) do available[w] = N(a) end
+  local none = {}
+  if names ~= nil then
+    for w in pairs(names) do
+      if redis.call('HEXISTS', K_meta, 'wt:' .. w) == 0 then none[#none + 1] = w end
+    end
+    table.sort(none)
+  end
+  return { available = available, none = table.concat(none, ' ') }
+end
+
 -- Picks the funds for `amount` from eligible sources: active now, in the wallet filter
 -- (a set, or nil for all wallets), available > 0; soonest expiry first (none last), then
 -- oldest: the order of the live set, walked from the front until the amount is covered.
 -- Only a draw that fails walks all of it, for the totals its error depends on. Expired
 -- sources with nothing frozen that it passes move to dead. Returns the list of
--- {source, take} or nil and an error status.
+-- {source, take}, or nil, an error status and the shortfall JSON (see shortfall).
 local function draw(amount, filter, now)
   local picks = {}
   local expired = {}
@@ -531,8 +557,9 @@ local function draw(amount, filter, now)
   end)
   for _, s in ipairs(expired) do retire(s, now) end
   if left > 0 then
-    if filter ~= nil and available_all >= amount then return nil, E_INSUFFICIENT_SELECTED end
-    return nil, E_INSUFFICIENT
+    local why = cjson.encode(shortfall(filter, now))
+    if filter ~= nil and available_all >= amount then return nil, E_INSUFFICIENT_SELECTED, why end
+    return nil, E_INSUFFICIENT, why
   end
   return picks, OK
 end
@@ -554,7 +581,8 @@ end
 
 -- Begins a deduct or freeze on transaction `txid`: replay or conflict by the stored
 -- transaction, else draws `amount` (when `admitted`: a billable operation the plan still
--- allows). Returns (status, stored result or picks).
+-- allows). Returns (status, stored result or picks, and for a refused draw the shortfall
+-- JSON).
 local function begin_draw(kind, txid, request_hash, amount, filter, now, admitted)
   if not customer_exists() then
     finalize('t:' .. txid)
@@ -572,10 +600,10 @@ local function begin_draw(kind, txid, request_hash, amount, filter, now, admitte
     finalize('t:' .. txid)
     return E_USAGE_LIMIT, nil
   end
-  local picks, status = draw(amount, filter, now)
+  local picks, status, why = draw(amount, filter, now)
   if picks == nil then
     finalize('t:' .. txid)
-    return status, nil
+    return status, nil, why
   end
   return OK, picks
 end

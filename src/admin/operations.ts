@@ -34,6 +34,7 @@ import { planIds } from '../plans/catalogue.js';
 import { readReconcileJob, reconcileJobSchema, reconcileJobStartedSchema, startedEntry, startReconcileJob } from '../reconcile/jobs.js';
 import type { Runtime } from '../runtime.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
+import { receipt_not_found_message } from '../usage/queries.js';
 import { actorOf } from './actor.js';
 import { KeyAdmin, keyEntry, projectDeactivated } from './keys.js';
 import {
@@ -1048,7 +1049,7 @@ export function managementOperations(rt: Runtime): Operation[] {
     const project = await projectOr404(req, res);
     const deps = { usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis };
     const found = await findReceipt(deps, scopeOf(project), String(req.params.transaction_id));
-    if (!found) throw new ApiError('not_found', { message: 'receipt not found' });
+    if (!found) throw new ApiError('not_found', { message: receipt_not_found_message });
     res.json(found);
   });
 

@@ -17,6 +17,7 @@ import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../pl
 import { gatewayBindings } from '../ledger/bindings.js';
 import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
 import { provesNothingSent } from '../redis/sent.js';
+import { holdRefusal } from '../ledger/refusals.js';
 import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
 import { costOf, inputCostBound } from './pricing.js';
@@ -113,6 +114,8 @@ export interface Call {
 
 export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
   explicitMax: number | null;
+  /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
+  limitField: string;
   rawBytes: number;
 };
 
@@ -246,9 +249,10 @@ export class GatewayBilling {
       const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
-      // The gateway answers any shortfall as insufficient_balance, with 402 (the hold names one wallet).
+      // The gateway answers any shortfall as insufficient_balance, with 402 (the hold names
+      // one wallet), saying the hold, the wallet's credits and what to change.
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
-        throw scriptError('gateway_hold', ScriptStatus.Insufficient, { status: 402 });
+        throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
       if (indexed.status === 'rejected') throw indexed.reason;

@@ -24,6 +24,8 @@ export interface GatewayRequest {
   stream: boolean;
   /** The output limit the client asked for, or null. */
   explicitMax: number | null;
+  /** The body field of that limit (`max_tokens`; OpenAI's `max_completion_tokens` when the client set it). */
+  limitField: string;
   /** Answers asked of the upstream (OpenAI `n`), each billed. */
   answers: number;
   customerId: string;
@@ -95,6 +97,7 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     modelId: fields.model,
     stream: fields.stream,
     explicitMax: fields.limit,
+    limitField: format === 'openai' && body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
     answers: fields.answers,
     customerId,
     wallet,

@@ -118,6 +118,7 @@ export class GatewayService {
         stream: r.stream,
         transactionId,
         explicitMax: r.explicitMax,
+        limitField: r.limitField,
         answers: r.answers,
         rawBytes: r.rawBytes,
         idempotencyKey: idempotencyKey ?? '',

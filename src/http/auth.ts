@@ -56,10 +56,26 @@ export function authOf(res: Response): AuthContext {
   return res.locals.auth as AuthContext;
 }
 
-/** Allows only these key types on a route (403 permission_denied otherwise). */
+const keyTypeNames: Record<KeyType, string> = {
+  admin: 'an admin key (svc_admin_...)',
+  project: 'a project key (svc_live_...)',
+  customer: 'a customer-scoped key (svc_customer_...)',
+};
+
+/**
+ * Allows only these key types on a route: 403 permission_denied otherwise, whose message
+ * names the key types that may call it and the one sent (`key_types_allowed`, `key_type`).
+ */
 export function requireKeyType(...types: KeyType[]): RequestHandler {
+  const allowed = types.map((t) => keyTypeNames[t]).join(' or ');
   return (_req, res, next) => {
-    if (!types.includes(authOf(res).key.type)) throw new ApiError('permission_denied');
+    const type = authOf(res).key.type;
+    if (!types.includes(type)) {
+      throw new ApiError('permission_denied', {
+        message: `this endpoint takes ${allowed}; this is ${keyTypeNames[type]}`,
+        extra: { key_types_allowed: types, key_type: type },
+      });
+    }
     next();
   };
 }

@@ -46,6 +46,35 @@ function isClientHttpError(err: unknown): boolean {
   return e.expose === true || err instanceof URIError;
 }
 
+/** The gateway route of the Anthropic wire format. */
+const anthropic_path = '/v1/messages';
+
+/**
+ * An error of the service's own on /v1/messages, in a body that Anthropic clients read as
+ * well: the service's `error` object as it is (code, message, type, param, details), plus
+ * Anthropic's top-level `"type": "error"` and the message at the top level, which is where
+ * @anthropic-ai/sdk takes an error's message from (`APIError.makeMessage`: the body's
+ * `message`, else the whole body as JSON). Upstream errors are relayed untouched.
+ */
+function anthropicEnvelope(body: { error: Record<string, unknown> }): Record<string, unknown> {
+  return { type: 'error', error: body.error, message: body.error.message };
+}
+
+/** A byte count as people read limits: `1 MiB`, `8 MiB`, else bytes. */
+function bytesText(n: number): string {
+  return n % (1024 * 1024) === 0 ? `${n / (1024 * 1024)} MiB` : n % 1024 === 0 ? `${n / 1024} KiB` : `${n} bytes`;
+}
+
+/** body-parser's refusal of a body over its limit, which carries the limit and the declared length. */
+function tooLarge(err: { limit?: number; length?: number }): ApiError {
+  if (typeof err.limit !== 'number') return new ApiError('payload_too_large');
+  const length = typeof err.length === 'number' && err.length > err.limit ? err.length : null;
+  return new ApiError('payload_too_large', {
+    message: `request body is too large: this endpoint takes at most ${bytesText(err.limit)} (${err.limit} bytes)${length === null ? '' : `, the body has ${length}`}`,
+    extra: { details: { limit_bytes: err.limit, length_bytes: length } },
+  });
+}
+
 const outcome_unknown_message =
   'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
@@ -60,7 +89,7 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     if (err instanceof ApiError) {
       apiError = err;
     } else if ((err as { type?: string }).type === 'entity.too.large') {
-      apiError = new ApiError('payload_too_large');
+      apiError = tooLarge(err as { limit?: number; length?: number });
     } else if ((err as { type?: string }).type === 'entity.parse.failed') {
       apiError = new ApiError('invalid_json');
     } else if (isClientHttpError(err)) {
@@ -80,6 +109,7 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
       return;
     }
     if (apiError.headers) res.set(apiError.headers);
-    res.status(apiError.status).json(apiError.toBody());
+    const body = apiError.toBody();
+    res.status(apiError.status).json(pathOf(req) === anthropic_path ? anthropicEnvelope(body) : body);
   };
 }

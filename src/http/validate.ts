@@ -1,14 +1,80 @@
-/** zod at the edge: the first issue becomes invalid_request with `param`. */
+/**
+ * zod at the edge: every issue becomes invalid_request, the first in `param` and
+ * `message`, all of them in `errors` (FieldError).
+ */
 import express, { type Request, type RequestHandler } from 'express';
 import { z } from 'zod';
-import { ApiError } from '../errors/catalogue.js';
+import { ApiError, type ErrorCode } from '../errors/catalogue.js';
+
+/** One invalid field of a request, as `error.errors` lists them. */
+export interface FieldError {
+  param: string | null;
+  code: ErrorCode;
+  message: string;
+}
+
+/** Codes that say a request field is invalid: the ones a request's every field is checked for. */
+const field_error_codes: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'invalid_request', 'invalid_amount', 'unsupported_amount_field', 'invalid_starts_at', 'invalid_expires_at', 'invalid_credit_types',
+]);
+
+export function isFieldError(err: unknown): err is ApiError {
+  return err instanceof ApiError && field_error_codes.has(err.code);
+}
+
+function fieldErrorsOf(err: ApiError): FieldError[] {
+  const listed = err.extra?.errors as FieldError[] | undefined;
+  return listed ?? [{ param: err.param ?? null, code: err.code, message: err.message }];
+}
+
+/**
+ * The one error of several field errors: the first one's code, param and message (what a
+ * client that reads one error has always read), and every invalid field in `errors`.
+ */
+export function allFieldErrors(errs: readonly ApiError[]): ApiError {
+  const first = errs[0];
+  const seen = new Set<string>();
+  const errors: FieldError[] = [];
+  for (const e of errs) {
+    for (const f of fieldErrorsOf(e)) {
+      const k = `${f.param}\u0000${f.code}`;
+      if (seen.has(k)) continue;
+      seen.add(k);
+      errors.push(f);
+    }
+  }
+  return new ApiError(first.code, { param: first.param, message: first.message, status: first.status, headers: first.headers, extra: { ...first.extra, errors } });
+}
+
+/**
+ * `checks` run one by one on `value`, each a check of some of its fields, after `first`
+ * failed: the error of every field that fails, `first` first (allFieldErrors). Runs on
+ * the failure path only, so a valid request pays nothing for it. An error that is not a
+ * field error is answered as it is.
+ */
+export function everyFieldError<V>(first: unknown, checks: readonly ((value: V) => unknown)[], value: V): unknown {
+  if (!isFieldError(first)) return first;
+  const found: ApiError[] = [first];
+  for (const check of checks) {
+    try {
+      check(value);
+    } catch (err) {
+      if (!isFieldError(err)) return first;
+      found.push(err);
+    }
+  }
+  return allFieldErrors(found);
+}
 
 export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.infer<T> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
-  const issue = result.error.issues[0];
-  const param = issue.path.join('.') || undefined;
-  throw new ApiError('invalid_request', { param, message: param ? `${param}: ${issue.message}` : issue.message });
+  const errors: FieldError[] = result.error.issues.map((issue) => {
+    const param = issue.path.join('.') || null;
+    return { param, code: 'invalid_request', message: param ? `${param}: ${issue.message}` : issue.message };
+  });
+  const first = errors[0];
+  throw new ApiError('invalid_request', { param: first.param ?? undefined, message: first.message, extra: { errors } });
 }
 
 const unstorable = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -245,9 +311,13 @@ export function onlyFields(
   const unknown = Object.keys(values).find((f) => !allowed.includes(f));
   if (unknown === undefined) return;
   const what = opts.where === 'query' ? 'unknown query parameter' : 'unknown field';
-  const meant = suggestField(unknown, opts.suggest ?? allowed);
-  const message = meant.length > 0 ? `${what} ${unknown}; did you mean ${meant.join(' or ')}?` : `${what} ${unknown}`;
-  throw new ApiError('invalid_request', { param: unknown, message });
+  const errors: FieldError[] = Object.keys(values)
+    .filter((f) => !allowed.includes(f))
+    .map((f) => {
+      const meant = suggestField(f, opts.suggest ?? allowed);
+      return { param: f, code: 'invalid_request', message: meant.length > 0 ? `${what} ${f}; did you mean ${meant.join(' or ')}?` : `${what} ${f}` };
+    });
+  throw new ApiError('invalid_request', { param: unknown, message: errors[0].message, extra: { errors } });
 }
 
 /** Refuses a query parameter the endpoint does not read (none, when `allowed` is empty). */
@@ -268,6 +338,11 @@ export function strictBody<T extends z.AnyZodObject | z.ZodEffects<z.AnyZodObjec
   const absent = req.body === undefined || req.body === null || req.headers['content-length'] === '0';
   const body = optional && absent ? {} : jsonBody(req);
   const shape = schema instanceof z.ZodEffects ? schema.innerType().shape : (schema as z.AnyZodObject).shape;
-  onlyFields(body, Object.keys(shape));
+  try {
+    onlyFields(body, Object.keys(shape));
+  } catch (err) {
+    // The unknown fields and the invalid known ones, in one answer.
+    throw everyFieldError(err, [(b: Record<string, unknown>) => parseWith(schema, b)], body);
+  }
   return parseWith(schema, body);
 }

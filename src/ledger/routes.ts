@@ -2,7 +2,7 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Route } from '../http/router.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
+import { everyFieldError, jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { ApiError } from '../errors/catalogue.js';
 import { sendJson } from '../http/respond.js';
 import { describeRoute, type DocumentedError, type RouteDoc } from '../openapi/registry.js';
@@ -28,7 +28,7 @@ import {
   type LedgerOp,
 } from './schemas.js';
 import { amountFields, readAmount, type Variant } from './amounts.js';
-import type { LedgerService, OpResult } from './service.js';
+import type { DepositInput, DrawInput, FreezeInput, LedgerService, OpResult } from './service.js';
 
 function send(res: Response, result: OpResult, extra: Record<string, unknown> = {}): void {
   sendJson(res, 200, { ...result.body, ...extra, is_idempotent_replay: result.replay });
@@ -42,9 +42,111 @@ function send(res: Response, result: OpResult, extra: Record<string, unknown> = 
 function operationBody(req: Request, op: LedgerOp, variant: Variant): Record<string, unknown> {
   onlyQuery(req);
   const body = jsonBody(req);
+  onlyKnownFields(op, { body, variant });
+  return body;
+}
+
+function onlyKnownFields(op: LedgerOp, { body, variant }: Checked): void {
   const { reads, allowed } = ledgerFields(op, variant);
   onlyFields(body, allowed, { suggest: reads });
-  return body;
+}
+
+interface Checked {
+  body: Record<string, unknown>;
+  variant: Variant;
+}
+
+/**
+ * Variant B's wallet names, checked apart from the filter: a filter refused for carrying
+ * credit_types stops before it reads them.
+ */
+const walletNames = (c: Checked) => (c.variant === 'B' ? readDepositWallet(c.body, 'B') : null);
+
+/**
+ * Every check of an operation's body, each on its own. The routes read a body step by
+ * step and stop at the first invalid field; after that failure only, these run, so that
+ * the answer lists every invalid field (error.errors) at no cost to a valid request.
+ */
+const checksOf: Record<LedgerOp, readonly ((c: Checked) => unknown)[]> = {
+  deposit: [
+    (c) => onlyKnownFields('deposit', c), (c) => parseWith(depositSchema, c.body), (c) => readAmount(c.body, c.variant),
+    (c) => readDepositWallet(c.body, c.variant), (c) => readWindow(c.body),
+  ],
+  deduct: [
+    (c) => onlyKnownFields('deduct', c), (c) => parseWith(drawSchema, c.body), (c) => readAmount(c.body, c.variant),
+    (c) => readWalletFilter(c.body, c.variant), walletNames,
+  ],
+  freeze: [
+    (c) => onlyKnownFields('freeze', c), (c) => parseWith(drawSchema, c.body), (c) => readAmount(c.body, c.variant),
+    (c) => readWalletFilter(c.body, c.variant), walletNames, (c) => readTtl(c.body, parseWith),
+  ],
+  consume: [(c) => onlyKnownFields('consume', c), (c) => parseWith(settleSchema, c.body), (c) => readAmount(c.body, c.variant, { consume: true })],
+  unfreeze: [(c) => onlyKnownFields('unfreeze', c), (c) => parseWith(settleSchema, c.body)],
+};
+
+/** Reads an operation's input with `read`; a field error becomes the error of every invalid field. */
+function readInput<T>(req: Request, op: LedgerOp, variant: Variant, read: (body: Record<string, unknown>, variant: Variant) => T): T {
+  try {
+    return read(operationBody(req, op, variant), variant);
+  } catch (err) {
+    const raw = req.body as unknown;
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw err;
+    throw everyFieldError(err, checksOf[op], { body: raw as Record<string, unknown>, variant });
+  }
+}
+
+function readDeposit(body: Record<string, unknown>, variant: Variant): { input: DepositInput; body: Record<string, unknown> } {
+  const fields = parseWith(depositSchema, body);
+  const amount = readAmount(body, variant)!;
+  const wallet = readDepositWallet(body, variant);
+  const { startsAtMs, expiresAtMs } = readWindow(body);
+  const input: DepositInput = {
+    customerId: fields.customer_id,
+    amount,
+    wallet,
+    label: fields.source ?? fields.description ?? 'deposit',
+    startsAtMs,
+    expiresAtMs,
+    idempotencyKey: fields.idempotency_key ?? null,
+    name: fields.name ?? undefined,
+    email: fields.email ?? undefined,
+    metadata: fields.metadata ?? undefined,
+    description: fields.description ?? null,
+  };
+  return { input, body };
+}
+
+function readDraw(body: Record<string, unknown>, variant: Variant): DrawInput {
+  const fields = parseWith(drawSchema, body);
+  const amount = readAmount(body, variant)!;
+  const wallets = readWalletFilter(body, variant);
+  return {
+    customerId: fields.customer_id,
+    transactionId: fields.transaction_id,
+    amount,
+    wallets,
+    walletField: variant === 'A' ? 'credit_types' : 'wallet',
+    businessType: fields.business_type ?? null,
+    description: fields.description ?? null,
+  };
+}
+
+function readFreeze(body: Record<string, unknown>, variant: Variant): FreezeInput {
+  const input = readDraw(body, variant) as FreezeInput;
+  input.ttl = readTtl(body, parseWith);
+  return input;
+}
+
+function readConsume(body: Record<string, unknown>, variant: Variant) {
+  const fields = parseWith(settleSchema, body);
+  const amount = readAmount(body, variant, { consume: true });
+  const input = { transactionId: fields.transaction_id, customerId: fields.customer_id ?? null, amount, description: fields.description ?? null };
+  return { input, body };
+}
+
+function readUnfreeze(body: Record<string, unknown>) {
+  const fields = parseWith(settleSchema, body);
+  return { transactionId: fields.transaction_id, customerId: fields.customer_id ?? null, description: fields.description ?? null };
 }
 
 const moneyErrors: DocumentedError[] = ['invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'usage_limit_exceeded', 'billing_account_not_found'];
@@ -99,24 +201,8 @@ export function ledgerRoutes(ledger: LedgerService): Route[] {
 
   post('/v1/customers/deposit', async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = operationBody(req, 'deposit', variant);
-    const fields = parseWith(depositSchema, body);
-    const amount = readAmount(body, variant)!;
-    const wallet = readDepositWallet(body, variant);
-    const { startsAtMs, expiresAtMs } = readWindow(body);
-    const result = await ledger.deposit(scope, {
-      customerId: fields.customer_id,
-      amount,
-      wallet,
-      label: fields.source ?? fields.description ?? 'deposit',
-      startsAtMs,
-      expiresAtMs,
-      idempotencyKey: fields.idempotency_key ?? null,
-      name: fields.name ?? undefined,
-      email: fields.email ?? undefined,
-      metadata: fields.metadata ?? undefined,
-      description: fields.description ?? null,
-    }).catch((err: unknown) => {
+    const { input, body } = readInput(req, 'deposit', variant, readDeposit);
+    const result = await ledger.deposit(scope, input).catch((err: unknown) => {
       // The deposit limit names `amount`; a Variant A caller may have used a unit field.
       if (!(err instanceof ApiError && err.code === 'invalid_amount')) throw err;
       const given = amountFields(variant).reads.find((f) => body[f] != null) ?? 'amount';
@@ -127,63 +213,29 @@ export function ledgerRoutes(ledger: LedgerService): Route[] {
 
   post('/v1/billing/deduct', async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = operationBody(req, 'deduct', variant);
-    const fields = parseWith(drawSchema, body);
-    const amount = readAmount(body, variant)!;
-    const wallets = readWalletFilter(body, variant);
-    const result = await ledger.deduct(scope, {
-      customerId: fields.customer_id,
-      transactionId: fields.transaction_id,
-      amount,
-      wallets,
-      businessType: fields.business_type ?? null,
-      description: fields.description ?? null,
-    });
-    send(res, result);
+    send(res, await ledger.deduct(scope, readInput(req, 'deduct', variant, readDraw)));
   });
 
   post('/v1/billing/freeze', async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = operationBody(req, 'freeze', variant);
-    const fields = parseWith(drawSchema, body);
-    const amount = readAmount(body, variant)!;
-    const wallets = readWalletFilter(body, variant);
-    const ttl = readTtl(body, parseWith);
-    const result = await ledger.freeze(scope, {
-      customerId: fields.customer_id,
-      transactionId: fields.transaction_id,
-      amount,
-      wallets,
-      ttl,
-      businessType: fields.business_type ?? null,
-      description: fields.description ?? null,
-    });
-    send(res, result);
+    send(res, await ledger.freeze(scope, readInput(req, 'freeze', variant, readFreeze)));
   });
 
   post('/v1/billing/consume', async (req, res) => {
     const { variant, scope } = authOf(res);
-    const body = operationBody(req, 'consume', variant);
-    const fields = parseWith(settleSchema, body);
-    const amount = readAmount(body, variant, { consume: true });
-    const result = await ledger.consume(scope, {
-      transactionId: fields.transaction_id,
-      customerId: fields.customer_id ?? null,
-      amount,
-      description: fields.description ?? null,
+    const { input, body } = readInput(req, 'consume', variant, readConsume);
+    const result = await ledger.consume(scope, input).catch((err: unknown) => {
+      // The service names `amount`; a Variant A caller sent one of the actual_amount fields.
+      if (!(err instanceof ApiError && err.code === 'actual_amount_exceeds_frozen_amount' && err.param === 'amount')) throw err;
+      const given = amountFields(variant, { consume: true }).reads.find((f) => body[f] != null) ?? 'amount';
+      throw new ApiError(err.code, { param: given, message: err.message, extra: err.extra });
     });
     send(res, result);
   });
 
   post('/v1/billing/unfreeze', async (req, res) => {
     const { variant, scope } = authOf(res);
-    const fields = parseWith(settleSchema, operationBody(req, 'unfreeze', variant));
-    const result = await ledger.unfreeze(scope, {
-      transactionId: fields.transaction_id,
-      customerId: fields.customer_id ?? null,
-      description: fields.description ?? null,
-    });
-    send(res, result);
+    send(res, await ledger.unfreeze(scope, readInput(req, 'unfreeze', variant, readUnfreeze)));
   });
 
   return routes;

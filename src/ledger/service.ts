@@ -19,6 +19,7 @@ import { deposit_limit_message } from './amounts.js';
 import { provesNothingSent } from '../redis/sent.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
 import { Bindings, type Archive } from './bindings.js';
+import { drawRefusal, settleRefusal } from './refusals.js';
 import type { LedgerOperation, Metrics } from '../metrics/metrics.js';
 
 export interface ProjectScope {
@@ -46,6 +47,8 @@ export interface DrawInput {
   amount: number;
   /** Wallets to draw from; null for all. */
   wallets: string[] | null;
+  /** The request field that chose the wallets (Variant B `wallet`, A `credit_types`): a refusal's message names it. */
+  walletField?: 'wallet' | 'credit_types';
   businessType: string | null;
   description: string | null;
 }
@@ -320,12 +323,21 @@ export class LedgerService {
    * The script's answer as a result, or its error. `idParam` names the request field a
    * conflict is about (the operation's identifier).
    */
-  private outcome(reply: ScriptReply, customerId: string, idParam?: string): OpResult {
+  private outcome(reply: ScriptReply, customerId: string, idParam?: string, asked?: Asked): OpResult {
     const [status, raw, autoConsumed] = reply;
     if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
       return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
     }
     if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
+    // Refusals whose script answered numbers (on its failure path only) say them.
+    if ((status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) && asked?.draw) {
+      throw drawRefusal(status === ScriptStatus.Insufficient ? 'insufficient_balance' : 'insufficient_balance_in_selected_credit_types', raw, asked.draw);
+    }
+    const settleCode = settleCodes.get(status);
+    if (settleCode !== undefined) {
+      const refusal = settleRefusal(settleCode, raw, { requested: asked?.consumed ?? null });
+      if (refusal !== null) throw refusal;
+    }
     const param =
       status === ScriptStatus.Conflict ? idParam
       : status === ScriptStatus.InvalidExpires ? 'expires_at'
@@ -422,7 +434,11 @@ export class LedgerService {
         return r.reply;
       },
     );
-    return this.outcome(reply, input.customerId, 'transaction_id');
+    return this.outcome(reply, input.customerId, 'transaction_id', this.askedDraw(input));
+  }
+
+  private askedDraw(input: DrawInput): Asked {
+    return { draw: { amount: input.amount, wallets: input.wallets, selector: input.walletField ?? 'wallet' } };
   }
 
   private async freezeOp(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
@@ -439,7 +455,7 @@ export class LedgerService {
         return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
       },
     );
-    const result = this.outcome(reply, input.customerId, 'transaction_id');
+    const result = this.outcome(reply, input.customerId, 'transaction_id', this.askedDraw(input));
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
       // The freeze applied: its answer must not become an error. Without the job the TTL
@@ -480,7 +496,7 @@ export class LedgerService {
         return r.reply;
       },
     );
-    return this.outcome(reply, customerId);
+    return this.outcome(reply, customerId, undefined, { consumed: input.amount });
   }
 
   private async unfreezeOp(
@@ -597,6 +613,20 @@ export class LedgerService {
     return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
   }
 }
+
+/** What a request asked, for the words of its refusal (src/ledger/refusals.ts). */
+interface Asked {
+  draw?: { amount: number; wallets: string[] | null; selector: 'wallet' | 'credit_types' };
+  /** A consume's amount, null for the whole frozen amount. */
+  consumed?: number | null;
+}
+
+const settleCodes = new Map<number, 'actual_amount_exceeds_frozen_amount' | 'no_consumable_freeze_records' | 'freeze_records_already_consumed' | 'no_unfreezable_records'>([
+  [ScriptStatus.ExceedsFrozen, 'actual_amount_exceeds_frozen_amount'],
+  [ScriptStatus.NoConsumable, 'no_consumable_freeze_records'],
+  [ScriptStatus.AlreadyConsumed, 'freeze_records_already_consumed'],
+  [ScriptStatus.NoUnfreezable, 'no_unfreezable_records'],
+]);
 
 /** A wallet's sums over the sources active now. */
 export interface WalletSums {

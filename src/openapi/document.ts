@@ -80,6 +80,16 @@ const errorObjectSchema = z
     limit: z.number().int().optional().openapi({ description: '`plan_limit_reached`: the plan limit.' }),
     role_required: z.string().optional().openapi({ description: '`permission_denied` of a role: the least role needed.' }),
     role: z.string().optional().openapi({ description: "`permission_denied` of a role: the caller's role." }),
+    key_types_allowed: z.array(z.enum(['admin', 'project', 'customer'])).optional().openapi({ description: '`permission_denied` of a key type: the key types the endpoint takes.' }),
+    key_type: z.enum(['admin', 'project', 'customer']).optional().openapi({ description: '`permission_denied` of a key type: the type of the key sent.' }),
+    details: z
+      .record(z.unknown())
+      .optional()
+      .openapi({ description: 'The numbers of a balance, frozen-amount, TTL-settlement or body-size error (docs/API.md, "Numbers in errors").' }),
+    errors: z
+      .array(z.object({ param: z.string().nullable(), code: errorCodeSchema, message: z.string() }))
+      .optional()
+      .openapi({ description: 'A validation error: every invalid field, the first also in param, code and message.' }),
   })
   .strict()
   .openapi('ErrorObject');
@@ -95,6 +105,10 @@ function errorSchema(status: number, codes: ErrorCode[]) {
           { type: 'object' as const, properties: { type: { const: errorTypeForStatus(status) }, code: { enum: codes } } },
         ],
       },
+      // On POST /v1/messages only: Anthropic's envelope beside the service's, which
+      // @anthropic-ai/sdk reads its error message from.
+      type: { const: 'error', description: 'POST /v1/messages only.' },
+      message: { type: 'string' as const, description: 'POST /v1/messages only: `error.message`.' },
     },
     required: ['error'],
     additionalProperties: false,

@@ -104,6 +104,13 @@ export function createUsageQueries(pool: DatabasePool) {
 
 export type UsageQueries = ReturnType<typeof createUsageQueries>;
 
+/**
+ * The 404 of a receipt that does not exist for the caller: receipts are made for gateway
+ * calls only, so an unknown id is most often a ledger operation's.
+ */
+export const receipt_not_found_message =
+  'no receipt for this transaction id: receipts exist for gateway calls (POST /v1/chat/completions and /v1/messages), named by the X-Service-Transaction-Id of their answer (gw_...); a ledger operation (deduct, freeze, consume) is read from GET /v1/customers/{id}/ledger?transaction_id=...';
+
 // The documented answers (src/openapi/).
 export const usageRecordResponseSchema = z
   .object({

@@ -16,7 +16,7 @@ import { readOutboxEntries } from '../ledger/outbox.js';
 import { usageRecordSchema } from '../ledger/queries.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { page_size_default, page_size_max } from '../customers/routes.js';
-import { receipt, receiptSchema, usageRecordResponseSchema, type UsageQueries } from './queries.js';
+import { receipt, receipt_not_found_message, receiptSchema, usageRecordResponseSchema, type UsageQueries } from './queries.js';
 import { describeRoute, listOf } from '../openapi/registry.js';
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
@@ -126,7 +126,7 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
     onlyQuery(req);
     const { key, scope } = authOf(res);
     const found = await findReceipt(deps, scope, String(req.params.transaction_id), key.type === 'customer' ? key.customer_id! : null);
-    if (!found) throw new ApiError('not_found', { message: 'receipt not found' });
+    if (!found) throw new ApiError('not_found', { message: receipt_not_found_message });
     res.json(found);
   });
 

@@ -29,7 +29,7 @@ describe.sequential.each(doc_files)('%s', (file) => {
   it('has examples, each with a unique name and an answer', () => {
     expect(examples.length).toBeGreaterThan(0);
     // A marker the parser does not take (another block language, a missing command) would be skipped silently.
-    // (Markers at the start of a line: the page may quote one in its text, as API.md's "Examples on this page" does.)
+    // (A marker is a line of its own; prose that shows the format quotes it mid-line.)
     expect(examples.length).toBe((readFileSync(resolve(root, file), 'utf8').match(/^<!-- example: /gm) ?? []).length);
     expect(new Set(examples.map((e) => e.name)).size).toBe(examples.length);
     expect(examples.filter((e) => e.answer === null).map((e) => e.name)).toEqual([]);

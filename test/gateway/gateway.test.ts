@@ -215,7 +215,8 @@ describe('the hold and the output limit', () => {
       body: { model: OPENAI_MODEL, messages: ask({ output_tokens: 1 }) },
     });
     expect(poor.status).toBe(402);
-    expect(poor.json().error).toMatchObject({ code: 'insufficient_balance', type: 'bad_request', message: 'insufficient balance' });
+    expect(poor.json().error).toMatchObject({ code: 'insufficient_balance', type: 'bad_request', details: { wallet: 'credits', available_credits: 10 } });
+    expect(poor.json().error.message).toMatch(/^insufficient balance: this call needs a hold of at least \d+ credits .* and wallet credits has 10 credits available\.$/);
     // The client's own limit is never lowered: 4,000 output tokens cost 10,000 credits.
     const greedy = await rawPost(env.svc.url, '/v1/messages', {
       key: env.p.projectKey,
@@ -224,6 +225,7 @@ describe('the hold and the output limit', () => {
     });
     expect(greedy.status).toBe(402);
     expect(greedy.json().error.code).toBe('insufficient_balance');
+    expect(greedy.json().error.message).toMatch(/ Lower max_tokens to \d+ or less to fit\.$/);
     expect(await env.balance('h4')).toEqual({ ...before.h4, as_of: expect.any(String) });
     expect(await env.balance('h5')).toEqual({ ...before.h5, as_of: expect.any(String) });
     expect((await env.ledger('h4')).map((e) => e.type)).toEqual(['DEPOSIT']);

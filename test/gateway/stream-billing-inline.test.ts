@@ -7,6 +7,7 @@
  * holdFinal) holds back only that event and what follows it, and changes nothing else;
  * without the header nothing is held and the stream stays byte for byte the upstream's.
  */
+import type { InlineBilling } from '../../src/gateway/billing.js';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,15 +27,7 @@ afterAll(async () => {
 const inline = { 'X-Service-Stream-Billing': 'inline' };
 const ask = (controls: Record<string, number>) => [{ role: 'user' as const, content: `tell me something ${mockDirective(controls)}` }];
 
-interface ServiceBilling {
-  transaction_id: string;
-  cost_credits: number;
-  cost_cents: string;
-  cost_usd: string;
-  balance_credits: number;
-  balance_usd: string;
-  usage_estimated: boolean;
-}
+type ServiceBilling = InlineBilling;
 
 /** The figures a stream billed `cost` must carry, its balance read back from the service. */
 async function expectFigures(b: ServiceBilling | undefined, customer: string, transactionId: string, cost: number) {

@@ -29,12 +29,16 @@ const readPaths = (id: string) => [`/v1/customers/${id}`, `/v1/customers/${id}/b
 
 const typeForStatus: Record<number, string> = { 400: 'bad_request', 401: 'auth_error', 403: 'auth_error', 404: 'not_found', 413: 'bad_request' };
 
-/** The contract's error body: only `error`, holding message, type, code and maybe param. */
+/**
+ * The contract's error body: only `error`, holding message, type, code and maybe param,
+ * plus the fields docs/API.md lists for some errors ("Errors": details, errors, the key
+ * types of a permission_denied).
+ */
 function expectError(res: ApiResponse, status: number, code: string, param?: string): void {
   expect(res.status, JSON.stringify(res.body)).toBe(status);
   expect(Object.keys(res.body)).toEqual(['error']);
   expect(res.body.error).toMatchObject({ message: expect.stringMatching(/./), type: typeForStatus[status], code });
-  expect(['message', 'type', 'code', 'param']).toEqual(expect.arrayContaining(Object.keys(res.body.error)));
+  expect(['message', 'type', 'code', 'param', 'details', 'errors', 'key_types_allowed', 'key_type']).toEqual(expect.arrayContaining(Object.keys(res.body.error)));
   if (param !== undefined) expect(res.body.error.param).toBe(param);
   expect(res.headers.get('content-type')).toMatch(/^application\/json/);
 }

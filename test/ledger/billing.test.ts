@@ -193,23 +193,65 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       });
     }
 
-    // The customer holds 60 in the default wallet and 40 in promo.
-    const shortfalls: [string, () => Body, string][] = [
-      ['more than all wallets hold', () => credits(v, 101), 'insufficient_balance'],
-      ['more than the selected wallet holds, all wallets could pay', () => ({ ...credits(v, 50), ...onlyWallets(v, 'promo') }), 'insufficient_balance_in_selected_credit_types'],
-      ['an unknown selected wallet, all wallets could pay', () => ({ ...credits(v, 10), ...onlyWallets(v, 'nope') }), 'insufficient_balance_in_selected_credit_types'],
-      ['more than all wallets hold, with a filter', () => ({ ...credits(v, 101), ...onlyWallets(v, 'promo') }), 'insufficient_balance'],
+    // The customer holds 60 in the default wallet and 40 in promo. Each refusal names the
+    // wallets it looked at, what they hold and what was needed, and points to the field
+    // that selects another wallet when one holds credits (issue 12); the numbers are in
+    // error.details too.
+    const main = v === 'A' ? 'default' : 'credits';
+    const field = v === 'A' ? 'credit_types' : 'wallet';
+    const pointTo = (w: string) => (v === 'A' ? `add ${w} to credit_types, or leave credit_types out to draw from every wallet` : `send "wallet": "${w}"`);
+    const shortfalls: [string, () => Body, string, string, Record<string, unknown>, string | undefined][] = [
+      [
+        'more than all wallets hold', () => credits(v, 101), 'insufficient_balance',
+        `insufficient balance: 101 credits needed, 100 available across all wallets (${main} 60, promo 40).`,
+        { wallets: null, required_credits: 101, available_credits: 100, available_credits_by_wallet: { [main]: 60, promo: 40 }, wallets_without_sources: [] },
+        undefined,
+      ],
+      [
+        'more than the selected wallet holds, all wallets could pay', () => ({ ...credits(v, 50), ...onlyWallets(v, 'promo') }),
+        'insufficient_balance_in_selected_credit_types',
+        `insufficient balance in selected credit_types: wallet promo has 40 credits available, 50 needed. Other wallets of this customer hold credits: ${main} (60 available); to draw from one, ${pointTo(main)}.`,
+        { wallets: ['promo'], required_credits: 50, available_credits: 40, available_credits_by_wallet: { [main]: 60, promo: 40 }, wallets_without_sources: [] },
+        undefined,
+      ],
+      [
+        'an unknown selected wallet, all wallets could pay', () => ({ ...credits(v, 10), ...onlyWallets(v, 'nope') }),
+        'insufficient_balance_in_selected_credit_types',
+        `wallet nope has no sources: nothing was ever deposited to it (10 credits needed). Other wallets of this customer hold credits: ${main} (60 available), promo (40 available); to draw from one, ${pointTo(main)}.`,
+        { wallets: ['nope'], required_credits: 10, available_credits: 0, available_credits_by_wallet: { [main]: 60, promo: 40 }, wallets_without_sources: ['nope'] },
+        field,
+      ],
+      [
+        'more than all wallets hold, with a filter', () => ({ ...credits(v, 101), ...onlyWallets(v, 'promo') }), 'insufficient_balance',
+        `insufficient balance: wallet promo has 40 credits available, 101 needed. Other wallets of this customer hold credits: ${main} (60 available); to draw from one, ${pointTo(main)}.`,
+        { wallets: ['promo'], required_credits: 101, available_credits: 40, available_credits_by_wallet: { [main]: 60, promo: 40 }, wallets_without_sources: [] },
+        undefined,
+      ],
     ];
-    it.each(shortfalls)('rejects %s without partial effect', async (_case, fields, code) => {
+    it.each(shortfalls)('rejects %s without partial effect, saying why', async (_case, fields, code, message, details, param) => {
       const { id } = await customerWith(v, { credits: 60 }, { credits: 40, wallet: 'promo' });
       const before = await state(v, id);
       for (const op of ['deduct', 'freeze'] as const) {
         const res = await post(v, op, { customer_id: id, transaction_id: newTx(), ...fields() });
         expectError(res, 400, code);
-        expect(res.body.error.message).toBe(code === 'insufficient_balance' ? 'insufficient balance' : 'insufficient balance in selected credit_types');
+        expect(res.body.error).toMatchObject({ message, details });
+        expect(res.body.error.param).toBe(param);
       }
       expect(await state(v, id)).toEqual(before);
     });
+
+    if (v === 'A') {
+      it('names every wallet of a credit_types filter, and those that never had a source', async () => {
+        const { id } = await customerWith(v, { credits: 60 }, { credits: 40, wallet: 'promo' });
+        const res = await post(v, 'deduct', { customer_id: id, transaction_id: newTx(), amount_credits: 70, credit_types: ['promo', 'nope', 'promo'] });
+        expectError(res, 400, 'insufficient_balance_in_selected_credit_types');
+        expect(res.body.error.message).toBe(
+          'insufficient balance in selected credit_types: wallets promo, nope have 40 credits available, 70 needed. Wallet nope has no sources. ' +
+            'Other wallets of this customer hold credits: default (60 available); to draw from one, add default to credit_types, or leave credit_types out to draw from every wallet.',
+        );
+        expect(res.body.error.details).toMatchObject({ wallets: ['promo', 'nope'], available_credits: 40, wallets_without_sources: ['nope'] });
+      });
+    }
 
     it('processes a transaction id normally once a failed attempt can be paid', async () => {
       const { id } = await customerWith(v, { credits: 10 });
@@ -450,7 +492,11 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       const txid = newTx();
       await post(v, 'freeze', { customer_id: id, transaction_id: txid, ...credits(v, 300) });
       const before = await state(v, id);
-      expectError(await post(v, 'consume', { transaction_id: txid, ...actual(v, 301) }), 400, 'actual_amount_exceeds_frozen_amount');
+      const over = await post(v, 'consume', { transaction_id: txid, ...actual(v, 301) });
+      // The refusal states the frozen amount, naming the amount field the request used.
+      expectError(over, 400, 'actual_amount_exceeds_frozen_amount', v === 'A' ? 'actual_amount_credits' : 'amount');
+      expect(over.body.error.message).toBe('actual amount exceeds the frozen amount: 301 credits asked, 300 credits frozen; consume at most 300');
+      expect(over.body.error.details).toEqual({ frozen_credits: 300, requested_credits: 301 });
       expect(await state(v, id)).toEqual(before);
       expect((await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) })).body).toMatchObject({ consumed_amount: 300, is_idempotent_replay: false });
     });
@@ -617,13 +663,26 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
       expect(await balance(v, id)).toMatchObject({ frozen: 300, available: 700 });
       svc.rt.clock.advance(10_001);
       // The consume is the first request after the TTL: it must see the release itself.
-      expectError(await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) }), 400, 'no_consumable_freeze_records');
-      expectError(await post(v, 'unfreeze', { transaction_id: txid }), 400, 'no_unfreezable_records');
+      const consume = await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) });
+      expectError(consume, 400, 'no_consumable_freeze_records');
+      const unfreeze = await post(v, 'unfreeze', { transaction_id: txid });
+      expectError(unfreeze, 400, 'no_unfreezable_records');
       expect(await balance(v, id)).toMatchObject({ total: 1000, used: 0, frozen: 0, available: 1000 });
-      expect(await ledger(v, id, `&transaction_id=${txid}`)).toEqual([
+      const entries = await ledger(v, id, `&transaction_id=${txid}`);
+      expect(entries).toEqual([
         expect.objectContaining({ type: 'UNFREEZE', amount: 300, reason: 'ttl_release', details: frozen.body.freeze_details }),
         expect.objectContaining({ type: 'FREEZE', amount: 300, reason: null }),
       ]);
+      // Both refusals say when the TTL released the freeze (its UNFREEZE entry's time) and when it was due.
+      const releasedAt = entries[0].created_at as string;
+      const due = frozen.body.auto_settle_at as string;
+      expect(consume.body.error.message).toBe(
+        `no consumable freeze records: nothing is left to consume; the freeze's TTL (release_after_seconds) released it at ${releasedAt} (due at ${due})`,
+      );
+      expect(consume.body.error.details).toEqual({ settled_by: 'ttl_release', settled_at: releasedAt, auto_settle_at: due });
+      expect(unfreeze.body.error.message).toBe(
+        `no unfreezable records: its credits are back in their wallet already; the freeze's TTL (release_after_seconds) released it at ${releasedAt} (due at ${due})`,
+      );
     });
 
     it('consumes an unsettled freeze after consume_after_seconds, with a ttl_consume entry', async () => {
@@ -639,9 +698,18 @@ describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
         expect.objectContaining({ type: 'FREEZE', amount: 300 }),
       ]);
       const before = await state(v, id);
-      expectError(await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) }), 400, 'freeze_records_already_consumed');
-      expectError(await post(v, 'unfreeze', { transaction_id: txid }), 400, 'no_unfreezable_records');
+      const consume = await post(v, 'consume', { transaction_id: txid, ...actual(v, 300) });
+      expectError(consume, 400, 'freeze_records_already_consumed');
+      const unfreeze = await post(v, 'unfreeze', { transaction_id: txid });
+      expectError(unfreeze, 400, 'no_unfreezable_records');
       expect(await state(v, id)).toEqual(before);
+      const consumedAt = (await ledger(v, id, `&transaction_id=${txid}&type=CONSUME`))[0].created_at as string;
+      const due = frozen.body.auto_settle_at as string;
+      expect(consume.body.error.message).toBe(
+        `the frozen funds of this transaction are already consumed; the freeze's TTL (consume_after_seconds) consumed them at ${consumedAt} (due at ${due})`,
+      );
+      expect(consume.body.error.details).toEqual({ settled_by: 'ttl_consume', settled_at: consumedAt, auto_settle_at: due });
+      expect(unfreeze.body.error.message).toMatch(/^no unfreezable records: the frozen funds were consumed; the freeze's TTL \(consume_after_seconds\) consumed them at /);
     });
 
     it('does nothing when the freeze was settled before its TTL', async () => {

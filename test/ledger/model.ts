@@ -629,11 +629,32 @@ export class LedgerModel {
     if (!c) return { status: 'customer_not_found' };
     const available = this.walletAvailable(c, g.wallet);
     const outCost = (tokens: number) => Math.ceil((tokens * g.outPrice) / 1_000_000);
+    // A refusal says why: the hold it needed for `tokens`, the largest client limit that
+    // fits ('' when none would), the credits available in each wallet that has any, and
+    // the wallet when it never had a source.
+    const refuse = (tokens: number, fits: number | null): GatewayAnswer => {
+      const byWallet: Record<string, number> = {};
+      for (const s of c.sources) {
+        const a = s.total - s.used - s.frozen;
+        if (a > 0 && isActive(s, this.state.now)) byWallet[s.wallet] = (byWallet[s.wallet] ?? 0) + a;
+      }
+      return {
+        status: 'insufficient',
+        body: {
+          hold: g.inputBound + outCost(tokens), input: g.inputBound, output: outCost(tokens), tokens,
+          fits: fits !== null && fits >= 1 ? fits : '', available: byWallet,
+          none: c.sources.some((s) => s.wallet === g.wallet) ? '' : g.wallet,
+        },
+      };
+    };
     let tokens = g.wanted;
     if (g.inputBound + outCost(tokens) > available) {
-      if (g.fixed || g.outPrice === 0) return { status: 'insufficient' };
+      if (g.fixed || g.outPrice === 0) {
+        const fits = g.fixed && g.outPrice > 0 && available > g.inputBound ? Math.floor(((available - g.inputBound) * 1_000_000) / g.outPrice) : null;
+        return refuse(tokens, fits);
+      }
       tokens = Math.floor(((available - g.inputBound) * 1_000_000) / g.outPrice);
-      if (tokens < 1) return { status: 'insufficient' };
+      if (tokens < 1) return refuse(1, null);
     }
     const hold = g.inputBound + outCost(tokens);
     const holds = hold > 0 ? this.pick(c, hold, [g.wallet]) : [];
