@@ -141,6 +141,15 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f1', amount: 250 } });
   await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'd3', amount: 1, credit_types: ['credits'] } });
 
+  // Errors with their numbers (error.details): a consume over the frozen amount, a freeze its TTL released, a body over the limit.
+  await call('POST', '/v1/billing/freeze', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'f3', amount: 100 } });
+  await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f3', amount: 150 } });
+  await call('POST', '/v1/billing/freeze', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'f4', amount: 100, release_after_seconds: 1 } });
+  svc.rt.clock.advance(1_500);
+  await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f4' } });
+  await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'alice', amount: 1, description: 'x'.repeat(1 << 20) } });
+  await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: '', transaction_id: 42, amount: -5, colour: 'red' } });
+
   // Variant A: unit-suffixed amounts, credit_type(s).
   await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', { key: pa.projectKey, body: { customer_id: 'carol', amount_usd: 2.5, credit_type: 'default' } });
   await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: pa.projectKey, body: { customer_id: 'carol', transaction_id: 'a1', amount_cents: 5, credit_types: ['default'] } });
@@ -184,6 +193,9 @@ async function exercise(): Promise<void> {
     body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] },
   });
   await call('POST', '/v1/messages', '/v1/messages', { key: aliceKey, body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
+  // The service's own errors on /v1/messages, in Anthropic's envelope.
+  await call('POST', '/v1/messages', '/v1/messages', { body: { model: 'openai/claude-test', max_tokens: 50, messages: [] } });
+  await call('POST', '/v1/messages', '/v1/messages', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'nope', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
   const once = { key: p.projectKey, headers: { 'x-service-customer': 'alice', 'idempotency-key': 'call-1' }, body: chat };
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', once);
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', once);
@@ -327,9 +339,19 @@ describe('the OpenAPI document against real answers', () => {
 
   it('checked errors of many kinds along the way', () => {
     const codes = new Set(answers.filter((a) => a.status >= 400).map((a) => (a.body as { error?: { code?: string } })?.error?.code));
-    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed', 'customer_exists', 'project_deactivated']) {
+    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed', 'customer_exists', 'project_deactivated', 'actual_amount_exceeds_frozen_amount', 'no_consumable_freeze_records', 'payload_too_large']) {
       expect(codes, code).toContain(code);
     }
+  });
+
+  it('saw each shape of error.details, every invalid field at once, and the Anthropic envelope', () => {
+    const errors = answers.filter((a) => a.status >= 400).map((a) => a.body as { type?: string; error?: { details?: Record<string, unknown>; errors?: unknown[] } });
+    const shapes = new Set(errors.map((b) => b.error?.details).filter((d) => d !== undefined).map((d) => Object.keys(d!).sort().join(',')));
+    for (const key of ['wallets', 'input_bound_credits', 'frozen_credits', 'settled_by', 'limit_bytes']) {
+      expect([...shapes].some((s) => s.split(',').includes(key)), `details with ${key}: ${[...shapes].join(' | ')}`).toBe(true);
+    }
+    expect(errors.some((b) => (b.error?.errors?.length ?? 0) >= 4)).toBe(true);
+    expect(answers.filter((a) => a.path === '/v1/messages' && a.status >= 400 && a.status < 500).every((a) => (a.body as { type?: string }).type === 'error')).toBe(true);
   });
 
   it('saw a success of every operation of the document', () => {
