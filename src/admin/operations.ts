@@ -334,9 +334,59 @@ export const usageTotalsQuery = z.object({
 // below, in the same order, described at both mounts (/v1/admin and /dashboard/api).
 
 export const projectSchema = z
-  .object({ id: z.string(), name: z.string(), contract: z.enum(['A', 'B']), rate_limit_per_minute: z.number().int().nullable(), created_at: timestamp })
+  .object({
+    id: z.string(),
+    name: z.string(),
+    contract: z.enum(['A', 'B']),
+    rate_limit_per_minute: z.number().int().nullable(),
+    active: z.boolean().openapi({ description: 'False once the project is deactivated (`DELETE`): its records stay readable, nothing can be added or changed.' }),
+    deactivated_at: timestamp.nullable(),
+    created_at: timestamp,
+  })
   .strict()
   .openapi('Project');
+const modelWarningSchema = z
+  .object({
+    code: z.enum(['byok_key_required', 'model_inactive']),
+    param: z.string().openapi({ description: 'The model field to change.' }),
+    message: z.string(),
+  })
+  .strict()
+  .openapi('ModelWarning');
+/** A model write's answer: the model, and what it will do that its writer may not expect. */
+const modelWriteSchema = extended(adminModelEntrySchema, {
+  warnings: z.array(modelWarningSchema).openapi({
+    description:
+      '`byok_key_required`: no `upstream_api_key` is stored, every gateway call to the model answers 402 until one is set; `model_inactive`: the model is not listed and calls answer 404 `model_not_found`. Empty when neither.',
+  }),
+}).openapi('AdminModelWrite');
+const usageTotalsSchema = z
+  .object({
+    object: z.literal('list'),
+    group_by: z.array(z.enum(usage_dimensions)).openapi({ description: 'The dimensions of the groups, in the order they are sorted by.' }),
+    data: z.array(
+      z
+        .object({
+          date: z.string().date().nullable().openapi({ description: 'The UTC day; null unless grouped by `day`.' }),
+          project_id: z.string().nullable().openapi({ description: 'Null unless grouped by `project`.' }),
+          customer_id: z.string().nullable().openapi({ description: 'Null unless grouped by `customer`.' }),
+          model: z.string().nullable().openapi({ description: 'Null unless grouped by `model`.' }),
+          calls: z.number().int(),
+          billed_calls: z.number().int().openapi({ description: 'Calls that were not failed.' }),
+          input_tokens: z.number().int(),
+          output_tokens: z.number().int(),
+          cache_read_tokens: z.number().int(),
+          cache_write_tokens: z.number().int(),
+          cost_credits: z.number().int(),
+          cost_usd: z.string().openapi({ description: 'Exact decimal string.' }),
+        })
+        .strict(),
+    ),
+    has_more: z.boolean(),
+    next_cursor: z.string().nullable().openapi({ description: 'Pass as `cursor`, with the same `group_by`, for the next page; null on the last one.' }),
+  })
+  .strict()
+  .openapi('UsageTotals');
 const walletSums = z.record(walletAmountsSchema).nullable();
 export const customerListEntrySchema = z
   .object({
@@ -392,6 +442,7 @@ const keyCreateDoc = keyCreateSchema.extend({ expires_at: z.string().nullish().o
 const ok = (description: string, schema: z.ZodTypeAny) => ({ 200: { description, schema } });
 const created = (description: string, schema: z.ZodTypeAny) => ({ 201: { description, schema } });
 const projectParams = 'not_found' as const;
+const modelParams = z.object({ project_id: z.string(), model_id: modelIdSchema });
 
 describeOperation({ method: 'GET', path: '/organization', role: 'viewer', tag: 'Organization', summary: 'The organization and its plan', responses: ok('The organization', organizationSchema) });
 describeOperation({
@@ -433,6 +484,17 @@ describeOperation({
   summary: "Change a project's name, contract variant or rate limit",
   body: projectPatchSchema.strict(),
   responses: ok('The project', projectSchema),
+  errors: [projectParams, 'project_deactivated'],
+});
+describeOperation({
+  method: 'DELETE',
+  path: '/projects/:project_id',
+  role: 'admin',
+  tag: 'Projects',
+  summary: 'Deactivate a project',
+  description:
+    "Deactivation, not deletion: the project's customers, ledger, usage records and receipts stay readable here, and its keys are revoked in the same transaction, so nothing can spend or deposit any more (calls in flight finish). Later changes to the project answer 409 `project_deactivated`. Deactivating again answers the project as it is, with `keys_revoked: 0`.",
+  responses: ok('The project, deactivated', extended(projectSchema, { keys_revoked: z.number().int().openapi({ description: 'The keys this call revoked.' }) })),
   errors: [projectParams],
 });
 describeOperation({
@@ -473,7 +535,7 @@ describeOperation({
   summary: 'Create a project or customer-scoped key',
   body: keyCreateDoc.strict(),
   responses: created('The key, with its secret (shown once)', createdKeySchema),
-  errors: [projectParams, 'invalid_expires_at', 'plan_limit_reached'],
+  errors: [projectParams, 'invalid_expires_at', 'plan_limit_reached', 'project_deactivated'],
 });
 describeOperation({ method: 'GET', path: '/projects/:project_id/keys', role: 'viewer', tag: 'Keys', summary: "The project's keys", query: listQuery, responses: ok('A page of keys', listOf(keySchema)), errors: [projectParams] });
 describeOperation({
@@ -496,10 +558,35 @@ describeOperation({
   tag: 'Models',
   summary: 'Create or replace a model',
   description: 'The model id may contain `/`: sent percent-encoded as one segment (`openai%2Fgpt-4o`) or raw (`openai/gpt-4o`).',
-  params: z.object({ project_id: z.string(), model_id: modelIdSchema }),
+  params: modelParams,
   body: modelPutSchema,
-  responses: { ...created('The model, created', adminModelEntrySchema), ...ok('The model, replaced', adminModelEntrySchema) },
-  errors: [projectParams],
+  responses: { ...created('The model, created, with its warnings', modelWriteSchema), ...ok('The model, replaced, with its warnings', modelWriteSchema) },
+  errors: [projectParams, 'project_deactivated'],
+});
+describeOperation({
+  method: 'PATCH',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Change some fields of a model',
+  description:
+    'Any field of the PUT; the others keep their values. A price may be sent in credits or in USD (`*_price_per_million_usd`, a whole number of credits). A model read sent back is accepted: the fields a read adds are ignored. 404 `not_found` when the model does not exist (PUT creates it).',
+  params: modelParams,
+  body: modelPatchSchema,
+  responses: ok('The model, changed, with its warnings', modelWriteSchema),
+  errors: [projectParams, 'project_deactivated'],
+});
+describeOperation({
+  method: 'DELETE',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Delete a model',
+  description:
+    'A real delete: usage records and receipts keep the model id and the prices they were billed at. A call that already loaded the model finishes with it. To stop serving a model and keep it, PATCH `{"active": false}`.',
+  params: modelParams,
+  responses: ok('The model as it was, with `deleted: true`', extended(adminModelEntrySchema, { deleted: z.literal(true) })),
+  errors: [projectParams, 'project_deactivated'],
 });
 describeOperation({
   method: 'GET',
@@ -539,7 +626,7 @@ describeOperation({
   description: 'As `POST /v1/customers/deposit`, with `amount` in integer credits in both variants. 200 for a replay of the same `idempotency_key`.',
   body: depositDoc.pick({ amount: true, wallet: true, description: true, starts_at: true, expires_at: true, idempotency_key: true, source: true }).strict(),
   responses: { ...created('The deposit', depositResultSchema), ...ok('A replay of the deposit', depositResultSchema) },
-  errors: [projectParams, 'invalid_amount', 'invalid_starts_at', 'invalid_expires_at', 'transaction_conflict'],
+  errors: [projectParams, 'invalid_amount', 'invalid_starts_at', 'invalid_expires_at', 'transaction_conflict', 'project_deactivated'],
 });
 describeOperation({
   method: 'GET',
@@ -568,6 +655,20 @@ describeOperation({
   summary: 'Billable operations per UTC day',
   query: dailyUsageQuery,
   responses: ok('A page of days, newest first', listOf(dailyUsageSchema)),
+  errors: [projectParams],
+});
+describeOperation({
+  method: 'GET',
+  path: '/usage',
+  role: 'viewer',
+  tag: 'Gateway',
+  summary: 'Gateway usage and cost totals, grouped',
+  description:
+    "The organization's gateway calls summed per group of `group_by`: a comma-separated list of `day`, `project`, `customer` and `model` (all four when omitted; empty for one total). Groups are sorted by day (newest first), then project, customer and model. `from` (inclusive) and `to` (exclusive) bound the calls' times; `project_id`, `customer_id` and `model` filter. 404 `not_found` for a project of another organization.",
+  query: usageTotalsQuery.extend({
+    group_by: z.string().max(64).optional().openapi({ description: 'Comma-separated: `day`, `project`, `customer`, `model`. Default: all four; empty: one total.' }),
+  }),
+  responses: ok('A page of groups', usageTotalsSchema),
   errors: [projectParams],
 });
 describeOperation({ method: 'GET', path: '/members', role: 'viewer', tag: 'Members', summary: "The organization's members", query: listQuery, responses: ok('A page of members', listOf(memberSchema)) });

@@ -50,6 +50,24 @@ function differingField(given: z.infer<typeof customerPatchSchema>, stored: Prof
   return null;
 }
 
+const profileDoc = customerProfileSchema.openapi('CustomerProfile');
+
+describeRoute({
+  method: 'POST',
+  path: '/v1/customers',
+  tag: 'Customers',
+  callers: ['project'],
+  summary: 'Create a customer without a deposit',
+  description:
+    'The customer starts with no wallet; a deposit funds it. A `customer_id` that exists already (made by a deposit or an earlier POST) answers 200 with the profile as it is when every field the request gives matches it (a retried creation is safe), else 409 `customer_exists` naming the first field that differs in `param`: nothing is changed (PATCH changes the profile).',
+  body: customerCreateSchema.strict(),
+  responses: {
+    201: { description: 'The customer, created', schema: profileDoc },
+    200: { description: 'The customer existed already with the same fields', schema: profileDoc },
+  },
+  errors: ['customer_exists'],
+});
+
 describeRoute({
   method: 'PATCH',
   path: '/v1/customers/:customer_id',
@@ -58,7 +76,7 @@ describeRoute({
   summary: "Change a customer's name, email or metadata",
   description: 'Any of the fields; null clears one.',
   body: customerPatchSchema.strict(),
-  responses: { 200: { description: 'The profile', schema: customerProfileSchema.openapi('CustomerProfile') } },
+  responses: { 200: { description: 'The profile', schema: profileDoc } },
   errors: ['customer_not_found'],
 });
 

@@ -15,9 +15,9 @@
  * - helmet sets the security headers, with a CSP that allows only this origin: no inline
  *   script or style anywhere on the page.
  */
+import { pageSecurity } from '../http/page-security.js';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
-import helmet from 'helmet';
 import { actorOf } from '../admin/actor.js';
 import type { Operation } from '../admin/operations.js';
 import { clientAddress, type DashboardSessions } from '../admin/routes.js';
@@ -83,29 +83,7 @@ export function dashboardPages(rt: Runtime, sessions: DashboardSessions, ops: re
 
   r.use(
     '/dashboard',
-    helmet({
-      contentSecurityPolicy: {
-        useDefaults: false,
-        directives: {
-          'default-src': ["'self'"],
-          'script-src': ["'self'"],
-          'script-src-attr': ["'none'"],
-          'style-src': ["'self'"],
-          'img-src': ["'self'", 'data:'],
-          'connect-src': ["'self'"],
-          'font-src': ["'self'"],
-          'object-src': ["'none'"],
-          'base-uri': ["'none'"],
-          'form-action': ["'self'"],
-          'frame-ancestors': ["'none'"],
-        },
-      },
-      // A session's screens show an organization's data: no other origin reads or frames them.
-      crossOriginResourcePolicy: { policy: 'same-origin' },
-      referrerPolicy: { policy: 'same-origin' },
-      xFrameOptions: { action: 'deny' },
-      strictTransportSecurity: secure,
-    }),
+    pageSecurity({ strictTransportSecurity: secure }),
     (_req: Request, res: Response, next: () => void) => {
       // Screens carry the CSRF token, and may carry a secret shown once: nothing keeps them.
       res.setHeader('Cache-Control', 'no-store');

@@ -99,7 +99,8 @@ describeRoute({
   tag: 'Gateway',
   callers: ['project', 'customer'],
   summary: 'Anthropic messages, billed per token',
-  description: 'As `POST /v1/chat/completions`, in the Anthropic messages format.',
+  description:
+    "As `POST /v1/chat/completions`, in the Anthropic messages format. The service's own errors come in a body Anthropic clients read too: the `error` object of every route, with Anthropic's top-level `\"type\": \"error\"` and the message at the top level as well (where `@anthropic-ai/sdk` reads an error's message from). An upstream's errors are relayed as they are.",
   headers: gatewayHeaders,
   body: messagesBody,
   responses: {
@@ -107,6 +108,7 @@ describeRoute({
   },
   otherResponses: { default: upstreamError },
   errors: gatewayErrors,
+  errorEnvelope: 'anthropic',
 });
 
 /** Both are hot routes (src/http/router.ts). */

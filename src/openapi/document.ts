@@ -6,7 +6,7 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
 import { errorCatalogue, errorTypeForStatus, type ErrorCode } from '../errors/catalogue.js';
-import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, tags, type Caller, type RouteDoc } from './registry.js';
+import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, tags, timestamp, type Caller, type RouteDoc } from './registry.js';
 
 const intro = `Metered billing for AI products: a model gateway (OpenAI chat completions and Anthropic
 messages, billed per token) and a wallet ledger (deposit, deduct, freeze, consume, unfreeze).
@@ -43,7 +43,10 @@ same in both (amounts in integer credits).
 Every error is \`{"error": {"message", "type", "code", "param"?}}\`; \`type\` follows the status
 (400 \`bad_request\`, 401 and 403 \`auth_error\`, 404 \`not_found\`, 409 \`conflict\`, 429
 \`too_many_requests\`, 5xx \`server_error\`). \`code\` is one of the catalogue (the \`ErrorCode\`
-schema); each operation lists the codes it may answer at each status.`;
+schema); each operation lists the codes it may answer at each status. Some errors add fields
+(the \`ErrorObject\` schema): \`errors\`, every invalid field of a request at once, and
+\`details\`, the numbers of a refusal (\`ErrorDetails\`). On \`POST /v1/messages\` the service's
+errors also carry Anthropic's top-level \`"type": "error"\` and \`message\`.`;
 
 const securitySchemes: Record<Exclude<Caller, 'public'>, object> = {
   project: { type: 'http', scheme: 'bearer', description: 'A project key (`svc_live_...`); also accepted as `x-api-key`.' },
@@ -69,48 +72,118 @@ const errorCodeSchema = z.enum(Object.keys(errorCatalogue) as [ErrorCode, ...Err
   ].join('\n'),
 });
 
+/** One invalid field of a request (`error.errors`). */
+const fieldErrorSchema = z
+  .object({
+    param: z.string().nullable().openapi({ description: 'The field, query parameter or header; null for a problem of the whole body.' }),
+    code: errorCodeSchema,
+    message: z.string(),
+  })
+  .strict()
+  .openapi('FieldError');
+
+const credits = z.number().int();
+const creditsOrNull = z.number().int().nullable();
+const byWallet = z.record(z.number().int()).openapi({ description: 'Every wallet of the customer with credits available now: wallet -> credits.' });
+const noSources = z.array(z.string()).openapi({ description: 'The wallets looked at that never had a source (nothing was ever deposited to them).' });
+
+/** The numbers of an error (`error.details`): one shape per kind of error. */
+const errorDetailsSchema = z
+  .union([
+    z
+      .object({
+        wallets: z.array(z.string()).nullable().openapi({ description: "The request's wallet filter (`wallet`, `credit_types`); null when it drew from every wallet." }),
+        required_credits: credits,
+        available_credits: credits.openapi({ description: 'What those wallets (or all) have available now.' }),
+        available_credits_by_wallet: byWallet,
+        wallets_without_sources: noSources,
+      })
+      .strict()
+      .openapi('DrawShortfall', { description: '`insufficient_balance`, `insufficient_balance_in_selected_credit_types` of a deduct or freeze.' }),
+    z
+      .object({
+        wallet: z.string(),
+        required_credits: creditsOrNull.openapi({ description: 'The hold the call needed: input bound plus output bound.' }),
+        available_credits: credits.openapi({ description: "The wallet's credits available now." }),
+        input_bound_credits: creditsOrNull.openapi({ description: "The body's bytes at the dearest input-side price." }),
+        output_bound_credits: creditsOrNull.openapi({ description: '`output_tokens` at the output price, times `n`.' }),
+        output_tokens: creditsOrNull.openapi({ description: "The client's output limit, or 1 when it set none." }),
+        max_tokens_that_fit: creditsOrNull.openapi({ description: 'The largest client limit the wallet could hold now; null when lowering the limit would not help.' }),
+        available_credits_by_wallet: byWallet,
+        wallets_without_sources: noSources,
+      })
+      .strict()
+      .openapi('HoldShortfall', { description: '`insufficient_balance` (402) of a gateway call.' }),
+    z
+      .object({ frozen_credits: credits, requested_credits: creditsOrNull })
+      .strict()
+      .openapi('FrozenAmountExceeded', { description: '`actual_amount_exceeds_frozen_amount`.' }),
+    z
+      .object({
+        settled_by: z.enum(['ttl_release', 'ttl_consume']),
+        settled_at: timestamp.nullable().openapi({ description: "When the TTL settled the freeze (its ledger entry's `created_at`)." }),
+        auto_settle_at: timestamp.nullable().openapi({ description: "When it was due (the freeze's `auto_settle_at`)." }),
+      })
+      .strict()
+      .openapi('SettledByTtl', { description: '`no_consumable_freeze_records`, `freeze_records_already_consumed`, `no_unfreezable_records` of a freeze its TTL settled.' }),
+    z
+      .object({ limit_bytes: z.number().int(), length_bytes: z.number().int().nullable().openapi({ description: "The body's declared length; null for a chunked body." }) })
+      .strict()
+      .openapi('BodyTooLarge', { description: '`payload_too_large`.' }),
+  ])
+  .openapi('ErrorDetails', { description: "An error's numbers, in integer credits (null where one does not apply): one shape per kind of error." });
+
+const keyTypes = z.enum(['admin', 'project', 'customer']);
+
 /** The error object of every error answer: `{"error": ErrorObject}`. */
 const errorObjectSchema = z
   .object({
-    message: z.string(),
+    message: z.string().openapi({ description: 'For people: what was wrong and what to change. Programs branch on `code`.' }),
     type: z.enum(['bad_request', 'auth_error', 'not_found', 'conflict', 'too_many_requests', 'server_error']).openapi({ description: 'Follows the status.' }),
     code: errorCodeSchema,
     param: z.string().optional().openapi({ description: 'The request field, header or parameter at fault.' }),
+    errors: z.array(fieldErrorSchema).optional().openapi({
+      description:
+        'Validation errors: every invalid field of the body or query string, in the order the endpoint reads them (unknown fields first); the first is also `code`, `param` and `message`.',
+    }),
+    details: errorDetailsSchema.optional(),
     transaction_id: z.string().optional().openapi({ description: '`idempotency_key_reused`: the transaction of the first call.' }),
     limit: z.number().int().optional().openapi({ description: '`plan_limit_reached`: the plan limit.' }),
     role_required: z.string().optional().openapi({ description: '`permission_denied` of a role: the least role needed.' }),
     role: z.string().optional().openapi({ description: "`permission_denied` of a role: the caller's role." }),
-    key_types_allowed: z.array(z.enum(['admin', 'project', 'customer'])).optional().openapi({ description: '`permission_denied` of a key type: the key types the endpoint takes.' }),
-    key_type: z.enum(['admin', 'project', 'customer']).optional().openapi({ description: '`permission_denied` of a key type: the type of the key sent.' }),
-    details: z
-      .record(z.unknown())
-      .optional()
-      .openapi({ description: 'The numbers of a balance, frozen-amount, TTL-settlement or body-size error (docs/API.md, "Numbers in errors").' }),
-    errors: z
-      .array(z.object({ param: z.string().nullable(), code: errorCodeSchema, message: z.string() }))
-      .optional()
-      .openapi({ description: 'A validation error: every invalid field, the first also in param, code and message.' }),
+    key_types_allowed: z.array(keyTypes).optional().openapi({ description: '`permission_denied` of a key type: the key types the endpoint takes.' }),
+    key_type: keyTypes.optional().openapi({ description: '`permission_denied` of a key type: the type of the key sent.' }),
   })
   .strict()
   .openapi('ErrorObject');
 
-/** An error answer at `status` with one of `codes`: the ErrorObject, narrowed. */
+/** The ErrorObject of an error answer at `status` with one of `codes`. */
+function narrowedError(status: number, codes: ErrorCode[]) {
+  return {
+    allOf: [
+      { $ref: '#/components/schemas/ErrorObject' },
+      { type: 'object' as const, properties: { type: { const: errorTypeForStatus(status) }, code: { enum: codes } } },
+    ],
+  };
+}
+
+/** An error answer at `status` with one of `codes`: `{"error": ErrorObject}`, narrowed. */
 function errorSchema(status: number, codes: ErrorCode[]) {
   return {
     type: 'object' as const,
-    properties: {
-      error: {
-        allOf: [
-          { $ref: '#/components/schemas/ErrorObject' },
-          { type: 'object' as const, properties: { type: { const: errorTypeForStatus(status) }, code: { enum: codes } } },
-        ],
-      },
-      // On POST /v1/messages only: Anthropic's envelope beside the service's, which
-      // @anthropic-ai/sdk reads its error message from.
-      type: { const: 'error', description: 'POST /v1/messages only.' },
-      message: { type: 'string' as const, description: 'POST /v1/messages only: `error.message`.' },
-    },
+    properties: { error: narrowedError(status, codes) },
     required: ['error'],
+    additionalProperties: false,
+  };
+}
+
+/** The same in Anthropic's envelope (POST /v1/messages): `{"type": "error", "error": ErrorObject, "message"}`. */
+function anthropicErrorSchema(status: number, codes: ErrorCode[]) {
+  return {
+    type: 'object' as const,
+    description: "Anthropic's error envelope around the service's error object: `type` is always `error`, `message` the error's message.",
+    properties: { type: { const: 'error' }, error: narrowedError(status, codes), message: { type: 'string' as const } },
+    required: ['type', 'error', 'message'],
     additionalProperties: false,
   };
 }
@@ -163,7 +236,7 @@ function routeConfig(doc: RouteDoc): RouteConfig {
     const list = [...codes].sort();
     responses[status] = {
       description: `${statusText[status] ?? 'Error'}: ${list.map((c) => `\`${c}\``).join(', ')}`,
-      content: { 'application/json': { schema: errorSchema(status, list) } },
+      content: { 'application/json': { schema: doc.errorEnvelope === 'anthropic' ? anthropicErrorSchema(status, list) : errorSchema(status, list) } },
     };
   }
 

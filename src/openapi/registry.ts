@@ -59,6 +59,12 @@ export interface RouteDoc {
   errors?: readonly DocumentedError[];
   /** The least role of a management operation (dashboard sessions; an admin key acts as an owner). */
   role?: Role;
+  /**
+   * The body of the route's own errors: `{"error": ErrorObject}`, or for `anthropic` (the
+   * Anthropic wire format, POST /v1/messages) the same with Anthropic's top-level
+   * `"type": "error"` and the message beside it (src/http/errors.ts).
+   */
+  errorEnvelope?: 'anthropic';
 }
 
 /** The sections of the document, in this order; a route's `tag` must be one of them. */

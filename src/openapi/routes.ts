@@ -4,12 +4,12 @@
  * The page is a static file with our own initializer script (assets/docs.js): helmet's CSP
  * allows this origin only, with no inline script, so the page can reach no other host.
  */
+import { pageSecurity } from '../http/page-security.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Router } from 'express';
-import helmet from 'helmet';
 import { z } from 'zod';
 import { exactRouter } from '../http/router.js';
 import { projectRoot } from '../root.js';
@@ -89,27 +89,7 @@ export function docsRoutes(): Router {
 
   r.use(
     docs_path,
-    helmet({
-      contentSecurityPolicy: {
-        useDefaults: false,
-        directives: {
-          'default-src': ["'self'"],
-          'script-src': ["'self'"],
-          'script-src-attr': ["'none'"],
-          'style-src': ["'self'"],
-          'img-src': ["'self'", 'data:'],
-          'connect-src': ["'self'"],
-          'font-src': ["'self'"],
-          'object-src': ["'none'"],
-          'base-uri': ["'none'"],
-          'form-action': ["'self'"],
-          'frame-ancestors': ["'none'"],
-        },
-      },
-      crossOriginResourcePolicy: { policy: 'same-origin' },
-      referrerPolicy: { policy: 'same-origin' },
-      xFrameOptions: { action: 'deny' },
-    }),
+    pageSecurity(),
   );
   r.get(docs_path, (_req, res) => {
     res.type('text/html').send(page);

@@ -434,6 +434,7 @@ export class PlanService {
 }
 
 // The documented answer of organization() (src/openapi/).
+const limitValue = z.number().int().nullable().openapi({ description: 'Null: unlimited.' });
 export const organizationSchema = z
   .object({
     id: z.string(),
@@ -448,6 +449,15 @@ export const organizationSchema = z
     overage_ops: z.number().int(),
     overage_cost_usd: z.number(),
     hard_limit: z.boolean(),
+    demo_allowance: z.boolean().openapi({ description: "Whether the organization is the `npm start` demo's: its limits are raised to the demo allowance (a plan that allows more keeps its own)." }),
+    limits: z
+      .object({
+        projects_max: limitValue,
+        keys_per_project_max: limitValue.openapi({ description: 'Keys (project and customer-scoped, revoked ones excepted) per project; null: unlimited.' }),
+        members_max: limitValue,
+      })
+      .strict()
+      .openapi({ description: 'What the organization may have now: its plan\'s limits, raised by the demo allowance; beyond them a creation answers 403 `plan_limit_reached`.' }),
   })
   .strict()
   .openapi('Organization');

@@ -8,6 +8,7 @@
  * without the header nothing is held and the stream stays byte for byte the upstream's.
  */
 import type Anthropic from '@anthropic-ai/sdk';
+import type { InlineBilling } from '../../src/gateway/billing.js';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import fc from 'fast-check';
 import type OpenAI from 'openai';
@@ -28,15 +29,7 @@ afterAll(async () => {
 const inline = { 'X-Service-Stream-Billing': 'inline' };
 const ask = (controls: Record<string, number>) => [{ role: 'user' as const, content: `tell me something ${mockDirective(controls)}` }];
 
-interface ServiceBilling {
-  transaction_id: string;
-  cost_credits: number;
-  cost_cents: string;
-  cost_usd: string;
-  balance_credits: number;
-  balance_usd: string;
-  usage_estimated: boolean;
-}
+type ServiceBilling = InlineBilling;
 
 /** An SDK's event, with the figures the service adds to the final one. */
 type Billed<E> = E & { service_billing?: ServiceBilling };

@@ -104,6 +104,18 @@ async function exercise(): Promise<void> {
   await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/gpt-test`, modelBody('openai'));
   await call('PUT', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/openai%2Fclaude-test`, { key: p.adminKey, body: modelBody('anthropic') });
   await both(s, p, 'GET', '/projects/{project_id}/models', `/projects/${P}/models`);
+  // A model without its provider key: the write answers a warning; PATCH and DELETE through both mounts.
+  const keyless: Record<string, unknown> = { ...modelBody('openai') };
+  delete keyless.upstream_api_key;
+  const [w] = await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`, keyless);
+  expect(w.body.warnings.map((x: { code: string }) => x.code)).toEqual(['byok_key_required']);
+  await both(s, p, 'PATCH', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`, { display_name: 'Temporary', active: false });
+  await both(s, p, 'PATCH', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`, { input_price_per_million_usd: 0.0000001 });
+  await both(s, p, 'PATCH', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/no-such-model`, { active: true });
+  await call('DELETE', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/tmp-model`, { key: p.adminKey });
+  await call('PUT', '/dashboard/api/projects/{project_id}/models/{model_id}', `/dashboard/api/projects/${P}/models/tmp-model`, { body: keyless, headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await call('DELETE', '/dashboard/api/projects/{project_id}/models/{model_id}', `/dashboard/api/projects/${P}/models/tmp-model`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await both(s, p, 'DELETE', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/tmp-model`);
 
   // Money operations, variant B.
   await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', {
@@ -129,6 +141,15 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f1', amount: 250 } });
   await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'd3', amount: 1, credit_types: ['credits'] } });
 
+  // Errors with their numbers (error.details): a consume over the frozen amount, a freeze its TTL released, a body over the limit.
+  await call('POST', '/v1/billing/freeze', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'f3', amount: 100 } });
+  await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f3', amount: 150 } });
+  await call('POST', '/v1/billing/freeze', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'alice', transaction_id: 'f4', amount: 100, release_after_seconds: 1 } });
+  svc.rt.clock.advance(1_500);
+  await call('POST', '/v1/billing/consume', '/v1/billing/consume', { key: p.projectKey, body: { transaction_id: 'f4' } });
+  await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'alice', amount: 1, description: 'x'.repeat(1 << 20) } });
+  await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: '', transaction_id: 42, amount: -5, colour: 'red' } });
+
   // Variant A: unit-suffixed amounts, credit_type(s).
   await call('POST', '/v1/customers/deposit', '/v1/customers/deposit', { key: pa.projectKey, body: { customer_id: 'carol', amount_usd: 2.5, credit_type: 'default' } });
   await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: pa.projectKey, body: { customer_id: 'carol', transaction_id: 'a1', amount_cents: 5, credit_types: ['default'] } });
@@ -149,6 +170,12 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/billing/deduct', '/v1/billing/deduct', { key: aliceKey, body: { customer_id: 'alice', transaction_id: 'x1', amount: 1 } });
   await call('PATCH', '/v1/customers/{customer_id}', '/v1/customers/alice', { key: p.projectKey, body: { name: 'Alice A.', metadata: null } });
   await call('PATCH', '/v1/customers/{customer_id}', '/v1/customers/alice', { key: p.projectKey, body: { nickname: 'x' } });
+  const erin = { customer_id: 'erin', name: 'Erin', email: 'erin@example.com', metadata: { plan: 'trial' } };
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: erin });
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: erin });
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: { ...erin, name: 'Erin B.' } });
+  await call('POST', '/v1/customers', '/v1/customers', { key: p.projectKey, body: { name: 'no id' } });
+  await call('POST', '/v1/customers', '/v1/customers', { key: aliceKey, body: { customer_id: 'frank' } });
 
   // Gateway.
   await call('GET', '/v1/models', '/v1/models', { key: p.projectKey });
@@ -166,6 +193,9 @@ async function exercise(): Promise<void> {
     body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] },
   });
   await call('POST', '/v1/messages', '/v1/messages', { key: aliceKey, body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
+  // The service's own errors on /v1/messages, in Anthropic's envelope.
+  await call('POST', '/v1/messages', '/v1/messages', { body: { model: 'openai/claude-test', max_tokens: 50, messages: [] } });
+  await call('POST', '/v1/messages', '/v1/messages', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'nope', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
   const once = { key: p.projectKey, headers: { 'x-service-customer': 'alice', 'idempotency-key': 'call-1' }, body: chat };
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', once);
   await call('POST', '/v1/chat/completions', '/v1/chat/completions', once);
@@ -181,7 +211,7 @@ async function exercise(): Promise<void> {
   await call('GET', '/v1/usage', '/v1/usage?customer=alice', { key: p.projectKey });
 
   // Projects, keys, customers, usage through both mounts.
-  await both(s, p, 'POST', '/projects', '/projects', { name: 'second', contract: 'A' });
+  const [second, third] = await both(s, p, 'POST', '/projects', '/projects', { name: 'second', contract: 'A' });
   await both(s, p, 'GET', '/projects', '/projects?limit=1');
   await both(s, p, 'GET', '/projects/{project_id}', `/projects/${P}`);
   await both(s, p, 'GET', '/projects/{project_id}', '/projects/proj_nope');
@@ -204,6 +234,22 @@ async function exercise(): Promise<void> {
   await both(s, p, 'GET', '/projects/{project_id}/receipts/{transaction_id}', `/projects/${P}/receipts/${tx}`);
   await both(s, p, 'GET', '/usage/daily', `/usage/daily?project_id=${P}`);
   await both(s, p, 'GET', '/queues', '/queues');
+  await both(s, p, 'GET', '/usage', '/usage');
+  await both(s, p, 'GET', '/usage', `/usage?group_by=model,day&project_id=${P}&limit=1`);
+  await both(s, p, 'GET', '/usage', `/usage?group_by=&customer_id=alice&from=2020-01-01T00:00:00Z`);
+  await both(s, p, 'GET', '/usage', '/usage?group_by=week');
+  await both(s, p, 'GET', '/usage', '/usage?project_id=proj_nope');
+
+  // Deactivation: a project of each mount; changes to it answer 409 project_deactivated, its records stay readable.
+  await call('POST', '/v1/admin/projects/{project_id}/keys', `/v1/admin/projects/${second.body.id}/keys`, { key: p.adminKey, body: { type: 'project' } });
+  await call('DELETE', '/v1/admin/projects/{project_id}', `/v1/admin/projects/${second.body.id}`, { key: p.adminKey });
+  await call('DELETE', '/dashboard/api/projects/{project_id}', `/dashboard/api/projects/${third.body.id}`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await both(s, p, 'DELETE', '/projects/{project_id}', `/projects/${second.body.id}`);
+  await both(s, p, 'DELETE', '/projects/{project_id}', '/projects/proj_nope');
+  await both(s, p, 'PATCH', '/projects/{project_id}', `/projects/${second.body.id}`, { name: 'renamed' });
+  await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${third.body.id}/models/gpt-test`, modelBody('openai'));
+  await both(s, p, 'POST', '/projects/{project_id}/keys', `/projects/${third.body.id}/keys`, { type: 'project' });
+  await both(s, p, 'GET', '/projects/{project_id}', `/projects/${second.body.id}`);
 
   // Members.
   const [m1, m2] = await both(s, p, 'POST', '/members', '/members', undefined);
@@ -293,9 +339,19 @@ describe('the OpenAPI document against real answers', () => {
 
   it('checked errors of many kinds along the way', () => {
     const codes = new Set(answers.filter((a) => a.status >= 400).map((a) => (a.body as { error?: { code?: string } })?.error?.code));
-    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed']) {
+    for (const code of ['invalid_request', 'invalid_amount', 'unsupported_amount_field', 'transaction_conflict', 'insufficient_balance', 'customer_not_found', 'permission_denied', 'not_signed_in', 'csrf_token_invalid', 'invalid_api_key', 'missing_api_key', 'idempotency_key_reused', 'last_owner', 'email_taken', 'model_not_allowed', 'model_not_found', 'customer_required', 'not_found', 'invalid_credentials', 'invalid_json', 'freeze_records_already_consumed', 'customer_exists', 'project_deactivated', 'actual_amount_exceeds_frozen_amount', 'no_consumable_freeze_records', 'payload_too_large']) {
       expect(codes, code).toContain(code);
     }
+  });
+
+  it('saw each shape of error.details, every invalid field at once, and the Anthropic envelope', () => {
+    const errors = answers.filter((a) => a.status >= 400).map((a) => a.body as { type?: string; error?: { details?: Record<string, unknown>; errors?: unknown[] } });
+    const shapes = new Set(errors.map((b) => b.error?.details).filter((d) => d !== undefined).map((d) => Object.keys(d!).sort().join(',')));
+    for (const key of ['wallets', 'input_bound_credits', 'frozen_credits', 'settled_by', 'limit_bytes']) {
+      expect([...shapes].some((s) => s.split(',').includes(key)), `details with ${key}: ${[...shapes].join(' | ')}`).toBe(true);
+    }
+    expect(errors.some((b) => (b.error?.errors?.length ?? 0) >= 4)).toBe(true);
+    expect(answers.filter((a) => a.path === '/v1/messages' && a.status >= 400 && a.status < 500).every((a) => (a.body as { type?: string }).type === 'error')).toBe(true);
   });
 
   it('saw a success of every operation of the document', () => {
