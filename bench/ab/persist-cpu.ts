@@ -18,9 +18,9 @@
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { newId } from '../../src/ids.js';
-import { outboxEntryFields, parseOutboxEntry } from '../../src/redis/codec.js';
-import { customerKeys, dirtyKeyOf } from '../../src/redis/keys.js';
+import { parseOutboxEntry } from '../../src/redis/codec.js';
+import { customerKeys } from '../../src/redis/keys.js';
+import { writeOpenLoop } from '../lib/outbox-load.js';
 import { heartbeatKey } from '../../src/health.js';
 import { cpuSeconds, pidsMatching } from '../lib/cpu.js';
 import { waitUntil, type NodeProcess } from '../lib/processes.js';
@@ -39,7 +39,6 @@ const settings = {
   startTimeoutMs: 30_000,
   drainTimeoutMs: 120_000,
 };
-const write_tick_ms = 10;
 const run = createBenchRun({ logDirPrefix: 'svc-ab-persist-', runTimeoutMs: 1_800_000 });
 const { tag, redisPrefix, group, logDir } = run;
 
@@ -101,30 +100,12 @@ async function main(): Promise<void> {
       const w = await startWorker(c, n++);
       // Let the start-up settle (module loading, first passes) before counting.
       await new Promise((r) => setTimeout(r, 500));
-      let written = 0;
       // A backend that exits during the round loses its share: the worker's pool keeps its connections.
       const w0 = cpuSeconds(w.pid);
       const p0 = pgCpu();
       const started = Date.now();
       const endAt = started + settings.roundS * 1000;
-      while (Date.now() < endAt) {
-        const due = Math.floor(((Date.now() - started) / 1000) * settings.rate) - written;
-        if (due > 0) {
-          const pipeline = rt.redis.pipeline();
-          const touched = new Set<string>();
-          for (let i = 0; i < due; i++) {
-            const k = (written + i) % outboxes.length;
-            seqs[k]++;
-            const e = { ...template, id: newId('le'), seq: String(seqs[k]), customer_id: customers[k], transaction_id: newId('tx'), at: String(Date.now()) };
-            pipeline.xadd(outboxes[k].outbox, '*', ...outboxEntryFields(e));
-            touched.add(outboxes[k].base);
-          }
-          for (const base of touched) pipeline.sadd(dirtyKeyOf(redisPrefix, base), base);
-          await pipeline.exec();
-          written += due;
-        }
-        await new Promise((r) => setTimeout(r, write_tick_ms));
-      }
+      const written = await writeOpenLoop({ redis: rt.redis, prefix: redisPrefix, customers, outboxes, seqs, template }, settings.rate, started, endAt);
       await waitUntil('the outboxes to drain', async () => (await backlog()) === 0, settings.drainTimeoutMs, w);
       const workerS = cpuSeconds(w.pid) - w0;
       const pgS = pgCpu() - p0;

@@ -17,9 +17,9 @@
  */
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { newId } from '../../src/ids.js';
-import { outboxEntryFields, parseOutboxEntry } from '../../src/redis/codec.js';
-import { customerKeys, dirtyKeyOf } from '../../src/redis/keys.js';
+import { parseOutboxEntry } from '../../src/redis/codec.js';
+import { customerKeys } from '../../src/redis/keys.js';
+import { writeOpenLoop } from '../lib/outbox-load.js';
 import { matchingProcessesCpu, processCpu, withCpu } from '../lib/cpu.js';
 import { waitUntil } from '../lib/processes.js';
 import { fmt, markdownTable } from '../lib/report.js';
@@ -43,8 +43,6 @@ const settings = {
 /** Targets: worker + PostgreSQL CPU per entry, and the lag bound of a sustained rate. */
 const targets = { cpuPerEntryUs: 80, lagP99Ms: 1_000 };
 const lag_sample_ms = 20;
-/** Entries written per tick of the load (every write_tick_ms). */
-const write_tick_ms = 10;
 
 const run = createBenchRun({ logDirPrefix: 'svc-bench-persist-', runTimeoutMs: settings.runTimeoutMs });
 const { redisPrefix, group, logDir } = run;
@@ -102,25 +100,7 @@ await run.finish(async () => {
           lags.push(Date.now() - oldest);
         });
       }, lag_sample_ms);
-      // Open loop: each tick writes what the rate owes by then, whatever the worker does.
-      while (Date.now() < endAt) {
-        const due = Math.floor(((Date.now() - started) / 1000) * rate) - written;
-        if (due > 0) {
-          const pipeline = rt.redis.pipeline();
-          const touched = new Set<string>();
-          for (let i = 0; i < due; i++) {
-            const c = (written + i) % outboxes.length;
-            seqs[c]++;
-            const e = { ...template, id: newId('le'), seq: String(seqs[c]), customer_id: customers[c], transaction_id: newId('tx'), at: String(Date.now()) };
-            pipeline.xadd(outboxes[c].outbox, '*', ...outboxEntryFields(e));
-            touched.add(outboxes[c].base);
-          }
-          for (const base of touched) pipeline.sadd(dirtyKeyOf(redisPrefix, base), base);
-          await pipeline.exec();
-          written += due;
-        }
-        await new Promise((r) => setTimeout(r, write_tick_ms));
-      }
+      written = await writeOpenLoop({ redis: rt.redis, prefix: redisPrefix, customers, outboxes, seqs, template }, rate, started, endAt);
       clearInterval(sampler);
       await waitUntil('the outboxes to drain', async () => (await backlog()) === 0, settings.drainTimeoutMs, worker);
     });
