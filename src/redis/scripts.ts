@@ -127,7 +127,7 @@ function loadScripts(): Map<string, LoadedScript> {
     const text = readFileSync(join(luaDir, file), 'utf8');
     const lua = assemble(text, files, new Set());
     const includes: string[] = [];
-    const body = splitIncludes(text, files, new Set(), includes);
+    const body = assemble(text, files, new Set(), includes);
     const perCall: string[] = [];
     const once = includes.map((inc) =>
       inc.replace(/^--@per-call\s*\n([\s\S]*?)^--@end\s*$/gm, (_, block: string) => {
@@ -146,9 +146,12 @@ function loadScripts(): Map<string, LoadedScript> {
 /**
  * Splices the includes and scripts a Lua text names, and theirs in turn, each once per
  * script (`spliced`): the operation script a bound script splices says `--@include
- * customer` too, which the bound script included already.
+ * customer` too, which the bound script included already. An include's text, its own
+ * includes spliced, goes where it is named, or, given `includes`, is taken out and
+ * appended there instead (an include's own includes before it): what is left is the
+ * script's own text, its `--@script` spliced in turn.
  */
-function assemble(text: string, files: ReadonlyMap<string, { file: string }>, spliced: Set<string>): string {
+function assemble(text: string, files: ReadonlyMap<string, { file: string }>, spliced: Set<string>, includes?: string[]): string {
   return text.replace(/^--@(include|script) (\w+)\s*$/gm, (_, what: string, name: string) => {
     const id = `${what}:${name}`;
     if (spliced.has(id)) return '';
@@ -156,26 +159,12 @@ function assemble(text: string, files: ReadonlyMap<string, { file: string }>, sp
     const script = files.get(name);
     if (what === 'script' && !script) throw new Error(`--@script ${name}: no script lua/${name}-<keys>.lua`);
     const path = what === 'include' ? join(luaDir, 'includes', `${name}.lua`) : join(luaDir, script!.file);
-    return assemble(readFileSync(path, 'utf8'), files, spliced);
-  });
-}
-
-/**
- * A script's own text, its `--@script` spliced in turn, with the includes it and they name
- * taken out and appended to `includes` (each once, an include's own includes before it).
- */
-function splitIncludes(text: string, files: ReadonlyMap<string, { file: string }>, spliced: Set<string>, includes: string[]): string {
-  return text.replace(/^--@(include|script) (\w+)\s*$/gm, (_, what: string, name: string) => {
-    const id = `${what}:${name}`;
-    if (spliced.has(id)) return '';
-    spliced.add(id);
-    if (what === 'include') {
-      includes.push(splitIncludes(readFileSync(join(luaDir, 'includes', `${name}.lua`), 'utf8'), files, spliced, includes));
+    const spliceText = assemble(readFileSync(path, 'utf8'), files, spliced, includes);
+    if (what === 'include' && includes) {
+      includes.push(spliceText);
       return '';
     }
-    const script = files.get(name);
-    if (!script) throw new Error(`--@script ${name}: no script lua/${name}-<keys>.lua`);
-    return splitIncludes(readFileSync(join(luaDir, script.file), 'utf8'), files, spliced, includes);
+    return spliceText;
   });
 }
 
