@@ -27,7 +27,7 @@ import { describeRoute } from '../openapi/registry.js';
 export const collect_timeout_ms = 2_000;
 /** A read serves every gauge that needs it for this long: the gauges of one scrape share it. */
 export const collect_shared_ms = 1_000;
-/** Organizations with a plan usage series, the oldest first (src/plans/service.ts, usageOfOrganizations). */
+/** Organizations with a plan usage series: those with the highest counts this period (src/plans/service.ts, usageOfOrganizations). */
 export const plan_usage_organizations_max = 1_000;
 
 /** Resolves with `p`, or rejects after `ms`. */

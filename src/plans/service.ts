@@ -405,22 +405,36 @@ export class PlanService {
    * The billable operations each organization has counted in its current period, for the
    * plan usage gauge (src/metrics/stores.ts): the period's counter in Redis, which holds
    * what every process's leases reported (they report within lease_report_ms), without
-   * the reservations in flight. At most `max` organizations, the oldest first; one whose
-   * period has no counter yet (nothing counted since the period began, or since Redis
-   * was rebuilt) is left out rather than reported as 0. One query and one GET per
-   * organization (auto-pipelined), no script, nothing written.
+   * the reservations in flight. Every organization is looked at, in keyset pages of
+   * `pageSize` (one query and one GET per organization of the page, auto-pipelined, no
+   * script, nothing written); the answer keeps the `max` with the highest counts, the
+   * highest first (ties by id), so that a busy organization is never hidden by older,
+   * idle ones. One whose period has no counter yet (nothing counted since the period
+   * began, or since Redis was rebuilt) is left out rather than reported as 0. Memory
+   * stays within 2 * max + pageSize organizations whatever their number.
    */
-  async usageOfOrganizations(max: number): Promise<{ organizationId: string; used: number; included: number | null }[]> {
-    const rows = await this.db.any(sql.type(orgRow)`
-      SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations ORDER BY created_at, id LIMIT ${max}`);
+  async usageOfOrganizations(max: number, pageSize = 1_000): Promise<{ organizationId: string; used: number; included: number | null }[]> {
+    type Usage = { organizationId: string; used: number; included: number | null };
+    const byUse = (a: Usage, b: Usage) => b.used - a.used || (a.organizationId < b.organizationId ? -1 : a.organizationId > b.organizationId ? 1 : 0);
     const now = this.nowMs();
-    const counts = await Promise.all(rows.map((org) => this.redis.get(this.keys(org.id, periodAt(org.created_at, now).startMs).counter)));
-    const usage: { organizationId: string; used: number; included: number | null }[] = [];
-    rows.forEach((org, i) => {
-      const count = counts[i];
-      if (count !== null && count !== undefined) usage.push({ organizationId: org.id, used: Number(count), included: plans[effectivePlan(org, now)].includedOps });
-    });
-    return usage;
+    let kept: Usage[] = [];
+    let after: string | null = null;
+    for (;;) {
+      const page: readonly OrgRow[] = await this.db.any(sql.type(orgRow)`
+        SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations
+        ${after === null ? sql.fragment`` : sql.fragment`WHERE id > ${after}`}
+        ORDER BY id LIMIT ${pageSize}`);
+      if (page.length === 0) break;
+      const counts = await Promise.all(page.map((org) => this.redis.get(this.keys(org.id, periodAt(org.created_at, now).startMs).counter)));
+      page.forEach((org, i) => {
+        const count = counts[i];
+        if (count !== null && count !== undefined) kept.push({ organizationId: org.id, used: Number(count), included: plans[effectivePlan(org, now)].includedOps });
+      });
+      if (kept.length > 2 * max) kept = kept.sort(byUse).slice(0, max);
+      if (page.length < pageSize) break;
+      after = page[page.length - 1]!.id;
+    }
+    return kept.sort(byUse).slice(0, max);
   }
 
   /**
