@@ -1,16 +1,17 @@
 /**
  * Every example of docs/API.md and docs/GUIDE.md runs against a live service, in document
  * order, and answers what the docs show: the same status, header names, JSON keys and
- * value types, stream events, printed lines (ids, keys, timestamps and amounts may differ).
- * The format and the runner: test/docs/examples.ts; the answers are written by
- * `npx tsx scripts/docs-examples.ts`.
+ * value types, stream events, printed lines (ids, keys, timestamps and amounts may differ),
+ * and for an error the same code, type and param. No curl command or program of the docs
+ * sits outside an example, where nothing would run it. The format and the runner:
+ * test/docs/examples.ts; the answers are written by `npx tsx scripts/docs-examples.ts`.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { compareAnswers, parseExamples, type Example } from './examples.js';
+import { commandsOutsideExamples, compareAnswers, parseExamples, type Example } from './examples.js';
 import { doc_files, startDocsFixture, type DocsFixture } from './fixture.js';
 
 const root = resolve(import.meta.dirname, '../..');
@@ -33,6 +34,11 @@ describe.sequential.each(doc_files)('%s', (file) => {
     expect(examples.length).toBe((readFileSync(resolve(root, file), 'utf8').match(/^<!-- example: /gm) ?? []).length);
     expect(new Set(examples.map((e) => e.name)).size).toBe(examples.length);
     expect(examples.filter((e) => e.answer === null).map((e) => e.name)).toEqual([]);
+  });
+
+  it('holds every curl command and program in an executable example', () => {
+    const stray = commandsOutsideExamples(readFileSync(resolve(root, file), 'utf8')).map((c) => `${file}:${c.line} ${c.text}`);
+    expect(stray, 'make each an example (<!-- example: a-name --> and a bash or ts block), see test/docs/examples.ts').toEqual([]);
   });
 
   for (const ex of examples) {
@@ -96,10 +102,54 @@ describe('compareAnswers', () => {
     ]);
   });
 
+  it('reports another error code, type or param, and compares no message', () => {
+    const err = (code: string, param: string) =>
+      `HTTP/1.1 400 Bad Request\n\n${JSON.stringify({ error: { message: `m ${code}`, type: 'bad_request', code, param, errors: [{ param, code, message: 'x' }] } }, null, 2)}`;
+    const doc = err('invalid_amount', 'amount');
+    expect(compareAnswers(curl, doc, err('invalid_amount', 'amount').replace('"x"', '"another message"'))).toEqual([]);
+    expect(compareAnswers(curl, doc, err('invalid_request', 'amount'))).toEqual([expect.stringMatching(/^error differs/)]);
+    expect(compareAnswers(curl, doc, err('invalid_amount', 'amount_usd'))).toEqual([expect.stringMatching(/^error differs/)]);
+    expect(compareAnswers(curl, doc, doc.replace('"type": "bad_request"', '"type": "conflict"'))).toEqual([expect.stringMatching(/^error differs/)]);
+    // The Anthropic envelope's top-level type.
+    const anthropic = doc.replace('{\n  "error"', '{\n  "type": "error",\n  "error"');
+    expect(compareAnswers(curl, anthropic, doc)).toContainEqual(expect.stringMatching(/^error differs/));
+  });
+
+  it('compares a text body by its lines with numbers left out', () => {
+    const text = 'HTTP/1.1 200 OK\n\n# TYPE svc_x counter\nsvc_x{model="demo-gpt"} 430';
+    expect(compareAnswers(curl, text, text.replace('430', '7'))).toEqual([]);
+    expect(compareAnswers(curl, text, text.replace('demo-gpt', 'demo-claude'))).toHaveLength(1);
+    expect(compareAnswers(curl, text, `${text}\nsvc_x{model="demo-claude"} 1`)).toHaveLength(1);
+  });
+
   it('compares printed lines with ids and numbers left out', () => {
     const out = 'transaction: gw_Ab-x\ncost: 130 credits = 0.00013 USD';
     expect(compareAnswers(ts, out, 'transaction: gw_Qz_y\ncost: 7 credits = 0.000007 USD')).toEqual([]);
     expect(compareAnswers(ts, out, 'transaction: gw_Ab-x\ncost: 130 credits')).toHaveLength(1);
     expect(compareAnswers(ts, out, out + '\nmore')).toHaveLength(1);
+  });
+});
+
+describe('commandsOutsideExamples', () => {
+  it('finds curl commands and programs outside examples, and not inside them or in prose', () => {
+    const md = [
+      '# Page',
+      'curl prints the trailers; one curl command per example.',
+      '<!-- example: a -->',
+      '```bash',
+      'curl -s $BASE_URL/health',
+      '```',
+      '```http',
+      'HTTP/1.1 200 OK',
+      '```',
+      '```',
+      'curl -s $API/v1/billing/deduct',
+      '```',
+      'Or `curl https://example.com` inline.',
+      '```ts',
+      "import OpenAI from 'openai';",
+      '```',
+    ].join('\n');
+    expect(commandsOutsideExamples(md).map((c) => c.line)).toEqual([11, 13, 14, 15]);
   });
 });

@@ -15,17 +15,20 @@
  *     {"customer_id": "alice", ...}
  *     ```
  *
- * A `bash` command is one curl command run by bash with $BASE_URL, $API_KEY (project
- * key), $ADMIN_KEY, $CUSTOMER_KEY, $PROJECT_ID, $MOCK_URL and the ids of ExampleEnv set
- * from the live service; its answer is
- * the status line, the headers when the command prints them (`-i`), then the body. A `ts`
- * command is a complete TypeScript program run with tsx, with the same environment; its
- * answer (a `text` block) is what it prints. Examples run in document order, one file
- * after the other, against one service: later examples see what earlier ones did.
+ * A `bash` command is one curl command (its output may be piped, as to grep) run by bash
+ * with the variables of ExampleEnv set from the live service, in a directory of its own
+ * that every example shares (a cookie jar, `-c cookies.txt`, lasts from one example to
+ * the next); its answer is the status line, the headers when the command prints them
+ * (`-i`), then the body. A `ts` command is a complete TypeScript program run with tsx,
+ * with the same environment; its answer (a `text` block) is what it prints. Examples run
+ * in document order, one file after the other, against one service: later examples see
+ * what earlier ones did.
  *
  * `scripts/docs-examples.ts` writes the answer blocks from a real run; the test
- * (examples.test.ts) runs them again and compares shapes: the same status, JSON keys and
- * value types, header names, event sequence, and printed lines with ids and numbers left out.
+ * (examples.test.ts) runs them again and compares: the same status, header names, JSON
+ * keys and value types, event sequence, text lines with ids and numbers left out, and for
+ * an error the same `code`, `type` and `param` (values that change from run to run, as
+ * ids, timestamps and amounts, are not compared).
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -89,9 +92,19 @@ export interface ExampleEnv {
   MOCK_URL: string;
   /** The `X-Service-Transaction-Id` of the last gateway call an example printed. */
   TRANSACTION_ID: string;
-  /** The ids of the last key and member an example created (answered 201). */
+  /** The ids of the last key, member and project an example created (answered 201). */
   KEY_ID: string;
   MEMBER_ID: string;
+  NEW_PROJECT_ID: string;
+  /** The demo organization, and its owner's password (the dashboard's sign-in). */
+  ORGANIZATION_ID: string;
+  OWNER_PASSWORD: string;
+  /** The `csrf_token` of the last dashboard sign-in an example printed. */
+  CSRF_TOKEN: string;
+  /** The first invoice of the last invoice list an example printed. */
+  INVOICE_ID: string;
+  /** The last reconcile job an example started. */
+  JOB_ID: string;
 }
 
 const statusMarker = '@@docs-status ';
@@ -104,8 +117,8 @@ const reasons: Record<number, string> = {
 /** Headers that change on every run and say nothing about the API: left out of the answers. */
 const noise_headers = new Set(['date', 'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'etag', 'x-ratelimit-remaining']);
 
-/** Runs one example and returns its answer block's text. */
-export async function runExample(ex: Example, env: ExampleEnv, repoRoot: string): Promise<string> {
+/** Runs one example and returns its answer block's text; `cwd` is the directory curl commands run in. */
+export async function runExample(ex: Example, env: ExampleEnv, repoRoot: string, cwd: string = repoRoot): Promise<string> {
   const childEnv = { ...process.env, ...env };
   if (ex.lang === 'ts') {
     const dir = mkdtempSync(join(repoRoot, '.docs-example-'));
@@ -119,17 +132,18 @@ export async function runExample(ex: Example, env: ExampleEnv, repoRoot: string)
     }
   }
   if ((ex.command.match(/\bcurl\b/g) ?? []).length !== 1) throw new Error(`example ${ex.name}: one curl command per example`);
-  // The function prints the status after the answer, whatever options the command uses.
-  const script = `curl() { command curl -w '\\n${statusMarker}%{http_code}\\n' "$@"; }\n${ex.command}`;
-  const { stdout } = await run('bash', ['-c', script], { env: childEnv, timeout: 60_000, maxBuffer: 16 << 20 });
-  return formatCurl(stdout, /(^|\s)-[a-zA-Z]*i/.test(ex.command));
+  // The function prints the status to stderr, whatever options the command uses and
+  // wherever its output goes (a pipe to grep).
+  const script = `curl() { command curl -w '%{stderr}${statusMarker}%{http_code}\\n' "$@"; }\n${ex.command}`;
+  const { stdout, stderr } = await run('bash', ['-c', script], { env: childEnv, cwd, timeout: 60_000, maxBuffer: 16 << 20 });
+  const status = [...stderr.matchAll(new RegExp(`${statusMarker}(\\d{3})`, 'g'))].at(-1)?.[1];
+  if (status === undefined) throw new Error(`example ${ex.name}: curl printed no status (stderr: ${stderr})`);
+  return formatCurl(stdout, Number(status), /(^|\s)-[a-zA-Z]*i/.test(ex.command));
 }
 
 /** curl's output as an answer block: status line, the headers (`-i`), the body (JSON pretty-printed). */
-function formatCurl(stdout: string, withHeaders: boolean): string {
-  const at = stdout.lastIndexOf(`\n${statusMarker}`);
-  const status = Number(stdout.slice(at + 1 + statusMarker.length).trim());
-  let rest = stdout.slice(0, at).replace(/\r\n/g, '\n');
+function formatCurl(stdout: string, status: number, withHeaders: boolean): string {
+  let rest = stdout.replace(/\r\n/g, '\n');
   const lines = [`HTTP/1.1 ${status} ${reasons[status] ?? ''}`.trimEnd()];
   if (withHeaders) {
     const end = rest.indexOf('\n\n');
@@ -221,6 +235,28 @@ function lineShape(line: string): string {
   return line.replace(/\b(?:gw|chatcmpl|msg|cus|proj|org|key|mem|inv)[_-][A-Za-z0-9_-]*|[A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*/g, '#');
 }
 
+/** What an error answer says that does not change from run to run: its code, type and param, those of each of `errors`, and the Anthropic envelope's `type`. */
+function errorFacts(body: unknown): string | null {
+  const e = (body as { error?: unknown } | null)?.error;
+  if (typeof e !== 'object' || e === null) return null;
+  const err = e as { code?: unknown; type?: unknown; param?: unknown; errors?: { param?: unknown; code?: unknown }[] };
+  return JSON.stringify({
+    envelope: (body as { type?: unknown }).type ?? null,
+    code: err.code ?? null,
+    type: err.type ?? null,
+    param: err.param ?? null,
+    errors: Array.isArray(err.errors) ? err.errors.map((x) => [x.param ?? null, x.code ?? null]) : null,
+  });
+}
+
+function parseJson(b: string): { ok: true; value: unknown } | { ok: false } {
+  try {
+    return { ok: true, value: JSON.parse(b) };
+  } catch {
+    return { ok: false };
+  }
+}
+
 /** The differences between the documented answer and the live one, in words (empty: none). */
 export function compareAnswers(ex: Example, documented: string, live: string): string[] {
   if (ex.lang === 'ts') {
@@ -234,15 +270,36 @@ export function compareAnswers(ex: Example, documented: string, live: string): s
   if (d.status !== l.status) problems.push(`status: docs ${d.status}, live ${l.status}`);
   for (const h of d.headers) if (!l.headers.includes(h)) problems.push(`header ${h} shown in the docs, missing live`);
   for (const h of d.trailers) if (!l.trailers.includes(h)) problems.push(`trailer ${h} shown in the docs, missing live`);
-  const bodyShape = (b: string) => {
-    try {
-      return shapeOf(JSON.parse(b));
-    } catch {
-      return b.includes('data: ') ? sseShape(b) : b;
-    }
-  };
-  const ds = JSON.stringify(bodyShape(d.body));
-  const ls = JSON.stringify(bodyShape(l.body));
+  const dj = parseJson(d.body);
+  const lj = parseJson(l.body);
+  // JSON by its shape, a stream by its events, other text by its lines with ids and numbers left out.
+  const bodyShape = (b: string, json: ReturnType<typeof parseJson>) =>
+    json.ok ? shapeOf(json.value) : b.includes('data: ') ? sseShape(b) : b.split('\n').map(lineShape);
+  const ds = JSON.stringify(bodyShape(d.body, dj));
+  const ls = JSON.stringify(bodyShape(l.body, lj));
   if (ds !== ls) problems.push(`body shape differs:\n  docs: ${ds}\n  live: ${ls}`);
+  // An error's code is what programs branch on: the docs must show the one the service answers.
+  const de = dj.ok ? errorFacts(dj.value) : null;
+  const le = lj.ok ? errorFacts(lj.value) : null;
+  if (de !== le) problems.push(`error differs:\n  docs: ${de}\n  live: ${le}`);
   return problems;
+}
+
+const curl_command = /(?:^|[\s`$(|;&])curl\s+(?:-|\$|https?:\/\/|["'])/;
+const sdk_program = /\bfrom\s+['"](?:openai|@anthropic-ai\/sdk)['"]|\brequire\(\s*['"](?:openai|@anthropic-ai\/sdk)['"]|\bnew\s+(?:OpenAI|Anthropic)\s*\(/;
+const program_fence = /^```(?:ts|typescript|tsx|js|javascript|mjs)\s*$/;
+
+/**
+ * The lines of a Markdown page that hold a curl command or a program outside an
+ * executable example (1-based line numbers): a command there would be run by nobody.
+ * A program is a fenced `ts`/`js` block, or a line importing or constructing an SDK client.
+ */
+export function commandsOutsideExamples(markdown: string): { line: number; text: string }[] {
+  // Blank the examples (command and answer blocks), keeping their lines so that numbers stay right.
+  const rest = markdown.replace(exampleRe, (m) => m.replace(/[^\n]/g, ''));
+  const out: { line: number; text: string }[] = [];
+  rest.split('\n').forEach((text, i) => {
+    if (curl_command.test(text) || sdk_program.test(text) || program_fence.test(text)) out.push({ line: i + 1, text });
+  });
+  return out;
 }

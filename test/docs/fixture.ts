@@ -1,13 +1,20 @@
 /**
  * The service the docs' examples run against: what `npm start` sets up on an empty
  * database (the demo organization, project, keys, funded demo customer and the two demo
- * models on a mock upstream), in a test service of its own.
+ * models on a mock upstream), in a test service of its own. The organization is made 40
+ * days old, so that its first billing period has closed into an invoice for the invoice
+ * examples (docs/API.md, "Invoices", says so).
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
+import { sql } from 'slonik';
+import { Invoicing } from '../../src/billing/invoices.js';
 import { bootstrapDemo } from '../../src/bootstrap.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { startTestService, type TestService } from '../helpers.js';
+import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { parseExamples, runExample, type Example, type ExampleEnv } from './examples.js';
 
 export const doc_files = ['docs/API.md', 'docs/GUIDE.md'];
@@ -25,6 +32,10 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
   const mock = await startMockUpstream({ port: 0 });
   const svc = await startTestService({ workers: true, config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
   const demo = await bootstrapDemo(svc.rt, mock.url);
+  await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '40 days', next_invoice_at = NULL WHERE id = ${demo.organization_id}`);
+  await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(demo.organization_id, Date.now());
+  // The curl examples' directory: their cookie jar lives there.
+  const workDir = mkdtempSync(join(tmpdir(), 'docs-examples-'));
   const env: ExampleEnv = {
     BASE_URL: svc.url,
     API_KEY: demo.project_key,
@@ -35,6 +46,12 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     TRANSACTION_ID: '',
     KEY_ID: '',
     MEMBER_ID: '',
+    NEW_PROJECT_ID: '',
+    ORGANIZATION_ID: demo.organization_id,
+    OWNER_PASSWORD: demo.owner.password,
+    CSRF_TOKEN: '',
+    INVOICE_ID: '',
+    JOB_ID: '',
   };
   return {
     svc,
@@ -42,15 +59,32 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     env,
     async run(ex) {
       await svc.drained();
-      const answer = await runExample(ex, env, repoRoot);
+      const answer = await runExample(ex, env, repoRoot, workDir);
+      const created = answer.startsWith('HTTP/1.1 201');
       // $TRANSACTION_ID: the last gateway call's, for the receipt examples.
       const tx = /^X-Service-Transaction-Id: (\S+)$/im.exec(answer);
       if (tx) env.TRANSACTION_ID = tx[1];
-      // $KEY_ID, $MEMBER_ID: the last key and member an example created.
+      // $KEY_ID, $MEMBER_ID, $NEW_PROJECT_ID: the last key, member and project an example created.
       const key = /^ {2}"id": "(key_[^"]+)"/m.exec(answer);
-      if (key && answer.startsWith('HTTP/1.1 201')) env.KEY_ID = key[1];
+      if (key && created) env.KEY_ID = key[1];
       const member = /^ {2}"id": "(mem_[^"]+)"/m.exec(answer);
-      if (member && answer.startsWith('HTTP/1.1 201')) env.MEMBER_ID = member[1];
+      if (member && created) env.MEMBER_ID = member[1];
+      const project = /^ {2}"id": "(proj_[^"]+)"/m.exec(answer);
+      if (project && created) env.NEW_PROJECT_ID = project[1];
+      // $CSRF_TOKEN: the last sign-in's; $INVOICE_ID: the first of the last invoice list.
+      const csrf = /^ {2}"csrf_token": "([^"]+)"/m.exec(answer);
+      if (csrf) env.CSRF_TOKEN = csrf[1];
+      const invoice = /^ {6}"id": "(inv_[^"]+)"/m.exec(answer);
+      if (invoice) env.INVOICE_ID = invoice[1];
+      // $JOB_ID: the reconcile job just started, read by the next example once it has finished.
+      const job = /^ {2}"id": "(rcj_[^"]+)"/m.exec(answer);
+      if (job && answer.startsWith('HTTP/1.1 202')) {
+        env.JOB_ID = job[1];
+        await waitFor(async () => {
+          const r = await svc.call('GET', `/v1/admin/projects/${env.PROJECT_ID}/reconcile/${env.JOB_ID}`, { key: env.ADMIN_KEY });
+          return r.body.status === 'completed' || r.body.status === 'failed' ? true : null;
+        }, 60_000, 'the reconcile job to finish');
+      }
       return answer;
     },
     async close() {
@@ -61,6 +95,7 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
       await client.query('DELETE FROM members WHERE organization_id = $1', [demo.organization_id]).finally(() => client.end());
       await svc.close();
       await mock.close();
+      rmSync(workDir, { recursive: true, force: true });
     },
   };
 }
