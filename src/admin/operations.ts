@@ -1,5 +1,5 @@
 /**
- * The management operations (CONTRACT.md section 7 and the dashboard's): one set of
+ * The management operations (docs/API.md, "Management API"): one set of
  * handlers, each with the least role that may call it, mounted twice by src/admin/routes.ts:
  * under /v1/admin for an organization admin key, and under /dashboard/api for a member's
  * session. A handler reads the caller's organization from its Actor (src/admin/actor.ts),

@@ -1,6 +1,6 @@
 /**
  * The one error catalogue: stable code -> HTTP status -> default message, grouped by
- * area. `error.type` follows the status (CONTRACT.md section 8). docs/API.md lists the
+ * area. `error.type` follows the status (docs/API.md, "Errors"). docs/API.md lists the
  * same codes; test/errors/catalogue.test.ts keeps the two in step.
  */
 

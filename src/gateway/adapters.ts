@@ -1,8 +1,8 @@
 /**
  * The gateway's door to the upstream wire formats (src/gateway/wire/): picks a format's
  * module by name, and relays streamed answers for any of them. What the gateway changes
- * in a client's request, and how it reads the token usage it bills (CONTRACT.md sections
- * 4 and 8), is each format's own; the relay forwards the upstream's events unchanged
+ * in a client's request, and how it reads the token usage it bills (docs/API.md,
+ * "Gateway"), is each format's own; the relay forwards the upstream's events unchanged
  * while the format reads their usage. Pure code: no I/O, no clock.
  */
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';

@@ -492,8 +492,8 @@ export class GatewayBilling {
 
   /**
    * Settles a call whose client left before its answer was relayed: in full when the
-   * upstream's usage came, else its input estimated from the request's size (CONTRACT.md
-   * section 4 bills an aborted stream the same way).
+   * upstream's usage came, else its input estimated from the request's size (docs/API.md,
+   * "Gateway": a client that disconnects before the answer).
    */
   settleAborted(call: Call, usage: Usage | null, upstreamStatus: number | null): Promise<SettleResult> {
     const estimate: Usage = { input: Math.ceil(call.requestBytes / request_bytes_per_token_estimate), output: 0, cacheRead: 0, cacheWrite: 0 };

@@ -1,5 +1,5 @@
 /**
- * GET /v1/models: the project's active models (CONTRACT.md section 5); a customer-scoped
+ * GET /v1/models: the project's active models (docs/API.md, "GET /v1/models"); a customer-scoped
  * key with an allowed_models list sees only those. Not billed, needs no customer.
  */
 import type { Router } from 'express';

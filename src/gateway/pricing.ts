@@ -1,7 +1,7 @@
 /**
- * The money rules of CONTRACT.md section 4: a call's cost is the exact sum over token kinds
- * of tokens x price per million credits / 10^6, rounded up to a whole credit once per call;
- * its hold is an upper bound of that cost.
+ * The gateway's money rules (docs/API.md, "Gateway"): a call's cost is the exact sum over
+ * token kinds of tokens x price per million credits / 10^6, rounded up to a whole credit
+ * once per call; its hold is an upper bound of that cost.
  */
 import type { Usage } from './adapters.js';
 

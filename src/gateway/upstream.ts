@@ -1,10 +1,10 @@
 /**
  * HTTP client for the upstream providers: one undici Pool per upstream origin, its
  * connections kept alive and reused across calls. It builds the request each format
- * expects (CONTRACT.md section 8: the path appended to `upstream_base_url`, the
- * provider's auth header) and classifies network failures by `kind` so the gateway can
- * answer 502 `upstream_error` or 504 `upstream_timeout`. HTTP errors of the upstream are
- * not failures here: they come back with their status, headers and body untouched.
+ * expects (the path appended to `upstream_base_url`, the provider's auth header) and
+ * classifies network failures by `kind` so the gateway can answer 502 `upstream_error` or
+ * 504 `upstream_timeout`. HTTP errors of the upstream are not failures here: they come
+ * back with their status, headers and body untouched.
  */
 import { lookup as dnsLookup } from 'node:dns';
 import type { EventEmitter } from 'node:events';

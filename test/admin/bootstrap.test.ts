@@ -1,7 +1,8 @@
 /**
- * `npm run bootstrap -- --json` (CONTRACT.md section 7): stdout is exactly one JSON object
- * with the new organization, its admin key, its owner's sign-in and the dashboard's
- * address; the key works on the management API and the owner signs in.
+ * `npm run bootstrap -- --json` (docs/API.md, "POST /v1/admin/members"): stdout is
+ * exactly one JSON object with the new organization, its admin key, its owner's sign-in
+ * and the dashboard's address; the key works on the management API and the owner signs
+ * in.
  */
 import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';

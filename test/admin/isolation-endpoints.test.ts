@@ -1,11 +1,11 @@
 /**
- * Tenant isolation on every endpoint (CONTRACT.md section 5: another project's customers,
- * transactions, receipts and models do not exist for a key). Project B, once a sibling in
- * A's organization and once in another organization, has a customer, billing
- * transactions and real gateway calls (usage records and receipts, through the mock
- * upstream). Project A's project key and customer-scoped key then try every endpoint on
- * B's customer id, transaction ids, trace ids and models, and B's state must be what it
- * was. The customer id is the same in both projects, so a lookup that ignored the
+ * Tenant isolation on every endpoint (another project's customers, transactions, receipts
+ * and models do not exist for a key: 404 as for unknown ones, docs/API.md). Project B,
+ * once a sibling in A's organization and once in another organization, has a customer,
+ * billing transactions and real gateway calls (usage records and receipts, through the
+ * mock upstream). Project A's project key and customer-scoped key then try every endpoint
+ * on B's customer id, transaction ids, trace ids and models, and B's state must be what
+ * it was. The customer id is the same in both projects, so a lookup that ignored the
  * project would find B's customer.
  */
 import { randomBytes } from 'node:crypto';

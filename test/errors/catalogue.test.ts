@@ -17,7 +17,7 @@ describe('error catalogue', () => {
     expect(Object.fromEntries(documented)).toEqual(Object.fromEntries(catalogue));
   });
 
-  it('derives the type from the status as CONTRACT.md section 8 says', () => {
+  it('derives the type from the status as docs/API.md "Errors" says', () => {
     const expected: Record<number, string> = {
       400: 'bad_request', 402: 'bad_request', 413: 'bad_request', 401: 'auth_error', 403: 'auth_error',
       404: 'not_found', 409: 'conflict', 429: 'too_many_requests', 500: 'server_error', 502: 'server_error',

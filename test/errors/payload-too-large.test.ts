@@ -1,5 +1,5 @@
 /**
- * Body size limits (CONTRACT.md section 2: 413 payload_too_large over 1 MiB on billing,
+ * Body size limits (docs/API.md, "Limits": 413 payload_too_large over 1 MiB on billing,
  * over 8 MiB on the gateway). A body of exactly the limit is served; one byte more is
  * refused whether its length is declared or it comes chunked, and nothing is charged,
  * relayed or bound: the balance, the ledger and the plan count stay as they were, and

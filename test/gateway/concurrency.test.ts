@@ -1,8 +1,9 @@
 /**
- * Many gateway calls at once on one wallet that affords only some of them (CONTRACT.md
- * section 4): each call is either served and billed exactly or refused with 402 before the
- * upstream hears of it, the wallet never goes below zero, and afterwards the ledger, the
- * usage records, the plan count and the balance all add up to the deposit.
+ * Many gateway calls at once on one wallet that affords only some of them (docs/API.md,
+ * "Gateway": the hold before relaying, a wallet never below zero): each call is either
+ * served and billed exactly or refused with 402 before the upstream hears of it, the
+ * wallet never goes below zero, and afterwards the ledger, the usage records, the plan
+ * count and the balance all add up to the deposit.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';

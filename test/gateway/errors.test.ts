@@ -1,5 +1,5 @@
 /**
- * Gateway calls that bill nothing (CONTRACT.md sections 2, 4 and 8): refusals before the
+ * Gateway calls that bill nothing (docs/API.md, "Gateway" and "Errors"): refusals before the
  * upstream is called, upstream HTTP errors relayed untouched, an unreachable, slow or
  * garbled upstream, Idempotency-Key reuse, and the Free plan's limit. Each case leaves the
  * balance, the ledger and the organization's plan count as they were.

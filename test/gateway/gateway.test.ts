@@ -1,7 +1,8 @@
 /**
  * The gateway without streaming, driven by the official clients: what the client gets,
- * what it is billed (CONTRACT.md sections 4 and 8) and how the bill shows in headers,
- * ledger, usage records and receipts (section 5); a faithful relay both ways; the hold
+ * what it is billed (docs/API.md, "Gateway": the hold, the cost rule) and how the bill
+ * shows in headers, ledger, usage records and receipts ("GET /v1/usage", "GET
+ * /v1/billing/receipts/{transaction_id}"); a faithful relay both ways; the hold
  * and the output limit; who is billed (customer-scoped key, X-Service-Wallet, Variant A);
  * and GET /v1/models.
  */

@@ -1,9 +1,10 @@
 /**
- * Streamed gateway calls (CONTRACT.md sections 4 and 8): the events the client gets, the
- * headers sent first and the cost and balance as announced HTTP trailers, exact billing
- * whether or not an OpenAI client asked for usage, the same cost as the same call without
- * streaming, and a client that hangs up mid-stream: the upstream call is aborted and the
- * input plus the output already relayed is charged, marked as estimated.
+ * Streamed gateway calls (docs/API.md, "Gateway" and "Reading the cost of a stream"): the
+ * events the client gets, the headers sent first and the cost and balance as announced
+ * HTTP trailers, exact billing whether or not an OpenAI client asked for usage, the same
+ * cost as the same call without streaming, and a client that hangs up mid-stream: the
+ * upstream call is aborted and the input plus the output already relayed is charged,
+ * marked as estimated.
  */
 import http from 'node:http';
 import { Client } from 'undici';

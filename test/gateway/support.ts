@@ -3,8 +3,9 @@
  * per test file, models configured through the admin API, customers funded through the
  * deposit endpoint, the official clients pointed at the service, and a raw HTTP client
  * for what those clients cannot show (trailers, exact bytes, a disconnect mid-stream).
- * Expected amounts are computed here from the contract's rules (CONTRACT.md sections 4
- * and 8), not from the service's own pricing code.
+ * Expected amounts are computed here from the documented rules (docs/API.md, "Gateway":
+ * tokens x price per million / 10^6 summed over the token kinds, rounded up once per
+ * call; the hold's input and output bounds), not from the service's own pricing code.
  */
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';

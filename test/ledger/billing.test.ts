@@ -1,7 +1,8 @@
 /**
  * POST /v1/billing/{deduct,freeze,consume,unfreeze} in both contract variants: draw order,
- * wallet filters, every row of the staged-deduction state table (spec "States and
- * transitions" and CONTRACT section 3), TTL settlement, idempotency and concurrency.
+ * wallet filters, every state of a freeze and what each operation answers in it (docs/API.md,
+ * "POST /v1/billing/consume" and "POST /v1/billing/unfreeze"), TTL settlement,
+ * idempotency and concurrency.
  * Every rejected request is checked to have changed neither the balance nor the ledger.
  */
 import { randomBytes } from 'node:crypto';

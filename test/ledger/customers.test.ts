@@ -1,6 +1,6 @@
 /**
  * GET /v1/customers/{id}, /balance and /ledger in both contract variants: the exact
- * fields (spec "Resources" and CONTRACT sections 5 and 8), customer-key scoping, ledger
+ * fields (docs/API.md, the sections of these three routes), customer-key scoping, ledger
  * order, page sizes, cursors and filters, and read-your-writes before the workers
  * have copied the outbox to PostgreSQL.
  */

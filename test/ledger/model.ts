@@ -1,8 +1,8 @@
 /**
  * Reference model of the wallet ledger for the model-based property test
- * (model.property.test.ts), of both contract variants, written from
- * shared/spec/service-spec.md, shared/spec/CONTRACT.md and docs/API.md, not from the Lua
- * scripts. It has no Redis, HTTP or clock of its own: the test sets the instant each
+ * (model.property.test.ts), of both contract variants, written from docs/API.md ("Ledger
+ * endpoints", "Replays of old operations", "Errors") and docs/ARCHITECTURE.md, not from
+ * the Lua scripts. It has no Redis, HTTP or clock of its own: the test sets the instant each
  * request ran at (setNow), and every result is a function of the state, the request and
  * that instant.
  *
@@ -19,7 +19,7 @@
  *   filter restricts the draw, and decides between insufficient_balance and
  *   insufficient_balance_in_selected_credit_types.
  * - The staged deduction: freeze -> consumed | unfrozen | released (TTL) | consumed (TTL),
- *   with the errors of the state table and the replay rules of CONTRACT section 3.
+ *   with the errors and replay rules of POST /v1/billing/consume and /unfreeze (docs/API.md).
  * - Identifier scope: transaction ids and deposit idempotency keys are bound to the first
  *   customer that names them in the project, even when that request fails (docs/API.md).
  * - The ledger entries each operation writes, including TTL settlements.
@@ -40,7 +40,7 @@ export type Variant = 'A' | 'B';
 export const default_wallet: Record<Variant, string> = { A: 'default', B: 'credits' };
 export const amount_max = 1_000_000_000_000_000;
 
-/** HTTP status of each error code the ledger operations answer (CONTRACT section 2, spec Errors). */
+/** HTTP status of each error code the ledger operations answer (docs/API.md, "Errors"). */
 export const errorStatus = {
   invalid_request: 400,
   invalid_amount: 400,
@@ -461,7 +461,8 @@ export class LedgerModel {
     if (!c || !tx || tx.kind !== 'freeze') throw new Reject('no_consumable_freeze_records');
     const amount = requested ?? tx.amount;
     if (tx.state === 'consumed') {
-      // CONTRACT 3: the identical repeat is a replay; after a TTL consume nothing is.
+      // The identical repeat is a replay; after a TTL consume nothing is
+      // (docs/API.md, "POST /v1/billing/consume").
       if (tx.settledBy === 'api' && tx.consumedAmount === amount) return { status: 200, body: { ...tx.consumeResult!, is_idempotent_replay: true } };
       throw new Reject('freeze_records_already_consumed');
     }
@@ -486,7 +487,8 @@ export class LedgerModel {
   private unfreeze(body: Record<string, unknown>): Expected {
     const { c, tx, txid } = this.settleTarget(body, 'no_unfreezable_records');
     if (!c || !tx || tx.kind !== 'freeze') throw new Reject('no_unfreezable_records');
-    // CONTRACT 3: a repeated unfreeze of an unfrozen transaction is a replay.
+    // A repeated unfreeze of an unfrozen transaction is a replay
+    // (docs/API.md, "POST /v1/billing/unfreeze").
     if (tx.state === 'unfrozen') return { status: 200, body: { ...tx.unfreezeResult!, is_idempotent_replay: true } };
     if (tx.state !== 'frozen') throw new Reject('no_unfreezable_records');
     for (const h of tx.holds) c.sources.find((x) => x.id === h.account_id)!.frozen -= h.amount;

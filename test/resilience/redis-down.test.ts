@@ -1,5 +1,5 @@
 /**
- * Redis unreachable (CONTRACT.md sections 2 and 5): money operations answer 503
+ * Redis unreachable (docs/API.md, "GET /health" and "Errors"): money operations answer 503
  * service_unavailable (type server_error) and GET /health answers 503 with status
  * "down". The service under test uses a Redis of its own, started here on a free port in
  * a temporary directory and killed mid-test; the shared Redis and PostgreSQL are never

@@ -2,7 +2,7 @@
  * The one interface every upstream wire format implements (src/gateway/wire/<name>.ts):
  * where a call goes and how it authenticates, what a client's body must hold, what the
  * gateway changes in it, and how the token usage it bills is read from a whole answer or
- * from the events of a stream (CONTRACT.md sections 4 and 8). The gateway's other modules
+ * from the events of a stream (docs/API.md, "Gateway"). The gateway's other modules
  * reach a format only through this interface (src/gateway/adapters.ts picks it), so adding
  * a provider's format is one file. Pure code: no I/O, no clock.
  */
@@ -10,7 +10,7 @@ import { ApiError } from '../../errors/catalogue.js';
 
 export type WireFormat = 'openai' | 'anthropic';
 
-/** Tokens of one call by billing kind (CONTRACT.md section 8); each kind has its own price. */
+/** Tokens of one call by billing kind; each kind has its own price (a model's four, docs/API.md "Models"). */
 export interface Usage {
   input: number;
   output: number;

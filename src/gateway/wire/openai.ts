@@ -14,8 +14,8 @@ const USAGE_U = 0x75;
  * cached_tokens`) and, when the upstream reports them, the tokens written to its cache
  * (`cache_write_tokens`, "the unadjusted number of prompt tokens written to cache" in the
  * openai types). Each prompt token is billed once, at the price of its kind, so input is
- * what remains. Without `cache_write_tokens` this is exactly CONTRACT.md section 8:
- * input = prompt_tokens - cached_tokens.
+ * what remains. Without `cache_write_tokens` this is input = prompt_tokens -
+ * cached_tokens.
  */
 function usageOf(u: unknown): Usage | null {
   if (!isObject(u) || !isCount(u.prompt_tokens) || !isCount(u.completion_tokens)) return null;
