@@ -13,7 +13,8 @@
  *   address: API.md says so in its "Management API" section (the sentence below is
  *   checked). The dashboard's own routes (its session) have sections of their own.
  *
- * A route added to the document without a section fails here, naming it.
+ * A route added to the document without a section fails here, naming it; so does one
+ * that no curl example of the page calls (test/docs/examples.ts runs them).
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -21,6 +22,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import '../../src/app.js';
 import { admin_prefix, dashboard_api_prefix } from '../../src/openapi/registry.js';
 import { openApiDocument } from '../../src/openapi/routes.js';
+import { parseExamples } from './examples.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const api_md = readFileSync(resolve(root, 'docs/API.md'), 'utf8');
@@ -52,11 +54,23 @@ export function headingOperations(markdown: string): { key: string; text: string
   return out;
 }
 
+/** The method and path a curl command calls; a variable in the path (`$PROJECT_ID`) stands for one segment. */
+export function curlCall(command: string): { method: string; path: string } {
+  const c = command.replace(/\\\n/g, ' ');
+  const x = /(?:^|\s)-X\s+([A-Z]+)/.exec(c)?.[1];
+  const method = x ?? (/(?:^|\s)(?:-d|--data\S*|--json)\s/.test(c) ? 'POST' : 'GET');
+  const path = /\$BASE_URL(\/[^\s"'?]*)/.exec(c)?.[1] ?? '';
+  return { method, path: path.replace(/\$[A-Z_]+/g, 'x') };
+}
+
 let operations: { method: string; path: string }[];
+let isMirror: (o: { method: string; path: string }) => boolean;
 
 beforeAll(() => {
   const doc = openApiDocument() as { paths: Record<string, Record<string, unknown>> };
   operations = Object.entries(doc.paths).flatMap(([path, item]) => Object.keys(item).map((m) => ({ method: m.toUpperCase(), path })));
+  const described = new Set(operations.map((o) => `${o.method} ${o.path}`));
+  isMirror = (o) => o.path.startsWith(`${dashboard_api_prefix}/`) && described.has(`${o.method} ${admin_prefix}${o.path.slice(dashboard_api_prefix.length)}`);
 });
 
 describe('docs/API.md and the OpenAPI document', () => {
@@ -82,9 +96,31 @@ describe('docs/API.md and the OpenAPI document', () => {
     expect(stale.map((h) => `docs/API.md:${h.line} ${h.text}`)).toEqual([]);
   });
 
+  it('has a curl example for every operation (a mirror through its /v1/admin address)', () => {
+    const calls = parseExamples('docs/API.md', api_md)
+      .filter((e) => e.lang === 'bash')
+      .map((e) => curlCall(e.command));
+    const missing = operations
+      .filter((o) => !isMirror(o))
+      .filter((o) => {
+        const re = new RegExp(`^${o.path.replace(/\{[^}/]*\}/g, '[^/]+')}$`);
+        return !calls.some((c) => c.method === o.method && re.test(c.path));
+      })
+      .map((o) => `${o.method} ${o.path}`);
+    expect(missing, 'add an example that calls it (see "Examples on this page" in docs/API.md)').toEqual([]);
+  });
+
   it('states the rule for the /dashboard/api mirrors', () => {
     const said = api_md.replace(/\s+/g, ' ').toLowerCase().includes(mirror_rule.toLowerCase());
     expect(said, `docs/API.md must say "${mirror_rule}" (the rule this test applies)`).toBe(true);
+  });
+});
+
+describe('curlCall', () => {
+  it('reads the method and path of a curl command', () => {
+    expect(curlCall('curl -s "$BASE_URL/v1/usage?trace_id=x" -H "Authorization: Bearer $API_KEY"')).toEqual({ method: 'GET', path: '/v1/usage' });
+    expect(curlCall("curl -s $BASE_URL/v1/customers -H 'Content-Type: application/json' \\\n  -d '{}'")).toEqual({ method: 'POST', path: '/v1/customers' });
+    expect(curlCall('curl -s -X DELETE $BASE_URL/v1/admin/projects/$NEW_PROJECT_ID')).toEqual({ method: 'DELETE', path: '/v1/admin/projects/x' });
   });
 });
 
