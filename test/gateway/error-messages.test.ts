@@ -26,15 +26,20 @@ import { TcpProxy } from '../support/tcp-proxy.js';
 
 let env: GatewayEnv;
 
+type Sdk = 'anthropic' | 'openai';
+const sdks: readonly Sdk[] = ['anthropic', 'openai'];
+
+/** A model of the SDK's format made in beforeAll: `claude-<what>` or `gpt-<what>`. */
+const modelOf = (sdk: Sdk, what: string) => `${sdk === 'anthropic' ? 'claude' : 'gpt'}-${what}`;
+
 beforeAll(async () => {
   env = await startGatewayEnv({ config: { UPSTREAM_TIMEOUT_MS: 1_000 } });
   const closed = `http://127.0.0.1:${await closedPort()}/v1`;
   for (const sdk of sdks) {
-    const provider = sdk;
-    await env.putModel(modelOf(sdk, 'no-key'), { provider, upstream_api_key: null });
-    await env.putModel(modelOf(sdk, 'no-stream'), { provider, supports_streaming: false });
-    await env.putModel(modelOf(sdk, 'closed'), { provider, upstream_base_url: closed });
-    await env.putModel(modelOf(sdk, 'bad-key'), { provider });
+    await env.putModel(modelOf(sdk, 'no-key'), { provider: sdk, upstream_api_key: null });
+    await env.putModel(modelOf(sdk, 'no-stream'), { provider: sdk, supports_streaming: false });
+    await env.putModel(modelOf(sdk, 'closed'), { provider: sdk, upstream_base_url: closed });
+    await env.putModel(modelOf(sdk, 'bad-key'), { provider: sdk });
     // The ciphertext of another model's upstream key: it does not decrypt on this row (as
     // after a change of SVC_MASTER_KEY), an error of the service's own.
     await env.svc.rt.db.query(sql.unsafe`
@@ -45,12 +50,6 @@ beforeAll(async () => {
   await env.fund('sdk-poor', 5);
 });
 afterAll(() => env?.close());
-
-type Sdk = 'anthropic' | 'openai';
-const sdks: readonly Sdk[] = ['anthropic', 'openai'];
-
-/** A model of the SDK's format made in beforeAll: `claude-<what>` or `gpt-<what>`. */
-const modelOf = (sdk: Sdk, what: string) => `${sdk === 'anthropic' ? 'claude' : 'gpt'}-${what}`;
 
 const ask = (output_tokens = 1) => [{ role: 'user', content: `a question ${mockDirective({ output_tokens })}` }];
 
@@ -445,10 +444,11 @@ describe('gateway errors through the official SDKs', () => {
       status: 500,
       code: 'billing_account_not_found',
       run: async (sdk) => {
-        // Corruption only can make it: the source is deleted while the upstream answers.
+        // Corruption only can make it: the source is deleted while the upstream answers
+        // (its 600 ms are within the file's UPSTREAM_TIMEOUT_MS).
         const customer = `vanishing-${sdk}`;
         const sent = env.mock.requests.length;
-        const call = sdkCall(sdk, { customer }, { content: `slow ${mockDirective({ output_tokens: 1, latency_ms: 300 })}` });
+        const call = sdkCall(sdk, { customer }, { content: `slow ${mockDirective({ output_tokens: 1, latency_ms: 600 })}` });
         call.catch(() => undefined);
         await waitFor(() => env.mock.requests.length > sent, 5_000, 'the call to reach the upstream');
         const k = customerKeys(env.svc.rt.config.REDIS_PREFIX, env.p.projectId, customer);
