@@ -55,7 +55,10 @@ function refusedHeader(param: string, message: string): ApiError {
   return new ApiError('invalid_request', { param, message });
 }
 
-/** authenticate took a valid X-Service-Api-Variant as `auth.variant`, and left an invalid one to this check (src/http/auth.ts). */
+/**
+ * authenticate took a valid X-Service-Api-Variant as `auth.variant` and left an invalid
+ * one to this check (src/http/auth.ts), so that it is listed with the call's other errors.
+ */
 function checkVariant(req: Request, auth: AuthContext): void {
   const v = req.headers['x-service-api-variant'];
   if (v !== undefined && v !== auth.variant) throw variantRefused();
