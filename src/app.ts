@@ -89,11 +89,12 @@ export function createApi(rt: Runtime): Api {
 
   const parsers = bodyParsers();
   app.use(jsonBodies(parsers));
-  const underV1 = [authenticate(rt.keyCache), rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger)];
+  const gateway = gatewayRoutes(rt.gateway);
+  const authenticated = authenticate(rt.keyCache, { ownVariantCheck: new Set(gateway.map((r) => r.path)) });
+  const underV1 = [authenticated, rateLimit(rt.redis, rt.config.REDIS_PREFIX, rt.config.RATE_LIMIT_PER_MINUTE, rt.logger)];
   app.use(underPrefix('/v1', underV1));
   const ledger = ledgerRoutes(rt.ledger);
   const customers = customerRoutes({ ledger: rt.ledger, redis: rt.redis, queries: rt.ledgerQueries });
-  const gateway = gatewayRoutes(rt.gateway);
   // The hot routes' own methods never reach the app (the front door below serves them); the
   // routers keep them for the HEAD and OPTIONS requests Express answers from them.
   app.use(exactRouter(ledger));

@@ -1,11 +1,13 @@
 /**
  * The parse of a gateway call, once, at its start: the body fields billing needs, read by
  * its wire format (src/gateway/wire/), the customer, and the headers that steer billing.
- * Every refusal names the field or header at fault; the body itself goes upstream untouched.
+ * Every refusal names the field or header at fault, and a 400 lists each one at fault;
+ * the body itself goes upstream untouched.
  */
 import type { Request } from 'express';
 import { ApiError } from '../errors/catalogue.js';
-import type { AuthContext } from '../http/auth.js';
+import { variantRefused, type AuthContext } from '../http/auth.js';
+import { everyFieldError } from '../http/validate.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import { formatOf, type WireFormat } from './adapters.js';
 
@@ -53,14 +55,99 @@ function refusedHeader(param: string, message: string): ApiError {
   return new ApiError('invalid_request', { param, message });
 }
 
+/**
+ * authenticate took a valid X-Service-Api-Variant as `auth.variant` and left an invalid
+ * one to this check (src/http/auth.ts), so that it is listed with the call's other errors.
+ */
+function checkVariant(req: Request, auth: AuthContext): void {
+  const v = req.headers['x-service-api-variant'];
+  if (v !== undefined && v !== auth.variant) throw variantRefused();
+}
+
+/** The customer billed: a customer-scoped key's own, else the one X-Service-Customer names. */
+function readCustomer(named: string | undefined, auth: AuthContext): string {
+  const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : named;
+  if (!customerId) throw new ApiError('customer_required');
+  return customerId;
+}
+
+function readWallet(req: Request, auth: AuthContext): string {
+  const walletHeader = headerValue(req, 'x-service-wallet');
+  if (walletHeader !== undefined && !walletNameSchema.safeParse(walletHeader).success) {
+    throw refusedHeader('X-Service-Wallet', 'X-Service-Wallet is not a valid wallet name');
+  }
+  return walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
+}
+
+function readTraceId(req: Request): string | null {
+  const traceId = headerValue(req, 'x-service-trace-id');
+  if (traceId === undefined) return null;
+  if (traceId.length < 1 || traceId.length > trace_id_chars_max) throw refusedHeader('X-Service-Trace-Id', `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`);
+  return traceId;
+}
+
+function readIdempotencyKey(req: Request): string | undefined {
+  const idempotencyKey = headerValue(req, 'idempotency-key');
+  if (idempotencyKey !== undefined && (idempotencyKey.length < 1 || idempotencyKey.length > idempotency_key_chars_max)) {
+    throw refusedHeader('Idempotency-Key', `Idempotency-Key must be 1-${idempotency_key_chars_max} characters, as transaction ids are`);
+  }
+  return idempotencyKey;
+}
+
+/** `X-Service-Stream-Billing`: true for `inline`. */
+function readInlineBilling(req: Request): boolean {
+  const streamBilling = headerValue(req, 'x-service-stream-billing');
+  if (streamBilling === undefined) return false;
+  const v = streamBilling.trim().toLowerCase();
+  if (v !== 'inline' && v !== 'trailers') throw refusedHeader('X-Service-Stream-Billing', 'X-Service-Stream-Billing must be inline (the billing figures also in the final usage event of a stream) or trailers (the default)');
+  return v === 'inline';
+}
+
+interface Parts {
+  req: Request;
+  auth: AuthContext;
+}
+
+/**
+ * Every check of a call's headers and body, each on its own, in the order
+ * parseGatewayRequest reads them. Not the refusal of a customer-scoped key naming another
+ * customer: a 403, not an invalid field.
+ */
+function checksOf(format: WireFormat): readonly ((c: Parts) => unknown)[] {
+  return [
+    (c) => checkVariant(c.req, c.auth),
+    ...formatOf(format).bodyChecks.map((check) => (c: Parts) => check(c.req.body as Record<string, unknown>)),
+    (c) => readCustomer(headerValue(c.req, 'x-service-customer'), c.auth),
+    (c) => readWallet(c.req, c.auth),
+    (c) => readTraceId(c.req),
+    (c) => readIdempotencyKey(c.req),
+    (c) => readInlineBilling(c.req),
+  ];
+}
+
+const checks: Record<WireFormat, readonly ((c: Parts) => unknown)[]> = { openai: checksOf('openai'), anthropic: checksOf('anthropic') };
+
+/**
+ * Reads a call, stopping at the first invalid header or body field; only after that
+ * failure, every check runs on its own, so that the 400 lists each invalid one in
+ * `error.errors` (everyFieldError) at no cost to a valid call.
+ */
 export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawBytes: number): GatewayRequest {
   const format: WireFormat = endpoint === 'messages' ? 'anthropic' : 'openai';
+  try {
+    return readRequest(req, auth, endpoint, format, rawBytes);
+  } catch (err) {
+    throw everyFieldError(err, checks[format], { req, auth });
+  }
+}
+
+function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, format: WireFormat, rawBytes: number): GatewayRequest {
+  checkVariant(req, auth);
   const body = req.body as Record<string, unknown>;
   const fields = formatOf(format).readBody(body);
 
   const named = headerValue(req, 'x-service-customer');
-  const customerId = auth.key.type === 'customer' ? auth.key.customer_id! : named;
-  if (!customerId) throw new ApiError('customer_required');
+  const customerId = readCustomer(named, auth);
   // A customer-scoped key bills its own customer only: a header naming another one is
   // refused rather than ignored, so the caller learns who would have been billed.
   if (named !== undefined && named !== customerId) {
@@ -69,26 +156,10 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
       message: `this customer-scoped key bills its own customer ${JSON.stringify(customerId)}; X-Service-Customer names another (send it only with a project key)`,
     });
   }
-  const walletHeader = headerValue(req, 'x-service-wallet');
-  if (walletHeader !== undefined && !walletNameSchema.safeParse(walletHeader).success) {
-    throw refusedHeader('X-Service-Wallet', 'X-Service-Wallet is not a valid wallet name');
-  }
-  const traceId = headerValue(req, 'x-service-trace-id');
-  if (traceId !== undefined && (traceId.length < 1 || traceId.length > trace_id_chars_max)) {
-    throw refusedHeader('X-Service-Trace-Id', `X-Service-Trace-Id must be 1-${trace_id_chars_max} characters`);
-  }
-  const wallet = walletHeader ?? (auth.variant === 'A' ? 'default' : 'credits');
-  const idempotencyKey = headerValue(req, 'idempotency-key');
-  if (idempotencyKey !== undefined && (idempotencyKey.length < 1 || idempotencyKey.length > idempotency_key_chars_max)) {
-    throw refusedHeader('Idempotency-Key', `Idempotency-Key must be 1-${idempotency_key_chars_max} characters, as transaction ids are`);
-  }
-  const streamBilling = headerValue(req, 'x-service-stream-billing');
-  let inlineBilling = false;
-  if (streamBilling !== undefined) {
-    const v = streamBilling.trim().toLowerCase();
-    if (v !== 'inline' && v !== 'trailers') throw refusedHeader('X-Service-Stream-Billing', 'X-Service-Stream-Billing must be inline (the billing figures also in the final usage event of a stream) or trailers (the default)');
-    inlineBilling = v === 'inline';
-  }
+  const wallet = readWallet(req, auth);
+  const traceId = readTraceId(req);
+  const idempotencyKey = readIdempotencyKey(req);
+  const inlineBilling = readInlineBilling(req);
 
   return {
     endpoint,
@@ -101,7 +172,7 @@ export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: E
     answers: fields.answers,
     customerId,
     wallet,
-    traceId: traceId ?? null,
+    traceId,
     // Keys are the customer's own (see the claim in billing.ts).
     idempotencyKey,
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,

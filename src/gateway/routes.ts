@@ -73,6 +73,8 @@ const gatewayErrors = [
   'usage_limit_exceeded',
   'upstream_error',
   'upstream_timeout',
+  // A settlement that finds a source of its hold missing (src/gateway/billing.ts).
+  'billing_account_not_found',
 ] as const;
 const streamBody = z.string().openapi({ description: 'Server-sent events as the upstream sent them; cost and balance follow as HTTP trailers.' });
 const upstreamError = { description: "An upstream HTTP error, relayed with the provider's status and body; nothing is charged." };

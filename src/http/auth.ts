@@ -25,7 +25,17 @@ export function presentedKey(req: Request): string | null {
   return typeof x === 'string' && x.length > 0 ? x.trim() : null;
 }
 
-export function authenticate(cache: KeyCache): RequestHandler {
+/** The 400 of an X-Service-Api-Variant that is neither A nor B. */
+export function variantRefused(): ApiError {
+  return new ApiError('invalid_request', { param: 'X-Service-Api-Variant', message: 'X-Service-Api-Variant must be A or B' });
+}
+
+/**
+ * `ownVariantCheck`: the paths whose routes refuse an invalid X-Service-Api-Variant
+ * themselves, so that it is listed with their other invalid fields (the gateway's, see
+ * src/gateway/request.ts); their requests keep the key's variant here.
+ */
+export function authenticate(cache: KeyCache, opts: { ownVariantCheck?: ReadonlySet<string> } = {}): RequestHandler {
   return async (req, res, next) => {
     const key = presentedKey(req);
     if (!key) throw new ApiError('missing_api_key');
@@ -36,12 +46,8 @@ export function authenticate(cache: KeyCache): RequestHandler {
     if (record.expires_at !== null && record.expires_at <= Date.now()) throw new ApiError('api_key_expired');
     let variant: Variant = record.contract ?? 'B';
     const override = req.headers['x-service-api-variant'];
-    if (override !== undefined) {
-      if (override !== 'A' && override !== 'B') {
-        throw new ApiError('invalid_request', { param: 'X-Service-Api-Variant', message: 'X-Service-Api-Variant must be A or B' });
-      }
-      variant = override;
-    }
+    if (override === 'A' || override === 'B') variant = override;
+    else if (override !== undefined && !opts.ownVariantCheck?.has(req.path)) throw variantRefused();
     const auth: AuthContext = {
       key: record,
       scope: { projectId: record.project_id ?? '', organizationId: record.organization_id },

@@ -50,11 +50,21 @@ function isClientHttpError(err: unknown): boolean {
 const anthropic_path = '/v1/messages';
 
 /**
- * An error of the service's own on /v1/messages, in a body that Anthropic clients read as
- * well: the service's `error` object as it is (code, message, type, param, details), plus
- * Anthropic's top-level `"type": "error"` and the message at the top level, which is where
- * @anthropic-ai/sdk takes an error's message from (`APIError.makeMessage`: the body's
- * `message`, else the whole body as JSON). Upstream errors are relayed untouched.
+ * The gateway route of the Anthropic format and the paths under it: the Anthropic SDK
+ * calls those too (`messages.countTokens`, `messages.batches`), and the service's 404 for
+ * them should read as well as the route's own errors.
+ */
+function isAnthropicPath(path: string): boolean {
+  return path === anthropic_path || path.startsWith(`${anthropic_path}/`);
+}
+
+/**
+ * An error of the service's own on /v1/messages (or under it), in a body that Anthropic
+ * clients read as well: the service's `error` object as it is (code, message, type,
+ * param, details), plus Anthropic's top-level `"type": "error"` and the message at the
+ * top level, which is where @anthropic-ai/sdk takes an error's message from
+ * (`APIError.makeMessage`: the body's `message`, else the whole body as JSON). Upstream
+ * errors are relayed untouched.
  */
 function anthropicEnvelope(body: { error: Record<string, unknown> }): Record<string, unknown> {
   return { type: 'error', error: body.error, message: body.error.message };
@@ -110,6 +120,6 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     }
     if (apiError.headers) res.set(apiError.headers);
     const body = apiError.toBody();
-    res.status(apiError.status).json(pathOf(req) === anthropic_path ? anthropicEnvelope(body) : body);
+    res.status(apiError.status).json(isAnthropicPath(pathOf(req)) ? anthropicEnvelope(body) : body);
   };
 }

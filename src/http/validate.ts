@@ -13,9 +13,12 @@ export interface FieldError {
   message: string;
 }
 
-/** Codes that say a request field is invalid: the ones a request's every field is checked for. */
+/**
+ * Codes that say a request field is invalid: the ones a request's every field is checked
+ * for. `customer_required` is the gateway's missing X-Service-Customer.
+ */
 const field_error_codes: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
-  'invalid_request', 'invalid_amount', 'unsupported_amount_field', 'invalid_starts_at', 'invalid_expires_at', 'invalid_credit_types',
+  'invalid_request', 'invalid_amount', 'unsupported_amount_field', 'invalid_starts_at', 'invalid_expires_at', 'invalid_credit_types', 'customer_required',
 ]);
 
 export function isFieldError(err: unknown): err is ApiError {

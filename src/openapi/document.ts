@@ -75,7 +75,7 @@ const errorCodeSchema = z.enum(Object.keys(errorCatalogue) as [ErrorCode, ...Err
 /** One invalid field of a request (`error.errors`). */
 const fieldErrorSchema = z
   .object({
-    param: z.string().nullable().openapi({ description: 'The field, query parameter or header; null for a problem of the whole body.' }),
+    param: z.string().nullable().openapi({ description: 'The field, query parameter or header; null for a problem of the whole body, and for the gateway\'s `customer_required`.' }),
     code: errorCodeSchema,
     message: z.string(),
   })
@@ -144,7 +144,7 @@ const errorObjectSchema = z
     param: z.string().optional().openapi({ description: 'The request field, header or parameter at fault.' }),
     errors: z.array(fieldErrorSchema).optional().openapi({
       description:
-        'Validation errors: every invalid field of the body or query string, in the order the endpoint reads them (unknown fields first); the first is also `code`, `param` and `message`.',
+        'Validation errors: every invalid field of the body or query string (on the gateway, and its headers), in the order the endpoint reads them (unknown fields first); the first is also `code`, `param` and `message`.',
     }),
     details: errorDetailsSchema.optional(),
     transaction_id: z.string().optional().openapi({ description: '`idempotency_key_reused`: the transaction of the first call.' }),

@@ -35,7 +35,7 @@ export const anthropic: ProviderFormat = {
   upstreamPath: '/messages',
   upstreamHeaders: (apiKey, clientVersion) => ({ 'x-api-key': apiKey, 'anthropic-version': clientVersion ?? ANTHROPIC_VERSION_DEFAULT }),
 
-  readBody: bodyReaderOf(['max_tokens']),
+  ...bodyReaderOf(['max_tokens']),
 
   requestedMaxTokens: (body) => maxTokensField(body, 'max_tokens'),
 

@@ -61,6 +61,11 @@ export interface ProviderFormat {
    * of the body is neither read nor copied: it goes upstream as the client sent it.
    */
   readBody(body: Json): BodyFields;
+  /**
+   * Each check of `readBody` on its own, in its order, each throwing its field's 400: run
+   * only after `readBody` failed, so that the answer lists every invalid field.
+   */
+  readonly bodyChecks: readonly ((body: Json) => unknown)[];
   /** The output limit the client asked for, or null; a limit that is not a positive integer is a 400 naming its field. */
   requestedMaxTokens(body: Json): number | null;
   /** The body sent upstream (see prepareUpstreamBody in adapters.ts). */
@@ -120,35 +125,52 @@ function refused(param: string, message: string): ApiError {
   return new ApiError('invalid_request', { param, message });
 }
 
+function readModel(body: Json): string {
+  const model = body.model;
+  if (typeof model !== 'string' || model.length === 0) throw refused('model', 'model is required');
+  return model;
+}
+
+function readMessages(body: Json): void {
+  if (!Array.isArray(body.messages)) throw refused('messages', 'messages must be an array');
+}
+
+function readStream(body: Json): boolean {
+  const stream = body.stream;
+  if (stream !== undefined && typeof stream !== 'boolean') throw refused('stream', 'stream must be a boolean');
+  return stream === true;
+}
+
+function readAnswers(body: Json, answersMax: number): number {
+  const n = body.n;
+  if (n === undefined || n === null) return 1;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > answersMax) throw refused('n', `n must be an integer from 1 to ${answersMax}`);
+  return n;
+}
+
 /**
  * The reader of the fields every format reads from a client's body, checked in the order
- * their errors are reported (the first one at fault is named); the others are not looked
- * at. `limits` are the output limit fields the format reads, the first one set winning;
- * `answersMax`, for a format that can ask for several answers in one call (OpenAI's `n`),
- * their most. Plain checks instead of a schema: this runs on every gateway call, and a
- * zod object schema copied every field of the body and cost about 28 us per call.
+ * their errors are reported (the first one at fault is named; `bodyChecks` then find the
+ * others). `limits` are the output limit fields the format reads, the first one set
+ * winning; `answersMax`, for a format that can ask for several answers in one call
+ * (OpenAI's `n`), their most. Plain checks instead of a schema: this runs on every gateway
+ * call, and a zod object schema copied every field of the body and cost about 28 us per call.
  */
-export function bodyReaderOf(limits: readonly string[], answersMax: number | null = null): (body: Json) => BodyFields {
-  return (body) => {
-    const model = body.model;
-    if (typeof model !== 'string' || model.length === 0) throw refused('model', 'model is required');
-    if (!Array.isArray(body.messages)) throw refused('messages', 'messages must be an array');
-    const stream = body.stream;
-    if (stream !== undefined && typeof stream !== 'boolean') throw refused('stream', 'stream must be a boolean');
+export function bodyReaderOf(limits: readonly string[], answersMax: number | null = null): Pick<ProviderFormat, 'readBody' | 'bodyChecks'> {
+  const readBody = (body: Json): BodyFields => {
+    const model = readModel(body);
+    readMessages(body);
+    const stream = readStream(body);
     let limit: number | null = null;
     for (const name of limits) {
       // Every limit field is checked, even past the one that wins.
       const v = maxTokensField(body, name);
       if (limit === null) limit = v;
     }
-    let answers = 1;
-    if (answersMax !== null) {
-      const n = body.n;
-      if (n !== undefined && n !== null) {
-        if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > answersMax) throw refused('n', `n must be an integer from 1 to ${answersMax}`);
-        answers = n;
-      }
-    }
-    return { model, stream: stream === true, limit, answers };
+    const answers = answersMax === null ? 1 : readAnswers(body, answersMax);
+    return { model, stream, limit, answers };
   };
+  const bodyChecks: ((body: Json) => unknown)[] = [readModel, readMessages, readStream, ...limits.map((name) => (body: Json) => maxTokensField(body, name))];
+  if (answersMax !== null) bodyChecks.push((body) => readAnswers(body, answersMax));
+  return { readBody, bodyChecks };
 }

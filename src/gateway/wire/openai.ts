@@ -63,7 +63,7 @@ export const openai: ProviderFormat = {
   upstreamPath: '/chat/completions',
   upstreamHeaders: (apiKey) => ({ authorization: `Bearer ${apiKey}` }),
 
-  readBody: bodyReaderOf(['max_completion_tokens', 'max_tokens'], answers_max),
+  ...bodyReaderOf(['max_completion_tokens', 'max_tokens'], answers_max),
 
   /** `max_completion_tokens`, then the older `max_tokens`, as OpenAI itself reads them. */
   requestedMaxTokens(body) {
