@@ -14,20 +14,17 @@ import { customerKeys } from '../../src/redis/keys.js';
 import { readOutboxEntries } from '../../src/ledger/outbox.js';
 import { CopyEntryWriter, copy_columns, copyRow } from '../../src/ledger/copy-writer.js';
 import type { OutboxEntry } from '../../src/redis/codec.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
 let writer: CopyEntryWriter;
 
-beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
+useTestService();
+beforeAll(() => {
   writer = new CopyEntryWriter(svc.rt.config.DATABASE_URL, svc.rt.ledgerQueries, svc.rt.logger, 30_000, `persist-copy-test-${svc.rt.config.REDIS_PREFIX}`);
 });
 afterAll(async () => {
-  await writer.close();
-  await svc.close();
+  await writer?.close();
 });
 
 const post = async (path: string, body: Record<string, unknown>) => {
