@@ -6,6 +6,20 @@ import js from '@eslint/js';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
+// workers/ is built on src/, never the other way round (src/main.ts, which runs both, says why it may).
+const noWorkers = { regex: '^(\\.\\./)+workers(/|$)', message: 'src/ does not import workers/: the worker process is built on src/, not the other way round.' };
+
+// src/http/ is plumbing (authentication, errors, routing, validation, rate limits, the
+// access log): it may use errors, metrics, redis, config and the like, never the domain
+// nor the composition that assembles it. A type-only import is allowed (auth.ts names a
+// key record, a project scope and a contract variant): it brings no domain code in.
+// keys/secrets.js is allowed too: auth.ts checks a key's format before any lookup.
+const noDomain = {
+  regex: '^(\\.\\./)+((admin|billing|customers|dashboard|gateway|ledger|members|plans|reconcile|usage)(/|$)|keys/(?!secrets\\.js$)|(app|bootstrap|main|runtime|server|web)\\.js$)',
+  allowTypeImports: true,
+  message: 'src/http/ is plumbing: it does not import the domain (ledger, gateway, customers, admin, ...) nor the app that assembles it; pass what it needs in as a parameter.',
+};
+
 export default tseslint.config(
   { ignores: ['dist/', 'node_modules/', 'stubs/', '.tmp/', 'docs/', 'assets/'] },
   js.configs.recommended,
@@ -25,4 +39,7 @@ export default tseslint.config(
       '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: { arguments: false, attributes: false } }],
     },
   },
+  { files: ['src/**/*.ts'], rules: { 'no-restricted-imports': ['error', { patterns: [noWorkers] }] } },
+  // A later block's options replace the earlier ones for its files: both lists here.
+  { files: ['src/http/**/*.ts'], rules: { 'no-restricted-imports': ['error', { patterns: [noWorkers, noDomain] }] } },
 );

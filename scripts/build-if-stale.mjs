@@ -17,11 +17,13 @@
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+// A project directory as the argument is checked and built instead of this repository:
+// test/build/start-path.test.ts gives it small projects whose build only writes dist/.built.
+const root = process.argv[2] ? resolve(process.argv[2]) : join(dirname(fileURLToPath(import.meta.url)), '..');
 const inputs = ['src', 'workers', 'tsconfig.json', 'tsconfig.build.json'];
 const lockDir = join(root, '.tmp', 'build.lock');
 const lock_poll_ms = 100;

@@ -10,6 +10,7 @@ import { loadConfig } from './config/index.js';
 import { migrate } from './db/migrate.js';
 import { createRuntime } from './runtime.js';
 import { listen } from './server.js';
+// eslint-disable-next-line no-restricted-imports -- npm start runs the API and the workers in one process: the one place of src/ that starts them
 import { startWorkers } from '../workers/index.js';
 import { startMockUpstream } from './gateway/mock/server.js';
 import { demo_allowance } from './plans/catalogue.js';

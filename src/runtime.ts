@@ -66,6 +66,8 @@ export interface Runtime {
   ledgerQueue: Queue<LedgerJobData>;
   /** Reconcile runs asked for through the management API (src/reconcile/jobs.ts). */
   reconcileQueue: Queue<ReconcileJobData, ReconcileReport>;
+  /** Every BullMQ queue of the service, for what reports on all of them (/v1/admin/queues, svc_queue_jobs). */
+  queues: readonly Queue[];
   modelQueries: ModelQueries;
   models: ModelCache;
   usageQueries: UsageQueries;
@@ -235,6 +237,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     keyUsage,
     ledgerQueue,
     reconcileQueue,
+    queues: [ledgerQueue, reconcileQueue],
     modelQueries,
     models,
     usageQueries: createUsageQueries(db),

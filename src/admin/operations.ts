@@ -1169,8 +1169,7 @@ export function managementOperations(rt: Runtime): Operation[] {
   // (never a job's data, which names other organizations' customers) and owners only.
   op('GET', '/queues', 'owner', async (req, res) => {
     onlyQuery(req);
-    const queues = [rt.ledgerQueue, rt.reconcileQueue];
-    const data = await Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) })));
+    const data = await Promise.all(rt.queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) })));
     res.json({ data });
   });
 

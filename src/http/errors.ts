@@ -98,6 +98,9 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     const backend = backendFailure(err);
     if (err instanceof ApiError) {
       apiError = err;
+      // The one 503 raised as an ApiError is the Redis generation guard's (src/redis/generation.ts):
+      // Redis is away, or back and not yet checked against PostgreSQL.
+      if (err.code === 'service_unavailable') metrics?.redisErrors.inc({ kind: 'request' });
     } else if ((err as { type?: string }).type === 'entity.too.large') {
       apiError = tooLarge(err as { limit?: number; length?: number });
     } else if ((err as { type?: string }).type === 'entity.parse.failed') {

@@ -1,7 +1,7 @@
 /**
  * The gauges read from Redis and PostgreSQL, computed when /metrics is scraped (prom-client
  * `collect`), never on a request: the outbox (lag, customers and entries waiting, the
- * workers' heartbeat), the BullMQ queue's jobs by state, and each organization's plan
+ * workers' heartbeat), the jobs of each BullMQ queue by state, and each organization's plan
  * usage in its current period. Each read has collect_timeout_ms; one that fails or takes
  * longer leaves its gauges at NaN for that scrape and counts in
  * svc_metrics_collect_errors_total. The gauges of one read share it within a scrape.
@@ -92,7 +92,7 @@ export function watchStores(rt: Runtime): void {
   // No heartbeat (none within its minute of life) reads +Inf: no worker, as far as anyone can tell.
   outboxGauge('svc_worker_heartbeat_age_seconds', 'Age of the last worker heartbeat (+Inf when no worker beat in the last minute)', (o) => (o.heartbeatAgeMs === null ? Number.POSITIVE_INFINITY : o.heartbeatAgeMs / 1000));
 
-  const queues = [rt.ledgerQueue];
+  const { queues } = rt;
   const jobCounts = sharedRead(() => Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) }))), 'queues');
   new Gauge({
     name: 'svc_queue_jobs',

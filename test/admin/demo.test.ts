@@ -9,14 +9,13 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bootstrapDemo, bootstrapOrganization, demo_owner_email, type Demo } from '../../src/bootstrap.js';
 import { demo_allowance, plans } from '../../src/plans/catalogue.js';
-import { startTestService, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
 let demo: Demo;
 
+useTestService({ variants: [] });
 beforeAll(async () => {
-  svc = await startTestService();
   demo = await bootstrapDemo(svc.rt, 'http://127.0.0.1:9/v1');
   demoOrganizations.push(demo.organization_id);
 });
@@ -29,7 +28,6 @@ afterAll(async () => {
   const client = new pg.Client({ connectionString: svc.rt.config.DATABASE_URL });
   await client.connect();
   await client.query('DELETE FROM members WHERE organization_id = ANY($1)', [demoOrganizations]).finally(() => client.end());
-  await svc.close();
 });
 
 const asDemo = (method: string, path: string, body?: unknown) => svc.call(method, `/v1/admin${path}`, { key: demo.admin_key, body });

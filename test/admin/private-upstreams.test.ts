@@ -10,21 +10,17 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
 let mock: MockUpstream;
 
+useTestService({ config: { SVC_MASTER_KEY: randomBytes(32).toString('base64'), UPSTREAM_ALLOW_PRIVATE: false } });
 beforeAll(async () => {
-  svc = await startTestService({ config: { SVC_MASTER_KEY: randomBytes(32).toString('base64'), UPSTREAM_ALLOW_PRIVATE: false } });
-  p = await svc.project('B');
   mock = await startMockUpstream();
 });
 afterAll(async () => {
-  await svc.close();
-  await mock.close();
+  await mock?.close();
 });
 
 const model = (upstream_base_url: string) => ({

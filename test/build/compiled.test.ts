@@ -1,5 +1,5 @@
 /**
- * The build production runs (`npm run build`, dist/): the rest of the suite runs the
+ * The build production runs (`npm run build`, dist/): most of the suite runs the
  * TypeScript with tsx, so this file is what keeps the build from breaking unnoticed. The
  * compiled web and worker processes start from dist/, find the Lua scripts, the
  * migrations and the dashboard's assets at the repository root from there, serve a

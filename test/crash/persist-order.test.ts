@@ -4,19 +4,13 @@
  * the same customer in the same batch, whatever the (random) entry ids are: the later
  * deposit's source row references the customer row.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseOutboxEntry } from '../../src/redis/codec.js';
 import { customerKeys } from '../../src/redis/keys.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: false });
-  p = await svc.project('B');
-});
-afterAll(() => svc.close());
+// No workers: the outbox stays for the test to read and write as one batch.
+useTestService();
 
 describe('persisting a batch', () => {
   it('stores a new customer and its second deposit whichever entry id sorts first', async () => {

@@ -9,11 +9,11 @@ import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { startTestService, waitFor, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
 import { launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
 let mock: MockUpstream;
 let browser: Browser;
 let context: BrowserContext;
@@ -22,8 +22,10 @@ let org: Seeded;
 const shots = screenshotDir();
 const problems: string[] = [];
 
+// No project of the fixture's: seedOrganization makes the organization with its own.
+useTestService({ workers: true, config: { KEY_LAST_USED_FLUSH_MS: 50 }, variants: [] });
 beforeAll(async () => {
-  [svc, mock, browser] = await Promise.all([startTestService({ workers: true, config: { KEY_LAST_USED_FLUSH_MS: 50 } }), startMockUpstream(), launchChromium()]);
+  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
   org = await seedOrganization(svc, mock);
   context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   page = await context.newPage();
@@ -40,7 +42,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   await mock?.close();
-  await svc?.close();
 });
 
 async function shoot(name: string): Promise<void> {

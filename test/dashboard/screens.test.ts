@@ -7,24 +7,25 @@ import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/ser
 import { csvField } from '../../src/dashboard/screens/usage.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { addMember } from '../admin/dashboard-support.js';
-import { startTestService, waitFor, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
 import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
 let mock: MockUpstream;
 let org: Seeded;
 let owner: PageSession;
 
+// No project of the fixture's: seedOrganization makes the organization with its own.
+useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  [svc, mock] = await Promise.all([startTestService({ workers: true }), startMockUpstream()]);
+  mock = await startMockUpstream();
   org = await seedOrganization(svc, mock);
   owner = await pageSignIn(svc, org.owner.email, org.owner.password);
 }, 60_000);
 
 afterAll(async () => {
   await mock?.close();
-  await svc?.close();
 });
 
 const admin = async (path: string) => (await svc.call('GET', `/v1/admin${path}`, { key: org.p.adminKey })).body;

@@ -7,11 +7,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { startTestService, type TestService } from '../helpers.js';
 import { addMember, dash, signIn } from '../admin/dashboard-support.js';
 import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
 let mock: MockUpstream;
 let a: Seeded;
 let b: Seeded;
@@ -20,8 +19,10 @@ let viewer: PageSession;
 /** A's gateway call and one of B's, and a key of each (for the revoke paths). */
 const ids = { aCall: '', bCall: '', aKey: '', bKey: '', bMember: '' };
 
+// No project of the fixture's: seedOrganization makes each organization with its own.
+useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  [svc, mock] = await Promise.all([startTestService({ workers: true }), startMockUpstream()]);
+  mock = await startMockUpstream();
   [a, b] = [await seedOrganization(svc, mock), await seedOrganization(svc, mock)];
   owner = await pageSignIn(svc, a.owner.email, a.owner.password);
   viewer = await pageSignIn(svc, a.viewer.email, a.viewer.password);
@@ -34,7 +35,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await mock?.close();
-  await svc?.close();
 });
 
 /** Every screen a member of `s` can open, with its project, key, customer and call. */

@@ -12,6 +12,7 @@ import { reconcile } from '../../src/reconcile/reconcile.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { waitFor } from '../helpers.js';
 import { OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from './support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 
@@ -50,8 +51,7 @@ describe('Idempotency-Key after the retention', () => {
 
     const before = await balance('gk1');
     const again = await call('gk1', 'order-old');
-    expect(again.status, again.text).toBe(409);
-    expect(again.json().error).toMatchObject({ code: 'idempotency_key_reused', transaction_id: txid });
+    expectError(again, 409, 'idempotency_key_reused', { fields: { transaction_id: txid } });
     expect(await balance('gk1')).toEqual(before);
     // The receipt of the archived call is PostgreSQL's.
     const receipt = await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key: env.p.projectKey });

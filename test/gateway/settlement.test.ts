@@ -10,6 +10,7 @@ import { reconcileOverApi } from '../helpers.js';
 import { mockDirective } from '../../src/gateway/mock/server.js';
 import type { ScriptReply } from '../../src/redis/scripts.js';
 import { expectedCost, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 
@@ -101,8 +102,7 @@ describe('OpenAI n', () => {
       headers: { 'x-service-customer': 'n-bad' },
       body: { model: OPENAI_MODEL, messages: user('hi'), n },
     });
-    expect(res.status).toBe(400);
-    expect(res.json().error).toMatchObject({ code: 'invalid_request', param: 'n' });
+    expectError(res, 400, 'invalid_request', { param: 'n' });
     expect((await env.balance('n-bad')).used).toBe(0);
   });
 });

@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { billing_field, prepareUpstreamBody, StreamRelay, type WireFormat } from '../../src/gateway/adapters.js';
 import { countInputTokens, mockDirective, mockOutputText } from '../../src/gateway/mock/server.js';
 import { ANTHROPIC_MODEL, centsOf, expectedCost, OPENAI_MODEL, rawPost, startGatewayEnv, usdOf, type GatewayEnv } from './support.js';
+import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
 
@@ -165,8 +166,7 @@ describe('over HTTP', () => {
       headers: { 'x-service-customer': 'ibad', 'x-service-stream-billing': 'body' },
       body: { model: OPENAI_MODEL, stream: true, messages: ask({ output_tokens: 3 }) },
     });
-    expect(res.status).toBe(400);
-    expect(res.json().error).toMatchObject({ code: 'invalid_request', param: 'X-Service-Stream-Billing' });
+    expectError(res, 400, 'invalid_request', { param: 'X-Service-Stream-Billing' });
     expect(await env.balance('ibad')).toMatchObject({ frozen: 0, used: 0 });
     const trailers = await rawPost(env.svc.url, '/v1/chat/completions', {
       key: env.p.projectKey,

@@ -14,20 +14,17 @@ import { customerKeys } from '../../src/redis/keys.js';
 import { readOutboxEntries } from '../../src/ledger/outbox.js';
 import { CopyEntryWriter, copy_columns, copyRow } from '../../src/ledger/copy-writer.js';
 import type { OutboxEntry } from '../../src/redis/codec.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
 let writer: CopyEntryWriter;
 
-beforeAll(async () => {
-  svc = await startTestService();
-  p = await svc.project('B');
+useTestService();
+beforeAll(() => {
   writer = new CopyEntryWriter(svc.rt.config.DATABASE_URL, svc.rt.ledgerQueries, svc.rt.logger, 30_000, `persist-copy-test-${svc.rt.config.REDIS_PREFIX}`);
 });
 afterAll(async () => {
-  await writer.close();
-  await svc.close();
+  await writer?.close();
 });
 
 const post = async (path: string, body: Record<string, unknown>) => {
@@ -132,9 +129,12 @@ describe('the COPY writer', () => {
     const [deposit, ...entries] = await customerWithEntries('cw5', 4);
     await writer.insertEntries([deposit]);
     expect(await writer.insertEntries(entries.slice(0, 2))).toBe(2);
+    const application = `persist-copy-test-${svc.rt.config.REDIS_PREFIX}`;
     const killed = await svc.rt.db.anyFirst(sql.unsafe`
-      SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ${`persist-copy-test-${svc.rt.config.REDIS_PREFIX}`} AND datname = current_database()`);
+      SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ${application} AND datname = current_database()`);
     expect(killed.length).toBeGreaterThan(0);
+    // pg_terminate_backend only signals: until the backend is gone, the next batch may still copy on it.
+    await waitFor(async () => (await svc.rt.db.anyFirst(sql.unsafe`SELECT pid FROM pg_stat_activity WHERE application_name = ${application}`)).length === 0, 5_000, 'the writer\'s backend to end');
     // The batch is written, by the statement path if the COPY found its connection dead.
     expect(await writer.insertEntries(entries.slice(2, 4))).toBe(2);
     const before = { ...writer.stats };

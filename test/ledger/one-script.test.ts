@@ -23,7 +23,8 @@ import {
   boundOperations, boundScriptName, customerScriptNames, other_scripts, registerScripts, scriptSource,
 } from '../../src/redis/scripts.js';
 import { ApiError } from '../../src/errors/catalogue.js';
-import { startTestService, testConfig, waitFor, type TestService } from '../helpers.js';
+import { testConfig, waitFor } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
 const clustered = await detectCluster(testConfig().REDIS_URL, undefined);
 
@@ -66,7 +67,6 @@ async function watchCommands(url: string, heard: (source: string, args: string[]
   return socket;
 }
 
-let svc: TestService;
 let scope: ProjectScope;
 /** The ledger under watch: its own connection, so its commands are told apart by address. */
 let conn: Redis;
@@ -79,10 +79,10 @@ let seen: string[] = [];
 /** Time for a record to be archived and deleted: the retention, the grace, and trim passes. */
 const archived_within_ms = 1_000 + archive_grace_ms + 10_000;
 
+// On a Redis Cluster every test here is skipped: no service to start.
+if (!clustered) useTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 1 } });
 beforeAll(async () => {
   if (clustered) return;
-  svc = await startTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 1 } });
-  const p = await svc.project('B');
   scope = { projectId: p.projectId, organizationId: p.organizationId };
   conn = createRedis(svc.rt.config.REDIS_URL);
   ledger = new LedgerService(conn, registerScripts(conn), svc.rt.config.REDIS_PREFIX, svc.rt.clock, { archived: pgArchive(svc.rt.db) });
@@ -95,7 +95,6 @@ beforeAll(async () => {
 afterAll(async () => {
   monitor?.destroy();
   conn?.disconnect();
-  await svc?.close();
 });
 
 /**

@@ -4,25 +4,21 @@
  * source, and archived ones (gone from Redis, kept in PostgreSQL) still count where the
  * contract shows them: wallet totals, the customer's source list, the deposit cap.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { customerKeys, type CustomerKeys } from '../../src/redis/keys.js';
 import { readSources } from '../../src/ledger/sources.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { PersistLoop } from '../../workers/persist.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
 let persist: PersistLoop;
 
-beforeAll(async () => {
-  // No workers: the test decides when the outbox reaches PostgreSQL.
-  svc = await startTestService();
-  p = await svc.project('B');
+// No workers: the test decides when the outbox reaches PostgreSQL.
+useTestService();
+beforeAll(() => {
   persist = new PersistLoop(svc.rt.redis, svc.rt.ledgerQueries, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger);
 });
-afterAll(() => svc.close());
 
 const scope = () => ({ projectId: p.projectId, organizationId: p.organizationId });
 const keysOf = (customerId: string): CustomerKeys => customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customerId);

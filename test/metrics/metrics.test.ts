@@ -1,7 +1,7 @@
 /**
  * GET /metrics against a real service (Redis, PostgreSQL, the mock upstream): the counters
  * and histograms move with the right labels after a deduct, a gateway call and a streamed
- * one; the gauges read on a scrape (outbox, queue, plan usage) are there; METRICS_PORT
+ * one; the gauges read on a scrape (outbox, both queues, plan usage) are there; METRICS_PORT
  * serves the scrape on its own port and the API's port answers 404; a worker's metrics
  * show a persist pass. Every metric name the Grafana dashboard (docs/grafana-dashboard.json)
  * uses is in a real scrape.
@@ -180,7 +180,7 @@ describe('GET /metrics on the API port', () => {
     expect(d('svc_gateway_cost_credits_total')).toBe(100_000);
   });
 
-  it('reads the outbox, the queue and the plan usage on a scrape', async () => {
+  it('reads the outbox, the queues and the plan usage on a scrape', async () => {
     const customer = `q-${Date.now()}`;
     await env.fund(customer, 1_000);
     await svc.call('POST', '/v1/billing/deduct', { key: env.p.projectKey, body: { customer_id: customer, transaction_id: `${customer}-1`, amount: 10 } });
@@ -195,10 +195,28 @@ describe('GET /metrics on the API port', () => {
       expect(s, name).toBeDefined();
       expect(Number.isFinite(s!.value), name).toBe(true);
     }
-    expect(usage.some((s) => s.name === 'svc_queue_jobs' && s.labels.queue === 'ledger' && s.labels.state === 'waiting')).toBe(true);
+    // Every queue /v1/admin/queues reports, with a series for each state.
+    const listed = await svc.call('GET', '/v1/admin/queues', { key: env.p.adminKey });
+    expect(listed.status).toBe(200);
+    const names = (listed.body.data as { name: string }[]).map((q) => q.name).sort();
+    expect(names).toEqual(['ledger', 'reconcile']);
+    const scraped = (state: string) => [...new Set(usage.filter((s) => s.name === 'svc_queue_jobs' && s.labels.state === state).map((s) => s.labels.queue))].sort();
+    for (const state of ['waiting', 'delayed', 'active', 'completed', 'failed']) expect(scraped(state), state).toEqual(names);
     // The service's workers beat every 2 s.
     expect(value(usage, 'svc_worker_heartbeat_age_seconds')).toBeLessThan(15);
     for (const gauge of ['outbox', 'queues', 'plan_usage']) expect(value(usage, 'svc_metrics_collect_errors_total', { gauge }), gauge).toBe(0);
+  });
+
+  it('counts the reconcile queue\'s jobs', async () => {
+    const delayed = (s: Sample[]) => value(s, 'svc_queue_jobs', { queue: 'reconcile', state: 'delayed' });
+    const before = delayed((await scrape(svc.url)).samples);
+    // A job due in an hour: it stays delayed, so no worker runs it while the test looks.
+    const job = await svc.rt.reconcileQueue.add('reconcile', { projectId: env.p.projectId, repair: false }, { delay: 3_600_000 });
+    try {
+      await waitFor(async () => delayed((await scrape(svc.url)).samples) === before + 1, 10_000, 'the delayed reconcile job counted');
+    } finally {
+      await job.remove();
+    }
   });
 
   it('counts a failed PostgreSQL query', async () => {

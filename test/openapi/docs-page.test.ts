@@ -7,19 +7,18 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestService } from '../helpers.js';
 import { launchChromium } from '../dashboard/support.js';
+import { svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
 let browser: Browser;
 
+useTestService({ variants: [] });
 beforeAll(async () => {
-  [svc, browser] = await Promise.all([startTestService(), launchChromium()]);
+  browser = await launchChromium();
 }, 60_000);
 
 afterAll(async () => {
   await browser?.close();
-  await svc?.close();
 });
 
 describe('the API reference page', () => {

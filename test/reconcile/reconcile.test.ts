@@ -7,16 +7,17 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { bindingKeys, customerKeys } from '../../src/redis/keys.js';
 import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
-import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
+import type { ApiResponse, TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
+import { svc, useTestService } from '../support/service.js';
 
 const run = promisify(execFile);
 
-let svc: TestService;
+/** The project of the running test: each makes its own (fixture). */
 let p: TestProject;
 /** Responses of the first applications, to compare replays with. */
 const firsts: Record<string, { path: string; body: Record<string, unknown>; response: Record<string, unknown> }> = {};
@@ -71,9 +72,7 @@ async function cli(...args: string[]): Promise<{ code: number; stdout: string }>
 
 const keysOf = (customerId: string) => customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, customerId);
 
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-});
+useTestService({ workers: true, variants: [] });
 
 /**
  * The customers every test starts from, in a project of its own: tests tamper with them,
@@ -108,7 +107,6 @@ async function fixture(): Promise<void> {
   await apply('frz-c1-ttl-con', '/v1/billing/freeze', { customer_id: 'c1', transaction_id: 'c1-f4', amount: 40, consume_after_seconds: 60 });
   await svc.drained();
 }
-afterAll(() => svc.close());
 
 describe('reconcile', () => {
   beforeEach(fixture);

@@ -18,7 +18,7 @@ import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customer_page_size } from '../../src/reconcile/reconcile.js';
 import { customerKeys } from '../../src/redis/keys.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
 const customers_n = Number(process.env.RECONCILE_SCALE_CUSTOMERS ?? 10_000);
 /** The CLI's --concurrency (its default unless set). */
@@ -43,9 +43,6 @@ const rss_growth_max_bytes = 50 * 1024 * 1024;
 const rss_trend_max_bytes = 20 * 1024 * 1024;
 /** Customers whose Redis keys are written per batch (auto-pipelined by the client). */
 const seed_batch = 2_000;
-
-let svc: TestService;
-let p: TestProject;
 
 const customerId = (i: number) => `c${String(i).padStart(6, '0')}`;
 const keysOf = (id: string) => customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id);
@@ -111,9 +108,8 @@ async function vmRssBytes(pid: number): Promise<number | null> {
   }
 }
 
+useTestService({ workers: true });
 beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project('B');
   const made = await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'tmpl', amount: 1000 } });
   expect(made.status).toBe(200);
   await svc.drained();
@@ -134,7 +130,6 @@ afterAll(async () => {
     }
     await Promise.all(dels);
   }
-  await svc.close();
 }, 300_000);
 
 describe(`reconcile of ${customers_n} customers`, () => {

@@ -6,23 +6,16 @@
  * those marks live on other masters than the customer's keys; here, on one Redis, the
  * marks are deleted by hand and the step is run as the recovery runs it.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { LedgerOutbox } from '../../src/ledger/outbox.js';
 import { projectRecorder } from '../../src/reconcile/recovery.js';
 import { restoreSharedKeys } from '../../src/reconcile/shared-keys.js';
 import { singleRedisScope } from '../../src/redis/generation.js';
 import { activeKeyOf, dirtyKeyOf, trimDueKeyOf } from '../../src/redis/keys.js';
-import { startTestService, type TestProject, type TestService } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  // No workers: the outbox keeps what the test leaves in it.
-  svc = await startTestService();
-  p = await svc.project('B');
-});
-afterAll(() => svc?.close());
+// No workers: the outbox keeps what the test leaves in it.
+useTestService();
 
 async function post(path: string, body: Record<string, unknown>) {
   const res = await svc.call('POST', path, { key: p.projectKey, body });

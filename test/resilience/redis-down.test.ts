@@ -3,7 +3,8 @@
  * service_unavailable (type server_error) and GET /health answers 503 with status
  * "down". The service under test uses a Redis of its own, started here on a free port in
  * a temporary directory and killed mid-test; the shared Redis and PostgreSQL are never
- * touched. The Redis is then started again on the same port, and the service serves again.
+ * touched. The Redis is then started again on the same port, and the service serves again;
+ * svc_redis_errors_total counted each refused request and the lost connections.
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -34,6 +35,14 @@ afterAll(async () => {
   consoleErrors.restore();
 });
 
+/** svc_redis_errors_total of `kind` as the service's /metrics reads it. */
+async function redisErrors(s: TestService, kind: 'connection' | 'request'): Promise<number> {
+  const text = await (await fetch(`${s.url}/metrics`)).text();
+  const m = new RegExp(`^svc_redis_errors_total\\{kind="${kind}"\\} (\\d+)$`, 'm').exec(text);
+  if (!m) throw new Error(`no svc_redis_errors_total{kind="${kind}"} in the scrape`);
+  return Number(m[1]);
+}
+
 function expectUnavailable(label: string, res: ApiResponse): void {
   expectError(res, 503, 'service_unavailable', { label });
 }
@@ -53,6 +62,8 @@ describe('Redis unreachable', () => {
     const up = await s.call('GET', '/health');
     expect([up.status, up.body.checks.redis.status]).toEqual([200, 'ok']);
 
+    // Read while Redis is up: a scrape without it waits out the gauges' reads.
+    const before = { connection: await redisErrors(s, 'connection'), request: await redisErrors(s, 'request') };
     await redis!.kill();
 
     const key = p.projectKey;
@@ -86,5 +97,10 @@ describe('Redis unreachable', () => {
     const again = await s.call('POST', '/v1/customers/deposit', { key, body: { customer_id: 'c3', amount: 5 } });
     expect([again.status, again.body.total_amount]).toEqual([200, 5]);
     expect(consoleErrors.lines).toEqual([]);
+
+    // Every refused request counted as one Redis failed; the lost connections and the
+    // failed reconnects as connection errors.
+    expect(await redisErrors(s, 'request') - before.request).toBe(cases.length);
+    expect(await redisErrors(s, 'connection') - before.connection).toBeGreaterThan(0);
   });
 });

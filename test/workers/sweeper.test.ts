@@ -6,27 +6,21 @@
  * workers with a short sweep interval and waits for the sweeper to do the work.
  */
 import { sql } from 'slonik';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { activeKeyOf, dirtyKeyOf } from '../../src/redis/keys.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { sweep } from '../../workers/sweep.js';
 import { active_mark_window_ms } from '../../src/ledger/service.js';
 import { startWorkers } from '../../workers/index.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
-import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { waitFor } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
 const sweep_interval_ms = 200;
 const sweep_timeout_ms = 15_000;
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  // No workers here: each test starts them once its outbox or freeze is in the state to sweep.
-  svc = await startTestService({ config: { SWEEP_INTERVAL_MS: sweep_interval_ms } });
-  p = await svc.project('B');
-});
-afterAll(() => svc?.close());
+// No workers here: each test starts them once its outbox or freeze is in the state to sweep.
+useTestService({ config: { SWEEP_INTERVAL_MS: sweep_interval_ms } });
 
 const scope = () => ({ projectId: p.projectId, organizationId: p.organizationId });
 
