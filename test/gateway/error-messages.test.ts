@@ -19,10 +19,11 @@ import { codeOf, describedRoutes, routeErrors } from '../../src/openapi/registry
 import { periodAt } from '../../src/plans/catalogue.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { inputCostBound } from '../../src/gateway/pricing.js';
-import { startTestService, testConfig, waitFor, type TestProject, type TestService } from '../helpers.js';
+import { startTestService, waitFor, type TestProject, type TestService } from '../helpers.js';
 import { ANTHROPIC_MODEL, closedPort, modelBody, OPENAI_MODEL, PRICES, rawPost, rawRequest, startGatewayEnv, type GatewayEnv } from './support.js';
 import { expectError } from '../support/errors.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 
 let env: GatewayEnv;
 
@@ -276,6 +277,7 @@ describe('gateway errors through the official SDKs', () => {
   let down: TestService;
   let downProject: TestProject;
   let redisProxy: TcpProxy;
+  let ownedRedis: OwnRedis;
   beforeAll(async () => {
     // A project whose organization used the Free plan's 50,000 operations (set in Redis,
     // as test/gateway/errors.test.ts does).
@@ -295,10 +297,13 @@ describe('gateway errors through the official SDKs', () => {
     // Funded, for the settlement that finds its source gone.
     for (const sdk of sdks) await env.fund(`vanishing-${sdk}`, 1_000_000);
 
-    const redisUrl = testConfig().REDIS_URL;
-    redisProxy = TcpProxy.to(redisUrl, 6379);
+    // A single Redis of its own, also when the suite runs on a Redis Cluster: a cluster
+    // client would reach the nodes it learns of directly, around the proxy.
+    ownedRedis = await ownRedis('svc-sdk-errors-');
+    await ownedRedis.start();
+    redisProxy = TcpProxy.to(ownedRedis.url, ownedRedis.port);
     await redisProxy.start();
-    down = await startTestService({ config: { REDIS_URL: redisProxy.via(redisUrl), SVC_MASTER_KEY: env.svc.rt.config.SVC_MASTER_KEY } });
+    down = await startTestService({ config: { REDIS_URL: redisProxy.via(ownedRedis.url), SVC_MASTER_KEY: env.svc.rt.config.SVC_MASTER_KEY } });
     downProject = await down.project('B');
     for (const [id, provider] of [[ANTHROPIC_MODEL, 'anthropic'], [OPENAI_MODEL, 'openai']] as const) {
       const r = await down.call('PUT', `/v1/admin/projects/${downProject.projectId}/models/${encodeURIComponent(id)}`, {
@@ -314,6 +319,7 @@ describe('gateway errors through the official SDKs', () => {
     await redisProxy?.start();
     await down?.close();
     await redisProxy?.close();
+    await ownedRedis?.remove();
   });
 
   const rich = { customer: 'rich' };
