@@ -45,6 +45,15 @@ export interface Workers {
  */
 export const worker_close_wait_ms = 5_000;
 
+/**
+ * How long a queue worker waits after Redis failed it (a fetch of the next job, a
+ * job's completion) before it tries again. BullMQ's default is 15 s: after a failover or
+ * a master restart, TTL expiries and sweeps would stand still that long for one error
+ * met while Redis came back (seen on a loaded machine: the cluster test of a master
+ * restarted empty waited past its 15 s for the sweep).
+ */
+export const queue_retry_delay_ms = 1_000;
+
 /** The repeatable job that closes due billing periods into invoices. */
 export const close_periods_job = 'close-periods';
 
@@ -97,7 +106,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
       if (job.name === close_periods_job) return invoicing.closeDue(rt.plans.nowMs());
       throw new Error(`unknown job ${job.name}`);
     },
-    { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8 },
+    { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8, runRetryDelay: queue_retry_delay_ms },
   );
   worker.on('failed', (job, err) => {
     measured.job(job?.name ?? 'other', 'failed');
@@ -106,7 +115,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   worker.on('completed', (job) => measured.job(job.name, 'completed'));
   worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
   const reconcileWorker = new Worker<ReconcileJobData, ReconcileReport>(reconcileQueueName, reconcileProcessor(rt), {
-    connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: reconcile_worker_concurrency,
+    connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: reconcile_worker_concurrency, runRetryDelay: queue_retry_delay_ms,
   });
   reconcileWorker.on('failed', (job, err) => logger.error({ err, job: job?.id }, 'reconcile job failed'));
   reconcileWorker.on('error', throttled((err) => logger.error({ err }, 'reconcile worker error')));
