@@ -72,7 +72,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     // The mock upstreams of the tests listen on 127.0.0.1.
     { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', SVC_CLOCK_CONTROL: '1', UPSTREAM_ALLOW_PRIVATE: '1' },
     // The queue prefix is a hash tag, as BullMQ needs on a Redis Cluster (REDIS_URL may name one).
-    { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `{tq${tag}}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5,
+    { REDIS_PREFIX: `t${tag}:`, QUEUE_PREFIX: `{tq${tag}}`, PORT: 0, SWEEP_INTERVAL_MS: 60_000, PERSIST_IDLE_MS: 5, PERSIST_IDLE_MAX_MS: 5,
       // Tests move their clocks by months: a test closes periods itself, no schedule does it behind another's back.
       INVOICE_INTERVAL_MS: 0, ...overrides },
   );

@@ -80,7 +80,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     },
     persisted: (bases) => rt.retention.persisted(bases),
     passDone: (entries, seconds, failed) => measured.passDone(entries, seconds, failed),
-  }, writer);
+  }, writer, config.PERSIST_IDLE_MAX_MS);
   persist.start();
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();

@@ -46,6 +46,16 @@ export function batchWaitMs(moved: number, sinceLastMs: number, tookMs: number):
   const want = moved > 0 ? (persist_batch_grow_below * Math.max(sinceLastMs, 1)) / moved - tookMs : persist_batch_wait_max_ms;
   return Math.round(Math.min(persist_batch_wait_max_ms, Math.max(persist_batch_wait_ms, want)));
 }
+/**
+ * The wait after a pass that found nothing: `idleMs` after a pass that moved entries,
+ * then twice the previous wait after each empty one, up to `idleMaxMs`. An idle worker
+ * then polls the dirty shards (16 SPOPs) a few times a second instead of forty, and a
+ * burst after a quiet spell waits at most `idleMaxMs`, the longest wait a small pass
+ * gets anyway (persist_batch_wait_max_ms by default).
+ */
+export function nextIdleWaitMs(previousMs: number | null, idleMs: number, idleMaxMs: number): number {
+  return previousMs === null ? idleMs : Math.max(idleMs, Math.min(idleMaxMs, previousMs * 2));
+}
 /** Pause after a failed pass, or a pass in which a customer's entries were refused. */
 export const persist_retry_wait_ms = 1_000;
 /** Pause of the loop while the Redis generation is not verified (src/redis/generation.ts). */
@@ -85,6 +95,8 @@ export class PersistLoop {
   private firstShard = 0;
   /** When the previous pass started (the entries of a pass came in since then). */
   private lastPassAt = Date.now();
+  /** The wait after the last empty pass; null after a pass that moved entries. */
+  private idleWaitMs: number | null = null;
   readonly outbox: LedgerOutbox;
 
   constructor(
@@ -95,6 +107,7 @@ export class PersistLoop {
     private readonly logger: Logger,
     private readonly hooks: PersistHooks = {},
     writer?: EntryWriter,
+    private readonly idleMaxMs = idleMs,
   ) {
     this.outbox = new LedgerOutbox(redis, queries, prefix, logger, hooks, writer);
   }
@@ -132,7 +145,11 @@ export class PersistLoop {
       // pause the loop would retry it at once, forever, while the refusal lasts.
       if (pass.failed) await this.sleep(persist_retry_wait_ms);
       else if (pass.backlog) continue;
-      else await this.sleep(pass.moved === 0 ? this.idleMs : batchWaitMs(pass.moved, sinceLast, Date.now() - started));
+      else if (pass.moved === 0) await this.sleep((this.idleWaitMs = nextIdleWaitMs(this.idleWaitMs, this.idleMs, this.idleMaxMs)));
+      else {
+        this.idleWaitMs = null;
+        await this.sleep(batchWaitMs(pass.moved, sinceLast, Date.now() - started));
+      }
     }
   }
 

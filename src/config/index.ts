@@ -58,7 +58,14 @@ const schema = z.object({
   /** How often an API process writes the last-used times of the keys it authenticated (src/keys/usage.ts). */
   KEY_LAST_USED_FLUSH_MS: z.coerce.number().int().min(10).default(10_000),
   SWEEP_INTERVAL_MS: z.coerce.number().int().min(100).default(5_000),
+  /**
+   * The persist loop's wait after a pass that found nothing, doubled after each such pass
+   * up to PERSIST_IDLE_MAX_MS (workers/persist.ts): an idle worker polls the dirty shards
+   * every 250 ms rather than every 25, and the first write after a quiet spell reaches
+   * PostgreSQL within that.
+   */
   PERSIST_IDLE_MS: z.coerce.number().int().min(1).default(25),
+  PERSIST_IDLE_MAX_MS: z.coerce.number().int().min(1).default(250),
   /**
    * How far back the recovery after a Redis restart looks for customers whose ledger is
    * ahead of Redis (src/reconcile/recovery.ts); older losses need `reconcile --repair`.

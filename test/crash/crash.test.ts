@@ -157,6 +157,7 @@ function serviceEnv(redisPort: number, masterKey: string, config: ReturnType<typ
     LOG_LEVEL: 'info',
     SWEEP_INTERVAL_MS: '500',
     PERSIST_IDLE_MS: '5',
+    PERSIST_IDLE_MAX_MS: '5',
     SVC_MASTER_KEY: masterKey,
     UPSTREAM_ALLOW_PRIVATE: '1',
   };

@@ -48,6 +48,7 @@ beforeAll(async () => {
     LOG_LEVEL: 'info',
     SWEEP_INTERVAL_MS: '500',
     PERSIST_IDLE_MS: '5',
+    PERSIST_IDLE_MAX_MS: '5',
     SVC_MASTER_KEY: masterKey,
   };
   for (let i = 0; i < 2; i++) {

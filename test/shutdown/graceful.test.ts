@@ -74,6 +74,7 @@ beforeAll(async () => {
     HOST: '127.0.0.1',
     SVC_MASTER_KEY: masterKey,
     PERSIST_IDLE_MS: '5',
+    PERSIST_IDLE_MAX_MS: '5',
     LOG_LEVEL: 'warn',
   };
 });
