@@ -11,11 +11,13 @@
  *
  * PROFILE_SCRIPT=gateway runs PROFILE_CALLS (1,000) gateway calls instead, with the
  * arguments src/gateway/billing.ts sends: the receipt index entry (lua/bind-2.lua) and the
- * hold (lua/gateway_hold-10.lua), then the settlement
+ * hold (lua/gateway_hold-10.lua) as a Redis Cluster sends them, or with PROFILE_BOUND=1 the
+ * one script a single Redis sends (lua/bound_gateway_hold-12.lua), then the settlement
  * (lua/gateway_settle-10.lua) with a usage record as the API writes it. Each script is
  * counted over all the calls in a phase of its own (all the holds, then all the
  * settlements), and the output gives the instructions per script and per call, with the
- * functions of each phase when PROFILE_TOP is set.
+ * functions of each phase when PROFILE_TOP is set. The project's binding buckets hold a
+ * thousand ids each first, as a day of calls leaves them.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync } from 'node:fs';
@@ -26,11 +28,12 @@ import { newId } from '../../src/ids.js';
 import { BindStatus } from '../../src/ledger/bindings.js';
 import { requestHash } from '../../src/ledger/service.js';
 import { createRedis } from '../../src/redis/client.js';
-import { bindingKeys, customerKeys, scriptKeys } from '../../src/redis/keys.js';
+import { binding_buckets, bindingKeys, bindingKeysOfBucket, customerKeys, scriptKeys } from '../../src/redis/keys.js';
 import { registerScripts, scriptApi, ScriptStatus, type CustomerCall } from '../../src/redis/scripts.js';
 import { freePort, waitForPort } from '../lib/processes.js';
 
 const gateway = process.env.PROFILE_SCRIPT === 'gateway';
+const bound = process.env.PROFILE_BOUND === '1';
 const count = Number((gateway ? process.env.PROFILE_CALLS : process.env.PROFILE_DEDUCTS) ?? (gateway ? 1000 : 2000));
 const warmup = Number(process.env.PROFILE_WARMUP ?? 200);
 const top = Number(process.env.PROFILE_TOP ?? (gateway ? 0 : 45));
@@ -78,7 +81,6 @@ const functions = (annotated: string) => annotated.split('\n').filter((l) => /^\
 if (!gateway) {
   const hash = requestHash(['deduct', 1, null, null, null]);
   const args = (txid: string) => ({ transactionId: txid, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1' });
-  const bound = process.env.PROFILE_BOUND === '1';
   const one = async (txid: string) => {
     expect('deduct', bound
       ? await scripts.bound_deduct({ ...callOn(), bucket: bindingKeys(prefix, projectId, 't', txid) } as never, args(txid))
@@ -116,7 +118,16 @@ if (!gateway) {
   const settle = async (txid: string) => {
     expect('gateway_settle', await scripts.gateway_settle(callOn(), { transactionId: txid, cost: costOf(usage, prices), usageRecord: record(), modelId: 'gpt-test' }));
   };
-  const phases: [string, (txid: string) => Promise<void>][] = [['bind', index], ['gateway_hold', hold], ['gateway_settle', settle]];
+  const boundHold = async (txid: string) => {
+    expect('bound_gateway_hold', await scripts.bound_gateway_hold({ ...callOn(), bucket: bindingKeys(prefix, projectId, 't', txid) }, holdArgs(txid)));
+  };
+  const phases: [string, (txid: string) => Promise<void>][] = bound
+    ? [['bound_gateway_hold', boundHold], ['gateway_settle', settle]]
+    : [['bind', index], ['gateway_hold', hold], ['gateway_settle', settle]];
+  // The `t` buckets of a project with a day of calls: hash tables, as a real project's
+  // are, not the small listpacks a fresh one has (a linear search per binding).
+  await Promise.all(Array.from({ length: binding_buckets }, (_, b) =>
+    redis.hset(bindingKeysOfBucket(prefix, projectId, 't', b).ids, Object.fromEntries(Array.from({ length: 1_000 }, (_, i) => [`gw_old${b}-${i}`, `${customerId}|0`])))));
   const calls = (n: number) => Array.from({ length: n }, () => newId('gw'));
   const warm = calls(warmup);
   for (const [, one] of phases) await inBatches(warm, one);
