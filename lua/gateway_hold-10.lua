@@ -86,9 +86,10 @@ if hold > 0 then
   details = picks_to_details(picks)
 end
 
-local settle_at = now + ttl_seconds * 1000
+-- A string: a number argument of redis.call goes through Lua's '%.14g' (the float path).
+local settle_at = N(now + ttl_seconds * 1000)
 redis.call('HSET', K_tx, txid, cjson.encode({
-  k = 'gateway', st = 'frozen', a = N(hold), holds = details, w = wallet, ttlk = 'release', ttla = N(settle_at),
+  k = 'gateway', st = 'frozen', a = N(hold), holds = details, w = wallet, ttlk = 'release', ttla = settle_at,
   ik = (idem_key ~= nil and idem_key ~= '' and idem_key) or nil,
 }))
 redis.call('ZADD', K_ttl, settle_at, txid)
