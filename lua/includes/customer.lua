@@ -266,8 +266,7 @@ local function walk_live(visit)
   local from = 0
   local batch = 1
   while true do
-    -- Strings: a number argument of redis.call goes through Lua's '%.14g' (the float path).
-    local members = redis.call('ZRANGE', K_live, N(from), N(from + batch - 1))
+    local members = redis.call('ZRANGE', K_live, from, from + batch - 1)
     local ids = {}
     for i, m in ipairs(members) do ids[i] = string.match(m, '^%d+:(.*)$') end
     for _, s in ipairs(load_sources(ids)) do
