@@ -45,7 +45,9 @@ local auto_consumed = expire_due(now)
 if not customer_exists() then return { E_CUSTOMER_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
-local available = wallet_available(wallet, now)
+-- The live sources, read once: the wallet's available credits, then the draw.
+local sources = load_live()
+local available = wallet_available(sources, wallet, now)
 
 local function out_cost(tokens) return math.ceil(tokens * answers * out_price / 1000000) end
 
@@ -78,15 +80,16 @@ local hold = input_bound + out_cost(out_tokens)
 
 local details = {}
 if hold > 0 then
-  local picks, status = draw(hold, { [wallet] = true }, now)
+  local picks, status = draw_loaded(sources, hold, { [wallet] = true }, now)
   if picks == nil then return { status, '', auto_consumed, ttl_entries_written } end
   for _, p in ipairs(picks) do add_frozen(p.source, p.take) end
   details = picks_to_details(picks)
 end
 
-local settle_at = now + ttl_seconds * 1000
+-- A string: a number argument of redis.call goes through Lua's '%.14g' (the float path).
+local settle_at = N(now + ttl_seconds * 1000)
 redis.call('HSET', K_tx, txid, cjson.encode({
-  k = 'gateway', st = 'frozen', a = N(hold), holds = details, w = wallet, ttlk = 'release', ttla = N(settle_at),
+  k = 'gateway', st = 'frozen', a = N(hold), holds = details, w = wallet, ttlk = 'release', ttla = settle_at,
   ik = (idem_key ~= nil and idem_key ~= '' and idem_key) or nil,
 }))
 redis.call('ZADD', K_ttl, settle_at, txid)

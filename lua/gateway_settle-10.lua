@@ -36,24 +36,30 @@ if not live and not (tx.st == 'released' and tx.by == 'ttl') then
   return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entries_written }
 end
 
+-- The live sources, read once: the hold's own among them, and once the hold has ended the
+-- wallet's available credits, which pay what the hold does not cover, as far as they go;
+-- what is left of them is the balance after.
+local sources = load_live()
 local held = 0
 local from_hold = 0
 local details = {}
 if live then
-  local sources = load_hold_sources(tx.holds)
-  if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
+  local hold_sources = load_hold_sources(tx.holds, sources)
+  if hold_sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
   held = tonumber(tx.a)
   from_hold = math.min(cost, held)
-  details = consume_holds(tx.holds, sources, from_hold)
+  details = consume_holds(tx.holds, hold_sources, from_hold)
 end
 
--- draw() sees the same active, available credits as wallet_available(), so it can pay
+-- A draw sees the same active, available credits as wallet_available(), so it can pay
 -- `beyond` in full. A source charged from the hold and beyond it is one detail item.
-local beyond = math.max(0, math.min(cost - from_hold, wallet_available(tx.w, now)))
+local available = wallet_available(sources, tx.w, now)
+local beyond = 0
+if cost > from_hold then beyond = math.max(0, math.min(cost - from_hold, available)) end
 if beyond > 0 then
   local index = {}
   for i, d in ipairs(details) do index[d.account_id] = i end
-  local picks = draw(beyond, { [tx.w] = true }, now)
+  local picks = draw_loaded(sources, beyond, { [tx.w] = true }, now)
   for _, p in ipairs(picks) do
     add_used(p.source, p.take)
     local i = index[p.source.id]
@@ -69,7 +75,7 @@ local charged = from_hold + beyond
 
 local result = cjson.encode({
   transaction_id = txid, cost = N(charged), shortfall = N(cost - charged), returned = N(held - from_hold),
-  reserved = tx.a, details = details, balance_after = N(wallet_available(tx.w, now)), settled_at = N(now),
+  reserved = tx.a, details = details, balance_after = N(available - beyond), settled_at = N(now),
 })
 tx.st = 'settled'
 tx.r = result

@@ -19,6 +19,11 @@ local BIND_ARCHIVED = 3
 -- filter has it: nothing written; the caller asks PostgreSQL).
 local function bind_id(K_ids, K_bloom, id, owner, force)
   local now = bucket_now_ms()
+  -- An id bound without the filter is most often new (a gateway call's receipt index
+  -- entry): one HSETNX binds it, where HGET and HSET took two commands.
+  if force and owner ~= '' and redis.call('HSETNX', K_ids, id, owner .. '|' .. string.format('%d', now)) == 1 then
+    return { BIND_NEW, owner, now, now }
+  end
   local v = redis.call('HGET', K_ids, id)
   if v then
     local o, at = parse_binding(v)

@@ -1,7 +1,9 @@
 -- The binding step of a bound script (lua/bound_<op>-12.lua): on a single Redis, where a
 -- script may take keys of several slots, the binding of the operation's id (ARGV[5]: its
 -- transaction id or deposit key) and the operation run as one script, one command. A
--- Redis Cluster keeps the two steps (src/ledger/service.ts). Pulled in after customer.
+-- Redis Cluster keeps the two steps (src/ledger/service.ts). The gateway hold binds after
+-- its operation instead, only when the hold applied (lua/bound_gateway_hold-12.lua).
+-- Pulled in after customer.
 --
 -- A bound script takes the ten KEYS and the ARGV of its operation's script (see
 -- includes/customer.lua), and after them:
@@ -40,4 +42,10 @@ end
 -- it is bound to nobody.
 local function bound_to_customer(absent)
   return binding_step('', absent, E_SCOPE_MISMATCH)
+end
+
+-- A gateway call's receipt index entry: its new transaction id bound to this customer
+-- without asking the filter, as src/ledger/bindings.ts indexCall binds it on a cluster.
+local function index_call()
+  bind_id(K_bucket_ids, K_bucket_bloom, bound_id, customer_id, true)
 end

@@ -278,24 +278,55 @@ local function walk_live(visit)
   end
 end
 
--- Credits of `wallet` available now: active live sources, less what is used and frozen.
-local function wallet_available(wallet, now)
+-- Every live source in draw order, for a script that needs the whole live set (a wallet's
+-- available credits) and may then draw from it (draw_loaded): one walk instead of two.
+-- One ZRANGE, and one HMGET per live_load_max sources. Missing sources are skipped, as
+-- walk_live skips them.
+local live_load_max = 256
+local function load_live()
+  local members = redis.call('ZRANGE', K_live, '0', '-1')
+  local sources = {}
+  for first = 1, #members, live_load_max do
+    local ids = {}
+    for i = first, math.min(first + live_load_max - 1, #members) do ids[#ids + 1] = string.match(members[i], '^%d+:(.*)$') end
+    for _, s in ipairs(load_sources(ids)) do
+      if s then sources[#sources + 1] = s end
+    end
+  end
+  return sources
+end
+
+-- Credits of `wallet` available now in `sources` (load_live): active ones, less what is
+-- used and frozen.
+local function wallet_available(sources, wallet, now)
   local available = 0
-  walk_live(function(s)
+  for _, s in ipairs(sources) do
     if s.w == wallet and is_active(s, now) then available = available + (s.t - s.u - s.f) end
-  end)
+  end
   return available
 end
 
 -- The sources of a transaction's holds, in hold order, or nil when one is missing (a state
 -- only corruption can make). Scripts load them all before changing any: a script that
--- failed halfway would keep its first writes.
-local function load_hold_sources(holds)
-  local ids = {}
-  for i, h in ipairs(holds) do ids[i] = h.account_id end
-  local sources = load_sources(ids)
-  for i = 1, #ids do
-    if not sources[i] then return nil end
+-- failed halfway would keep its first writes. Given the live sources a script loaded
+-- (load_live), a hold's source found there is that object, read no second time, and what
+-- the hold's end changes shows in it; the others are read (none unless corrupt: a source
+-- with credits frozen stays live).
+local function load_hold_sources(holds, loaded)
+  local by_id = {}
+  for _, s in ipairs(loaded or {}) do by_id[s.id] = s end
+  local sources, ids, at = {}, {}, {}
+  for i, h in ipairs(holds) do
+    sources[i] = by_id[h.account_id]
+    if not sources[i] then
+      ids[#ids + 1] = h.account_id
+      at[#ids] = i
+    end
+  end
+  local read = load_sources(ids)
+  for j = 1, #ids do
+    if not read[j] then return nil end
+    sources[at[j]] = read[j]
   end
   return sources
 end
@@ -535,12 +566,14 @@ end
 -- Only a draw that fails walks all of it, for the totals its error depends on. Expired
 -- sources with nothing frozen that it passes move to dead. Returns the list of
 -- {source, take}, or nil, an error status and the shortfall JSON (see shortfall).
-local function draw(amount, filter, now)
+-- `walk` calls visit(source) for each source in that order until it returns true:
+-- walk_live (draw), or the sources a script loaded already (draw_loaded).
+local function draw_by(walk, amount, filter, now)
   local picks = {}
   local expired = {}
   local available_all = 0
   local left = amount
-  walk_live(function(s)
+  walk(function(s)
     if s.e ~= nil and s.e <= now then
       if s.f <= 0 then table.insert(expired, s) end
       return false
@@ -562,6 +595,20 @@ local function draw(amount, filter, now)
     return nil, E_INSUFFICIENT, why
   end
   return picks, OK
+end
+
+local function draw(amount, filter, now)
+  return draw_by(walk_live, amount, filter, now)
+end
+
+-- As draw, from the live sources loaded by load_live, unchanged since: the same sources in
+-- the same order as a walk of the live set would read.
+local function draw_loaded(sources, amount, filter, now)
+  return draw_by(function(visit)
+    for _, s in ipairs(sources) do
+      if visit(s) then return end
+    end
+  end, amount, filter, now)
 end
 
 local function parse_filter(arg)

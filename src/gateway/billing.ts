@@ -218,33 +218,41 @@ export class GatewayBilling {
 
   /**
    * Counts the plan operation and holds an upper bound of the call's cost
-   * (lua/gateway_hold-10.lua), with the receipt index entry in the same round trip. A hold
-   * that fails is undone: the reservation given back, the index entry taken back, and a
-   * hold that may exist released in the background.
+   * (lua/gateway_hold-10.lua), with the receipt index entry in the same round trip: one
+   * script on a single Redis (lua/bound_gateway_hold-12.lua), the hold and the entry
+   * auto-pipelined on a Redis Cluster. A hold that fails is undone: the reservation given
+   * back, the index entry taken back, and a hold that may exist released in the
+   * background.
    */
   async hold(c: HoldRequest): Promise<Call> {
     const startedAt = Date.now();
     const reservation = await this.deps.plans.take(c.scope.organizationId, gateway_reservation_ms);
-    const bindings = gatewayBindings(this.deps.ledger.bindings, c.scope.projectId);
+    const { ledger } = this.deps;
+    const bindings = gatewayBindings(ledger.bindings, c.scope.projectId);
     let ok = false;
     // True once the hold may exist: its script applied, or its reply was lost.
     let holdMayExist = false;
+    // True once the index entry may exist: on a single Redis, as the hold (its script writes
+    // the entry only when the hold applies); on a cluster, once it was sent.
+    let indexMayExist = false;
     try {
       const prices = c.model.prices;
       const wanted = c.explicitMax ?? c.model.maxOutputTokens;
+      const args: CustomerScriptArgs<'gateway_hold'> = {
+        transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices), outputPrice: prices.output,
+        outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
+        admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey,
+      };
       // Receipts find the customer of a gateway transaction through the project index. The
-      // entry is written beside the hold, in the same round trip (auto-pipelined), instead
-      // of after it: the transaction id is new, and an entry whose transaction does not
-      // exist reads as no receipt, so a failed hold only has to take its entry back.
-      const [held, indexed] = await Promise.allSettled([
-        this.deps.ledger.run('gateway_hold', c.scope, c.customerId, {
-          transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices), outputPrice: prices.output,
-          outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
-          admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey,
-        }),
-        bindings.indexCall(c.transactionId, c.customerId),
-      ]);
+      // entry is written with the hold, instead of after it: the transaction id is new, and
+      // an entry whose transaction does not exist reads as no receipt, so a failed hold
+      // only has to take its entry back. On a cluster its bucket is in another slot: it
+      // goes beside the hold, in the same round trip (auto-pipelined).
+      const [held, indexed] = ledger.oneScript
+        ? [(await Promise.allSettled([ledger.runBound('gateway_hold', c.scope, c.customerId, c.transactionId, args)]))[0], null]
+        : await Promise.allSettled([ledger.run('gateway_hold', c.scope, c.customerId, args), bindings.indexCall(c.transactionId, c.customerId)]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
+      indexMayExist = indexed === null ? holdMayExist : true;
       if (held.status === 'rejected') throw held.reason;
       const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
@@ -255,14 +263,14 @@ export class GatewayBilling {
         throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
-      if (indexed.status === 'rejected') throw indexed.reason;
+      if (indexed?.status === 'rejected') throw indexed.reason;
       const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
       ok = true;
       return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens));
     } finally {
       if (!ok) {
         void this.deps.plans.finish(reservation, 'release');
-        await bindings.unindexCall(c.transactionId).catch(() => undefined);
+        if (indexMayExist) await bindings.unindexCall(c.transactionId).catch(() => undefined);
         // The call fails, but a hold may be frozen: release it once Redis answers (the
         // release is idempotent), instead of leaving it to its one-hour TTL while a retry
         // of the client freezes more.

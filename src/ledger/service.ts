@@ -155,9 +155,11 @@ export class LedgerService {
   private readonly api: ScriptApi;
   /**
    * A single Redis: an operation whose customer is known binds its id in its own script
-   * (fromBinding). A Redis Cluster has the binding bucket and the customer in other slots.
+   * (fromBinding), and the gateway hold writes its receipt index entry in its own
+   * (src/gateway/billing.ts). A Redis Cluster has the binding bucket and the customer in
+   * other slots.
    */
-  private readonly oneScript: boolean;
+  readonly oneScript: boolean;
 
   constructor(
     private readonly redis: RedisClient,
@@ -259,7 +261,7 @@ export class LedgerService {
    * Runs the bound script of `op` (a single Redis): the binding of `id` in its project
    * bucket and the operation, in one script (lua/includes/bound.lua).
    */
-  private runBound<N extends BoundOperation>(op: N, scope: ProjectScope, customerId: string, id: string, args: CustomerScriptArgs<N>): Promise<ScriptReply> {
+  runBound<N extends BoundOperation>(op: N, scope: ProjectScope, customerId: string, id: string, args: CustomerScriptArgs<N>): Promise<ScriptReply> {
     const bucket = bindingKeys(this.prefix, scope.projectId, op === 'deposit' ? 'd' : 't', id);
     return this.send(op, scope, customerId, (call) => this.api.bound(op, { ...call, bucket }, args));
   }

@@ -298,10 +298,11 @@ export const customer_script_args = {
 /**
  * Operations that a single Redis runs with the binding of their id, in one script:
  * lua/bound_<op>-12.lua binds (or reads the binding of) ARGV[5], then runs lua/<op>-10.lua
- * (lua/includes/bound.lua). Their ARGV are the operation's; the last one is '' (no grace:
- * the binding is read in the same script).
+ * (lua/includes/bound.lua); the gateway hold runs first and writes its call's receipt
+ * index entry when it applied (lua/bound_gateway_hold-12.lua). Their ARGV are the
+ * operation's; the last one is '' (no grace: the binding is read in the same script).
  */
-export const boundOperations = ['deposit', 'deduct', 'freeze', 'consume', 'unfreeze'] as const satisfies readonly CustomerScriptName[];
+export const boundOperations = ['deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'gateway_hold'] as const satisfies readonly CustomerScriptName[];
 export type BoundOperation = (typeof boundOperations)[number];
 export const boundScriptName = <N extends BoundOperation>(op: N): `bound_${N}` => `bound_${op}`;
 /** KEYS[11..12] of a bound script, after the customer's ten: the bucket of the operation's id. */

@@ -11,7 +11,7 @@
  * A Redis Cluster keeps the two steps (other slots): every other ledger suite runs there.
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pgArchive } from '../../src/ledger/bindings.js';
@@ -19,53 +19,13 @@ import { archive_grace_ms } from '../../src/ledger/retention.js';
 import { LedgerService, type OpResult, type ProjectScope } from '../../src/ledger/service.js';
 import { createRedis, detectCluster } from '../../src/redis/client.js';
 import { customerKeys } from '../../src/redis/keys.js';
-import {
-  boundOperations, boundScriptName, customerScriptNames, other_scripts, registerScripts, scriptSource,
-} from '../../src/redis/scripts.js';
+import { registerScripts } from '../../src/redis/scripts.js';
 import { ApiError } from '../../src/errors/catalogue.js';
 import { testConfig, waitFor } from '../helpers.js';
+import { clientAddress, describeCommand, watchCommands } from '../support/monitor.js';
 import { p, svc, useTestService } from '../support/service.js';
 
 const clustered = await detectCluster(testConfig().REDIS_URL, undefined);
-
-const scriptNames = [...customerScriptNames, ...Object.keys(other_scripts), ...boundOperations.map(boundScriptName)];
-/** Every script under lua/ as FCALL names it: by its function (src/redis/scripts.ts). */
-const scriptByFn = new Map(scriptNames.map((name) => [scriptSource(name).fn, name]));
-
-/** What a MONITOR line shows of a command: its name, and the script's name for FCALL. */
-function describeCommand(args: string[]): string {
-  const name = args[0].toLowerCase();
-  if (name === 'fcall') return `script ${scriptByFn.get(args[1]) ?? args[1]}`;
-  return name;
-}
-
-/**
- * A MONITOR connection of its own, on a plain socket: ioredis's monitor mode loses a race
- * on a busy Redis (a line that comes with MONITOR's +OK fails as "Command queue state
- * error"). Calls `heard` with each command's client address and its first two arguments,
- * as MONITOR quotes them.
- */
-async function watchCommands(url: string, heard: (source: string, args: string[]) => void): Promise<Socket> {
-  const u = new URL(url);
-  const socket = connect(Number(u.port || 6379), u.hostname);
-  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-  let buffer = '';
-  let started: () => void;
-  const monitoring = new Promise<void>((resolve) => (started = resolve));
-  socket.on('data', (chunk) => {
-    buffer += chunk.toString('latin1');
-    const lines = buffer.split('\r\n');
-    buffer = lines.pop()!;
-    for (const line of lines) {
-      if (line === '+OK') started();
-      const m = /^\+\S+ \[\d+ (\S+)\] "((?:[^"\\]|\\.)*)"(?: "((?:[^"\\]|\\.)*)")?/.exec(line);
-      if (m) heard(m[1], [m[2], m[3] ?? '']);
-    }
-  });
-  socket.write('MONITOR\r\n');
-  await monitoring;
-  return socket;
-}
 
 let scope: ProjectScope;
 /** The ledger under watch: its own connection, so its commands are told apart by address. */
@@ -86,7 +46,7 @@ beforeAll(async () => {
   scope = { projectId: p.projectId, organizationId: p.organizationId };
   conn = createRedis(svc.rt.config.REDIS_URL);
   ledger = new LedgerService(conn, registerScripts(conn), svc.rt.config.REDIS_PREFIX, svc.rt.clock, { archived: pgArchive(svc.rt.db) });
-  connAddr = /(?:^|\s)addr=(\S+)/.exec(String(await conn.client('INFO')))![1];
+  connAddr = await clientAddress(conn);
   monitor = await watchCommands(svc.rt.config.REDIS_URL, (source, args) => {
     if (source === connAddr) seen.push(describeCommand(args));
   });
