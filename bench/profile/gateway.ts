@@ -5,7 +5,8 @@
  * configures a model on the mock, funds a few customers, and drives POST /v1/chat/completions
  * (the bench:gateway request, bench/gateway/answers.ts) with autocannon at PROFILE_CONNECTIONS
  * (16): whole answers, then streamed, through the bare proxy and the gateway in turns of
- * PROFILE_BURST_S (4) seconds, PROFILE_DURATION_S (12) seconds each in all. Prints CPU
+ * PROFILE_BURST_S (4) seconds, PROFILE_DURATION_S (12) seconds each in all; the mock
+ * answers at once, or after PROFILE_UPSTREAM_LATENCY_MS (bench:gateway's latency rounds wait 20). Prints CPU
  * microseconds per call of each process (from /proc). Short turns taken in rotation share
  * out whatever else runs on the machine, so the rows of one run compare; runs do not.
  *
@@ -47,6 +48,7 @@ const settings = {
   phases: (env.PROFILE_PHASES ?? 'whole,streamed').split(',').map((p) => p.trim()),
   baseDir: env.PROFILE_BASE_DIR,
   customers: 8,
+  upstreamLatencyMs: Number(env.PROFILE_UPSTREAM_LATENCY_MS ?? 0),
   startTimeoutMs: 30_000,
 };
 const run = createBenchRun({ logDirPrefix: 'svc-prof-gw-', runTimeoutMs: 600_000 });
@@ -144,7 +146,7 @@ async function main(): Promise<void> {
     const stream = phase === 'streamed';
     const totals = new Map(targets.map((t) => [t.name, { cpuS: 0, calls: 0, rps: [] as number[], p50: [] as number[] }]));
     const load = (t: Target, durationS: number, warmupS: number) => {
-      const body = requestBody(t.model, stream);
+      const body = requestBody(t.model, stream, settings.upstreamLatencyMs);
       let seq = 0;
       return runLoad({
         title: `${t.name} ${phase}`,
