@@ -31,6 +31,11 @@ start() {
       [ "$(cli "$p" info cluster | tr -d '\r' | sed -n 's/^cluster_enabled://p')" = 1 ] || { say "port $p is taken by a Redis that is not a cluster node"; exit 1; }
       continue
     fi
+    # Nothing is persisted, so a node that is down has nothing to keep. Its nodes.conf,
+    # left by a node that was killed (a machine or session that stopped with the cluster
+    # up), would bring back the old cluster's view half-way, and `--cluster create` would
+    # wait for ever for the nodes to agree: a node always starts from a fresh directory.
+    rm -rf "${dir:?}/$p"
     mkdir -p "$dir/$p"
     redis-server --port "$p" --bind 127.0.0.1 --dir "$dir/$p" --cluster-enabled yes \
       --cluster-config-file "$dir/$p/nodes.conf" --cluster-node-timeout 2000 \
@@ -39,11 +44,13 @@ start() {
   done
   # Nodes that already know each other (a half-made cluster) are reset first.
   for p in $(ports); do
-    [ "$(cli "$p" dbsize)" = 0 ] && cli "$p" cluster reset hard >/dev/null
+    [ "$(cli "$p" dbsize)" = 0 ] || { say "node $p holds keys but the cluster is not up: stop it first"; exit 1; }
+    cli "$p" cluster reset hard >/dev/null
   done
   local addrs=()
   for p in $(ports); do addrs+=("127.0.0.1:$p"); done
-  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >&2
+  # `--cluster create` waits without end for the nodes to agree; bounded here.
+  timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >&2 || { say "redis-cli --cluster create did not finish within 60 s"; exit 1; }
   for p in $(ports); do
     wait_until 100 eval "cli $p cluster info | tr -d '\r' | grep -q '^cluster_state:ok$'" || { say "node $p did not reach cluster_state:ok"; exit 1; }
   done

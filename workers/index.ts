@@ -4,6 +4,7 @@
  * `npm start` beside the API.
  */
 import { Worker } from 'bullmq';
+import './bullmq-closing.js';
 import { heartbeatKey } from '../src/health.js';
 import { scheduleSweeps } from '../src/ledger/expiry.js';
 import { throttled } from '../src/redis/client.js';
