@@ -182,7 +182,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   });
   // Every script call checks the guard right before it is sent.
   const scripts = generation.guardScripts(registerScripts(redis));
-  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger);
+  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, () => generation.ready());
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     metrics,
     billable: {

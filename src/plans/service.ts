@@ -95,6 +95,12 @@ export class PlanService {
     private readonly prefix: string,
     private readonly clock: Clock,
     private readonly logger: Logger,
+    /**
+     * Resolves once the Redis generation guard lets scripts through (503 after its wait):
+     * reads that run a script wait for it as money operations do, instead of answering
+     * 503 at once in the moments after a start or a reconnect.
+     */
+    private readonly ready: () => Promise<void> = async () => undefined,
   ) {
     this.api = scriptApi(scripts);
     this.leases = new PlanLeases(
@@ -371,6 +377,7 @@ export class PlanService {
 
   /** GET /v1/admin/organization. */
   async organization(orgId: string) {
+    await this.ready();
     // What this process's leases served is reported first; other processes report theirs
     // within lease_report_ms.
     await this.leases.flush(orgId);

@@ -139,10 +139,14 @@ describe('Redis restarted from an older snapshot', () => {
 
       // A read waits for the guard like the money operations do, instead of a 503 at once:
       // it is answered once the recovery below completes.
+      // So does the organization's read, whose plan count is a script.
       const reading = svc.call('GET', '/v1/customers/dave/balance', { key: p.projectKey });
+      const readingOrg = svc.call('GET', '/v1/admin/organization', { key: p.adminKey });
       await direct.del(recoveryLockKey(prefix));
       const read = await reading;
       expect([read.status, read.body.available]).toEqual([200, 100]);
+      const org = await readingOrg;
+      expect([org.status, typeof org.body.billable_ops]).toEqual([200, 'number']);
       await waitFor(async () => (await svc.call('GET', '/health')).body.checks?.redis?.generation === 'verified', 10_000, 'the guard to verify');
       expect(await direct.exists(recoveredMarkerKey(prefix, runId))).toBe(1);
       await apply('deduct dv1', '/v1/billing/deduct', { customer_id: 'dave', transaction_id: 'dv1', amount: 10 });
