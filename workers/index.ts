@@ -55,6 +55,18 @@ export const worker_close_wait_ms = 5_000;
  */
 export const queue_retry_delay_ms = 1_000;
 
+/**
+ * The ledger queue's worker is replaced when it has started no job for this long while
+ * jobs wait in the queue (checked every queue_worker_check_ms). Seen on a Redis Cluster
+ * whose master holding the queue restarted empty: BullMQ's worker stayed in its wait for
+ * the next job for good (no command pending on any connection, its blocking client
+ * 'ready'), with the sweep job waiting, so TTL freezes were never released by the sweeper
+ * (test/cluster/shared-keys.test.ts, about 1 run in 4 with a core busy). A new Worker on
+ * new connections takes the jobs; the old one is closed without waiting for it.
+ */
+export const queue_worker_stuck_ms = 10_000;
+export const queue_worker_check_ms = 5_000;
+
 /** The repeatable job that closes due billing periods into invoices. */
 export const close_periods_job = 'close-periods';
 
@@ -88,33 +100,68 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
 
   const invoicing = new Invoicing(rt.db, rt.redis, config.REDIS_PREFIX, config.INVOICE_GRACE_SECONDS * 1000, logger);
 
-  const worker = new Worker<LedgerJobData>(
-    ledgerQueueName,
-    async (job) => {
-      if (job.name === 'expire') {
-        const d = job.data as ExpireJob;
-        const r = await rt.ledger.expire({ projectId: d.projectId, organizationId: d.organizationId }, d.customerId);
-        measured.expired('job', r.settled);
-        return r;
-      }
-      if (job.name === 'sweep') {
-        const t = await rt.redis.time();
-        const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + rt.clock.offsetMs();
-        const r = await sweep(rt.redis, rt.scripts, config.REDIS_PREFIX, rt.ledger, nowMs);
-        measured.expired('sweep', r.settled);
-        return r;
-      }
-      if (job.name === close_periods_job) return invoicing.closeDue(rt.plans.nowMs());
-      throw new Error(`unknown job ${job.name}`);
-    },
-    { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8, runRetryDelay: queue_retry_delay_ms },
-  );
-  worker.on('failed', (job, err) => {
-    measured.job(job?.name ?? 'other', 'failed');
-    logger.error({ err, job: job?.name }, 'ledger job failed');
-  });
-  worker.on('completed', (job) => measured.job(job.name, 'completed'));
-  worker.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
+  // When the worker last showed that it runs: a job started or ended, or the queue found empty.
+  let lastSeenAt = Date.now();
+  const seen = () => {
+    lastSeenAt = Date.now();
+  };
+  const makeLedgerWorker = () => {
+    const w = new Worker<LedgerJobData>(
+      ledgerQueueName,
+      async (job) => {
+        if (job.name === 'expire') {
+          const d = job.data as ExpireJob;
+          const r = await rt.ledger.expire({ projectId: d.projectId, organizationId: d.organizationId }, d.customerId);
+          measured.expired('job', r.settled);
+          return r;
+        }
+        if (job.name === 'sweep') {
+          const t = await rt.redis.time();
+          const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) + rt.clock.offsetMs();
+          const r = await sweep(rt.redis, rt.scripts, config.REDIS_PREFIX, rt.ledger, nowMs);
+          measured.expired('sweep', r.settled);
+          return r;
+        }
+        if (job.name === close_periods_job) return invoicing.closeDue(rt.plans.nowMs());
+        throw new Error(`unknown job ${job.name}`);
+      },
+      { connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: 8, runRetryDelay: queue_retry_delay_ms },
+    );
+    w.on('failed', (job, err) => {
+      seen();
+      measured.job(job?.name ?? 'other', 'failed');
+      logger.error({ err, job: job?.name }, 'ledger job failed');
+    });
+    w.on('completed', (job) => {
+      seen();
+      measured.job(job.name, 'completed');
+    });
+    w.on('active', seen);
+    w.on('drained', seen);
+    w.on('error', throttled((err) => logger.error({ err }, 'ledger worker error')));
+    return w;
+  };
+  let worker = makeLedgerWorker();
+  let stopping: Promise<void> | undefined;
+  // Jobs seen waiting since this time with no sign of the worker since: stuck once it lasts
+  // queue_worker_stuck_ms. (A healthy worker takes a waiting job within milliseconds; an
+  // idle one shows nothing for as long as the queue is empty.)
+  let waitingSince: number | null = null;
+  const watchdog = setInterval(() => {
+    void (async () => {
+      if (stopping) return;
+      const waiting = await rt.ledgerQueue.getWaitingCount();
+      const now = Date.now();
+      if (waiting === 0) waitingSince = null;
+      else if (waitingSince === null || lastSeenAt >= waitingSince) waitingSince = now;
+      if (waitingSince === null || now - waitingSince < queue_worker_stuck_ms || stopping) return;
+      logger.warn({ waiting, stuckMs: now - waitingSince }, 'the ledger queue worker started no job while jobs waited; replacing it');
+      const old = worker;
+      worker = makeLedgerWorker();
+      waitingSince = null;
+      old.close(true).catch(() => undefined);
+    })().catch((err: unknown) => logger.error({ err }, 'the ledger queue worker check failed'));
+  }, queue_worker_check_ms);
   const reconcileWorker = new Worker<ReconcileJobData, ReconcileReport>(reconcileQueueName, reconcileProcessor(rt), {
     connection: rt.queueConnection(), prefix: config.QUEUE_PREFIX, concurrency: reconcile_worker_concurrency, runRetryDelay: queue_retry_delay_ms,
   });
@@ -139,15 +186,17 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   const metricsServer = metricsPort === undefined ? null : await serveMetrics(rt.metrics, metricsPort, config.METRICS_HOST ?? config.HOST);
   if (metricsServer) logger.info({ port: metricsServer.port }, 'worker metrics listening');
 
-  let stopping: Promise<void> | undefined;
   return {
     persist,
-    queueWorker: worker,
+    get queueWorker() {
+      return worker;
+    },
     reconcileWorker,
     metrics: metricsServer,
     stop() {
       stopping ??= (async () => {
         clearInterval(heartbeat);
+        clearInterval(watchdog);
         // A reconcile in progress stops after its current customers and goes back to wait
         // for another worker (src/reconcile/jobs.ts).
         reconcileWorker.cancelAllJobs('the worker is stopping');

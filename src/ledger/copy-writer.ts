@@ -152,6 +152,13 @@ export class CopyEntryWriter implements EntryWriter {
     stream.end();
     try {
       await done;
+    } catch (err) {
+      // The connection is dropped on any failure, now, not when its 'end' or 'error' event
+      // comes: on a busy process that can be after the next batch has taken the dead
+      // connection again (seen in CI: two batches in a row fell back after a backend was
+      // terminated). A failure is rare and the next batch's connection costs milliseconds.
+      this.drop(client);
+      throw err;
     } finally {
       clearTimeout(timer);
     }
