@@ -100,20 +100,18 @@ export async function findReceipt(deps: ReceiptDeps, scope: ProjectScope, transa
   // An archived call's binding is gone (src/ledger/bindings.ts): its receipt is in PostgreSQL.
   const owner = (await deps.ledger.bindings.command(scope.projectId, 't', transactionId, '', true)).owner;
   if (onlyCustomer !== null && owner !== null && owner !== onlyCustomer) return null;
-  const fromPostgres = async () => {
-    const stored = await deps.usage.findReceipt(scope.projectId, transactionId);
-    if (!stored) return undefined;
-    return onlyCustomer !== null && stored.customer_id !== onlyCustomer ? null : receipt(stored);
-  };
-  const first = await fromPostgres();
-  if (first !== undefined) return first;
-  if (owner === null) return null;
-  const fromOutbox = await receiptFromOutbox(deps, scope, owner, transactionId);
-  if (fromOutbox !== null) return fromOutbox;
-  // A worker may have copied the entry between the two reads: it writes PostgreSQL first
-  // and then takes the entry out of the outbox, so an entry missed by both reads is in
-  // PostgreSQL by now (seen in CI: a receipt read right after its stream ended was a 404).
-  return (await fromPostgres()) ?? null;
+  const read = () => deps.usage.findReceipt(scope.projectId, transactionId);
+  let stored = await read();
+  if (!stored && owner !== null) {
+    const fromOutbox = await receiptFromOutbox(deps, scope, owner, transactionId);
+    if (fromOutbox !== null) return fromOutbox;
+    // A worker may have copied the entry between the two reads: it writes PostgreSQL first
+    // and then takes the entry out of the outbox, so an entry missed by both reads is in
+    // PostgreSQL by now (seen in CI: a receipt read right after its stream ended was a 404).
+    stored = await read();
+  }
+  if (!stored) return null;
+  return onlyCustomer !== null && stored.customer_id !== onlyCustomer ? null : receipt(stored);
 }
 
 export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; redis: RedisClient; prefix: string }): Router {

@@ -42,14 +42,14 @@ export default class ProgressReporter implements Reporter {
   onTestModuleEnd(module: TestModule): void {
     const started = this.running.get(module.relativeModuleId);
     this.running.delete(module.relativeModuleId);
-    const state = module.state();
+    const c = counts(module);
     this.write({
       event: 'end',
       file: module.relativeModuleId,
       ms: started === undefined ? null : Date.now() - started,
       // A file that fails to load, or whose hooks fail, has no failed test: it counts as one.
-      broken: state === 'failed' && counts(module).failed === 0,
-      ...counts(module),
+      broken: module.state() === 'failed' && c.failed === 0,
+      ...c,
     });
   }
 
