@@ -13,7 +13,10 @@
  */
 import { isCluster, type RedisClient } from './redis/client.js';
 import type { Redis } from 'ioredis';
-import type { Runtime } from './runtime.js';
+import type { DatabasePool } from 'slonik';
+import type { Config } from './config/index.js';
+import type { RedisGeneration } from './redis/generation.js';
+import type { Lifecycle } from './lifecycle.js';
 import { customerKeysFromBase, dirty_shards, dirtyKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
 import { setAsideKey } from './ledger/outbox.js';
@@ -141,7 +144,16 @@ async function check<T>(fn: () => Promise<T>, timeoutMs = 1_000): Promise<{ ok: 
   }
 }
 
-export async function health(rt: Runtime) {
+/** What GET /health and /health/ready read: the stores, the generation guard, whether the process stops. */
+export interface HealthDeps {
+  config: Config;
+  redis: RedisClient;
+  db: DatabasePool;
+  generation: RedisGeneration;
+  lifecycle: Lifecycle;
+}
+
+export async function health(rt: HealthDeps) {
   const prefix = rt.config.REDIS_PREFIX;
   const [redis, postgres, queue] = await Promise.all([
     check(async () => {
@@ -216,7 +228,7 @@ export const ready_check_timeout_ms = 1_000;
  * request never finds it starting. GET /health/live answers 200 as long as the process
  * can answer at all.
  */
-export async function readiness(rt: Runtime) {
+export async function readiness(rt: HealthDeps) {
   if (rt.lifecycle.stopping) return { httpStatus: 503, body: { status: 'stopping' as const } };
   const [redis, postgres] = await Promise.all([
     check(() => rt.redis.ping(), ready_check_timeout_ms),

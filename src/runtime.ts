@@ -31,17 +31,7 @@ import { UpstreamClient } from './gateway/upstream.js';
 import { createUsageQueries, type UsageQueries } from './usage/queries.js';
 import { Lifecycle } from './lifecycle.js';
 import { Metrics } from './metrics/metrics.js';
-
-export const ledgerQueueName = 'ledger';
-
-export type LedgerJobData = ExpireJob | Record<string, never>;
-
-export interface ExpireJob {
-  projectId: string;
-  organizationId: string;
-  customerId: string;
-  transactionId: string;
-}
+import { ledgerQueueName, type LedgerJobData } from './ledger/expiry.js';
 
 export interface Runtime {
   config: Config;

@@ -6,9 +6,9 @@
 import { Worker } from 'bullmq';
 import './bullmq-closing.js';
 import { heartbeatKey } from '../src/health.js';
-import { scheduleSweeps } from '../src/ledger/expiry.js';
+import { ledgerQueueName, scheduleSweeps, type ExpireJob, type LedgerJobData } from '../src/ledger/expiry.js';
 import { throttled } from '../src/redis/client.js';
-import { ledgerQueueName, type ExpireJob, type LedgerJobData, type Runtime } from '../src/runtime.js';
+import type { Runtime } from '../src/runtime.js';
 import { projectRecorder } from '../src/reconcile/recovery.js';
 import { reconcile } from '../src/reconcile/reconcile.js';
 import { reconcileProcessor, reconcileQueueName, reconcile_worker_concurrency, type ReconcileJobData } from '../src/reconcile/jobs.js';

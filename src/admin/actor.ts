@@ -8,14 +8,8 @@ import type { RequestHandler, Response } from 'express';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf } from '../http/auth.js';
 import type { Role } from '../members/store.js';
+import type { Actor } from '../members/actor.js';
 
-export interface Actor {
-  organizationId: string;
-  role: Role;
-  via: 'admin_key' | 'session';
-  /** The signed-in member; null for an admin key. */
-  memberId: string | null;
-}
 
 const role_rank: Record<Role, number> = { viewer: 0, admin: 1, owner: 2 };
 

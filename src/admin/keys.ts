@@ -5,7 +5,7 @@
 import type { RedisClient } from '../redis/client.js';
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { extended, timestamp } from '../openapi/registry.js';
+import { extended, timestamp } from '../schema/zod.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';

@@ -8,7 +8,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
-import { extended, timestamp } from '../openapi/registry.js';
+import { extended, timestamp } from '../schema/zod.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;

@@ -18,7 +18,8 @@ import { quoteSchema } from '../billing/proration.js';
 import { amount_credits_max } from '../ledger/amounts.js';
 import { depositResultSchema } from '../ledger/schemas.js';
 import { memberSchema } from '../members/store.js';
-import { describeOperation, extended, listOf, timestamp } from '../openapi/registry.js';
+import { describeOperation } from '../openapi/registry.js';
+import { extended, listOf, timestamp } from '../schema/zod.js';
 import { organizationSchema } from '../plans/service.js';
 import { receiptSchema } from '../usage/queries.js';
 import { usagePageSchema } from '../usage/routes.js';
@@ -32,7 +33,21 @@ import { generatePassword, hashPassword, password_chars_max, password_chars_min 
 import { createMemberQueries, memberEntry, roles, type Role } from '../members/store.js';
 import { planIds } from '../plans/catalogue.js';
 import { readReconcileJob, reconcileJobSchema, reconcileJobStartedSchema, startedEntry, startReconcileJob } from '../reconcile/jobs.js';
-import type { Runtime } from '../runtime.js';
+import type { Queue } from 'bullmq';
+import type { Logger } from 'pino';
+import type { DatabasePool } from 'slonik';
+import type { Config } from '../config/index.js';
+import type { RedisClient } from '../redis/client.js';
+import type { KeyCache } from '../keys/store.js';
+import type { LedgerService } from '../ledger/service.js';
+import type { LedgerQueries } from '../ledger/queries.js';
+import type { ModelQueries } from './models.js';
+import type { ModelCache } from '../gateway/models.js';
+import type { PlanService } from '../plans/service.js';
+import type { ReconcileJobData } from '../reconcile/jobs.js';
+import type { ReconcileReport } from '../reconcile/reconcile.js';
+import type { UpstreamClient } from '../gateway/upstream.js';
+import type { UsageQueries } from '../usage/queries.js';
 import { findReceipt, usagePage, usageQuery } from '../usage/routes.js';
 import { receipt_not_found_message } from '../usage/queries.js';
 import { actorOf } from './actor.js';
@@ -761,7 +776,25 @@ function modelIdParam(req: Request): string {
 }
 
 
-export function managementOperations(rt: Runtime): Operation[] {
+/** The services the management operations use. */
+export interface ManagementDeps {
+  config: Config;
+  logger: Logger;
+  db: DatabasePool;
+  redis: RedisClient;
+  keyCache: KeyCache;
+  ledger: LedgerService;
+  ledgerQueries: LedgerQueries;
+  modelQueries: ModelQueries;
+  models: ModelCache;
+  plans: PlanService;
+  queues: readonly Queue[];
+  reconcileQueue: Queue<ReconcileJobData, ReconcileReport>;
+  upstream: UpstreamClient;
+  usageQueries: UsageQueries;
+}
+
+export function managementOperations(rt: ManagementDeps): Operation[] {
   const admin = createAdminQueries(rt.db);
   const models = rt.modelQueries;
   const keys = new KeyAdmin(rt.db, rt.redis, rt.config.REDIS_PREFIX, rt.plans, rt.keyCache);

@@ -18,8 +18,12 @@ import { strictBody } from '../http/validate.js';
 import { hashPassword, password_chars_max, password_chars_min, verifyPassword } from '../members/passwords.js';
 import { matchingMemberships, sessionAuth, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
 import { createMemberQueries, memberEntry, memberSchema, type MemberQueries, type SignInCandidate } from '../members/store.js';
-import { admin_prefix, dashboard_api_prefix, describeRoute, extended, timestamp } from '../openapi/registry.js';
-import type { Runtime } from '../runtime.js';
+import { admin_prefix, dashboard_api_prefix, describeRoute } from '../openapi/registry.js';
+import { extended, timestamp } from '../schema/zod.js';
+import type { DatabasePool } from 'slonik';
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import type { RedisClient } from '../redis/client.js';
 import { actorFromAdminKey, requireRole } from './actor.js';
 import { email_chars_max, type Operation } from './operations.js';
 
@@ -128,7 +132,7 @@ export interface DashboardSessions {
   signIn(email: string, password: string, organizationId: string | null, ip: string): Promise<{ session: Session; others: SignInCandidate[] }>;
 }
 
-export function dashboardSessions(rt: Runtime): DashboardSessions {
+export function dashboardSessions(rt: { config: Config; db: DatabasePool; redis: RedisClient; logger: Logger }): DashboardSessions {
   const { config } = rt;
   const store = new SessionStore(rt.db, {
     ttlMs: config.SESSION_TTL_SECONDS * 1000,

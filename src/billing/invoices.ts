@@ -17,7 +17,7 @@
 import type { Logger } from 'pino';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
-import { timestamp } from '../openapi/registry.js';
+import { timestamp } from '../schema/zod.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { newId } from '../ids.js';
 import { parseOutboxEntry } from '../redis/codec.js';

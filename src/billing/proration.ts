@@ -8,7 +8,7 @@
  */
 import { planIds, plans, type PlanId } from '../plans/catalogue.js';
 import { z } from 'zod';
-import { timestamp } from '../openapi/registry.js';
+import { timestamp } from '../schema/zod.js';
 
 /** numerator / denominator rounded half up, exact for any sizes (both non-negative). */
 export function divRoundHalfUp(numerator: bigint, denominator: bigint): bigint {

@@ -1,12 +1,13 @@
 /** What every screen gets: the signed-in session, the operations as its member, the runtime. */
 import type { Session } from '../members/sessions.js';
-import type { Runtime } from '../runtime.js';
+import type { HealthDeps } from '../health.js';
 import { html, withQuery, type Html } from './html.js';
 import type { ProjectChoice } from './layout.js';
 import type { Operations } from './operations.js';
 
 export interface PageContext {
-  rt: Runtime;
+  /** What the overview's health summary reads. */
+  rt: HealthDeps;
   session: Session;
   api: Operations;
 }

@@ -10,7 +10,8 @@
  * a response's status, json and locals; the call gives it those.
  */
 import type { Request, RequestHandler, Response } from 'express';
-import { requireRole, type Actor } from '../admin/actor.js';
+import { requireRole } from '../admin/actor.js';
+import type { Actor } from '../members/actor.js';
 import type { Operation } from '../admin/operations.js';
 import type { Method } from '../http/router.js';
 

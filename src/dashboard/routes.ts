@@ -24,7 +24,7 @@ import { clientAddress, type DashboardSessions } from '../admin/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import { exactRouter } from '../http/router.js';
 import { csrf_header, session_cookie_path, sessionAuth, sessionOf } from '../members/sessions.js';
-import type { Runtime } from '../runtime.js';
+import type { HealthDeps } from '../health.js';
 import { assetRoutes } from './assets.js';
 import { projectsOf, type PageContext } from './context.js';
 import { optional, queryParam, text } from './forms.js';
@@ -75,7 +75,7 @@ function sameText(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-export function dashboardPages(rt: Runtime, sessions: DashboardSessions, ops: readonly Operation[]): Router {
+export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops: readonly Operation[]): Router {
   const { store } = sessions;
   const secure = rt.config.SESSION_COOKIE_SECURE ?? rt.config.NODE_ENV === 'production';
   const operationsFor = operationsOf(ops);

@@ -8,7 +8,7 @@
  */
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
-import type { AuthContext } from '../http/auth.js';
+import type { AuthContext } from '../keys/caller.js';
 import { newId } from '../ids.js';
 import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
 import type { UsageRecordInput } from '../ledger/queries.js';

@@ -6,8 +6,8 @@
  */
 import type { Request } from 'express';
 import { ApiError } from '../errors/catalogue.js';
-import { variantRefused, type AuthContext } from '../http/auth.js';
-import { everyFieldError } from '../http/validate.js';
+import type { AuthContext } from '../keys/caller.js';
+import { everyFieldError, variantRefused } from '../errors/fields.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import { formatOf, type WireFormat } from './adapters.js';
 

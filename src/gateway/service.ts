@@ -8,7 +8,7 @@ import type { Request, Response } from 'express';
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
-import type { AuthContext } from '../http/auth.js';
+import type { AuthContext } from '../keys/caller.js';
 import { newId } from '../ids.js';
 import type { LedgerService } from '../ledger/service.js';
 import type { PlanService } from '../plans/service.js';

@@ -4,16 +4,11 @@
  */
 import type { Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors/catalogue.js';
+import type { KeyCache } from '../keys/store.js';
 import type { Variant } from '../ledger/amounts.js';
-import type { ProjectScope } from '../ledger/service.js';
-import type { KeyCache, KeyRecord } from '../keys/store.js';
+import type { AuthContext } from '../keys/caller.js';
+import { variantRefused } from '../errors/fields.js';
 import { isWellFormedKey, type KeyType } from '../keys/secrets.js';
-
-export interface AuthContext {
-  key: KeyRecord;
-  scope: ProjectScope;
-  variant: Variant;
-}
 
 export function presentedKey(req: Request): string | null {
   const header = req.headers.authorization;
@@ -23,11 +18,6 @@ export function presentedKey(req: Request): string | null {
   }
   const x = req.headers['x-api-key'];
   return typeof x === 'string' && x.length > 0 ? x.trim() : null;
-}
-
-/** The 400 of an X-Service-Api-Variant that is neither A nor B. */
-export function variantRefused(): ApiError {
-  return new ApiError('invalid_request', { param: 'X-Service-Api-Variant', message: 'X-Service-Api-Variant must be A or B' });
 }
 
 /**

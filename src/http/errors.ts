@@ -1,40 +1,14 @@
 /** The one error middleware: catalogue errors as the contract's body, the rest as 500. */
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError, SlonikError } from 'slonik';
 import { ApiError } from '../errors/catalogue.js';
 import { pathOf } from './access-log.js';
-import { CommandNotSentError, OutcomeUnknownError } from '../redis/sent.js';
+import { backendFailure, failedStore } from '../errors/backend.js';
 import type { Metrics } from '../metrics/metrics.js';
 
 export const notFound: RequestHandler = (req) => {
   throw new ApiError('not_found', { message: `no route for ${req.method} ${req.path}` });
 };
-
-/**
- * Redis or PostgreSQL could not answer. 'unsent' only with proof that the command never
- * reached the store, so nothing was applied: a Redis command that failed before it was
- * written (CommandNotSentError, see src/redis/sent.ts), or a database connection that
- * could not be opened (slonik's ConnectionError: no query went out). Every other failure
- * of a store is 'unknown': the command may have been written and applied, and only its
- * reply was lost, or it came after part of the request applied (OutcomeUnknownError).
- * ioredis's own errors (MaxRetriesPerRequestError, "Connection is closed",
- * "Command timed out") are given to written and unwritten commands alike, so they prove
- * nothing by themselves.
- */
-export function backendFailure(err: unknown): 'unsent' | 'unknown' | null {
-  const e = err as { name?: string; message?: string; code?: string };
-  if (err instanceof CommandNotSentError || err instanceof ConnectionError) return 'unsent';
-  if (err instanceof OutcomeUnknownError || err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError) return 'unknown';
-  if (e?.name === 'MaxRetriesPerRequestError' || e?.code === 'ECONNREFUSED') return 'unknown';
-  if (/Connection is closed|Command timed out|Stream isn't writeable/.test(e?.message ?? '')) return 'unknown';
-  return null;
-}
-
-/** The store a backend failure (backendFailure) came from: slonik's errors are PostgreSQL's, the rest Redis's. */
-export function failedStore(err: unknown): 'redis' | 'postgres' {
-  return err instanceof SlonikError ? 'postgres' : 'redis';
-}
 
 /**
  * A 4xx raised by Express or body-parser, whose message is meant for the client: an

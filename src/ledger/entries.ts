@@ -3,7 +3,7 @@
  * a customer's outbox (amounts and times as strings) is src/redis/codec.ts.
  */
 import { z } from 'zod';
-import { timestamp } from '../openapi/registry.js';
+import { timestamp } from '../schema/zod.js';
 import type { OutboxEntry } from '../redis/codec.js';
 import { detailItemSchema } from './schemas.js';
 

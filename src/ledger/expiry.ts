@@ -1,8 +1,19 @@
 /** The BullMQ jobs of the ledger queue: TTL expiries and the sweeps (workers/index.ts runs them). */
 import type { Queue } from 'bullmq';
 import { expiryJobId } from '../redis/keys.js';
-import type { ExpireJob, LedgerJobData } from '../runtime.js';
 import type { Clock } from './clock.js';
+
+export const ledgerQueueName = 'ledger';
+
+/** A job of the ledger queue: a TTL freeze's expiry, or a sweep (no data). */
+export type LedgerJobData = ExpireJob | Record<string, never>;
+
+export interface ExpireJob {
+  projectId: string;
+  organizationId: string;
+  customerId: string;
+  transactionId: string;
+}
 
 /**
  * Queues the expire job of a TTL freeze, due at `atMs` (service time). One job per

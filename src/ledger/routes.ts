@@ -2,7 +2,8 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Route } from '../http/router.js';
 import { authOf, requireKeyType } from '../http/auth.js';
-import { everyFieldError, jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
+import { everyFieldError } from '../errors/fields.js';
+import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { ApiError } from '../errors/catalogue.js';
 import { sendJson } from '../http/respond.js';
 import { describeRoute, type DocumentedError, type RouteDoc } from '../openapi/registry.js';

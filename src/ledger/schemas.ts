@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { amount_credits_max, amountFields, type Variant } from './amounts.js';
-import { extended, timestamp } from '../openapi/registry.js';
+import { extended, timestamp } from '../schema/zod.js';
 
 export const walletNameSchema = z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'wallet names are 1-64 characters of A-Z a-z 0-9 _ . : -');
 export const identifierSchema = z.string().min(1).max(256);

@@ -16,7 +16,7 @@ import type { Logger } from 'pino';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import type { Actor } from '../admin/actor.js';
+import type { Actor } from './actor.js';
 import { ApiError } from '../errors/catalogue.js';
 import type { RedisClient } from '../redis/client.js';
 import { verifyPassword, unknown_member_hash } from './passwords.js';

@@ -6,7 +6,7 @@
  */
 import { sql, UniqueIntegrityConstraintViolationError, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
-import { timestamp } from '../openapi/registry.js';
+import { timestamp } from '../schema/zod.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';

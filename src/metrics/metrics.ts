@@ -16,7 +16,7 @@
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { FastCounter, FastHistogram, type CounterSeries, type HistogramSeries } from './series.js';
 import { ApiError } from '../errors/catalogue.js';
-import { backendFailure } from '../http/errors.js';
+import { backendFailure } from '../errors/backend.js';
 
 /** Models with series of their own; calls of any model beyond them count under `other`. */
 export const metric_models_max = 200;

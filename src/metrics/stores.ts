@@ -18,7 +18,11 @@ import type { RequestHandler } from 'express';
 import { Gauge } from 'prom-client';
 import { outboxState, type OutboxState } from '../health.js';
 import { job_states } from '../admin/operations.js';
-import type { Runtime } from '../runtime.js';
+import type { Logger } from 'pino';
+import type { Queue } from 'bullmq';
+import type { Config } from '../config/index.js';
+import type { RedisClient } from '../redis/client.js';
+import type { PlanService } from '../plans/service.js';
 import type { Metrics } from './metrics.js';
 import { z } from 'zod';
 import { describeRoute } from '../openapi/registry.js';
@@ -56,7 +60,17 @@ function sharedRead<T>(read: () => Promise<T>, what: string): () => Promise<T> {
 const watched = new WeakSet<Metrics>();
 
 /** Registers the gauges read on a scrape in the runtime's registry; once per runtime. */
-export function watchStores(rt: Runtime): void {
+/** What the scrape-time gauges read. */
+export interface StoreGaugeDeps {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  redis: RedisClient;
+  plans: PlanService;
+  queues: readonly Queue[];
+}
+
+export function watchStores(rt: StoreGaugeDeps): void {
   const { metrics } = rt;
   if (watched.has(metrics)) return;
   watched.add(metrics);

@@ -6,7 +6,8 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
 import { errorCatalogue, errorTypeForStatus, type ErrorCode } from '../errors/catalogue.js';
-import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, tags, timestamp, type Caller, type RouteDoc } from './registry.js';
+import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, tags, type Caller, type RouteDoc } from './registry.js';
+import { timestamp } from '../schema/zod.js';
 
 const intro = `Metered billing for AI products: a model gateway (OpenAI chat completions and Anthropic
 messages, billed per token) and a wallet ledger (deposit, deduct, freeze, consume, unfreeze).

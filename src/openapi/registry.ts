@@ -9,14 +9,12 @@
  * the fields a route reads by hand, such as amounts); response schemas are zod schemas of
  * the modules that make the answers. Nothing here runs per request.
  */
-import { extendZodWithOpenApi } from '@asteasolutions/zod-to-openapi';
 import { z } from 'zod';
+import '../schema/zod.js';
 import { errorCatalogue, type ErrorCode } from '../errors/catalogue.js';
 import type { Method } from '../http/router.js';
 import type { Role } from '../members/store.js';
 
-// `.openapi()` on zod schemas (descriptions, examples, component names). Validation is unchanged.
-extendZodWithOpenApi(z);
 
 /** Who may call a route: a key type, a dashboard session, or anyone (no authentication). */
 export type Caller = 'project' | 'customer' | 'admin' | 'session' | 'public';
@@ -135,28 +133,3 @@ export function codeOf(e: DocumentedError): ErrorCode {
   return typeof e === 'string' ? e : e.code;
 }
 
-// Schemas shared by many routes.
-
-/** An ISO 8601 timestamp in UTC with milliseconds, as the API writes them. */
-export const timestamp = z.string().datetime({ offset: true });
-
-/** A list page: `{object: "list", data, has_more, next_cursor}`, newest first. */
-export function listOf<T extends z.ZodTypeAny>(item: T) {
-  return z
-    .object({
-      object: z.literal('list'),
-      data: z.array(item),
-      has_more: z.boolean(),
-      next_cursor: z.string().nullable().openapi({ description: 'Pass as `cursor` for the next page; null on the last one.' }),
-    })
-    .strict();
-}
-
-/**
- * `base` with more fields, as one strict object. zod's `.extend` of a named schema is
- * generated as `allOf` of the base and the new fields, and a strict base then refuses the
- * new fields; this inlines the base's fields instead.
- */
-export function extended<T extends z.ZodRawShape, U extends z.ZodRawShape>(base: z.ZodObject<T>, extra: U) {
-  return z.object({ ...base.shape, ...extra }).strict();
-}

@@ -12,7 +12,7 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { timestamp } from '../openapi/registry.js';
+import { timestamp } from '../schema/zod.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';

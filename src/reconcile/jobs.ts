@@ -12,7 +12,7 @@
  */
 import { Queue, WaitingError, type Job, type Processor } from 'bullmq';
 import { z } from 'zod';
-import '../openapi/registry.js';
+import '../schema/zod.js';
 import { newId } from '../ids.js';
 import type { RedisClient } from '../redis/client.js';
 import { reconcile, reconcileReportSchema, type ReconcileProgress, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';

@@ -20,7 +20,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import '../openapi/registry.js';
+import '../schema/zod.js';
 import { ledgerEntryRow } from '../ledger/queries.js';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
 import { isLedgerEntry, type LedgerEntryType } from '../ledger/entries.js';
@@ -33,7 +33,12 @@ import { activeKey, activeKeyOf, bindingKeys, customerBase, customerKeysFromBase
 import { Bindings, claimId } from '../ledger/bindings.js';
 import { registerScripts } from '../redis/scripts.js';
 import { queueExpiry } from '../ledger/expiry.js';
-import type { Runtime } from '../runtime.js';
+import type { Queue } from 'bullmq';
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import type { LedgerQueries } from '../ledger/queries.js';
+import type { Clock } from '../ledger/clock.js';
+import type { LedgerJobData } from '../ledger/expiry.js';
 import { comparable, FoldError, foldCustomer, withRedisOnlyState, type CustomerRow, type EntryRow, type FoldedCustomer } from './fold.js';
 import { effectiveCounters, sourceLayout, type SourceLayout } from '../ledger/sources.js';
 
@@ -118,7 +123,15 @@ export const concurrency_default = 4;
 export const concurrency_max = 64;
 export const progress_interval_ms = 1_000;
 
-export type ReconcileRuntime = Pick<Runtime, 'config' | 'redis' | 'db' | 'ledgerQueries' | 'ledgerQueue' | 'clock' | 'logger'>;
+export interface ReconcileRuntime {
+  config: Config;
+  redis: RedisClient;
+  db: DatabasePool;
+  ledgerQueries: LedgerQueries;
+  ledgerQueue: Queue<LedgerJobData>;
+  clock: Clock;
+  logger: Logger;
+}
 
 const customerRow = z.object({
   name: z.string().nullable(),
@@ -644,7 +657,7 @@ interface CustomerOutcome {
  * round trip).
  */
 async function reconcileKeys(
-  ctx: { conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: Runtime['ledgerQueries']; clockOffsetMs: number; retentionMs: number },
+  ctx: { conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: LedgerQueries; clockOffsetMs: number; retentionMs: number },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,

@@ -3,7 +3,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { creditsToUsd } from '../ledger/amounts.js';
 import { detailItemSchema } from '../ledger/schemas.js';
-import { extended, timestamp } from '../openapi/registry.js';
+import { extended, timestamp } from '../schema/zod.js';
 
 const usageRow = z.object({
   id: z.string(),

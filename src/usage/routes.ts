@@ -17,7 +17,8 @@ import { usageRecordSchema } from '../ledger/queries.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { page_size_default, page_size_max } from '../customers/routes.js';
 import { receipt, receipt_not_found_message, receiptSchema, usageRecordResponseSchema, type UsageQueries } from './queries.js';
-import { describeRoute, listOf } from '../openapi/registry.js';
+import { describeRoute } from '../openapi/registry.js';
+import { listOf } from '../schema/zod.js';
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
 

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { claimId } from '../../src/ledger/bindings.js';
 import { activeKeyOf, bindingKeys, customerKeys, type BindingKind } from '../../src/redis/keys.js';
 import { keySlot } from '../../src/redis/slots.js';
-import { ledgerQueueName } from '../../src/runtime.js';
+import { ledgerQueueName } from '../../src/ledger/expiry.js';
 import { OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { waitFor, type ApiResponse } from '../helpers.js';
 import { ownCluster, type OwnCluster, type OwnClusterNode } from '../support/own-cluster.js';
