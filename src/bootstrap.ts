@@ -41,14 +41,14 @@ export interface Demo {
 export const demo_owner_email = 'owner@demo.example';
 
 /** An organization's owner member with a password made here (shown once by the caller). */
-export async function createOwner(rt: Runtime, organizationId: string, email: string) {
+async function createOwner(rt: Runtime, organizationId: string, email: string) {
   const password = generatePassword();
   await createMemberQueries(rt.db).create(organizationId, { email, role: 'owner', passwordHash: await hashPassword(password) }, null);
   return { email, password };
 }
 
-export const demo_customer_id = 'demo-customer';
-export const demo_deposit_credits = 10_000_000; // $10
+const demo_customer_id = 'demo-customer';
+const demo_deposit_credits = 10_000_000; // $10
 
 /** The demo's models, served by the built-in mock upstream. */
 function demoModel(provider: 'openai' | 'anthropic', upstreamBaseUrl: string) {

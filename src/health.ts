@@ -24,15 +24,15 @@ import { sql } from 'slonik';
 import { z } from 'zod';
 import { describeRoute } from './openapi/registry.js';
 
-export const worker_heartbeat_stale_ms = 15_000;
+const worker_heartbeat_stale_ms = 15_000;
 /** Older unpersisted entries than this make the service `degraded`. */
-export const outbox_lag_degraded_ms = 30_000;
+const outbox_lag_degraded_ms = 30_000;
 /** Dirty outboxes looked at to measure the lag, per shard of the dirty marks. */
-export const outbox_lag_sample_size = 8;
+const outbox_lag_sample_size = 8;
 export const heartbeatKey = (prefix: string) => `${prefix}worker:heartbeat`;
 
 /** How long a Redis's persistence settings are cached (CONFIG GET is not free). */
-export const durability_cache_ms = 2_000;
+const durability_cache_ms = 2_000;
 
 /** What a Redis crash can lose: `always` nothing acknowledged; `everysec` about a second; `no` and `off` more. */
 export type RedisDurability = 'always' | 'everysec' | 'no' | 'off' | 'unknown';
@@ -218,7 +218,7 @@ export async function health(rt: HealthDeps) {
 }
 
 /** How long GET /health/ready waits for each of Redis and PostgreSQL to answer. */
-export const ready_check_timeout_ms = 1_000;
+const ready_check_timeout_ms = 1_000;
 
 /**
  * GET /health/ready: whether a load balancer should send this process new requests. 503
@@ -246,7 +246,7 @@ export async function readiness(rt: HealthDeps) {
 // The documented answer (src/openapi/).
 const down = z.object({ status: z.literal('down'), error: z.string() }).strict();
 const durability = z.enum(['always', 'everysec', 'no', 'off', 'unknown']);
-export const healthSchema = z
+const healthSchema = z
   .object({
     status: z.enum(['ok', 'degraded', 'down']),
     warnings: z.array(z.string()).openapi({ description: 'What an operator should fix; does not change the status.' }),
@@ -301,7 +301,7 @@ describeRoute({
 });
 
 const probe = z.object({ status: z.literal('ok') }).strict();
-export const readinessSchema = z
+const readinessSchema = z
   .object({
     status: z.enum(['ready', 'not_ready', 'stopping']),
     checks: z.object({ redis: z.union([probe, down]), postgres: z.union([probe, down]) }).strict().optional().openapi({ description: 'Absent once the process is stopping.' }),

@@ -9,8 +9,8 @@
  */
 import { randomBytes } from 'node:crypto';
 
-export const id_random_bytes = 12;
-export const id_pool_size = 256;
+const id_random_bytes = 12;
+const id_pool_size = 256;
 
 let pool = Buffer.alloc(0);
 let offset = 0;

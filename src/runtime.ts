@@ -84,8 +84,8 @@ export interface Runtime {
  * callback) whenever the previous write had finished, which under moderate load is every
  * line: about 40 us of CPU per line more than batched, in a micro-benchmark on this VM.
  */
-export const log_buffer_bytes = 4096;
-export const log_flush_interval_ms = 100;
+const log_buffer_bytes = 4096;
+const log_flush_interval_ms = 100;
 
 /**
  * The process logger, on stdout. Asynchronous and buffered: lines are handed to the kernel
@@ -112,7 +112,7 @@ export function createLogger(config: Pick<Config, 'LOG_LEVEL'>): Logger {
 }
 
 /** The longest rt.close waits for Redis to answer its QUIT before it drops the connection. */
-export const redis_quit_wait_ms = 1_000;
+const redis_quit_wait_ms = 1_000;
 
 async function quitWithin(redis: RedisClient, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;

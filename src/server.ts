@@ -27,7 +27,7 @@ export interface Drain {
 }
 
 /** How often a draining server closes the keep-alive connections that have become idle. */
-export const drain_idle_check_ms = 50;
+const drain_idle_check_ms = 50;
 
 export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.config.HOST): Promise<RunningServer> {
   const subscriber = rt.extraConnection();
@@ -79,7 +79,7 @@ export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.confi
  * - once `graceMs` have passed, the connections still open (a stream that has not
  *   ended) are cut: the gateway then settles those calls as it does a client that left.
  */
-export function drainServer(server: ReturnType<typeof createServer>, listener: (req: IncomingMessage, res: ServerResponse) => void, graceMs: number): Drain {
+function drainServer(server: ReturnType<typeof createServer>, listener: (req: IncomingMessage, res: ServerResponse) => void, graceMs: number): Drain {
   server.removeListener('request', listener);
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     res.shouldKeepAlive = false;

@@ -20,7 +20,7 @@ import type { Drain, RunningServer } from './server.js';
  * How long past the grace a stopping web process waits for the calls it cut to be
  * settled (a Redis round trip each) and for settlements retried in the background.
  */
-export const settle_after_grace_ms = 5_000;
+const settle_after_grace_ms = 5_000;
 
 /** Steps 1 to 4 of a web process's stop (the module's comment). */
 export class WebDrain {

@@ -49,7 +49,7 @@ export interface ApiResponse {
 }
 
 /** Pause between two checks of a condition in waitFor. */
-export const poll_interval_ms = 20;
+const poll_interval_ms = 20;
 
 /**
  * Polls `cond` until it returns a truthy value, and returns that value; fails after

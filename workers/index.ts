@@ -53,7 +53,7 @@ export const worker_close_wait_ms = 5_000;
  * met while Redis came back (seen on a loaded machine: the cluster test of a master
  * restarted empty waited past its 15 s for the sweep).
  */
-export const queue_retry_delay_ms = 1_000;
+const queue_retry_delay_ms = 1_000;
 
 /**
  * The ledger queue's worker is replaced when it has started no job for this long while

@@ -18,14 +18,14 @@ import type { EntryWriter } from '../src/ledger/copy-writer.js';
 import { dirty_shards, dirtyKey, dirtyKeyOf } from '../src/redis/keys.js';
 
 /** Customers popped per pass without a backlog, and at most under one. */
-export const dirty_pop_count_min = 64;
-export const dirty_pop_count_max = 1_024;
+const dirty_pop_count_min = 64;
+const dirty_pop_count_max = 1_024;
 /**
  * The most entries one pass copies: the read per customer is this divided by the customers
  * the pop found (not by how many it asked for), so that a backlog in a few customers'
  * outboxes is taken in large reads rather than in many small passes.
  */
-export const persist_pass_entries_max = 8_192;
+const persist_pass_entries_max = 8_192;
 /**
  * Below this many entries in a pass, the loop waits before the next, so that under light
  * load a pass carries more than a few entries: its fixed cost (the dirty-set pops, a read
@@ -57,9 +57,9 @@ export function nextIdleWaitMs(previousMs: number | null, idleMs: number, idleMa
   return previousMs === null ? idleMs : Math.max(idleMs, Math.min(idleMaxMs, previousMs * 2));
 }
 /** Pause after a failed pass, or a pass in which a customer's entries were refused. */
-export const persist_retry_wait_ms = 1_000;
+const persist_retry_wait_ms = 1_000;
 /** Pause of the loop while the Redis generation is not verified (src/redis/generation.ts). */
-export const persist_unverified_wait_ms = 100;
+const persist_unverified_wait_ms = 100;
 
 export interface PersistHooks extends OutboxHooks {
   /** False while money must not touch Redis (the generation guard); the loop waits. */
@@ -75,7 +75,7 @@ export interface PersistHooks extends OutboxHooks {
 }
 
 /** Members grouped by the key they go to, each once, in first-seen order. */
-export function groupByKey(members: readonly string[], keyOf: (m: string) => string): Map<string, string[]> {
+function groupByKey(members: readonly string[], keyOf: (m: string) => string): Map<string, string[]> {
   const out = new Map<string, string[]>();
   for (const m of new Set(members)) {
     const key = keyOf(m);

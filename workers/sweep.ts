@@ -18,11 +18,11 @@ import { activeKey, customerKeysFromBase, dirty_shards, dirtyKeyOf, parseCustome
 import type { LedgerService } from '../src/ledger/service.js';
 
 /** Members read from a shard of the active index per command. */
-export const sweep_page_size = 500;
+const sweep_page_size = 500;
 /** Pages per shard and sweep: what is left waits for the next sweep. */
-export const sweep_pages_per_shard_max = 20;
+const sweep_pages_per_shard_max = 20;
 /** Customers looked at at once. */
-export const sweep_concurrency = 16;
+const sweep_concurrency = 16;
 
 export async function sweep(redis: RedisClient, scripts: Scripts, prefix: string, ledger: LedgerService, nowMs: number): Promise<{ outboxes: number; expired: number; released: number; settled: number }> {
   let outboxes = 0;

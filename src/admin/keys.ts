@@ -13,7 +13,7 @@ import { publishKeyChange, type KeyCache } from '../keys/store.js';
 import type { PlanService } from '../plans/service.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 
-export const projectKeyRow = z.object({
+const projectKeyRow = z.object({
   id: z.string(),
   project_id: z.string(),
   type: z.enum(['project', 'customer']),

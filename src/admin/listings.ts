@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 
-export const customerListRow = z.object({
+const customerListRow = z.object({
   id: z.string(),
   name: z.string().nullable(),
   email: z.string().nullable(),
@@ -22,8 +22,8 @@ function likeLiteral(search: string): string {
   return search.replace(/[\\%_]/g, (c) => `\\${c}`);
 }
 
-export const dailyUsageRow = z.object({ day: z.string(), operations: z.number(), credits: z.number() });
-export const modelUsageRow = z.object({
+const dailyUsageRow = z.object({ day: z.string(), operations: z.number(), credits: z.number() });
+const modelUsageRow = z.object({
   day: z.string(),
   model: z.string(),
   calls: z.number(),
@@ -66,7 +66,7 @@ export interface DailyUsageFilter {
 export const usage_dimensions = ['day', 'project', 'customer', 'model'] as const;
 export type UsageDimension = (typeof usage_dimensions)[number];
 
-export const usageTotalsRow = z.object({
+const usageTotalsRow = z.object({
   day: z.string().nullable(),
   project_id: z.string().nullable(),
   customer_id: z.string().nullable(),
@@ -248,5 +248,3 @@ export function createListingQueries(pool: DatabasePool) {
     },
   };
 }
-
-export type ListingQueries = ReturnType<typeof createListingQueries>;

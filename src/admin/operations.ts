@@ -86,7 +86,7 @@ export interface Operation {
 }
 
 export const project_name_chars_max = 128;
-export const key_name_chars_max = 128;
+const key_name_chars_max = 128;
 export const allowed_models_max = 1000;
 export const rate_limit_per_minute_max = 1_000_000_000;
 export const url_chars_max = 2048;
@@ -132,7 +132,7 @@ const upstreamUrlSchema = z
 /** A price in USD per million tokens, as a model read answers it (`*_price_per_million_usd`). */
 const usdPrice = z.number().min(0).max(price_per_million_credits_max / credits_per_usd);
 
-export const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'] as const;
+const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'] as const;
 
 /**
  * Every field a model write reads. A model read is accepted back as a write: the
@@ -141,7 +141,7 @@ export const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'
  * write's `warnings`) are accepted and ignored: the path names the model, and the service
  * keeps the others.
  */
-export const modelPatchSchema = z.object({
+const modelPatchSchema = z.object({
   provider: z.enum(['openai', 'anthropic']).optional(),
   upstream_base_url: upstreamUrlSchema.optional(),
   upstream_model: z.string().min(1).max(256).optional(),
@@ -174,7 +174,7 @@ export const modelPatchSchema = z.object({
  * context_window, max_output_tokens, supports_streaming, and the input and output prices
  * (in credits or in USD; modelInputOf checks those).
  */
-export const modelPutSchema = modelPatchSchema.extend({
+const modelPutSchema = modelPatchSchema.extend({
   provider: z.enum(['openai', 'anthropic']),
   upstream_base_url: upstreamUrlSchema,
   upstream_model: z.string().min(1).max(256),
@@ -247,7 +247,7 @@ function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput 
  * What a saved model will do that its writer may not expect: answered with the write, so
  * that a model saved without its provider key does not fail silently at its first call.
  */
-export function modelWarnings(m: ModelRow, modelPath: string): { code: string; param: string; message: string }[] {
+function modelWarnings(m: ModelRow, modelPath: string): { code: string; param: string; message: string }[] {
   const warnings = [];
   if (!m.has_upstream_key) {
     warnings.push({
@@ -302,7 +302,7 @@ const memberCreateSchema = z.object({
 });
 const memberPatchSchema = z.object({ role: z.enum(roles) });
 
-export const search_chars_max = 256;
+const search_chars_max = 256;
 const customerListQuery = listQuery.extend({ search: z.string().trim().min(1).max(search_chars_max).optional() });
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
@@ -320,7 +320,7 @@ const dailyUsageQuery = z.object({
  * GET /usage: gateway usage and cost totals. `group_by` is a comma-separated list of
  * day, project, customer and model (all four when omitted; empty for one total).
  */
-export const usageTotalsQuery = z.object({
+const usageTotalsQuery = z.object({
   project_id: z.string().min(1).max(256).optional(),
   customer_id: identifierSchema.optional(),
   model: modelIdSchema.optional(),
@@ -348,7 +348,7 @@ export const usageTotalsQuery = z.object({
 // The documentation of the operations (src/openapi/): one describeOperation per operation
 // below, in the same order, described at both mounts (/v1/admin and /dashboard/api).
 
-export const projectSchema = z
+const projectSchema = z
   .object({
     id: z.string(),
     name: z.string(),
@@ -403,7 +403,7 @@ const usageTotalsSchema = z
   .strict()
   .openapi('UsageTotals');
 const walletSums = z.record(walletAmountsSchema).nullable();
-export const customerListEntrySchema = z
+const customerListEntrySchema = z
   .object({
     id: z.string(),
     project_id: z.string(),

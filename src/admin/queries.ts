@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 
-export const projectRow = z.object({
+const projectRow = z.object({
   id: z.string(),
   organization_id: z.string(),
   name: z.string(),
@@ -16,7 +16,7 @@ export const projectRow = z.object({
 });
 export type ProjectRow = z.infer<typeof projectRow>;
 
-export const organizationRow = z.object({ id: z.string(), name: z.string(), plan: z.string(), created_at: z.number() });
+const organizationRow = z.object({ id: z.string(), name: z.string(), plan: z.string(), created_at: z.number() });
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -176,5 +176,3 @@ export function createAdminQueries(pool: DatabasePool) {
     },
   };
 }
-
-export type AdminQueries = ReturnType<typeof createAdminQueries>;

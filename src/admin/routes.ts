@@ -27,7 +27,7 @@ import type { RedisClient } from '../redis/client.js';
 import { actorFromAdminKey, requireRole } from './actor.js';
 import { email_chars_max, type Operation } from './operations.js';
 
-export { admin_prefix, dashboard_api_prefix };
+;
 
 function register(r: Router, prefix: string, ops: readonly Operation[]): void {
   for (const o of ops) {

@@ -49,10 +49,10 @@ const changeRow = z.object({
 });
 type ChangeRow = z.infer<typeof changeRow>;
 
-export const invoiceLine = z.object({ type: z.enum(['plan', 'upgrade', 'overage']), description: z.string(), amount_cents: z.number() }).passthrough();
-export type InvoiceLine = z.infer<typeof invoiceLine>;
+const invoiceLine = z.object({ type: z.enum(['plan', 'upgrade', 'overage']), description: z.string(), amount_cents: z.number() }).passthrough();
+type InvoiceLine = z.infer<typeof invoiceLine>;
 
-export const invoiceRow = z.object({
+const invoiceRow = z.object({
   id: z.string(),
   organization_id: z.string(),
   period_start: z.number(),
@@ -95,7 +95,7 @@ export function invoiceEntry(r: InvoiceRow) {
  * The plan in force at `atMs`: the last change in effect by then, else the plan before
  * the first change, else (no change recorded) what the organization row says.
  */
-export function planAt(changes: readonly ChangeRow[], org: OrgRow, atMs: number): PlanId {
+function planAt(changes: readonly ChangeRow[], org: OrgRow, atMs: number): PlanId {
   let plan: PlanId | null = null;
   for (const c of changes) {
     if (c.effective_at > atMs) return plan ?? c.from_plan;
@@ -153,7 +153,7 @@ export function composeInvoice(org: OrgRow, changes: readonly ChangeRow[], perio
 }
 
 /** Organizations the job closes per query; it asks again until none is due. */
-export const close_batch_size = 100;
+const close_batch_size = 100;
 
 export interface CloseResult {
   closed: number;

@@ -37,7 +37,7 @@ export function overageCents(plan: PlanId, overage: number): number {
   return Number(divRoundHalfUp(BigInt(overage) * BigInt(overageRateCentsPer10k(plan)), 10_000n));
 }
 
-export type PlanChangeKind = 'upgrade' | 'downgrade' | 'none';
+type PlanChangeKind = 'upgrade' | 'downgrade' | 'none';
 
 /** What changing to `target` does now: the preview endpoint's answer and what a change charges. */
 export interface PlanQuote {

@@ -9,7 +9,7 @@
 import type { Redis } from 'ioredis';
 
 /** Reads of one key that restart because an invalidation landed while they ran, at most. */
-export const read_attempts_max = 5;
+const read_attempts_max = 5;
 
 /**
  * Counts invalidations (a generation) and runs the reads of a cache: concurrent reads of

@@ -24,17 +24,17 @@ import { describeRoute } from '../openapi/registry.js';
 import { customerProfileSchema } from './routes.js';
 import type { DatabasePool } from 'slonik';
 
-export const customer_name_chars_max = 256;
-export const customer_email_chars_max = 320;
+const customer_name_chars_max = 256;
+const customer_email_chars_max = 320;
 
-export const customerPatchSchema = z.object({
+const customerPatchSchema = z.object({
   name: z.string().max(customer_name_chars_max).nullable().optional(),
   email: z.string().max(customer_email_chars_max).email().nullable().optional(),
   metadata: z.record(z.unknown()).nullable().optional(),
 });
 
 /** POST /v1/customers: the id, and the profile fields PATCH takes. */
-export const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
+const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 

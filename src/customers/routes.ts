@@ -105,8 +105,8 @@ export const customerProfileSchema = z
     created_at: timestamp,
   })
   .strict();
-export const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema) }).openapi('Customer');
-export const balanceSchema = z
+const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema) }).openapi('Customer');
+const balanceSchema = z
   .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
   .strict()
   .openapi('Balance');

@@ -15,7 +15,7 @@ export type HtmlValue = Html | string | number | boolean | null | undefined | re
 
 const escapes: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
-export function escapeHtml(text: string): string {
+function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => escapes[c]);
 }
 

@@ -15,13 +15,13 @@ import type { Actor } from '../members/actor.js';
 import type { Operation } from '../admin/operations.js';
 import type { Method } from '../http/router.js';
 
-export interface OperationCall {
+interface OperationCall {
   params?: Record<string, string>;
   query?: Record<string, string | null | undefined>;
   body?: Record<string, unknown>;
 }
 
-export interface Answer<T> {
+interface Answer<T> {
   status: number;
   body: T;
 }

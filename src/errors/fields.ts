@@ -20,7 +20,7 @@ const field_error_codes: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   'invalid_request', 'invalid_amount', 'unsupported_amount_field', 'invalid_starts_at', 'invalid_expires_at', 'invalid_credit_types', 'customer_required',
 ]);
 
-export function isFieldError(err: unknown): err is ApiError {
+function isFieldError(err: unknown): err is ApiError {
   return err instanceof ApiError && field_error_codes.has(err.code);
 }
 
@@ -33,7 +33,7 @@ function fieldErrorsOf(err: ApiError): FieldError[] {
  * The one error of several field errors: the first one's code, param and message (what a
  * client that reads one error has always read), and every invalid field in `errors`.
  */
-export function allFieldErrors(errs: readonly ApiError[]): ApiError {
+function allFieldErrors(errs: readonly ApiError[]): ApiError {
   const first = errs[0];
   const seen = new Set<string>();
   const errors: FieldError[] = [];

@@ -28,14 +28,14 @@ import type { Metrics } from '../metrics/metrics.js';
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
 /** Request bytes per input token when the upstream sent no count (a rough English average). */
-export const request_bytes_per_token_estimate = 4;
+const request_bytes_per_token_estimate = 4;
 /**
  * Tries of a settlement whose reply did not come (a timeout, a dropped connection) while
  * the call waits for it. The script is idempotent, so a retry of one that did apply
  * answers its stored result. Past them the settlement goes on in the background.
  */
-export const settle_attempts_max = 3;
-export const settle_retry_pause_ms = 100;
+const settle_attempts_max = 3;
+const settle_retry_pause_ms = 100;
 /**
  * A gateway script whose outcome must become known, sent again in the background until
  * Redis answers: a settlement that could not be confirmed while the call waited, or the
@@ -47,11 +47,11 @@ export const settle_retry_pause_ms = 100;
  * TTL, so a settlement sent late still finds its hold in most cases (and when the TTL
  * released it first, the settlement charges the available credits, down to zero).
  */
-export const background_retry_pause_ms = 100;
-export const background_retry_pause_max_ms = 1_000;
-export const background_retry_total_ms = 10 * 60_000;
+const background_retry_pause_ms = 100;
+const background_retry_pause_max_ms = 1_000;
+const background_retry_total_ms = 10 * 60_000;
 /** The longest pause between two tries of freeing an Idempotency-Key in the background. */
-export const key_free_retry_pause_ms = 200;
+const key_free_retry_pause_ms = 200;
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',

@@ -46,7 +46,7 @@ export function gatewayModelOf(m: ModelWithKey): GatewayModel {
 
 export type ModelLoader = (projectId: string, modelId: string) => Promise<GatewayModel | null>;
 
-export const model_cache_ttl_ms = 5_000;
+const model_cache_ttl_ms = 5_000;
 
 export class ModelCache {
   private readonly entries = new Map<string, { model: GatewayModel | null; until: number }>();

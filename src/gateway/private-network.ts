@@ -76,7 +76,7 @@ function embeddedIpv4(address: string): string | null {
  * What kind of non-public address this is (`"a loopback"`...), or null for a public one.
  * Not an IP address at all: null.
  */
-export function privateRange(address: string): string | null {
+function privateRange(address: string): string | null {
   const family = isIP(address);
   if (family === 0) return null;
   if (family === 6) {

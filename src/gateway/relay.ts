@@ -313,7 +313,7 @@ function upstreamError(err: unknown): ApiError {
 }
 
 /** The longest a relayed event waits in the socket for the answer's end (TurnCork.keep). */
-export const held_events_ms_max = 10;
+const held_events_ms_max = 10;
 
 /**
  * Holds the relayed events in the response's socket until the end of the event loop's

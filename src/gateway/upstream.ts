@@ -65,7 +65,7 @@ const INVALID_CODES = new Set(['UND_ERR_RES_EXCEEDED_MAX_SIZE', 'UND_ERR_RES_CON
  * body emitted it. Anything from the network layer that is not recognised counts as
  * `unreachable`, so it becomes a 502 rather than a crash.
  */
-export function upstreamErrorKind(err: unknown): UpstreamErrorKind {
+function upstreamErrorKind(err: unknown): UpstreamErrorKind {
   if (err instanceof UpstreamError) return err.kind;
   const e = err as { code?: unknown; name?: unknown; errors?: unknown } | null;
   // Node reports a failed connect to every address of a name as an AggregateError.

@@ -10,7 +10,7 @@ import type { AuthContext } from '../keys/caller.js';
 import { variantRefused } from '../errors/fields.js';
 import { isWellFormedKey, type KeyType } from '../keys/secrets.js';
 
-export function presentedKey(req: Request): string | null {
+function presentedKey(req: Request): string | null {
   const header = req.headers.authorization;
   if (header) {
     const m = /^Bearer\s+(.+)$/i.exec(header.trim());

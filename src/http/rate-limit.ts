@@ -18,12 +18,12 @@ import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf } from './auth.js';
 
-export const rate_limit_window_seconds = 60;
-export const rate_limit_chunk_max = 10;
+const rate_limit_window_seconds = 60;
+const rate_limit_chunk_max = 10;
 /** The chunk is at most this fraction of the limit: under 1% of the budget per process. */
-export const rate_limit_chunk_divisor = 100;
+const rate_limit_chunk_divisor = 100;
 
-export function rate_limit_chunk_of(perMinute: number): number {
+function rate_limit_chunk_of(perMinute: number): number {
   return Math.max(1, Math.min(rate_limit_chunk_max, Math.floor(perMinute / rate_limit_chunk_divisor)));
 }
 
@@ -118,4 +118,4 @@ export function rateLimit(redis: RedisClient, prefix: string, defaultPerMinute: 
 }
 
 /** Keys whose tokens a process keeps; past it, it forgets them all (they are few per key). */
-export const held_keys_max = 100_000;
+const held_keys_max = 100_000;

@@ -215,7 +215,7 @@ function editDistance(a: string, b: string): number {
 }
 
 /** The allowed field(s) a caller most likely meant by `name`, or none. */
-export function suggestField(name: string, allowed: readonly string[]): string[] {
+function suggestField(name: string, allowed: readonly string[]): string[] {
   const known = new Set(allowed);
   const lower = name.toLowerCase();
   // A known mix-up first, then the unit fields of the other amount (amount_usd for

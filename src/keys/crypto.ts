@@ -11,10 +11,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/index.js';
 
-export const master_key_bytes = 32;
-export const iv_bytes = 12;
-export const tag_bytes = 16;
-export const ciphertext_version = 1;
+const master_key_bytes = 32;
+const iv_bytes = 12;
+const tag_bytes = 16;
+const ciphertext_version = 1;
 export const master_key_file = '.svc-master-key';
 
 /** 32 bytes written as 64 hex digits or as base64 (standard or url-safe). */

@@ -3,7 +3,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 export type KeyType = 'admin' | 'project' | 'customer';
 
-export const keyPrefixes: Record<KeyType, string> = {
+const keyPrefixes: Record<KeyType, string> = {
   admin: 'svc_admin_',
   project: 'svc_live_',
   customer: 'svc_customer_',
@@ -29,7 +29,7 @@ export function hashesEqual(a: Buffer, b: Buffer): boolean {
 }
 
 /** Every stored prefix holds at least a key's first 16 characters: the dashboard names a key's row by them. */
-export const display_prefix_chars_min = 16;
+const display_prefix_chars_min = 16;
 
 /**
  * What a key list shows instead of the secret: its type prefix and the first random

@@ -15,7 +15,7 @@ function matches(record: KeyRecord | null, hash: Buffer): boolean {
   return record === null || hashesEqual(record.secret_hash, hash);
 }
 
-export const keyRecordRow = z.object({
+const keyRecordRow = z.object({
   id: z.string(),
   organization_id: z.string(),
   project_id: z.string().nullable(),
@@ -104,7 +104,7 @@ const refresh_batch_ms = 50;
 /** After PostgreSQL failed, cached records are served without waiting on it for this long. */
 const unavailable_backoff_ms = 1_000;
 /** Past this many cached keys the cache starts over (a flood of made-up keys cannot grow it). */
-export const key_cache_entries_max = 100_000;
+const key_cache_entries_max = 100_000;
 
 /**
  * Key records by the key as presented, so that a request costs neither a PostgreSQL query

@@ -4,7 +4,6 @@
  */
 import { ApiError } from '../errors/catalogue.js';
 
-export const CREDITS_PER_USD = 1_000_000;
 export const amount_credits_max = 1_000_000_000_000_000; // 10^15 per operation
 
 /**

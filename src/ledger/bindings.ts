@@ -22,7 +22,6 @@ import { foldCustomer, type EntryRow } from '../reconcile/fold.js';
 export enum BindStatus {
   New = 0,
   Bound = 1,
-  Absent = 2,
   Archived = 3,
 }
 

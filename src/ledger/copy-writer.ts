@@ -55,7 +55,7 @@ function opt(v: string | null | undefined): string {
 }
 
 /** Whether the COPY can write this entry: a ledger entry that needs no customer, source or usage row. */
-export function copyable(e: OutboxEntry): boolean {
+function copyable(e: OutboxEntry): boolean {
   return e.type !== 'USAGE' && e.usage === undefined && !(e.type === 'DEPOSIT' && e.x);
 }
 

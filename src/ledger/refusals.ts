@@ -16,7 +16,7 @@ interface ShortfallReply {
 }
 
 /** How the request chose its wallets: the body field (ledger) or the header (gateway). */
-export type WalletSelector = 'wallet' | 'credit_types' | 'X-Service-Wallet';
+type WalletSelector = 'wallet' | 'credit_types' | 'X-Service-Wallet';
 
 function parse<T>(raw: string): T | null {
   if (raw === '') return null;

@@ -30,13 +30,13 @@ import { claimId, type Bindings } from './bindings.js';
 /** Must equal BINDING_GRACE_MS in lua/includes/customer.lua. */
 export const archive_grace_ms = 5_000;
 /** Records archived, or deleted, per trim script call. */
-export const trim_records_max = 500;
+const trim_records_max = 500;
 /** Customers taken from one due shard per pass. */
-export const trim_customers_per_shard_max = 100;
+const trim_customers_per_shard_max = 100;
 /** Customers trimmed at once within a pass. */
-export const trim_concurrency = 8;
+const trim_concurrency = 8;
 /** Pause between two trim passes of a worker. */
-export const trim_interval_ms = 1_000;
+const trim_interval_ms = 1_000;
 
 export class Retention {
   constructor(

@@ -27,7 +27,7 @@ export const drawSchema = z.object({
   description: optionalText,
 });
 
-export const freezeTtlSchema = z.object({
+const freezeTtlSchema = z.object({
   release_after_seconds: z.number().int().min(1).max(ttl_seconds_max).nullish(),
   consume_after_seconds: z.number().int().min(1).max(ttl_seconds_max).nullish(),
 });

@@ -73,7 +73,7 @@ export interface OpResult {
 }
 
 /** Plan accounting of billable operations (src/plans/service.ts). */
-export interface BillableOps {
+interface BillableOps {
   /**
    * Reserves one operation ahead; `admitted` false when the plan's hard limit refuses it,
    * and then `refusal` is the error to answer. Normally served from the process's lease
@@ -127,7 +127,7 @@ const bindingScripts: ReadonlySet<CustomerScriptName> = new Set(['deduct', 'free
  * grace (ScriptStatus.StaleBinding: nothing applied). Each try reads the binding again,
  * so a second refusal takes a pause of seconds between two commands.
  */
-export const stale_binding_attempts_max = 3;
+const stale_binding_attempts_max = 3;
 
 export function requestHash(parts: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
@@ -141,9 +141,9 @@ export function requestHash(parts: unknown[]): string {
  */
 export const active_mark_window_ms = 10_000;
 /** A process marks a customer again once less than this is left of its mark. */
-export const active_mark_refresh_ms = 5_000;
+const active_mark_refresh_ms = 5_000;
 /** Customers whose mark a process remembers; beyond it forgets them all (and marks again). */
-export const active_marks_remembered_max = 100_000;
+const active_marks_remembered_max = 100_000;
 
 export class LedgerService {
   /** Outboxes written since the last SADD to the dirty shards (markDirty), per shard. */
@@ -631,7 +631,7 @@ const settleCodes = new Map<number, 'actual_amount_exceeds_frozen_amount' | 'no_
 ]);
 
 /** A wallet's sums over the sources active now. */
-export interface WalletSums {
+interface WalletSums {
   total: number;
   used: number;
   frozen: number;
@@ -652,4 +652,4 @@ export interface CustomerView {
 }
 
 export { isActive } from './sources.js';
-export { decodeSource, type SourceState } from '../redis/codec.js';
+export {  type SourceState } from '../redis/codec.js';

@@ -20,7 +20,7 @@ export function isActive(s: SourceState, nowMs: number): boolean {
 }
 
 /** is_dead in customer.lua: nothing frozen, and spent or expired. */
-export function isDead(s: SourceState, nowMs: number): boolean {
+function isDead(s: SourceState, nowMs: number): boolean {
   return s.frozen <= 0 && (s.used >= s.total || (s.expiresAtMs !== null && s.expiresAtMs <= nowMs));
 }
 

@@ -6,11 +6,11 @@
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 
 /** scrypt's cost: 2^14 x 8 x 128 bytes = 16 MiB of memory and about 50 ms per hash. */
-export const scrypt_n = 16_384;
-export const scrypt_r = 8;
-export const scrypt_p = 1;
-export const salt_bytes = 16;
-export const hash_bytes = 32;
+const scrypt_n = 16_384;
+const scrypt_r = 8;
+const scrypt_p = 1;
+const salt_bytes = 16;
+const hash_bytes = 32;
 export const password_chars_min = 12;
 export const password_chars_max = 256;
 

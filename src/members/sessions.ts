@@ -22,11 +22,11 @@ import type { RedisClient } from '../redis/client.js';
 import { verifyPassword, unknown_member_hash } from './passwords.js';
 import { memberRow, type MemberQueries, type MemberRow, type SignInCandidate } from './store.js';
 
-export const session_cookie = 'svc_session';
+const session_cookie = 'svc_session';
 export const session_cookie_path = '/dashboard';
 export const csrf_header = 'x-csrf-token';
 /** last_seen_at is written at most this often per session: a read per request, not a write. */
-export const last_seen_write_ms = 60_000;
+const last_seen_write_ms = 60_000;
 
 export interface SessionSettings {
   ttlMs: number;
@@ -105,7 +105,7 @@ export class SessionStore {
 }
 
 /** The session cookie's value in a request, or null. */
-export function sessionToken(req: Request): string | null {
+function sessionToken(req: Request): string | null {
   const header = req.headers.cookie;
   if (!header) return null;
   for (const part of header.split(';')) {

@@ -39,7 +39,7 @@ export function memberEntry(m: MemberRow) {
 }
 
 /** A membership that may sign in with this email, with what checking its password needs. */
-export const signInCandidate = memberRow.extend({ password_hash: z.string(), organization_name: z.string() });
+const signInCandidate = memberRow.extend({ password_hash: z.string(), organization_name: z.string() });
 export type SignInCandidate = z.infer<typeof signInCandidate>;
 
 /** Memberships one email may hold that sign-in checks a password against, at most. */

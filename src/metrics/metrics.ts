@@ -19,9 +19,9 @@ import { ApiError } from '../errors/catalogue.js';
 import { backendFailure } from '../errors/backend.js';
 
 /** Models with series of their own; calls of any model beyond them count under `other`. */
-export const metric_models_max = 200;
+const metric_models_max = 200;
 /** The model label of a gateway call refused before its model was found. */
-export const no_model_label = 'unknown';
+const no_model_label = 'unknown';
 /** The route label of a request no route answered (unknown path, refused before its route). */
 export const unmatched_route = 'unmatched';
 
@@ -77,7 +77,7 @@ class OperationSeries {
  * The outcome label of a failed operation or call: its catalogue code, `unavailable` for a
  * store that did not answer (503), `error` for anything else (500).
  */
-export function failureOutcome(err: unknown): string {
+function failureOutcome(err: unknown): string {
   if (err instanceof ApiError) return err.code;
   return backendFailure(err) !== null ? 'unavailable' : 'error';
 }

@@ -28,11 +28,11 @@ import { z } from 'zod';
 import { describeRoute } from '../openapi/registry.js';
 
 /** The longest a scrape waits for one read of Redis or PostgreSQL. */
-export const collect_timeout_ms = 2_000;
+const collect_timeout_ms = 2_000;
 /** A read serves every gauge that needs it for this long: the gauges of one scrape share it. */
-export const collect_shared_ms = 1_000;
+const collect_shared_ms = 1_000;
 /** Organizations with a plan usage series: those with the highest counts this period (src/plans/service.ts, usageOfOrganizations). */
-export const plan_usage_organizations_max = 1_000;
+const plan_usage_organizations_max = 1_000;
 
 /** Resolves with `p`, or rejects after `ms`. */
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {

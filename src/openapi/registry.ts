@@ -79,7 +79,7 @@ export const tags = {
   Health: 'Service health for load balancers and operators.',
   Documentation: 'This document.',
 } as const;
-export type Tag = keyof typeof tags;
+type Tag = keyof typeof tags;
 
 const routes: RouteDoc[] = [];
 

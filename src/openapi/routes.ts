@@ -16,8 +16,8 @@ import { projectRoot } from '../root.js';
 import { generateDocument } from './document.js';
 import { describeRoute } from './registry.js';
 
-export const docs_path = '/docs';
-export const document_path = '/openapi.json';
+const docs_path = '/docs';
+const document_path = '/openapi.json';
 
 let cached: Record<string, unknown> | null = null;
 
@@ -32,7 +32,7 @@ export function openApiDocument(): Record<string, unknown> {
  * event loop at its first GET /openapi.json. Run from src/ (tsx), there is no such file to
  * trust, and the document is generated.
  */
-export const built_document_path = join(projectRoot, 'dist', 'openapi.json');
+const built_document_path = join(projectRoot, 'dist', 'openapi.json');
 const compiled = fileURLToPath(import.meta.url).startsWith(join(projectRoot, 'dist') + sep);
 
 let documentText: string | null = null;

@@ -25,21 +25,21 @@ import { provesNothingSent } from '../redis/sent.js';
 /** The most operations a lease holds. */
 export const lease_ops_max = 64;
 /** A grant is at most this fraction of what the limit leaves beyond other pending weights. */
-export const lease_divisor = 16;
+const lease_divisor = 16;
 /** A smaller grant is none: the organization is near its limit (per-operation reservations). */
-export const lease_ops_min = 4;
+const lease_ops_min = 4;
 /** A lease not reported for this long counts whole: its process died or lost Redis. */
-export const lease_deadline_ms = 30_000;
+const lease_deadline_ms = 30_000;
 /** Operations served from a lease reach the count in Redis within this. */
 export const lease_report_ms = 250;
 /** Unused operations of a lease go back after this long without use. */
-export const lease_idle_ms = 1_000;
+const lease_idle_ms = 1_000;
 /** After a lease was refused near the limit, operations are reserved one by one this long. */
-export const lease_edge_ms = 1_000;
+const lease_edge_ms = 1_000;
 /** How long a stopping process waits to give its leases back. */
-export const lease_close_wait_ms = 1_000;
+const lease_close_wait_ms = 1_000;
 /** A lease is renewed (its deadline moved) at least this often while it holds operations. */
-export const lease_renew_ms = lease_deadline_ms / 3;
+const lease_renew_ms = lease_deadline_ms / 3;
 
 /** The Redis keys of an organization's period, and the period. */
 export interface PeriodKeys {

@@ -39,7 +39,7 @@ type OrgRow = z.infer<typeof orgRow>;
  * deduct or consume script answers in milliseconds, so only a process that died holds it
  * this long.
  */
-export const ledger_reservation_ms = 30_000;
+const ledger_reservation_ms = 30_000;
 /**
  * The same for a gateway call, which holds its reservation for the whole upstream call. A
  * call still running past it is counted already; its settlement then adds nothing.
@@ -50,11 +50,11 @@ export const gateway_reservation_ms = 600_000;
  * flight: their outcome decides it. Past it the answer is 429 with Retry-After.
  */
 export const pending_wait_ms = 3_000;
-export const pending_retry_after_seconds = 1;
+const pending_retry_after_seconds = 1;
 /** Tries of recording operations counted without a reservation (TTL auto-consumes). */
-export const record_attempts_max = 5;
+const record_attempts_max = 5;
 /** Organizations whose current period a process keeps; past it, it forgets them all. */
-export const cached_periods_max = 100_000;
+const cached_periods_max = 100_000;
 
 export interface Reservation {
   /** False when the plan's hard limit is reached: only replays may go on. */

@@ -9,13 +9,12 @@
  * is not reproduced (cjson orders keys by its hash table); readers parse, so only the
  * meaning has to match, and comparable() below compares by meaning.
  */
-import { isDeepStrictEqual } from 'node:util';
 import {
   encodeDeposit, encodeSource, encodeTransaction, parseStoredSource, parseTransaction, type StoredHold as Hold, type StoredSource,
   type StoredTransaction,
 } from '../redis/codec.js';
 
-export type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
+type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
 
 /** A ledger_entries row (the columns the fold needs). */
 export interface EntryRow {
@@ -318,9 +317,4 @@ export function comparable(raw: string): Record<string, unknown> {
   const v = JSON.parse(raw) as Record<string, unknown>;
   for (const k of ['r', 'cr', 'ur']) if (typeof v[k] === 'string') v[k] = JSON.parse(v[k] as string);
   return v;
-}
-
-/** True when two stored tx or dep values mean the same. */
-export function sameStored(a: string, b: string): boolean {
-  return isDeepStrictEqual(comparable(a), comparable(b));
 }

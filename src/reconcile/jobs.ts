@@ -25,13 +25,13 @@ export interface ReconcileJobData {
 }
 
 /** How long a finished job (and its report) can be read, and how many finished jobs are kept at most. */
-export const reconcile_job_retention_seconds = 86_400;
-export const reconcile_jobs_kept_max = 200;
+const reconcile_job_retention_seconds = 86_400;
+const reconcile_jobs_kept_max = 200;
 /** Reconcile jobs one worker process runs at once (each checks concurrency_default customers at a time). */
 export const reconcile_worker_concurrency = 1;
 
-export const reconcile_job_statuses = ['queued', 'running', 'completed', 'failed'] as const;
-export type ReconcileJobStatus = (typeof reconcile_job_statuses)[number];
+const reconcile_job_statuses = ['queued', 'running', 'completed', 'failed'] as const;
+type ReconcileJobStatus = (typeof reconcile_job_statuses)[number];
 
 const isoTime = z.string().openapi({ format: 'date-time' });
 const count = z.number().int();
@@ -123,7 +123,7 @@ function statusOf(job: Job<ReconcileJobData, ReconcileReport>, state: string): R
 const iso = (ms: number | undefined) => (ms ? new Date(ms).toISOString() : null);
 
 /** A job as the API answers it (docs/API.md, "Reconcile jobs"). */
-export function reconcileJobEntry(job: Job<ReconcileJobData, ReconcileReport>, state: string) {
+function reconcileJobEntry(job: Job<ReconcileJobData, ReconcileReport>, state: string) {
   const status = statusOf(job, state);
   const p = typeof job.progress === 'object' && job.progress !== null ? (job.progress as unknown as ReconcileProgress) : null;
   const report = status === 'completed' ? (job.returnvalue ?? null) : null;

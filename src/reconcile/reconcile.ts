@@ -46,17 +46,17 @@ import { effectiveCounters, sourceLayout, type SourceLayout } from '../ledger/so
 export const anomaliesKey = (prefix: string) => `${prefix}ledger:anomalies`;
 
 /** Tries per customer when concurrent operations keep changing its keys. */
-export const attempts_max = 10;
+const attempts_max = 10;
 /** Upper bound of the random pause before try n (times n), so busy customers get a quiet moment. */
-export const retry_pause_ms_max = 10;
-export const scan_count = 1_000;
-export const index_read_batch_size = 500;
+const retry_pause_ms_max = 10;
+const scan_count = 1_000;
+const index_read_batch_size = 500;
 /** Customers read from PostgreSQL per query: reconcile walks them in pages of this many. */
 export const customer_page_size = 500;
 /** Outbox entries read per XRANGE of a snapshot: a long outbox is read in pages. */
-export const snapshot_outbox_page_size = 500;
+const snapshot_outbox_page_size = 500;
 
-export interface DriftItem {
+interface DriftItem {
   project_id: string;
   customer_id: string;
   /**
@@ -121,7 +121,7 @@ export const report_items_max = 1_000;
 /** Customers checked at once, each on a Redis connection of its own (WATCH is per connection). */
 export const concurrency_default = 4;
 export const concurrency_max = 64;
-export const progress_interval_ms = 1_000;
+const progress_interval_ms = 1_000;
 
 export interface ReconcileRuntime {
   config: Config;

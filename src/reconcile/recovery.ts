@@ -30,7 +30,7 @@ const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq
 /** Set once a recovery completed on this Redis; a Redis without it may have lost everything. */
 export const recoveryBaselineKey = (prefix: string) => `${prefix}recovery:baseline`;
 /** The baseline of one cluster master, under a hash tag whose slot it serves. */
-export const nodeRecoveryBaselineKey = (prefix: string, tag: string) => `${prefix}recovery:baseline:{${tag}}`;
+const nodeRecoveryBaselineKey = (prefix: string, tag: string) => `${prefix}recovery:baseline:{${tag}}`;
 
 export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number, scope: RecoveryScope = singleRedisScope): Promise<ReconcileReport | null> {
   const prefix = rt.config.REDIS_PREFIX;

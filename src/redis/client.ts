@@ -9,11 +9,11 @@ import { trackClusterWrites, trackWrites } from './sent.js';
 export type RedisClient = Redis | Cluster;
 
 /** Connection errors are logged at most this often per connection. */
-export const connection_error_log_interval_ms = 10_000;
+const connection_error_log_interval_ms = 10_000;
 /** How long the cluster probe at startup waits for Redis before it assumes a single Redis. */
-export const cluster_probe_timeout_ms = 2_000;
+const cluster_probe_timeout_ms = 2_000;
 /** How often a cluster client reads the slot map again (a failover, a resharding). */
-export const cluster_slots_refresh_ms = 5_000;
+const cluster_slots_refresh_ms = 5_000;
 
 /** The options of the shared command client, for a single Redis and for every node of a cluster. */
 const command_options: RedisOptions = {

@@ -183,9 +183,9 @@ export function encodeDeposit(d: StoredDeposit): string {
 
 // ---------------------------------------------------------------- outbox entries
 
-export const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE'] as const;
+const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE'] as const;
 
-export interface DetailRaw {
+interface DetailRaw {
   account_id: string;
   credit_type: string;
   amount: string;

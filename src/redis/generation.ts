@@ -34,22 +34,22 @@ import type { Scripts } from './scripts.js';
 import { keySlot, masterSlots, tagIn } from './slots.js';
 
 /** How long the recovering process holds the lock before another may take over. */
-export const recovery_lock_ms = 10 * 60_000;
+const recovery_lock_ms = 10 * 60_000;
 /** How often a process that waits for another's recovery looks for the marker. */
-export const recovery_poll_ms = 100;
+const recovery_poll_ms = 100;
 /** Pause before verifying again after a failure (PostgreSQL down, say). */
-export const verify_retry_ms = 1_000;
+const verify_retry_ms = 1_000;
 /**
  * How long a money operation waits for the verification before it answers 503: a
  * process that just started or reconnected is usually verified within a round trip or two.
  */
-export const verify_wait_ms = 2_000;
+const verify_wait_ms = 2_000;
 
 export const recoveredMarkerKey = (prefix: string, runId: string) => `${prefix}recovered:${runId}`;
 export const recoveryLockKey = (prefix: string) => `${prefix}recovery:lock`;
 /** The marker and lock of a cluster master, under a hash tag whose slot it serves (tagIn). */
 export const nodeRecoveredMarkerKey = (prefix: string, tag: string, runId: string) => `${prefix}recovered:{${tag}}:${runId}`;
-export const nodeRecoveryLockKey = (prefix: string, tag: string) => `${prefix}recovery:lock:{${tag}}`;
+const nodeRecoveryLockKey = (prefix: string, tag: string) => `${prefix}recovery:lock:{${tag}}`;
 
 const unverified_message =
   'Redis is unreachable, or restarted and is being checked against the ledger in PostgreSQL; nothing was applied: retry shortly';

@@ -66,12 +66,12 @@ export type BindingKind = 't' | 'd' | 'g';
 export const binding_buckets = 16;
 
 /** The SHA-1 of an id, hex: picks its bucket here and its Bloom bits in lua/bind-2.lua. */
-export function idHash(id: string): string {
+function idHash(id: string): string {
   return createHash('sha1').update(id, 'utf8').digest('hex');
 }
 
 /** The bucket of an id: the last 4 hex digits of its SHA-1 (the Bloom bits use the first 35). */
-export function bindingBucket(id: string): number {
+function bindingBucket(id: string): number {
   return parseInt(idHash(id).slice(36), 16) % binding_buckets;
 }
 

@@ -328,7 +328,7 @@ export const other_scripts = {
   },
 } as const;
 
-export type ScriptArg = string | number;
+type ScriptArg = string | number;
 type Named<A extends readonly string[]> = { [K in A[number]]: ScriptArg };
 
 /** Where a customer script runs and who calls it: its KEYS and ARGV[1..4], and the last ARGV. */
@@ -344,7 +344,7 @@ export interface CustomerCall {
 }
 
 /** Where a bound script runs: a customer call without a binding read time, and the bucket of the operation's id. */
-export interface BoundCall extends Omit<CustomerCall, 'bindingReadAtMs'> {
+interface BoundCall extends Omit<CustomerCall, 'bindingReadAtMs'> {
   bucket: BindingKeys;
 }
 

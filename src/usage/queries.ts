@@ -42,7 +42,7 @@ export interface UsageFilter {
   limit: number;
 }
 
-export function usageRecord(r: UsageRow) {
+function usageRecord(r: UsageRow) {
   return {
     id: r.id,
     transaction_id: r.transaction_id,

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 const projectRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 /** Lines of a process's stderr (and error log lines) kept for failure messages. */
-export const output_lines_max = 50;
+const output_lines_max = 50;
 
 export class ServiceProcess {
   private child: ChildProcess | null = null;

@@ -14,7 +14,7 @@ import type { MockUpstream } from '../../src/gateway/mock/server.js';
 import type { TestProject, TestService } from '../helpers.js';
 import { addMember } from '../admin/dashboard-support.js';
 
-export const chromium_path = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const chromium_path = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 /** One headless chromium per test file (the machine has 2 cores). */
 export function launchChromium(): Promise<Browser> {

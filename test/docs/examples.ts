@@ -203,7 +203,7 @@ function parseAnswer(a: string): ParsedAnswer {
 }
 
 /** A value's shape: keys and types, recursively; arrays by their elements. */
-export function shapeOf(v: unknown): unknown {
+function shapeOf(v: unknown): unknown {
   if (v === null) return 'null';
   if (Array.isArray(v)) return v.map(shapeOf);
   if (typeof v === 'object') {

@@ -15,7 +15,7 @@ import { Invoicing } from '../../src/billing/invoices.js';
 import { bootstrapDemo } from '../../src/bootstrap.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
-import { parseExamples, runExample, type Example, type ExampleEnv } from './examples.js';
+import { runExample, type Example, type ExampleEnv } from './examples.js';
 
 export const doc_files = ['docs/API.md', 'docs/GUIDE.md'];
 
@@ -98,8 +98,4 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
       rmSync(workDir, { recursive: true, force: true });
     },
   };
-}
-
-export function examplesOf(file: string, markdown: string): Example[] {
-  return parseExamples(file, markdown);
 }

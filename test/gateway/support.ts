@@ -75,7 +75,7 @@ export interface GatewayEnv {
   close(): Promise<void>;
 }
 
-export interface Balance {
+interface Balance {
   total: number;
   used: number;
   frozen: number;
@@ -83,7 +83,7 @@ export interface Balance {
   wallets: Record<string, { total: number; used: number; frozen: number; available: number }>;
 }
 
-export interface LedgerEntry {
+interface LedgerEntry {
   id: string;
   type: string;
   transaction_id: string;

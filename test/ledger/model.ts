@@ -38,10 +38,10 @@
 export type Variant = 'A' | 'B';
 /** The wallet a deposit without one goes to, per contract variant. */
 export const default_wallet: Record<Variant, string> = { A: 'default', B: 'credits' };
-export const amount_max = 1_000_000_000_000_000;
+const amount_max = 1_000_000_000_000_000;
 
 /** HTTP status of each error code the ledger operations answer (docs/API.md, "Errors"). */
-export const errorStatus = {
+const errorStatus = {
   invalid_request: 400,
   invalid_amount: 400,
   invalid_expires_at: 400,
@@ -61,7 +61,7 @@ export type ModelErrorCode = keyof typeof errorStatus;
 export interface ApproxTime {
   readonly approxMs: number;
 }
-export function approx(ms: number): ApproxTime {
+function approx(ms: number): ApproxTime {
   return { approxMs: ms };
 }
 export function isApprox(v: unknown): v is ApproxTime {
@@ -76,7 +76,7 @@ export interface GatewayAnswer {
   body?: Record<string, unknown>;
 }
 
-export type Op = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unfreeze';
+type Op = 'deposit' | 'deduct' | 'freeze' | 'consume' | 'unfreeze';
 
 /** One HTTP request as the test sends it: the endpoint's operation and its JSON body. */
 export interface LedgerRequest {
@@ -149,7 +149,7 @@ export interface ModelState {
   depositIndex: Record<string, string>;
 }
 
-export interface WalletView {
+interface WalletView {
   total: number;
   used: number;
   frozen: number;

@@ -10,7 +10,7 @@ import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
 
-export interface KeyEntry {
+interface KeyEntry {
   id: string;
   type: 'project' | 'customer';
   prefix: string;
@@ -24,7 +24,7 @@ export interface KeyEntry {
 }
 
 /** How many characters of a key its row names it by (data-key-prefix): the stored prefix has at least these. */
-export const key_prefix_chars = 16;
+const key_prefix_chars = 16;
 
 function status(k: KeyEntry): 'active' | 'revoked' | 'expired' {
   if (k.revoked_at !== null) return 'revoked';
@@ -32,7 +32,7 @@ function status(k: KeyEntry): 'active' | 'revoked' | 'expired' {
   return 'active';
 }
 
-export interface KeysView {
+interface KeysView {
   notice?: Notice;
   /** A key just created: its secret, shown this once. */
   created?: { prefix: string; secret: string } | null;
@@ -63,7 +63,7 @@ function keyRow(projectId: string, k: KeyEntry, confirming: boolean, csrf: Html)
 </tr>`;
 }
 
-export async function keysScreen(ctx: PageContext, req: Request, projectId: string, v: KeysView = {}): Promise<Html> {
+async function keysScreen(ctx: PageContext, req: Request, projectId: string, v: KeysView = {}): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
   const cursor = queryParam(req, 'cursor');
   const params = { project_id: project.id };
@@ -112,7 +112,7 @@ ${pager(path, {}, keys.body, cursor !== undefined)}`;
 }
 
 /** The API body of the creation form: the customer fields count for a customer key only. */
-export function keyCreation(req: Request): Record<string, unknown> {
+function keyCreation(req: Request): Record<string, unknown> {
   const kind = text(req, 'kind');
   const body: Record<string, unknown> = { type: kind };
   const name = optional(req, 'name');

@@ -28,7 +28,7 @@ export interface DailyUsage {
   by_model: { model: string; calls: number; cost_credits: number }[];
 }
 
-export const chart_days = 30;
+const chart_days = 30;
 
 /** Credits charged per day over the last `chart_days` days, as a chart (`usage-chart` on the overview). */
 export async function creditsChart(ctx: PageContext, testid: string, projectId?: string): Promise<{ chart: Html; days: DailyUsage[] }> {

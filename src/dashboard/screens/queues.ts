@@ -10,12 +10,12 @@ import { html, type Html } from '../html.js';
 import { shell } from '../layout.js';
 import { sendPage, type PageRouter } from '../respond.js';
 
-export interface QueueEntry {
+interface QueueEntry {
   name: string;
   counts: Record<string, number>;
 }
 
-export async function queuesScreen(ctx: PageContext): Promise<Html> {
+async function queuesScreen(ctx: PageContext): Promise<Html> {
   const queues = (await ctx.api<{ data: QueueEntry[] }>('GET', '/queues')).body.data;
   const body = html`<p class="muted">The service's job queues, shared by every organization: how many jobs are in each state now.</p>
 <table class="list" data-testid="queue-list">

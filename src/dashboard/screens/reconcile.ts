@@ -15,7 +15,7 @@ import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageHandler, type PageRouter } from '../respond.js';
 
-export interface ReconcileView {
+interface ReconcileView {
   notice?: Notice;
   /** The job shown: queued or running (its progress), or finished (its report). */
   job?: ReconcileJobEntry | null;
@@ -24,7 +24,7 @@ export interface ReconcileView {
 }
 
 /** How often the panel of an unfinished job is asked for again. */
-export const job_poll_seconds = 1;
+const job_poll_seconds = 1;
 
 /** A value of the report (a field, a source, a list of entries) as compact JSON. */
 function shown(v: unknown): string {
@@ -88,7 +88,7 @@ function outcomeOf(job: ReconcileJobEntry): string {
  * A job's panel: its progress while it is queued or running (asked for again by htmx
  * every job_poll_seconds, replacing itself), its report once completed.
  */
-export function jobPanel(projectId: string, job: ReconcileJobEntry): Html {
+function jobPanel(projectId: string, job: ReconcileJobEntry): Html {
   const kind = job.repair ? 'Repair' : 'Check';
   const attrs = html`id="reconcile-job" data-testid="reconcile-job" data-job-id="${job.id}" data-status="${job.status}"`;
   if (job.status === 'completed' && job.result) {
@@ -111,7 +111,7 @@ ${total === null || total === 0 ? html`<progress></progress>` : html`<progress m
 </section>`;
 }
 
-export async function reconcileScreen(ctx: PageContext, projectId: string, v: ReconcileView = {}): Promise<Html> {
+async function reconcileScreen(ctx: PageContext, projectId: string, v: ReconcileView = {}): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
   const path = pagePath('projects', project.id, 'reconcile');
   const csrf = csrfField(ctx.session);

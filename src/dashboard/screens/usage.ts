@@ -78,7 +78,7 @@ ${pager(path, q, records, cursor !== undefined)}`;
 }
 
 /** The most rows one export holds (page after page of the API's largest page). */
-export const csv_rows_max = 50_000;
+const csv_rows_max = 50_000;
 
 const csvColumns = [
   'created_at', 'transaction_id', 'trace_id', 'customer_id', 'wallet', 'model', 'endpoint', 'stream', 'status', 'input_tokens',

@@ -27,7 +27,7 @@ export interface MockUpstreamOptions {
   defaultOutputTokens?: number;
 }
 
-export interface RecordedRequest {
+interface RecordedRequest {
   path: string;
   headers: Record<string, string | string[] | undefined>;
   body: unknown;
@@ -42,7 +42,7 @@ export interface MockUpstream {
   close(): Promise<void>;
 }
 
-export type MockFailMode = number | 'timeout' | 'reset' | 'invalid' | 'midstream';
+type MockFailMode = number | 'timeout' | 'reset' | 'invalid' | 'midstream';
 
 /** Per-request controls, from `x-mock-<key>` headers or `[[mock key=value ...]]` directives in message text. */
 export interface MockControls {
@@ -58,7 +58,7 @@ export interface MockControls {
   fail?: MockFailMode;
 }
 
-export const MAX_RECORDED = 200;
+const MAX_RECORDED = 200;
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const DEFAULT_OUTPUT_TOKENS = 12;
 const MIDSTREAM_TOKENS = 3;

@@ -33,7 +33,7 @@ export interface StreamReading {
 }
 
 /** The fields of a client's body that billing reads (ProviderFormat.readBody). */
-export interface BodyFields {
+interface BodyFields {
   /** The model the client named (the project's model id). */
   model: string;
   stream: boolean;
