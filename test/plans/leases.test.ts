@@ -208,13 +208,16 @@ describe('plan leases', () => {
       // its deadline is counted whole instead.
       svc.rt.clock.advance(old.endMs - 2_000 - (await now()));
       expect((await deduct(svc.url, p, 'e1', 'end-1')).status).toBe(200);
+      const usedAt = Date.now();
       expectLeaseHeld(await periodState(old));
       svc.rt.clock.advance(old.endMs + 1_000 - (await now()));
-      // The first operation of the new period takes a lease there; the old one goes back.
+      // The first operation of the new period takes a lease there; the old one goes back
+      // at the next report, not lease_idle_ms after its last use as an idle lease would.
       expect((await deduct(svc.url, p, 'e1', 'end-2')).status).toBe(200);
       const next = await periodKeys(p);
       expect(next.counter).not.toBe(old.counter);
-      await waitFor(async () => (await periodState(old)).pending.length === 0, lease_report_ms * 4 + 2_000, 'the old period lease to go back');
+      await waitFor(async () => (await periodState(old)).pending.length === 0, lease_idle_ms, 'the old period lease to go back');
+      expect(Date.now() - usedAt).toBeLessThan(lease_idle_ms - 200);
       expect(await periodState(old)).toEqual({ pending: [], used: 1 });
       expectLeaseHeld(await periodState(next));
     });
