@@ -22,6 +22,7 @@ import {
   rawPost,
   startGatewayEnv,
   usdOf,
+  type Balance,
   type GatewayEnv,
 } from './support.js';
 
@@ -375,6 +376,33 @@ describe('who is billed', () => {
     const own = await env.svc.call('GET', '/v1/usage', { key });
     expect(own.body.data.map((r: { customer_id: string }) => r.customer_id)).toEqual(['ck1']);
     expect((await env.svc.call('GET', `/v1/billing/receipts/${other.headers.get('x-service-transaction-id')}`, { key })).status).toBe(404);
+  });
+
+  it('a customer-scoped key whose X-Service-Customer names another customer is refused, and neither is billed', async () => {
+    await env.fund('ck3', 50_000);
+    await env.fund('ck4', 50_000);
+    const key = await env.p.customerKey('ck3');
+    const balance = async (customer: string) => {
+      const { as_of: _asOf, ...b } = (await env.balance(customer)) as Balance & { as_of?: string };
+      return b;
+    };
+    const before = { ck3: await balance('ck3'), ck4: await balance('ck4'), ops: await env.ops() };
+    const from = env.mock.requests.length;
+    const res = await rawPost(env.svc.url, '/v1/chat/completions', {
+      key, headers: { 'x-service-customer': 'ck4' }, body: { model: OPENAI_MODEL, messages: ask({ output_tokens: 5 }) },
+    });
+    expectError({ status: res.status, text: res.text }, 403, 'permission_denied', { param: 'X-Service-Customer' });
+    expect(sentSince(from)).toEqual([]);
+    await env.svc.drained();
+    expect({ ck3: await balance('ck3'), ck4: await balance('ck4'), ops: await env.ops() }).toEqual(before);
+    expect([...(await env.ledger('ck3', 'GATEWAY')), ...(await env.ledger('ck4', 'GATEWAY'))]).toEqual([]);
+    // The header naming the key's own customer is fine: billed to it.
+    const own = await rawPost(env.svc.url, '/v1/chat/completions', {
+      key, headers: { 'x-service-customer': 'ck3' }, body: { model: OPENAI_MODEL, messages: ask({ output_tokens: 5 }) },
+    });
+    expect(own.status, own.text).toBe(200);
+    expect((await balance('ck3')).used).toBeGreaterThan(0);
+    expect(await balance('ck4')).toEqual(before.ck4);
   });
 
   it('X-Service-Wallet bills that wallet, and the balance headers are that wallet', async () => {
