@@ -77,6 +77,14 @@ const schema = z.object({
    * entries, and a replay is answered from PostgreSQL.
    */
   REDIS_RETENTION_SECONDS: z.coerce.number().int().min(1).default(86_400),
+  /**
+   * How long the trim waits between archiving a final record's binding and deleting the
+   * record, and so how long a binding read proves that its record was not archived: the
+   * customer scripts are loaded with it (src/ledger/retention.ts). Every process sharing a
+   * Redis must use the same value. Longer than any wait between a request's binding read
+   * and its script; tests shorten it.
+   */
+  ARCHIVE_GRACE_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
   /** A dashboard session ends this long after sign-in, however much it is used. */
   SESSION_TTL_SECONDS: z.coerce.number().int().min(60).default(12 * 3_600),
   /** ...and this long after its last request. */

@@ -25,7 +25,7 @@ let api: ScriptApi | undefined;
 let entries = 0;
 
 function scripts(): ScriptApi {
-  api ??= scriptApi(registerScripts(svc.rt.redis));
+  api ??= scriptApi(registerScripts(svc.rt.redis, svc.rt.config.ARCHIVE_GRACE_MS));
   return api;
 }
 
