@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 import { extended, timestamp } from '../openapi/registry.js';
-import { part_token_bounds_default } from '../gateway/pricing.js';
+import { file_token_bound_default, image_token_bound_default } from '../gateway/pricing.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;
@@ -109,8 +109,8 @@ export function modelEntry(m: ModelRow) {
     cache_write_price_per_million_credits: m.cache_write_price_per_million_credits,
     cache_write_price_per_million_usd: usd(m.cache_write_price_per_million_credits),
     supports_streaming: m.supports_streaming,
-    image_token_bound: m.image_token_bound ?? part_token_bounds_default[m.provider].image,
-    file_token_bound: m.file_token_bound ?? part_token_bounds_default[m.provider].file,
+    image_token_bound: m.image_token_bound ?? image_token_bound_default,
+    file_token_bound: m.file_token_bound ?? file_token_bound_default,
   };
 }
 

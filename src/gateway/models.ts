@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import type { ModelWithKey } from '../admin/models.js';
 import { forgetOnResubscribe, InvalidationGuard } from '../cache/invalidation.js';
 import { projectChannel } from '../keys/store.js';
-import { part_token_bounds_default, type PartTokenBounds, type Prices } from './pricing.js';
+import { file_token_bound_default, image_token_bound_default, type PartTokenBounds, type Prices } from './pricing.js';
 
 export interface GatewayModel {
   id: string;
@@ -46,8 +46,8 @@ export function gatewayModelOf(m: ModelWithKey): GatewayModel {
       cacheWrite: m.cache_write_price_per_million_credits,
     },
     partBounds: {
-      image: m.image_token_bound ?? part_token_bounds_default[m.provider].image,
-      file: m.file_token_bound ?? part_token_bounds_default[m.provider].file,
+      image: m.image_token_bound ?? image_token_bound_default,
+      file: m.file_token_bound ?? file_token_bound_default,
     },
     contextWindow: m.context_window,
   };

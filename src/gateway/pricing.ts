@@ -54,19 +54,18 @@ export const document_pages_max = 100;
 export const document_page_text_tokens_max = 3_000;
 
 /**
- * The per-part bounds of a model that sets none, from each provider's published sizing
- * rules (docs/API.md, "What bytes do not bound"):
+ * The per-part bounds of a model that sets none: the largest of the providers' published
+ * sizing rules (docs/API.md, "What bytes do not bound"), whatever the model's wire format
+ * (an OpenAI-format upstream may serve another provider's models):
  * - OpenAI images: the tile rule (85 + 170 per 512 px tile of an image scaled into
  *   2048 x 768: 1,445) and the patch rule (at most 1,536 patches of 32 px, times the
- *   model's multiplier, up to 2.46: 3,779); the larger.
+ *   model's multiplier, up to 2.46: 3,779).
  * - Anthropic images: about width x height / 750, the long edge at most 2,576 px on the
- *   high-resolution models (about 4,784 tokens; 1,600 on the others); the larger.
+ *   high-resolution models: about 4,784 tokens (1,600 on the others).
  * - Files (PDFs): every page's text and its image, at the page cap.
  */
-export const part_token_bounds_default: Record<'openai' | 'anthropic', PartTokenBounds> = {
-  openai: { image: 3_779, file: document_pages_max * (document_page_text_tokens_max + 3_779) },
-  anthropic: { image: 4_784, file: document_pages_max * (document_page_text_tokens_max + 4_784) },
-};
+export const image_token_bound_default = 4_784;
+export const file_token_bound_default = document_pages_max * (document_page_text_tokens_max + image_token_bound_default);
 
 /** Image and file parts counted in a request body (src/gateway/wire/format.ts, countParts). */
 export interface PartCounts {
