@@ -151,9 +151,11 @@ describe('readBody', () => {
         { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: [{ type: 'image', source: {} }, { type: 'document', source: {} }, { type: 'text', text: 'x' }] }, { type: 'tool_result', tool_use_id: 't', content: 'plain' }] },
         { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/2.png' } }, { type: 'file', file: {} }] },
         { role: 'user', content: 'hi' },
+        // Plain text is bounded by its bytes; a document of content blocks by its images.
+        { role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'words' } }, { type: 'document', source: { type: 'content', content: [{ type: 'text', text: 'a' }, { type: 'image', source: {} }] } }] },
       ],
     };
-    expect(formatOf('anthropic').readBody(anthropicBody).parts).toEqual({ images: 2, files: 2 });
+    expect(formatOf('anthropic').readBody(anthropicBody).parts).toEqual({ images: 3, files: 2 });
   });
 
   it.each([
