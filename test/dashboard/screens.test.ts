@@ -213,6 +213,8 @@ describe('usage', () => {
     expect(page.status).toBe(200);
     expect(page.text).toMatch(new RegExp(`data-testid="usage-uncovered-total">Uncovered: <span class="amount">${uncovered.toLocaleString('en-US')} credits`));
     expect(page.text).toMatch(new RegExp(`data-transaction-id="${txid}">[^]*?data-testid="usage-uncovered"[^>]*>\\+ ${uncovered.toLocaleString('en-US')} uncovered`));
+    const shown = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/receipts/${txid}`);
+    expect(shown.text).toContain(`data-testid="receipt-uncovered"><span class="amount">${uncovered.toLocaleString('en-US')} credits`);
     // A customer billed in full: no total, no marker.
     const full = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage?customer_id=${org.customerId}`);
     expect(full.text).toContain('data-testid="usage-row"');
