@@ -78,6 +78,7 @@ export const usageTotalsRow = z.object({
   cache_read_tokens: z.number(),
   cache_write_tokens: z.number(),
   cost_credits: z.number(),
+  uncovered_credits: z.number(),
 });
 export type UsageTotalsRow = z.infer<typeof usageTotalsRow>;
 
@@ -177,7 +178,8 @@ export function createListingQueries(pool: DatabasePool) {
                  COALESCE(sum(u.output_tokens), 0)::int8 AS output_tokens,
                  COALESCE(sum(u.cache_read_tokens), 0)::int8 AS cache_read_tokens,
                  COALESCE(sum(u.cache_write_tokens), 0)::int8 AS cache_write_tokens,
-                 COALESCE(sum(u.cost_credits), 0)::int8 AS cost_credits
+                 COALESCE(sum(u.cost_credits), 0)::int8 AS cost_credits,
+                 COALESCE(sum(u.uncovered_credits), 0)::int8 AS uncovered_credits
           FROM usage_records u JOIN projects p ON p.id = u.project_id
           WHERE ${sql.join(conds, sql.fragment` AND `)}
           ${groupBy}

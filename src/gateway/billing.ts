@@ -20,7 +20,7 @@ import { provesNothingSent } from '../redis/sent.js';
 import { holdRefusal } from '../ledger/refusals.js';
 import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
-import { costOf, inputCostBound } from './pricing.js';
+import { costOf, inputCostBound, partTokensBound, type PartCounts } from './pricing.js';
 import type { Endpoint } from './request.js';
 import type { InFlight } from '../lifecycle.js';
 import type { Metrics } from '../metrics/metrics.js';
@@ -117,6 +117,8 @@ export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'out
   /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
   limitField: string;
   rawBytes: number;
+  /** Image and file parts of the request: each adds its model's bound to the input's. */
+  parts: PartCounts;
 };
 
 /**
@@ -181,7 +183,11 @@ export class GatewayBilling {
     if (usage.cacheRead > 0) m.cacheReadTokens.inc(usage.cacheRead);
     if (usage.cacheWrite > 0) m.cacheWriteTokens.inc(usage.cacheWrite);
     if (cost > 0) m.cost.inc(cost);
-    if (shortfall > 0) m.shortfall.inc(shortfall);
+    if (shortfall > 0) {
+      m.shortfall.inc(shortfall);
+      this.deps.metrics.uncoveredCalls.inc();
+      this.deps.metrics.uncoveredCredits.inc(shortfall);
+    }
   }
 
   /**
@@ -238,8 +244,9 @@ export class GatewayBilling {
     try {
       const prices = c.model.prices;
       const wanted = c.explicitMax ?? c.model.maxOutputTokens;
+      const partTokens = partTokensBound(c.parts, c.model.partBounds, c.model.contextWindow);
       const args: CustomerScriptArgs<'gateway_hold'> = {
-        transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices), outputPrice: prices.output,
+        transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices, partTokens), outputPrice: prices.output,
         outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
         admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey,
       };
@@ -299,14 +306,14 @@ export class GatewayBilling {
     const { transactionId } = call;
     this.untilAnswered(
       async (attempt) => {
-        const [status] = await (send.script === 'gateway_settle'
+        const [status, raw] = await (send.script === 'gateway_settle'
           ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
           : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
         if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
           this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
         } else if (script === 'gateway_settle') {
           this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
-          this.billedInBackground(call, send.args);
+          this.billedInBackground(call, send.args, raw);
         } else if ((status === ScriptStatus.Ok || status === ScriptStatus.Replay) && call.idempotencyKey !== '') {
           // Released by the API: the call billed nothing, and its key is free (what the
           // trim and a recovery read from a record released by the API). Freed again here:
@@ -358,12 +365,13 @@ export class GatewayBilling {
       .catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
   }
 
-  /** The counters of a settlement confirmed in the background, from its usage record (shortfall unknown there). */
-  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>): void {
+  /** The counters of a settlement confirmed in the background, from its usage record and the script's result. */
+  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>, raw: string): void {
     try {
       const r = JSON.parse(String(args.usageRecord)) as UsageRecordInput;
       const usage: Usage = { input: r.input_tokens, output: r.output_tokens, cacheRead: r.cache_read_tokens, cacheWrite: r.cache_write_tokens };
-      this.billed(call.model.id, usage, Number(args.cost), 0);
+      const result = JSON.parse(raw) as { cost: string; shortfall: string };
+      this.billed(call.model.id, usage, Number(result.cost), Number(result.shortfall));
     } catch {
       // The record is ours; a counter is not worth an error here.
     }

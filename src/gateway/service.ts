@@ -121,6 +121,7 @@ export class GatewayService {
         limitField: r.limitField,
         answers: r.answers,
         rawBytes: r.rawBytes,
+        parts: r.parts,
         idempotencyKey: idempotencyKey ?? '',
       });
       res.setHeader('X-Service-Transaction-Id', transactionId);

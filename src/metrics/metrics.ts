@@ -140,6 +140,12 @@ export class Metrics {
   readonly postgresErrors: Counter<'kind'>;
   /** A gauge computed on scrape that could not be read in time (src/metrics/stores.ts). */
   readonly collectErrors: Counter<'gauge'>;
+  /**
+   * Gateway calls whose cost their wallet could not pay in full, and the credits not paid
+   * (`uncovered_credits` of their receipts): no labels, a shortfall of any tenant counts.
+   */
+  readonly uncoveredCalls: Counter;
+  readonly uncoveredCredits: Counter;
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
@@ -187,6 +193,16 @@ export class Metrics {
       name: 'svc_metrics_collect_errors_total',
       help: 'Gauges read from Redis or PostgreSQL on a scrape that failed or timed out (they read NaN)',
       labelNames: ['gauge'],
+      registers,
+    });
+    this.uncoveredCalls = new Counter({
+      name: 'svc_gateway_uncovered_calls_total',
+      help: 'Settled gateway calls that cost more than their hold and their wallet\'s available credits together (receipts with uncovered_credits > 0)',
+      registers,
+    });
+    this.uncoveredCredits = new Counter({
+      name: 'svc_gateway_uncovered_credits_total',
+      help: 'Credits of settled gateway calls that their wallets could not pay (the sum of uncovered_credits): recorded, not collected',
       registers,
     });
     // Every series from the start, at 0: a rate is defined before the first error.

@@ -241,7 +241,7 @@ describe('the hold and the output limit', () => {
 describe('usage records and receipts', () => {
   const recordFields = [
     'id', 'transaction_id', 'trace_id', 'customer_id', 'wallet', 'model', 'endpoint', 'stream', 'status', 'input_tokens', 'output_tokens',
-    'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'latency_ms', 'created_at',
+    'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'uncovered_credits', 'latency_ms', 'created_at',
   ].sort();
 
   it('reads a receipt from the outbox before the workers persist it, and the same receipt after', async () => {
@@ -272,7 +272,7 @@ describe('usage records and receipts', () => {
       expect(record).toMatchObject({
         transaction_id: txid, trace_id: 'trace-r1', customer_id: 'r1', wallet: 'credits', model: ANTHROPIC_MODEL, endpoint: 'messages',
         stream: false, status: 'settled', input_tokens: input, output_tokens: 7, cache_read_tokens: 1, cache_write_tokens: 4,
-        usage_estimated: false, cost_credits: cost, cost_usd: usdOf(cost),
+        usage_estimated: false, cost_credits: cost, cost_usd: usdOf(cost), uncovered_credits: 0,
       });
       expect(record.latency_ms).toBeGreaterThanOrEqual(0);
       expect(Math.abs(Date.parse(record.created_at) - Date.now())).toBeLessThan(60_000);
@@ -473,6 +473,8 @@ describe('GET /v1/models', () => {
       cache_write_price_per_million_credits: 0,
       cache_write_price_per_million_usd: 0,
       supports_streaming: false,
+      image_token_bound: 4_784,
+      file_token_bound: 778_400,
     });
     for (const m of all.body.data) {
       for (const kind of ['input', 'output', 'cache_read', 'cache_write']) {
