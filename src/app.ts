@@ -66,6 +66,8 @@ export function createApi(rt: Runtime): Api {
   app.set('strict routing', true);
   app.disable('x-powered-by');
   app.set('etag', false);
+  // Who the client is (req.ip, for the sign-in limit): the socket unless TRUST_PROXY names proxies.
+  app.set('trust proxy', rt.config.TRUST_PROXY);
   const ended = requestEnd(rt.logger, rt.metrics);
   app.use(ended);
   // The gauges read from Redis and PostgreSQL on a scrape (src/metrics/stores.ts).
