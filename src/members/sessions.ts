@@ -52,6 +52,9 @@ export interface Session {
 
 const hashOf = (token: string) => createHash('sha256').update(token).digest();
 
+/** The stored id of a session (its token's SHA-256), for MemberQueries.setPassword. */
+export const sessionIdHash = hashOf;
+
 export class SessionStore {
   constructor(
     private readonly db: DatabasePool,
