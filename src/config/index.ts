@@ -132,6 +132,12 @@ const schema = z.object({
    * start`, which runs the workers inside the API process, serves theirs with the API's).
    */
   WORKER_METRICS_PORT: optionalPort,
+  /**
+   * Per-organization plan usage series (svc_plan_usage_operations{organization}) on the
+   * API port's /metrics, which anyone who reaches the API may scrape. Unset: only on
+   * METRICS_PORT; the API port's scrape has the aggregates alone, no tenant id.
+   */
+  METRICS_ORGANIZATION_SERIES: bool.default('0'),
   /** The address the metrics ports listen on; unset: HOST. */
   METRICS_HOST: z.preprocess((v) => (v === '' ? undefined : v), z.string().optional()),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
