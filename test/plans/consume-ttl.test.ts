@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
-import type { TestProject } from '../helpers.js';
+import { reconcileOverApi, type TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import { svc, useTestService } from '../support/service.js';
 
@@ -104,5 +104,8 @@ describe('a freeze with consume_after_seconds on the Free plan', () => {
     const key = await counterKey(p);
     await svc.rt.redis.del(key, `${key}:pending`);
     expect(await ops(p)).toBe(4);
+    // The mark folds from PostgreSQL as Redis holds it: reconcile finds no drift.
+    const report = await reconcileOverApi(svc, p);
+    expect([report.drift_total, report.errors_total]).toEqual([0, 0]);
   });
 });
