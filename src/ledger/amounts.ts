@@ -77,7 +77,7 @@ function exactInText(body: Record<string, unknown>, field: string, v: number): v
   const text = bodyTextOf(body);
   if (text === null) return;
   const token = topLevelToken(text, field);
-  if (token === null || sameDecimal(token, String(v))) return;
+  if (token === null || writtenExactly(token, v)) return;
   throw new ApiError('invalid_amount', {
     param: field,
     message: `${field} ${token.length > 40 ? `${token.slice(0, 40)}...` : token} cannot be read exactly (it would be ${v}); send the amount with at most 15 significant digits`,
@@ -95,6 +95,15 @@ function decimalOf(token: string): { digits: string; exponent: number } | null {
   exponent += digits.length - trimmed.length;
   digits = trimmed;
   return { digits, exponent };
+}
+
+/**
+ * Whether the number token `token` (JSON's syntax) writes exactly `v`, the number parsed
+ * from it: the same decimal value as the double's shortest form (`1e2` and `100.00` are
+ * 100; `100.0000000000000001` is not).
+ */
+export function writtenExactly(token: string, v: number): boolean {
+  return sameDecimal(token, String(v));
 }
 
 /** Whether two number tokens write the same decimal value (`1e2`, `100.00`, `100`). */
