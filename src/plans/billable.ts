@@ -1,9 +1,10 @@
 /**
  * Which ledger entries are billable operations, for the counts read from PostgreSQL (the
- * plan counter's seed, src/plans/service.ts; the period's invoice, src/billing/invoices.ts):
- * one query, so the two always agree with each other and with what the API counted.
+ * plan counter's seed, src/plans/service.ts; the period's invoice, src/billing/invoices.ts;
+ * the usage per day, src/admin/listings.ts): one rule, so they agree with each other and
+ * with what the API counted.
  */
-import { sql, type CommonQueryMethods } from 'slonik';
+import { sql, type CommonQueryMethods, type FragmentSqlToken } from 'slonik';
 import { z } from 'zod';
 
 /**
@@ -25,4 +26,26 @@ export function countBillableEntries(db: CommonQueryMethods, organizationId: str
       WHERE p.organization_id = ${organizationId} AND e.type = 'FREEZE' AND e.extra->>'pc' = '1'
         AND e.created_at >= ${from} AND e.created_at < ${to}
     ) AS n`);
+}
+
+/**
+ * Entry `alias` is a billable operation (as countBillableEntries counts): a DEDUCT or
+ * GATEWAY, a CONSUME not marked `pc`, a FREEZE marked `pc`.
+ */
+export function isBillableEntry(alias: string): FragmentSqlToken {
+  const type = sql.identifier([alias, 'type']);
+  const extra = sql.identifier([alias, 'extra']);
+  return sql.fragment`(${type} IN ('DEDUCT', 'GATEWAY') OR (${type} = 'CONSUME' AND ${extra}->>'pc' IS DISTINCT FROM '1')
+    OR (${type} = 'FREEZE' AND ${extra}->>'pc' = '1'))`;
+}
+
+/**
+ * Entry `alias` is billable or charged a customer (a CONSUME marked `pc` charges, its
+ * FREEZE counts): what the usage per day reads, each branch on a partial index
+ * (ledger_entries_billable, ledger_entries_plan_counted).
+ */
+export function isBillableOrCharge(alias: string): FragmentSqlToken {
+  const type = sql.identifier([alias, 'type']);
+  const extra = sql.identifier([alias, 'extra']);
+  return sql.fragment`(${type} IN ('DEDUCT', 'CONSUME', 'GATEWAY') OR (${type} = 'FREEZE' AND ${extra}->>'pc' = '1'))`;
 }

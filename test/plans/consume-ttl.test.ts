@@ -104,6 +104,10 @@ describe('a freeze with consume_after_seconds on the Free plan', () => {
     const key = await counterKey(p);
     await svc.rt.redis.del(key, `${key}:pending`);
     expect(await ops(p)).toBe(4);
+    // The usage per day counts as the plan does, and charges what the consumes charged.
+    const daily = await svc.call('GET', `/v1/admin/usage/daily?project_id=${p.projectId}`, { key: p.adminKey });
+    expect(daily.status).toBe(200);
+    expect(daily.body.data.map((d: { operations: number; credits: number }) => [d.operations, d.credits])).toEqual([[4, 30]]);
     // The mark folds from PostgreSQL as Redis holds it: reconcile finds no drift.
     const report = await reconcileOverApi(svc, p);
     expect([report.drift_total, report.errors_total]).toEqual([0, 0]);
