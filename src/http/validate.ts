@@ -136,7 +136,8 @@ export function jsonBody(req: Request): Record<string, unknown> {
  * express.json would. Anything else (chunked, compressed, another charset or media type, an
  * empty or oversized declared body, a body already read) goes to express.json itself.
  */
-export function measuredJson(limit: number, full = measuredExpressJson(limit)): RequestHandler {
+export function measuredJson(limit: number, full = measuredExpressJson(limit), opts: BodyTextOptions = {}): RequestHandler {
+  const keepText = opts.keepText === true;
   return (req, res, next) => {
     const length = plainJsonLength(req, limit);
     if (length === null) return full(req, res, next);
@@ -145,26 +146,76 @@ export function measuredJson(limit: number, full = measuredExpressJson(limit)): 
       (req as unknown as { bodyBytes: number }).bodyBytes = bytes!.length;
       // As iconv-lite's utf-8 decoder: a byte order mark is not part of the text.
       const bom = bytes!.length >= 3 && bytes![0] === 0xef && bytes![1] === 0xbb && bytes![2] === 0xbf;
+      const text = bytes!.toString('utf8', bom ? 3 : 0);
       try {
-        req.body = JSON.parse(bytes!.toString('utf8', bom ? 3 : 0));
+        req.body = JSON.parse(text);
       } catch {
         return next(clientError(400, 'entity.parse.failed', 'request body is not valid JSON'));
       }
+      if (keepText && typeof req.body === 'object' && req.body !== null) bodyTexts.set(req.body as object, text);
       next();
     });
   };
 }
 
+export interface BodyTextOptions {
+  /**
+   * Keep the text each JSON object body was parsed from (bodyTextOf), for the amounts read
+   * from it (src/ledger/amounts.ts). Billing bodies only: a gateway body is large and
+   * reads no amount.
+   */
+  keepText?: boolean;
+}
+
+/**
+ * The text of parsed JSON bodies, by the parsed object (a parser with keepText): a string
+ * (the fast path already made it) or how to decode the bytes body-parser read, done only
+ * when an amount is read.
+ */
+const bodyTexts = new WeakMap<object, string | (() => string | null)>();
+
+/**
+ * The JSON text `body` was parsed from, or null when no parser kept it (a body made in
+ * process, as the dashboard's calls) or its charset has no decoder here.
+ */
+export function bodyTextOf(body: object): string | null {
+  const t = bodyTexts.get(body);
+  if (t === undefined) return null;
+  return typeof t === 'string' ? t : t();
+}
+
+/** What body-parser read and in which charset (measuredExpressJson with keepText). */
+const readBytes = Symbol('readBytes');
+
 /** express.json with the API's settings, measuring what it reads: measuredJson's fallback. */
-export function measuredExpressJson(limit: number): RequestHandler {
-  return express.json({
+export function measuredExpressJson(limit: number, opts: BodyTextOptions = {}): RequestHandler {
+  const parse = express.json({
     limit,
     strict: false,
     type: ['application/json', 'application/*+json'],
-    verify: (req, _res, buf) => {
+    verify: (req, _res, buf, encoding) => {
       (req as unknown as { bodyBytes: number }).bodyBytes = buf.length;
+      if (opts.keepText === true) (req as unknown as Record<symbol, unknown>)[readBytes] = { buf, encoding };
     },
   });
+  if (opts.keepText !== true) return parse;
+  return (req, res, next) => {
+    parse(req, res, (err?: unknown) => {
+      const read = (req as unknown as Record<symbol, { buf: Buffer; encoding: string } | undefined>)[readBytes];
+      if (err === undefined && read !== undefined && typeof req.body === 'object' && req.body !== null) {
+        // Decoded as body-parser decoded it (a byte order mark is not part of the text);
+        // a charset TextDecoder does not know leaves the text unknown.
+        bodyTexts.set(req.body as object, () => {
+          try {
+            return new TextDecoder(read.encoding).decode(read.buf);
+          } catch {
+            return null;
+          }
+        });
+      }
+      next(err);
+    });
+  };
 }
 
 const plainJsonType = /^application\/json\s*(?:;\s*charset\s*=\s*"?utf-8"?\s*)?$/i;

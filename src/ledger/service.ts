@@ -283,12 +283,12 @@ export class LedgerService {
   }
 
   /**
-   * Runs a billable script (deduct, consume) under a plan reservation. `lookup` (binding
-   * or finding the transaction's customer; a value when the script binds itself) goes out
-   * in the same round trip as the reservation: neither needs the other's answer. `script`
-   * gets what the lookup found and whether the plan admits a new operation (its last
-   * argument); the reservation is committed when the operation applied now (or may
-   * have), and given back otherwise.
+   * Runs a billable script (deduct, consume, a freeze with a consume TTL) under a plan
+   * reservation. `lookup` (binding or finding the transaction's customer; a value when the
+   * script binds itself) goes out in the same round trip as the reservation: neither needs
+   * the other's answer. `script` gets what the lookup found and whether the plan admits a
+   * new operation (its last argument); the reservation is committed when the operation
+   * applied now (or may have), and given back otherwise.
    */
   private async runBillable<T>(
     scope: ProjectScope,
@@ -315,7 +315,11 @@ export class LedgerService {
       // reached Redis (never written, or refused by the generation guard). Without an
       // answer otherwise (a lost reply) it may have applied: it counts, one too high at
       // worst, never too low.
-      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : unsent || found.status === 'rejected' || reserved.status === 'rejected';
+      // A consume of a freeze that the plan counted when it was accepted (reply[4] = 1,
+      // lua/consume-10.lua) gives its reservation back too: counted once.
+      const notApplied = reply !== undefined
+        ? reply[0] !== ScriptStatus.Ok || reply[4] === 1
+        : unsent || found.status === 'rejected' || reserved.status === 'rejected';
       // Not awaited: the answer does not wait on the count (neither rejects).
       if (reservation) void (notApplied ? reservation.release() : reservation.commit());
     }
@@ -449,14 +453,23 @@ export class LedgerService {
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
       input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
     ]);
-    const args: CustomerScriptArgs<'freeze'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
-    const reply = await this.fromBinding(
-      () => this.runBound('freeze', scope, input.customerId, input.transactionId, args),
-      async () => {
-        const bound = await this.bindTransaction(scope, input);
-        return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
-      },
-    );
+    const args: Omit<CustomerScriptArgs<'freeze'>, 'admitted'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
+    // A freeze that its TTL consumes is the billable operation (its TTL consume cannot be
+    // refused later, and does not count again): the plan admits and counts it now, as a
+    // deduct. Any other freeze is not billable and never waits on the plan.
+    const reply = input.ttl?.kind === 'consume'
+      ? await this.fromBinding(
+        async () => (await this.runBillable(scope, null, (_, admitted) => this.runBound('freeze', scope, input.customerId, input.transactionId, { ...args, admitted }))).reply,
+        async () => (await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
+          this.run('freeze', scope, input.customerId, { ...args, admitted }, bound.readAtMs))).reply,
+      )
+      : await this.fromBinding(
+        () => this.runBound('freeze', scope, input.customerId, input.transactionId, { ...args, admitted: '1' }),
+        async () => {
+          const bound = await this.bindTransaction(scope, input);
+          return this.run('freeze', scope, input.customerId, { ...args, admitted: '1' }, bound.readAtMs);
+        },
+      );
     const result = this.outcome(reply, input.customerId, 'transaction_id', this.askedDraw(input));
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));

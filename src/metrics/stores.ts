@@ -1,8 +1,10 @@
 /**
  * The gauges read from Redis and PostgreSQL, computed when /metrics is scraped (prom-client
  * `collect`), never on a request: the outbox (lag, customers and entries waiting, the
- * workers' heartbeat), the jobs of each BullMQ queue by state, and each organization's plan
- * usage in its current period. Each read has collect_timeout_ms; one that fails or takes
+ * workers' heartbeat), the jobs of each BullMQ queue by state, and the plan usage of the
+ * current periods: in aggregate always, and per organization only where the scrape is
+ * private (METRICS_PORT) or the operator asked (METRICS_ORGANIZATION_SERIES), since the
+ * API port's /metrics needs no key and organization ids are tenants' identities. Each read has collect_timeout_ms; one that fails or takes
  * longer leaves its gauges at NaN for that scrape and counts in
  * svc_metrics_collect_errors_total. The gauges of one read share it within a scrape.
  *
@@ -112,6 +114,33 @@ export function watchStores(rt: Runtime): void {
 
   const usage = sharedRead(() => rt.plans.usageOfOrganizations(plan_usage_organizations_max), 'plan usage');
   new Gauge({
+    name: 'svc_plan_usage_operations_sum',
+    help: 'Billable operations counted in the current billing periods, summed over the organizations with the highest counts (at most 1,000)',
+    registers,
+    async collect() {
+      try {
+        this.set((await usage()).reduce((n, u) => n + u.used, 0));
+      } catch (err) {
+        this.set(Number.NaN);
+        failed('plan_usage', err);
+      }
+    },
+  });
+  new Gauge({
+    name: 'svc_plan_organizations_at_allowance',
+    help: 'Organizations whose count this period reached the operations their plan includes (Free: refused from there; Pro: overage)',
+    registers,
+    async collect() {
+      try {
+        this.set((await usage()).filter((u) => u.included !== null && u.used >= u.included).length);
+      } catch {
+        // Counted once, by svc_plan_usage_operations_sum.
+        this.set(Number.NaN);
+      }
+    },
+  });
+  if (rt.config.METRICS_PORT === undefined && !rt.config.METRICS_ORGANIZATION_SERIES) return;
+  new Gauge({
     name: 'svc_plan_usage_operations',
     help: 'Billable operations counted in the organization\'s current billing period (as Redis counts them; trails by up to 250 ms)',
     labelNames: ['organization'],
@@ -120,8 +149,8 @@ export function watchStores(rt: Runtime): void {
       this.reset();
       try {
         for (const u of await usage()) this.set({ organization: u.organizationId }, u.used);
-      } catch (err) {
-        failed('plan_usage', err);
+      } catch {
+        // Counted once, by svc_plan_usage_operations_sum.
       }
     },
   });
@@ -135,7 +164,7 @@ export function watchStores(rt: Runtime): void {
       try {
         for (const u of await usage()) if (u.included !== null) this.set({ organization: u.organizationId }, u.included);
       } catch {
-        // Counted once, by svc_plan_usage_operations.
+        // Counted once, by svc_plan_usage_operations_sum.
       }
     },
   });

@@ -155,6 +155,8 @@ export interface StoredTransaction {
   bt?: string;
   ttlk?: string;
   ttla?: string;
+  /** '1': the plan counted the freeze when it was accepted (a consume TTL); its consume counts nothing. */
+  pc?: '1';
   ca?: string;
   by?: 'api' | 'ttl';
   cr?: string;

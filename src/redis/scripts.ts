@@ -302,7 +302,7 @@ export const customer_script_args = {
     'sourceId',
   ],
   deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted'],
-  freeze: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds'],
+  freeze: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds', 'admitted'],
   consume: ['transactionId', 'amount', 'description', 'admitted'],
   unfreeze: ['transactionId', 'description'],
   expire: [],

@@ -10,6 +10,7 @@ import type { Command } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { pending_wait_ms } from '../../src/plans/service.js';
+import { customerKeys } from '../../src/redis/keys.js';
 import type { TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import { svc, useTestService } from '../support/service.js';
@@ -98,6 +99,12 @@ describe('TTL auto-consumes counted without a reservation', () => {
     const k = p.projectKey;
     const freeze = await svc.call('POST', '/v1/billing/freeze', { key: k, body: { customer_id: 'a1', transaction_id: 'f1', amount: 10, consume_after_seconds: 5 } });
     expect(freeze.status).toBe(200);
+    // A freeze made before freezes were counted when accepted: no `pc` mark, so its TTL
+    // consume is the operation that counts.
+    const txKey = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'a1').tx;
+    const { pc, ...legacy } = JSON.parse((await svc.rt.redis.hget(txKey, 'f1'))!) as Record<string, unknown>;
+    expect(pc).toBe('1');
+    await svc.rt.redis.hset(txKey, 'f1', JSON.stringify(legacy));
     const before = await ops(p);
     svc.rt.clock.advance(6_000);
 
