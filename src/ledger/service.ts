@@ -16,11 +16,11 @@ import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
-import { provesNothingSent } from '../redis/sent.js';
+import { CommandNotSentError, OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
 import { Bindings, type Archive } from './bindings.js';
 import { drawRefusal, settleRefusal } from './refusals.js';
-import type { LedgerOperation, Metrics } from '../metrics/metrics.js';
+import type { LedgerOperation, Metrics, OutcomePath } from '../metrics/metrics.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -107,7 +107,28 @@ export interface LedgerHooks {
   ready?(): Promise<void>;
   /** Counts every operation by its outcome (svc_ledger_operations_total). */
   metrics?: Metrics;
+  /**
+   * How long a money script whose reply was lost waits for Redis to answer again, to learn
+   * its outcome (OUTCOME_WAIT_MS); default outcome_wait_ms_default.
+   */
+  outcomeWaitMs?: number;
 }
+
+/** How long a money script whose reply was lost waits for Redis by default (LedgerHooks.outcomeWaitMs). */
+export const outcome_wait_ms_default = 2_000;
+/** The pause before each try of learning a lost reply's outcome. */
+export const outcome_retry_pause_ms = 50;
+
+/**
+ * Scripts whose outcome is learned by sending them again with the same arguments when
+ * their reply is lost (LedgerService.learn): each answers REPLAY with its stored result
+ * when its identifier already applied, so a second send never applies twice. A deposit
+ * only with an idempotency key (without one it is not idempotent). The others are reads
+ * and worker jobs, whose callers try again themselves.
+ */
+const learnableScripts: ReadonlySet<CustomerScriptName> = new Set([
+  'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'gateway_hold', 'gateway_settle', 'gateway_release',
+]);
 
 /**
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
@@ -254,7 +275,7 @@ export class LedgerService {
     args: CustomerScriptArgs<N>,
     bindingReadAtMs: number | null = null,
   ): Promise<ScriptReply> {
-    return this.send(name, scope, customerId, (call) => this.api.customer(name, { ...call, bindingReadAtMs }, args));
+    return this.send(name, scope, customerId, (call) => this.api.customer(name, { ...call, bindingReadAtMs }, args), learnable(name, args));
   }
 
   /**
@@ -263,23 +284,86 @@ export class LedgerService {
    */
   runBound<N extends BoundOperation>(op: N, scope: ProjectScope, customerId: string, id: string, args: CustomerScriptArgs<N>): Promise<ScriptReply> {
     const bucket = bindingKeys(this.prefix, scope.projectId, op === 'deposit' ? 'd' : 't', id);
-    return this.send(op, scope, customerId, (call) => this.api.bound(op, { ...call, bucket }, args));
+    return this.send(op, scope, customerId, (call) => this.api.bound(op, { ...call, bucket }, args), learnable(op, args));
   }
 
-  /** What run and runBound share: the guard and the active mark before, the dirty mark and the TTL count after. */
+  /**
+   * What run and runBound share: the guard and the active mark before, the dirty mark and
+   * the TTL count after. A `learnable` script whose reply is lost has its outcome learned
+   * (learn) before the caller hears of it.
+   */
   private async send(
     name: CustomerScriptName,
     scope: ProjectScope,
     customerId: string,
     script: (call: Omit<CustomerCall, 'bindingReadAtMs'>) => Promise<ScriptReply>,
+    learnable: boolean,
   ): Promise<ScriptReply> {
     const k = this.keys(scope, customerId);
     const marked = this.markActive(k.base);
-    await (marked ? Promise.all([this.ready(), marked]) : this.ready());
-    const reply = await script({ keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le') });
+    try {
+      await (marked ? Promise.all([this.ready(), marked]) : this.ready());
+    } catch (err) {
+      // The script was not sent: a lost reply of the active mark leaves nothing applied.
+      throw provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+    }
+    const call = () => script({ keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le') });
+    let reply: ScriptReply;
+    try {
+      reply = await call();
+    } catch (err) {
+      if (!learnable || !replyLost(err)) throw err;
+      reply = await this.learn(call, err);
+    }
     if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
+  }
+
+  /**
+   * Learns the outcome of a script whose reply was lost (`lost`), within the request's
+   * time: sends it again, with the same arguments, once Redis answers and the generation
+   * guard passes, until one try answers or outcomeWaitMs is over. The script is
+   * idempotent (learnableScripts): when the lost send applied, the new one answers REPLAY
+   * with its stored result, which is answered as OK, as the lost reply would have been
+   * (the client asked once); when it did not, the new one applies it now, or refuses it.
+   * No answer in time: OutcomeUnknownError (503 outcome_unknown), and a try still in
+   * flight is left to finish (it applies at most once, like the lost one). Counted in
+   * svc_outcome_learning_total.
+   */
+  private async learn(call: () => Promise<ScriptReply>, lost: unknown): Promise<ScriptReply> {
+    const deadline = Date.now() + (this.hooks.outcomeWaitMs ?? outcome_wait_ms_default);
+    let last = lost;
+    for (let left = deadline - Date.now(); left > 0; left = deadline - Date.now()) {
+      await sleep(Math.min(outcome_retry_pause_ms, left));
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<null>((resolve) => {
+        timer = setTimeout(() => resolve(null), Math.max(0, deadline - Date.now()));
+      });
+      try {
+        const tried = this.ready().then(call);
+        // A try that loses the race still ends; its failure is nobody's to hear.
+        tried.catch(() => undefined);
+        const reply = await Promise.race([tried, late]);
+        if (reply === null) break;
+        if (reply[0] === ScriptStatus.Replay) {
+          this.learned('learned_applied');
+          return [ScriptStatus.Ok, ...reply.slice(1)] as ScriptReply;
+        }
+        this.learned(reply[0] === ScriptStatus.Ok ? 'learned_not_applied_then_applied' : 'learned_not_applied_then_refused');
+        return reply;
+      } catch (err) {
+        last = err;
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+    this.learned('unknown');
+    throw last instanceof OutcomeUnknownError ? last : new OutcomeUnknownError(last instanceof Error ? last : new Error(String(last)));
+  }
+
+  private learned(path: OutcomePath): void {
+    this.hooks.metrics?.outcomeLearning.inc({ path });
   }
 
   /**
@@ -614,6 +698,23 @@ export class LedgerService {
     const sources = (reply[6] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
     return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Whether a script's outcome is learned when its reply is lost (learnableScripts). */
+function learnable(name: CustomerScriptName, args: object): boolean {
+  return learnableScripts.has(name) && !(name === 'deposit' && (args as { idempotencyKey?: unknown }).idempotencyKey === '');
+}
+
+/**
+ * A failure of a sent script without its reply: not proven unsent, and not an answer of
+ * Redis (a ReplyError is one: the script ran, or was refused, and said so).
+ */
+function replyLost(err: unknown): boolean {
+  return !provesNothingSent(err) && (err as { name?: string })?.name !== 'ReplyError';
 }
 
 /** What a request asked, for the words of its refusal (src/ledger/refusals.ts). */
