@@ -47,6 +47,15 @@ export const background_retry_total_ms = 10 * 60_000;
 /** The longest pause between two tries of freeing an Idempotency-Key in the background. */
 export const key_free_retry_pause_ms = 200;
 
+/**
+ * The answer of a call that failed before it was sent upstream: a Redis failure of unknown
+ * outcome says nothing was applied, since the hold that may exist is released and the
+ * call is never billed.
+ */
+function unbilled(err: unknown): unknown {
+  return err instanceof OutcomeUnknownError ? new ApiError('service_unavailable', { message: hold_unknown_message }) : err;
+}
+
 const hold_unknown_message =
   'Redis stopped answering while the call\'s hold was placed, before the call was sent upstream; nothing was applied: the call is not billed, and a hold that may have been placed is released: retry shortly';
 
@@ -253,7 +262,7 @@ export class GatewayBilling {
       // A hold whose outcome stayed unknown (the ledger tried to learn it: LedgerService.learn)
       // is released below and the call is never sent upstream: nothing is billed, so the
       // answer says nothing was applied.
-      if (held.status === 'rejected') throw held.reason instanceof OutcomeUnknownError ? new ApiError('service_unavailable', { message: hold_unknown_message }) : held.reason;
+      if (held.status === 'rejected') throw unbilled(held.reason);
       const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
@@ -263,7 +272,7 @@ export class GatewayBilling {
         throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
-      if (indexed?.status === 'rejected') throw indexed.reason;
+      if (indexed?.status === 'rejected') throw unbilled(indexed.reason);
       const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
       ok = true;
       return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens));

@@ -8,7 +8,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcileOverApi } from '../helpers.js';
 import { mockDirective } from '../../src/gateway/mock/server.js';
-import type { ScriptReply } from '../../src/redis/scripts.js';
+import type { Command } from 'ioredis';
+import { scriptSource } from '../../src/redis/scripts.js';
+import { OutcomeUnknownError } from '../../src/redis/sent.js';
 import { expectedCost, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';
 import { expectError } from '../support/errors.js';
 
@@ -149,15 +151,18 @@ describe('a stream whose upstream sends no usage', () => {
 describe('a settlement whose reply is lost', () => {
   it('is sent again and charges once; the Idempotency-Key stays taken', async () => {
     await env.fund('lost-reply', 1_000_000);
-    const ledger = env.svc.rt.ledger;
-    const run = ledger.run.bind(ledger);
+    const redis = env.svc.rt.redis;
+    const send = redis.sendCommand;
+    const fn = scriptSource('gateway_settle').fn;
     let lost = 0;
-    ledger.run = async (...args: Parameters<typeof run>): Promise<ScriptReply> => {
-      const reply = await run(...args);
-      // The script ran; its reply never arrives, as when the connection drops.
-      if (args[0] === 'gateway_settle' && lost++ === 0) throw new Error('Command timed out');
-      return reply;
-    };
+    // The first settlement is sent and applies; its caller gets the error of a connection
+    // that closed before the reply (src/redis/sent.ts), and learns the outcome by sending
+    // it again (LedgerService.learn), which answers its stored result.
+    redis.sendCommand = ((command: Command, ...rest: unknown[]) => {
+      const result = (send as (...a: unknown[]) => unknown).call(redis, command, ...rest);
+      if (command.name === 'fcall' && String(command.args[0]) === fn && lost++ === 0) command.reject(new OutcomeUnknownError(new Error('Connection is closed.')));
+      return result;
+    }) as typeof redis.sendCommand;
     try {
       const headers = { 'x-service-customer': 'lost-reply', 'idempotency-key': 'lost-1' };
       const body = { model: OPENAI_MODEL, messages: user(`hi ${mockDirective({ output_tokens: 5 })}`) };
@@ -172,7 +177,7 @@ describe('a settlement whose reply is lost', () => {
       expect(again.status).toBe(409);
       expect(again.json().error.transaction_id).toBe(res.headers['x-service-transaction-id']);
     } finally {
-      ledger.run = run;
+      redis.sendCommand = send;
     }
   });
 });
