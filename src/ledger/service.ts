@@ -18,7 +18,7 @@ import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { CommandNotSentError, OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
-import { Bindings, type Archive } from './bindings.js';
+import { Bindings, type Archive, type Binding } from './bindings.js';
 import { drawRefusal, settleRefusal } from './refusals.js';
 import type { LedgerOperation, Metrics, OutcomePath } from '../metrics/metrics.js';
 
@@ -327,39 +327,68 @@ export class LedgerService {
    * idempotent (learnableScripts): when the lost send applied, the new one answers REPLAY
    * with its stored result, which is answered as OK, as the lost reply would have been
    * (the client asked once); when it did not, the new one applies it now, or refuses it.
-   * No answer in time: OutcomeUnknownError (503 outcome_unknown), and a try still in
-   * flight is left to finish (it applies at most once, like the lost one). Counted in
+   * No answer in time: OutcomeUnknownError (503 outcome_unknown). Counted in
    * svc_outcome_learning_total.
    */
   private async learn(call: () => Promise<ScriptReply>, lost: unknown): Promise<ScriptReply> {
+    let reply: ScriptReply;
+    try {
+      reply = await this.resend(call, lost);
+    } catch (err) {
+      this.learned('unknown');
+      throw err;
+    }
+    if (reply[0] === ScriptStatus.Replay) {
+      this.learned('learned_applied');
+      return [ScriptStatus.Ok, ...reply.slice(1)] as ScriptReply;
+    }
+    this.learned(reply[0] === ScriptStatus.Ok ? 'learned_not_applied_then_applied' : 'learned_not_applied_then_refused');
+    return reply;
+  }
+
+  /**
+   * Sends an idempotent `call` whose reply was lost (`lost`) again, once Redis answers and
+   * the generation guard passes, until one try answers or outcomeWaitMs is over; then
+   * OutcomeUnknownError. A try still in flight then is left to finish: it applies at most
+   * once, like the lost one.
+   */
+  private async resend<T>(call: () => Promise<T>, lost: unknown): Promise<T> {
     const deadline = Date.now() + (this.hooks.outcomeWaitMs ?? outcome_wait_ms_default);
     let last = lost;
     for (let left = deadline - Date.now(); left > 0; left = deadline - Date.now()) {
       await sleep(Math.min(outcome_retry_pause_ms, left));
       let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<null>((resolve) => {
-        timer = setTimeout(() => resolve(null), Math.max(0, deadline - Date.now()));
+      const late = new Promise<typeof timed_out>((resolve) => {
+        timer = setTimeout(() => resolve(timed_out), Math.max(0, deadline - Date.now()));
       });
       try {
         const tried = this.ready().then(call);
         // A try that loses the race still ends; its failure is nobody's to hear.
         tried.catch(() => undefined);
-        const reply = await Promise.race([tried, late]);
-        if (reply === null) break;
-        if (reply[0] === ScriptStatus.Replay) {
-          this.learned('learned_applied');
-          return [ScriptStatus.Ok, ...reply.slice(1)] as ScriptReply;
-        }
-        this.learned(reply[0] === ScriptStatus.Ok ? 'learned_not_applied_then_applied' : 'learned_not_applied_then_refused');
-        return reply;
+        const answer = await Promise.race([tried, late]);
+        if (answer === timed_out) break;
+        return answer;
       } catch (err) {
         last = err;
       } finally {
         clearTimeout(timer);
       }
     }
-    this.learned('unknown');
     throw last instanceof OutcomeUnknownError ? last : new OutcomeUnknownError(last instanceof Error ? last : new Error(String(last)));
+  }
+
+  /**
+   * Binds or reads an id (Bindings.bind, idempotent for one owner); a lost reply is sent
+   * again (resend), so that the operation goes on, or fails as outcome unknown.
+   */
+  private async bindResending(projectId: string, kind: 't' | 'd', id: string, owner: string): Promise<Binding> {
+    const bind = () => this.bindings.bind(projectId, kind, id, owner);
+    try {
+      return await bind();
+    } catch (err) {
+      if (!replyLost(err)) throw err;
+      return this.resend(bind, err);
+    }
   }
 
   private learned(path: OutcomePath): void {
@@ -459,7 +488,7 @@ export class LedgerService {
    * or finds it bound; throws transaction_conflict when it names another customer.
    */
   private async bindTo(scope: ProjectScope, kind: 't' | 'd', id: string, customerId: string, param: string): Promise<{ customerId: string; readAtMs: number }> {
-    const b = await this.bindings.bind(scope.projectId, kind, id, customerId);
+    const b = await this.bindResending(scope.projectId, kind, id, customerId);
     if (b.owner !== customerId) throw new ApiError('transaction_conflict', { param });
     return { customerId, readAtMs: b.readAtMs };
   }
@@ -555,7 +584,7 @@ export class LedgerService {
 
   /** Finds the customer of a transaction id for consume and unfreeze. */
   private async ownerOf(scope: ProjectScope, transactionId: string, customerId: string | null, missing: ErrorCode): Promise<{ customerId: string; readAtMs: number }> {
-    const b = await this.bindings.bind(scope.projectId, 't', transactionId, '');
+    const b = await this.bindResending(scope.projectId, 't', transactionId, '');
     if (b.owner === null) throw new ApiError(missing);
     if (customerId !== null && customerId !== b.owner) throw new ApiError('customer_scope_mismatch', { param: 'customer_id' });
     return { customerId: b.owner, readAtMs: b.readAtMs };
@@ -699,6 +728,8 @@ export class LedgerService {
     return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
   }
 }
+
+const timed_out = Symbol('timed out');
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
