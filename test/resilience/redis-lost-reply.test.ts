@@ -273,6 +273,20 @@ describe('a money script whose reply is lost and Redis comes back in time answer
     expect((await balance('l-unsent')).available).toBe(990);
   });
 
+  it('the binding read of a consume naming no customer: read again, and the consume applies once', async () => {
+    await env.fund('l-read', 1_000);
+    expect((await post('/v1/billing/freeze', { customer_id: 'l-read', transaction_id: 'learned-read', amount: 10 })).status).toBe(200);
+    const { fn } = scriptSource('bind');
+    proxy.dropRepliesWhen((sent) => sent.includes(fn) && sent.includes('learned-read'));
+    const answer = post('/v1/billing/consume', { transaction_id: 'learned-read' });
+    await waitFor(() => proxy.droppingReplies, 10_000, 'the binding read to be sent');
+    proxy.forward();
+    proxy.cut();
+    const res = await answer;
+    expect([res.status, res.body.is_idempotent_replay, res.body.consumed_amount], JSON.stringify(res.body)).toEqual([200, false, 10]);
+    expect((await entries('l-read', 'transaction_id=learned-read&type=CONSUME')).length).toBe(1);
+  });
+
   it('deposit with an idempotency key', async () => {
     const body = { customer_id: 'l-deposit', amount: 100, idempotency_key: 'learned-deposit' };
     const res = await withLostReply('bound_deposit', 'learned-deposit', 'l-deposit', () => post('/v1/customers/deposit', body), true);
