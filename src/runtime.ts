@@ -185,6 +185,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, () => generation.ready());
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     metrics,
+    outcomeWaitMs: config.OUTCOME_WAIT_MS,
     billable: {
       async reserve(scope) {
         const t = await plans.take(scope.organizationId);

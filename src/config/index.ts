@@ -154,6 +154,11 @@ const schema = z.object({
    * before it cuts what is left (src/shutdown.ts).
    */
   SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).default(30_000),
+  /**
+   * How long a money operation whose Redis reply was lost waits for Redis to answer again,
+   * to learn its outcome, before it answers 503 outcome_unknown (src/ledger/service.ts).
+   */
+  OUTCOME_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
 });
 
 export type Config = z.infer<typeof schema>;

@@ -16,7 +16,8 @@ import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
 import { gatewayBindings } from '../ledger/bindings.js';
 import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
-import { provesNothingSent } from '../redis/sent.js';
+import { OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
+import { ApiError } from '../errors/catalogue.js';
 import { holdRefusal } from '../ledger/refusals.js';
 import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
@@ -29,13 +30,6 @@ import type { Metrics } from '../metrics/metrics.js';
 export const hold_ttl_seconds = 3_600;
 /** Request bytes per input token when the upstream sent no count (a rough English average). */
 export const request_bytes_per_token_estimate = 4;
-/**
- * Tries of a settlement whose reply did not come (a timeout, a dropped connection) while
- * the call waits for it. The script is idempotent, so a retry of one that did apply
- * answers its stored result. Past them the settlement goes on in the background.
- */
-export const settle_attempts_max = 3;
-export const settle_retry_pause_ms = 100;
 /**
  * A gateway script whose outcome must become known, sent again in the background until
  * Redis answers: a settlement that could not be confirmed while the call waited, or the
@@ -52,6 +46,18 @@ export const background_retry_pause_max_ms = 1_000;
 export const background_retry_total_ms = 10 * 60_000;
 /** The longest pause between two tries of freeing an Idempotency-Key in the background. */
 export const key_free_retry_pause_ms = 200;
+
+/**
+ * The answer of a call that failed before it was sent upstream: a Redis failure of unknown
+ * outcome says nothing was applied, since the hold that may exist is released and the
+ * call is never billed.
+ */
+function unbilled(err: unknown): unknown {
+  return err instanceof OutcomeUnknownError ? new ApiError('service_unavailable', { message: hold_unknown_message }) : err;
+}
+
+const hold_unknown_message =
+  'Redis stopped answering while the call\'s hold was placed, before the call was sent upstream; nothing was applied: the call is not billed, and a hold that may have been placed is released: retry shortly';
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -260,7 +266,10 @@ export class GatewayBilling {
         : await Promise.allSettled([ledger.run('gateway_hold', c.scope, c.customerId, args), bindings.indexCall(c.transactionId, c.customerId)]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       indexMayExist = indexed === null ? holdMayExist : true;
-      if (held.status === 'rejected') throw held.reason;
+      // A hold whose outcome stayed unknown (the ledger tried to learn it: LedgerService.learn)
+      // is released below and the call is never sent upstream: nothing is billed, so the
+      // answer says nothing was applied.
+      if (held.status === 'rejected') throw unbilled(held.reason);
       const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
@@ -270,7 +279,7 @@ export class GatewayBilling {
         throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
-      if (indexed?.status === 'rejected') throw indexed.reason;
+      if (indexed?.status === 'rejected') throw unbilled(indexed.reason);
       const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
       ok = true;
       return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens));
@@ -429,19 +438,14 @@ export class GatewayBilling {
     call.settleTried = true;
     let reply: ScriptReply | undefined;
     try {
-      for (let attempt = 1; reply === undefined; attempt++) {
-        try {
-          reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
-        } catch (err) {
-          if (attempt >= settle_attempts_max) {
-            this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
-            this.retryLater({ script: 'gateway_settle', args }, call);
-            throw err;
-          }
-          this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
-          await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
-        }
-      }
+      // A lost reply is learned inside run (LedgerService.learn): sent again until Redis
+      // answers, for OUTCOME_WAIT_MS. Past that the settlement goes on in the background,
+      // and the call answers outcome_unknown: it will be billed once.
+      reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args).catch((err: unknown) => {
+        this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
+        this.retryLater({ script: 'gateway_settle', args }, call);
+        throw err;
+      });
     } finally {
       const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
       void this.deps.plans.finish(call.reservation, mayHaveSettled ? 'commit' : 'release');

@@ -12,7 +12,8 @@ export const notFound: RequestHandler = (req) => {
 };
 
 /**
- * Redis or PostgreSQL could not answer. 'unsent' only with proof that the command never
+ * Redis or PostgreSQL could not answer: 'unsent' answers 503 service_unavailable, 'unknown'
+ * 503 outcome_unknown. 'unsent' only with proof that the command never
  * reached the store, so nothing was applied: a Redis command that failed before it was
  * written (CommandNotSentError, see src/redis/sent.ts), or a database connection that
  * could not be opened (slonik's ConnectionError: no query went out). Every other failure
@@ -85,8 +86,6 @@ function tooLarge(err: { limit?: number; length?: number }): ApiError {
   });
 }
 
-const outcome_unknown_message =
-  'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
 /**
  * The error middleware; `logger` gets the failures of our own (a 5xx), with the request's
@@ -98,9 +97,9 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     const backend = backendFailure(err);
     if (err instanceof ApiError) {
       apiError = err;
-      // The one 503 raised as an ApiError is the Redis generation guard's (src/redis/generation.ts):
-      // Redis is away, or back and not yet checked against PostgreSQL.
-      if (err.code === 'service_unavailable') metrics?.redisErrors.inc({ kind: 'request' });
+      // The 503s raised as ApiErrors: the Redis generation guard's (src/redis/generation.ts:
+      // Redis is away, or back and not yet checked against PostgreSQL), and a gateway call's outcome_unknown.
+      if (err.code === 'service_unavailable' || err.code === 'outcome_unknown') metrics?.redisErrors.inc({ kind: 'request' });
     } else if ((err as { type?: string }).type === 'entity.too.large') {
       apiError = tooLarge(err as { limit?: number; length?: number });
     } else if ((err as { type?: string }).type === 'entity.parse.failed') {
@@ -112,7 +111,9 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     } else if (backend !== null) {
       logger?.error({ err, method: req.method, path: pathOf(req) }, 'backing service unavailable');
       (failedStore(err) === 'postgres' ? metrics?.postgresErrors : metrics?.redisErrors)?.inc({ kind: 'request' });
-      apiError = new ApiError('service_unavailable', backend === 'unknown' ? { message: outcome_unknown_message } : {});
+      // A read changes nothing: whatever became of its command, nothing was applied.
+      const read = req.method === 'GET' || req.method === 'HEAD';
+      apiError = new ApiError(backend === 'unknown' && !read ? 'outcome_unknown' : 'service_unavailable');
     } else {
       logger?.error({ err, method: req.method, path: pathOf(req) }, 'unhandled error');
       apiError = new ApiError('server_error');

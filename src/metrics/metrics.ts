@@ -24,6 +24,13 @@ export const metric_models_max = 200;
 export const no_model_label = 'unknown';
 /** The route label of a request no route answered (unknown path, refused before its route). */
 export const unmatched_route = 'unmatched';
+/**
+ * What learning the outcome of a money script whose reply was lost found: it had applied
+ * (answered with its result), it had not and then applied or was refused when sent again,
+ * or Redis did not answer in time (503 outcome_unknown).
+ */
+export const outcome_paths = ['learned_applied', 'learned_not_applied_then_applied', 'learned_not_applied_then_refused', 'unknown'] as const;
+export type OutcomePath = (typeof outcome_paths)[number];
 
 /** Seconds; a request of the API takes milliseconds, a streamed gateway call up to minutes. */
 const request_buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -146,6 +153,8 @@ export class Metrics {
    */
   readonly uncoveredCalls: Counter;
   readonly uncoveredCredits: Counter;
+  /** Money scripts whose reply was lost, by what learning their outcome found (src/ledger/service.ts). */
+  readonly outcomeLearning: Counter<'path'>;
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
@@ -205,6 +214,13 @@ export class Metrics {
       help: 'Credits of settled gateway calls that their wallets could not pay (the sum of uncovered_credits): recorded, not collected',
       registers,
     });
+    this.outcomeLearning = new Counter({
+      name: 'svc_outcome_learning_total',
+      help: 'Money scripts whose Redis reply was lost, by what the service learned before answering: learned_applied, learned_not_applied_then_applied, learned_not_applied_then_refused, unknown (answered 503 outcome_unknown)',
+      labelNames: ['path'],
+      registers,
+    });
+    for (const path of outcome_paths) this.outcomeLearning.inc({ path }, 0);
     // Every series from the start, at 0: a rate is defined before the first error.
     for (const kind of ['connection', 'request']) this.redisErrors.inc({ kind }, 0);
     for (const kind of ['query', 'request']) this.postgresErrors.inc({ kind }, 0);

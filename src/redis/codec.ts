@@ -163,6 +163,8 @@ export interface StoredTransaction {
   ur?: string;
   /** A gateway call's Idempotency-Key (gateway_hold-10.lua; the GATEWAY entry's extra.gk). */
   ik?: string;
+  /** A gateway hold's output token limit, for a hold sent again (gateway_hold-10.lua's REPLAY). */
+  ot?: string;
 }
 
 export function encodeTransaction(tx: StoredTransaction): string {
