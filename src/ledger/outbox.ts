@@ -172,7 +172,7 @@ export class LedgerOutbox {
         await this.persistGroup(rest, count, result);
         return;
       }
-      if (batches.length === 1) return this.persistAlone(batches[0], count, result);
+      if (batches.length === 1) return this.persistAlone(batches[0], count, result, err, refusal);
       this.logger.error({ err, customers: batches.length }, 'persisting a batch failed; its customers will be retried');
       for (const b of batches) result.failed.push(b.base);
       return;
@@ -193,10 +193,20 @@ export class LedgerOutbox {
     }
   }
 
-  /** One customer whose write failed: its refused entries parked, a clash repaired, a transient failure retried later. */
-  private async persistAlone(b: OutboxBatch, count: number, result: PersistResult): Promise<void> {
+  /**
+   * One customer whose write just failed with `err`: a clash repaired, a transient failure
+   * retried later, else its refused entries found (the batch is not written again whole),
+   * parked, and the rest written.
+   */
+  private async persistAlone(b: OutboxBatch, count: number, result: PersistResult, err: unknown, refusal: 'clash' | 'data' | 'transient'): Promise<void> {
+    if (refusal === 'clash') return this.repairOrSetAside(b.base, err);
+    if (refusal === 'transient') {
+      this.logger.error({ err, customer: b.base }, 'persisting a customer failed; will retry');
+      result.failed.push(b.base);
+      return;
+    }
     try {
-      const parked = await this.persistBatch(b);
+      const parked = await this.persistBatch(b, err);
       result.quarantined += parked;
       result.moved += b.ids.length;
       result.persisted.push(b.base);
@@ -213,8 +223,8 @@ export class LedgerOutbox {
    * Returns how many entries were parked; throws on a seq clash or a transient failure
    * (nothing trimmed, the written entries skipped when tried again).
    */
-  private async persistBatch(b: OutboxBatch): Promise<number> {
-    const refused = [...b.unreadable, ...(await this.writeIsolating(b.entries, b.entryIds))];
+  private async persistBatch(b: OutboxBatch, refusedWhole?: unknown): Promise<number> {
+    const refused = [...b.unreadable, ...(await this.writeIsolating(b.entries, b.entryIds, refusedWhole))];
     const parked = await this.park(refused.map((r) => ({ base: b.base, refused: r })));
     await this.trim([b]);
     return parked;
@@ -223,11 +233,13 @@ export class LedgerOutbox {
   /**
    * Writes one customer's entries in order, and returns those PostgreSQL (or our own
    * serialization) refuses for good, found by halving: a bad entry among 500 costs about
-   * 18 writes. Throws a seq clash or a transient failure.
+   * 18 writes. Throws a seq clash or a transient failure. `refused`: the error these
+   * entries were just refused with as a whole (they are not tried whole again).
    */
-  private async writeIsolating(entries: OutboxEntry[], ids: string[]): Promise<RefusedEntry[]> {
+  private async writeIsolating(entries: OutboxEntry[], ids: string[], refused?: unknown): Promise<RefusedEntry[]> {
     if (entries.length === 0) return [];
     try {
+      if (refused !== undefined) throw refused;
       await this.write(entries);
       return [];
     } catch (err) {
