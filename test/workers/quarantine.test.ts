@@ -6,6 +6,8 @@
  * straight into the outbox: a NUL byte in a text column (22021), an amount bigint cannot
  * hold (22003), an `x` our own serialization cannot write, and fields that do not parse.
  */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { sql } from 'slonik';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -125,6 +127,35 @@ describe('an entry PostgreSQL refuses for good', () => {
     expect(await balance()).toEqual(before);
     // Another tenant's report has none.
     expect((await reconcileOverApi(svc, other)).quarantined_total).toBe(0);
+  });
+
+  it('an operator fixes a field and releases the entry: written at its seq, the hole filled, /health counts one less', async () => {
+    const cli = async (...args: string[]) => {
+      const env = { ...process.env, DATABASE_URL: process.env.TEST_DATABASE_URL, REDIS_PREFIX: svc.rt.config.REDIS_PREFIX, LOG_LEVEL: 'warn' };
+      try {
+        const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'src/cli/quarantine.ts', ...args], { env });
+        return { code: 0, out: stdout };
+      } catch (err) {
+        const e = err as { code: number; stdout: string; stderr: string };
+        return { code: e.code, out: e.stdout + e.stderr };
+      }
+    };
+    const quarantine = svc.rt.ledgerQueries.quarantine(svc.rt.config.REDIS_PREFIX);
+    const [nul] = await quarantine.open({ projectId: p.projectId, customerId: 'bad' });
+    expect(nul.seq).toBe(planted.nul);
+    // Refused as it stands: PostgreSQL still cannot store it.
+    const refused = await cli('release', String(nul.id));
+    expect(refused.code).toBe(1);
+    expect(refused.out).toMatch(/not released: PostgreSQL refused it/);
+    const fixed = await cli('set', String(nul.id), 'description', 'ab');
+    expect(fixed.code).toBe(0);
+    expect(fixed.out).toContain('description = "ab"');
+    const released = await cli('release', String(nul.id));
+    expect(released).toEqual({ code: 0, out: `released ${nul.id}: written to the ledger\n` });
+    expect(await persistedSeq(p, `planted-${planted.nul}`)).toBe(planted.nul);
+    expect((await svc.call('GET', '/health')).body.checks.postgres.quarantined_entries).toBe(3);
+    // Released once: a second release says so.
+    expect((await cli('release', String(nul.id))).out).toMatch(/released already/);
   });
 
   it('our own serialization failing is a data refusal (unwritableReason), a sound entry is not', () => {
