@@ -79,10 +79,11 @@ export function createQuarantineQueries(pool: DatabasePool, prefix: string) {
             SET last_seen_at = now(), seen_count = persist_quarantine.seen_count + 1, error = EXCLUDED.error, sqlstate = EXCLUDED.sqlstate`);
       }
     },
-    /** Entries parked and not released, of this service's prefix. */
-    openCount(): Promise<number> {
+    /** Entries parked and not released, of this service's prefix (of one project when given). */
+    openCount(projectId?: string): Promise<number> {
       return pool.oneFirst(sql.type(z.object({ n: z.number() }))`
-        SELECT count(*)::int8 AS n FROM persist_quarantine WHERE redis_prefix = ${prefix} AND released_at IS NULL`);
+        SELECT count(*)::int8 AS n FROM persist_quarantine WHERE redis_prefix = ${prefix} AND released_at IS NULL
+        ${projectId === undefined ? sql.fragment`` : sql.fragment`AND project_id = ${projectId}`}`);
     },
     /** Open entries by customer and seq (those without one last); of one customer when given. */
     open(filter: { projectId?: string; customerId?: string; limit?: number } = {}): Promise<readonly QuarantineRow[]> {

@@ -141,7 +141,9 @@ export async function reconcileScreen(ctx: PageContext, projectId: string, v: Re
     : v.confirmRepair
       ? html`<form method="post" action="${path}/repair" class="inline">${csrf}<button type="submit" class="danger" data-testid="reconcile-repair-confirm">Confirm: rewrite Redis from the ledger</button> <a href="${path}">Cancel</a></form>`
       : html`<a href="${path}/repair" class="button" data-testid="reconcile-repair">Repair</a>`;
+  const quarantined = await ctx.rt.ledgerQueries.quarantine(ctx.rt.config.REDIS_PREFIX).openCount(project.id);
   const body = html`${noticeOf(v.notice ?? null)}
+${quarantined === 0 ? '' : html`<p class="notice error" data-testid="quarantined-now"><strong>${count(quarantined)}</strong> ledger entries of this project were refused by PostgreSQL and sit in quarantine: each is a hole in the ledger until an operator repairs and releases it (<code>npm run quarantine -- list</code>, docs/OPERATIONS.md). A check lists them; a repair leaves their customers alone.</p>`}
 <p class="muted">Compares every customer of this project in Redis with its PostgreSQL ledger, in the background: this page follows the job. A repair rewrites the customers with drift in Redis from the ledger.</p>
 <form method="post" action="${path}" class="inline">${csrf}<button type="submit" data-testid="reconcile-run">Check now</button></form>
 ${repair}
