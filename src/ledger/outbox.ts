@@ -261,14 +261,16 @@ export class LedgerOutbox {
     const parked = [];
     for (const { base, refused: r } of refused) {
       const raw = await this.redis.xrangeBuffer(customerKeysFromBase(base).outbox, r.streamId, r.streamId);
+      // Gone meanwhile: another worker that took the customer too has dealt with it.
+      if (raw.length === 0) continue;
       const ids = parseCustomerBase(this.prefix, base) ?? { projectId: r.entry?.project_id ?? '', customerId: r.entry?.customer_id ?? base };
       this.logger.error(
         { err: r.error, customer: base, stream_id: r.streamId, seq: r.entry?.seq },
         'ledger entry refused for good by PostgreSQL: quarantined, the customer\'s later entries go on (docs/OPERATIONS.md, "Quarantined ledger entries")',
       );
-      parked.push({ base, streamId: r.streamId, projectId: ids.projectId, customerId: ids.customerId, entry: r.entry, fields: raw[0]?.[1] ?? [], error: r.error });
+      parked.push({ base, streamId: r.streamId, projectId: ids.projectId, customerId: ids.customerId, entry: r.entry, fields: raw[0][1], error: r.error });
     }
-    await this.quarantine.park(parked);
+    if (parked.length > 0) await this.quarantine.park(parked);
     return parked.length;
   }
 

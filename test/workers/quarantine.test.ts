@@ -42,7 +42,7 @@ async function plant(customer: string, over: Partial<OutboxEntry> | string[], ra
   const fields = Array.isArray(over)
     ? over
     : outboxEntryFields({
-      id: `le_planted_${seq}`, seq: String(seq), project_id: p.projectId, customer_id: customer, at: String(Date.now()), type: 'DEDUCT',
+      id: `le_planted_${p.projectId}_${seq}`, seq: String(seq), project_id: p.projectId, customer_id: customer, at: String(Date.now()), type: 'DEDUCT',
       transaction_id: `planted-${seq}`, amount: '5', details: [], result: '{"amount":"5"}', ...over,
     } as OutboxEntry);
   for (const [name, value] of Object.entries(raw)) fields[fields.indexOf(name) + 1] = value;
