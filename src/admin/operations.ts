@@ -24,7 +24,7 @@ import { receiptSchema } from '../usage/queries.js';
 import { usagePageSchema } from '../usage/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import type { Method } from '../http/router.js';
-import { jsonBody, onlyQuery, parseWith, strictBody, unstorableStringPath } from '../http/validate.js';
+import { jsonBody, jsonFault, onlyQuery, parseWith, strictBody } from '../http/validate.js';
 import { publishProjectChange } from '../keys/store.js';
 import { creditsToUsd, readAmount, toCredits } from '../ledger/amounts.js';
 import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '../ledger/schemas.js';
@@ -726,7 +726,7 @@ describeOperation({
 /** A customer id from the path, held to what a deposit body's customer_id may be (PostgreSQL stores it). */
 function customerIdParam(req: Request): string {
   const id = parseWith(identifierSchema, String(req.params.customer_id));
-  if (unstorableStringPath(id) !== null) throw new ApiError('invalid_request', { param: 'customer_id', message: 'customer_id must not contain U+0000 or unpaired surrogates' });
+  if (jsonFault(id) !== null) throw new ApiError('invalid_request', { param: 'customer_id', message: 'customer_id must not contain U+0000 or unpaired surrogates' });
   return id;
 }
 

@@ -84,31 +84,70 @@ export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.
 const unstorable = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /**
- * The path of the first string (value or key) in a JSON value that PostgreSQL cannot
- * store as it is: text and jsonb refuse U+0000, and a lone surrogate would be stored as
- * U+FFFD, so the ledger of record would differ from what Redis answered. Null when none.
+ * The most levels of nesting a request body may have (the body object is level 1), on
+ * every route that reads JSON. Stored free-form JSON has a tighter limit
+ * (stored_json_depth_max). Every walk of a body after jsonBody's check is so bounded: no
+ * request can drive a recursion to a stack overflow.
  */
-export function unstorableStringPath(value: unknown): string[] | null {
+export const body_depth_max = 64;
+/** Free-form JSON the service stores (`metadata`): levels of nesting and serialized bytes at most. */
+export const stored_json_depth_max = 32;
+export const stored_json_bytes_max = 16 * 1024;
+
+/** What is wrong with a JSON value, and where: a string PostgreSQL cannot store, or nesting past the limit. */
+export interface JsonFault {
+  fault: 'unstorable' | 'depth';
+  path: string[];
+}
+
+/**
+ * The first fault of a JSON value: a string (value or key) that PostgreSQL cannot store as
+ * it is (text and jsonb refuse U+0000, and a lone surrogate would be stored as U+FFFD, so
+ * the ledger of record would differ from what Redis answered), or an object or array
+ * nested deeper than `levels_max` (the value itself is level 1). Null when none. The
+ * recursion stops at `levels_max`, so a body nested 100,000 deep costs 64 frames.
+ */
+export function jsonFault(value: unknown, levels_max = body_depth_max): JsonFault | null {
   // The walk allocates nothing unless it finds one: it runs on every money operation.
-  if (typeof value === 'string') return unstorable.test(value) ? [] : null;
+  if (typeof value === 'string') return unstorable.test(value) ? { fault: 'unstorable', path: [] } : null;
   if (value === null || typeof value !== 'object') return null;
+  if (levels_max <= 0) return { fault: 'depth', path: [] };
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      const found = unstorableStringPath(value[i]);
-      if (found !== null) return [String(i), ...found];
+      const found = jsonFault(value[i], levels_max - 1);
+      if (found !== null) return (found.path.unshift(String(i)), found);
     }
     return null;
   }
   for (const k in value) {
     if (!Object.hasOwn(value, k)) continue;
-    if (unstorable.test(k)) return [k];
-    const found = unstorableStringPath((value as Record<string, unknown>)[k]);
-    if (found !== null) return [k, ...found];
+    if (unstorable.test(k)) return { fault: 'unstorable', path: [k] };
+    const found = jsonFault((value as Record<string, unknown>)[k], levels_max - 1);
+    if (found !== null) return (found.path.unshift(k), found);
   }
   return null;
 }
 
-/** The JSON body as an object, or invalid_json; a string it cannot store is invalid_request. */
+/**
+ * A free-form JSON object the service stores: at most stored_json_depth_max levels and
+ * stored_json_bytes_max bytes serialized (what PostgreSQL's jsonb and the persist worker
+ * can always take), else 400 invalid_request naming the field and the limit.
+ */
+export const storedJsonObject = z.record(z.unknown()).superRefine((value, ctx) => {
+  if (jsonFault(value, stored_json_depth_max)?.fault === 'depth') {
+    ctx.addIssue({ code: z.ZodIssueCode.custom, message: `nested more than ${stored_json_depth_max} levels deep (the limit of stored JSON)` });
+    return;
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(value));
+  if (bytes > stored_json_bytes_max) {
+    ctx.addIssue({ code: z.ZodIssueCode.custom, message: `${bytes} bytes as JSON, more than the limit of ${stored_json_bytes_max} (16 KiB)` });
+  }
+});
+
+/**
+ * The JSON body as an object, or invalid_json; a string it cannot store, or nesting past
+ * body_depth_max, is invalid_request naming the top-level field (before any money moves).
+ */
 export function jsonBody(req: Request): Record<string, unknown> {
   const body: unknown = req.body;
   // The JSON parser reads an empty body as {}, but an empty body is not a JSON object.
@@ -116,9 +155,13 @@ export function jsonBody(req: Request): Record<string, unknown> {
   if (empty || body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new ApiError('invalid_json', { message: 'request body must be a JSON object (Content-Type: application/json)' });
   }
-  const bad = unstorableStringPath(body);
+  const bad = jsonFault(body);
+  if (bad?.fault === 'depth') {
+    const param = bad.path[0];
+    throw new ApiError('invalid_request', { param, message: `${param ?? 'body'}: JSON nested more than ${body_depth_max} levels deep (the limit of a request body)` });
+  }
   if (bad !== null) {
-    const param = bad.join('.') || undefined;
+    const param = bad.path.join('.') || undefined;
     throw new ApiError('invalid_request', { param, message: `${param ?? 'body'}: strings must not contain U+0000 or unpaired surrogates` });
   }
   return body as Record<string, unknown>;

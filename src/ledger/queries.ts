@@ -1,5 +1,6 @@
 /** Ledger queries on PostgreSQL, the system of record. */
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
+import { createQuarantineQueries, type QuarantineQueries } from './quarantine.js';
 import { z } from 'zod';
 import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry } from './entries.js';
 import type { OutboxEntry, SourceState } from '../redis/codec.js';
@@ -60,6 +61,10 @@ export function compareForInsert(a: OutboxEntry, b: OutboxEntry): number {
 
 export function createLedgerQueries(pool: DatabasePool) {
   return {
+    /** The parked entries of the service whose Redis prefix this is (src/ledger/quarantine.ts). */
+    quarantine(prefix: string): QuarantineQueries {
+      return createQuarantineQueries(pool, prefix);
+    },
     async findEntriesPage(projectId: string, customerId: string, f: EntryFilter): Promise<LedgerEntry[]> {
       const rows = await pool.any(sql.type(entryRow)`
         SELECT id, seq, customer_id, type, transaction_id, amount, returned_amount, wallet, details, reason,

@@ -1,7 +1,7 @@
 /**
  * The gauges read from Redis and PostgreSQL, computed when /metrics is scraped (prom-client
  * `collect`), never on a request: the outbox (lag, customers and entries waiting, the
- * workers' heartbeat), the jobs of each BullMQ queue by state, and the plan usage of the
+ * workers' heartbeat), the entries parked in quarantine, the jobs of each BullMQ queue by state, and the plan usage of the
  * current periods: in aggregate always, and per organization only where the scrape is
  * private (METRICS_PORT) or the operator asked (METRICS_ORGANIZATION_SERIES), since the
  * API port's /metrics needs no key and organization ids are tenants' identities. Each read has collect_timeout_ms; one that fails or takes
@@ -63,7 +63,7 @@ export function watchStores(rt: Runtime): void {
   if (watched.has(metrics)) return;
   watched.add(metrics);
   const registers = [metrics.registry];
-  for (const gauge of ['outbox', 'queues', 'plan_usage']) metrics.collectErrors.inc({ gauge }, 0);
+  for (const gauge of ['outbox', 'queues', 'plan_usage', 'quarantine']) metrics.collectErrors.inc({ gauge }, 0);
   const failed = (gauge: string, err: unknown) => {
     metrics.collectErrors.inc({ gauge });
     rt.logger.warn({ err, gauge }, 'a metric could not be read from its store on this scrape');
@@ -93,6 +93,21 @@ export function watchStores(rt: Runtime): void {
   );
   // No heartbeat (none within its minute of life) reads +Inf: no worker, as far as anyone can tell.
   outboxGauge('svc_worker_heartbeat_age_seconds', 'Age of the last worker heartbeat (+Inf when no worker beat in the last minute)', (o) => (o.heartbeatAgeMs === null ? Number.POSITIVE_INFINITY : o.heartbeatAgeMs / 1000));
+
+  const quarantined = sharedRead(() => rt.ledgerQueries.quarantine(rt.config.REDIS_PREFIX).openCount(), 'quarantine');
+  new Gauge({
+    name: 'svc_persist_quarantined_entries',
+    help: 'Ledger entries PostgreSQL refused for good, parked in persist_quarantine and not released: each a hole in the ledger of record (docs/OPERATIONS.md)',
+    registers,
+    async collect() {
+      try {
+        this.set(await quarantined());
+      } catch (err) {
+        this.set(Number.NaN);
+        failed('quarantine', err);
+      }
+    },
+  });
 
   const { queues } = rt;
   const jobCounts = sharedRead(() => Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) }))), 'queues');

@@ -115,7 +115,7 @@ describe('reconcile', () => {
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
     expect(report).toEqual({
       customers_checked: 2, customers_with_drift: 0, customers_repaired: 0,
-      drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: 1000,
+      drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], quarantined_total: 0, quarantined: [], items_max: 1000,
     });
   });
 
