@@ -33,7 +33,7 @@ export default defineConfig({
       // Two API runtimes (pub/sub revocations, one rate-limit budget).
       'test/keys/keys.test.ts',
       'test/reconcile/*.test.ts',
-      'test/crash/persist-order.test.ts',
+      'test/crash/batch-customer-order.test.ts',
       // Two web and two worker OS processes, one of each killed with kill -9 and restarted.
       'test/crash/web-worker-pairs.test.ts',
     ],

@@ -7,7 +7,12 @@
 -- ARGV[7]  description: description, '' for none
 -- ARGV[8]  admitted: '0' when the plan's limit is reached: replays answer, nothing new applies
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK,
+-- A freeze marked `pc` (its consume TTL made the plan count it when it was accepted,
+-- freeze-10.lua) is consumed whatever `admitted` says, and its reply's fifth value is 1:
+-- the caller gives its reservation back, so the operation is not counted twice.
+--
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written, plan counted
+-- already (1 or 0)}; status OK,
 -- REPLAY, E_STALE_BINDING, E_NO_CONSUMABLE, E_ALREADY_CONSUMED, E_EXCEEDS_FROZEN, E_USAGE_LIMIT or
 -- E_ACCOUNT_NOT_FOUND (a source of the holds is missing; nothing changed). The holds are
 -- consumed in the order they were drawn (soonest expiry first). Errors that carry numbers
@@ -48,7 +53,8 @@ if tx.st ~= 'frozen' then
   return { E_NO_CONSUMABLE, why, auto_consumed, ttl_entries_written }
 end
 if amount > frozen then return { E_EXCEEDS_FROZEN, cjson.encode({ frozen = N(frozen) }), auto_consumed, ttl_entries_written } end
-if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
+local plan_counted = tx.pc == '1'
+if not admitted and not plan_counted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
@@ -80,9 +86,10 @@ write_entry({
   description = (description ~= '' and description) or cjson.null,
   state = 'consumed',
   result = tx.cr,
+  x = (plan_counted and { pc = '1' }) or cjson.null,
 }, now, false)
 settle_sources(now)
 
 -- After its entry: the trim reads the outbox by stream id against this time.
 finalize('t:' .. txid)
-return { OK, tx.cr, auto_consumed, ttl_entries_written }
+return { OK, tx.cr, auto_consumed, ttl_entries_written, (plan_counted and 1) or 0 }

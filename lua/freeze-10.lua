@@ -11,9 +11,17 @@
 -- ARGV[11] description: description, '' for none
 -- ARGV[12] ttl_kind: 'release', 'consume' or '' for none
 -- ARGV[13] ttl_seconds: TTL, seconds (ignored without a kind)
+-- ARGV[14] admitted: '0' when the plan's limit is reached; read only with ttl_kind 'consume'
 --
--- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status, and the shortfall JSON of a refusal, as deduct-10.lua. The
--- result carries auto_settle_at (ms) so the caller can schedule the expire job.
+-- A freeze whose TTL consumes it is the billable operation itself: the plan counts it
+-- when it is accepted (the caller's reservation, refused here with E_USAGE_LIMIT when not
+-- admitted), and the transaction is marked `pc` (plan counted) so that neither its TTL
+-- consume nor a consume through the API counts it again or refuses it on the plan.
+--
+-- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status, and
+-- the shortfall JSON of a refusal, as deduct-10.lua (E_USAGE_LIMIT only with ttl_kind
+-- 'consume'). The result carries auto_settle_at (ms) so the caller can schedule the
+-- expire job.
 
 --@include customer
 
@@ -26,11 +34,13 @@ local business_type = ARGV[10]
 local description = ARGV[11]
 local ttl_kind = ARGV[12]
 local ttl_seconds = tonumber(ARGV[13]) or 0
+local plan_counted = ttl_kind == 'consume'
+local admitted = not plan_counted or ARGV[14] ~= '0'
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
 
-local status, picks, why = begin_draw('freeze', txid, request_hash, amount, filter, now, true)
+local status, picks, why = begin_draw('freeze', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
 
@@ -56,6 +66,7 @@ if ttl_kind ~= '' then
   tx.ttla = settle_at
   redis.call('ZADD', K_ttl, settle_at, txid)
 end
+if plan_counted then tx.pc = '1' end
 redis.call('HSET', K_tx, txid, cjson.encode(tx))
 
 write_entry({
@@ -70,7 +81,7 @@ write_entry({
   description = (description ~= '' and description) or cjson.null,
   state = 'frozen',
   result = result,
-  x = { h = request_hash, ttlk = tx.ttlk or cjson.null, ttla = tx.ttla or cjson.null },
+  x = { h = request_hash, ttlk = tx.ttlk or cjson.null, ttla = tx.ttla or cjson.null, pc = tx.pc or cjson.null },
 }, now, false)
 settle_sources(now)
 

@@ -19,7 +19,10 @@
 --          and found in PostgreSQL afterwards
 --
 -- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries};
--- status OK, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT. With E_INSUFFICIENT the
+-- status OK, REPLAY, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT. REPLAY: the
+-- transaction already has its hold (the API sent the script again to learn the outcome of
+-- one whose reply was lost): nothing frozen again, the JSON is the hold's own (available
+-- ''). With E_INSUFFICIENT the
 -- JSON says why, for the error's message: {hold: the smallest hold the call needed,
 -- input: its input bound, output: its output bound for `tokens` output tokens, fits: the
 -- largest client output limit that would fit ('' when none, or when the client set no
@@ -42,6 +45,13 @@ local idem_key = ARGV[14]
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
+-- The transaction id is new to every call: a record means this hold was sent before and
+-- applied, and it is answered as it was instead of freezing twice.
+local held = redis.call('HGET', K_tx, txid)
+if held then
+  local tx = cjson.decode(held)
+  return { REPLAY, cjson.encode({ hold = tx.a, output_tokens = tx.ot, available = '' }), auto_consumed, ttl_entries_written }
+end
 if not customer_exists() then return { E_CUSTOMER_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_written } end
 
@@ -89,7 +99,7 @@ end
 -- A string: a number argument of redis.call goes through Lua's '%.14g' (the float path).
 local settle_at = N(now + ttl_seconds * 1000)
 redis.call('HSET', K_tx, txid, cjson.encode({
-  k = 'gateway', st = 'frozen', a = N(hold), holds = details, w = wallet, ttlk = 'release', ttla = settle_at,
+  k = 'gateway', st = 'frozen', a = N(hold), ot = N(out_tokens), holds = details, w = wallet, ttlk = 'release', ttla = settle_at,
   ik = (idem_key ~= nil and idem_key ~= '' and idem_key) or nil,
 }))
 redis.call('ZADD', K_ttl, settle_at, txid)

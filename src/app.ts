@@ -21,7 +21,7 @@ import { metricsHandler, watchStores } from './metrics/stores.js';
 import { errorHandler, notFound } from './http/errors.js';
 import { exactRouter, underPrefix } from './http/router.js';
 import { expressClasses, frontDoor } from './http/front-door.js';
-import { measuredJson } from './http/validate.js';
+import { measuredExpressJson, measuredJson } from './http/validate.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import { modelRoutes } from './gateway/model-routes.js';
 import { usageRoutes } from './usage/routes.js';
@@ -43,7 +43,8 @@ export function jsonBodies(parserOf = bodyParsers()): RequestHandler {
 
 /** The JSON body parser of a path: the billing one, or null on the gateway's two paths. */
 function bodyParsers(): (path: string) => RequestHandler | null {
-  const billingJson = measuredJson(body_bytes_max_billing);
+  // The billing parser keeps each body's text: amounts are read from it (src/ledger/amounts.ts).
+  const billingJson = measuredJson(body_bytes_max_billing, measuredExpressJson(body_bytes_max_billing, { keepText: true }), { keepText: true });
   const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
   return (path) => (gatewayPaths.has(path) ? null : billingJson);
 }
@@ -65,6 +66,8 @@ export function createApi(rt: Runtime): Api {
   app.set('strict routing', true);
   app.disable('x-powered-by');
   app.set('etag', false);
+  // Who the client is (req.ip, for the sign-in limit): the socket unless TRUST_PROXY names proxies.
+  app.set('trust proxy', rt.config.TRUST_PROXY);
   const ended = requestEnd(rt.logger, rt.metrics);
   app.use(ended);
   // The gauges read from Redis and PostgreSQL on a scrape (src/metrics/stores.ts).

@@ -1,8 +1,9 @@
 /**
  * GET /health: 200 while money operations can be served (Redis answers), `degraded` when
  * PostgreSQL is down, the workers lag behind the outbox (no heartbeat, or entries older
- * than outbox_lag_degraded_ms waiting), or Redis is being recovered after a restart
- * (src/redis/generation.ts); 503 only without Redis.
+ * than outbox_lag_degraded_ms waiting), Redis is being recovered after a restart
+ * (src/redis/generation.ts), or ledger entries PostgreSQL refused for good sit in
+ * quarantine (src/ledger/quarantine.ts); 503 only without Redis.
  *
  * `warnings` says what an operator should fix and does not change the status: a Redis
  * whose persistence can lose acknowledged writes (anything but AOF with
@@ -17,6 +18,7 @@ import type { DatabasePool } from 'slonik';
 import type { Config } from './config/index.js';
 import type { RedisGeneration } from './redis/generation.js';
 import type { Lifecycle } from './lifecycle.js';
+import type { LedgerQueries } from './ledger/queries.js';
 import { customerKeysFromBase, dirty_shards, dirtyKey } from './redis/keys.js';
 import { anomaliesKey } from './reconcile/reconcile.js';
 import { setAsideKey } from './ledger/outbox.js';
@@ -151,6 +153,7 @@ export interface HealthDeps {
   db: DatabasePool;
   generation: RedisGeneration;
   lifecycle: Lifecycle;
+  ledgerQueries: LedgerQueries;
 }
 
 export async function health(rt: HealthDeps) {
@@ -179,7 +182,7 @@ export async function health(rt: HealthDeps) {
         ledger_anomalies: anomalies,
       };
     }),
-    check(() => rt.db.oneFirst(sql.unsafe`SELECT 1`)),
+    check(async () => ({ quarantined_entries: await rt.ledgerQueries.quarantine(prefix).openCount() })),
     check(async () => {
       const o = await outboxState(rt.redis, prefix);
       return { dirty_customers: o.dirtyCustomers, outbox_lag_ms: o.lagMs, worker_heartbeat_age_ms: o.heartbeatAgeMs };
@@ -189,7 +192,10 @@ export async function health(rt: HealthDeps) {
     queue.ok &&
     (queue.value.worker_heartbeat_age_ms === null || queue.value.worker_heartbeat_age_ms > worker_heartbeat_stale_ms || queue.value.outbox_lag_ms > outbox_lag_degraded_ms);
   const recovering = redis.ok && !redis.value.verified;
-  const status = !redis.ok ? 'down' : !postgres.ok || !queue.ok || workersLag || recovering ? 'degraded' : 'ok';
+  // Entries PostgreSQL refused for good are holes in the ledger of record: degraded until
+  // an operator releases them, never down (money operations are served).
+  const quarantined = postgres.ok && postgres.value.quarantined_entries > 0;
+  const status = !redis.ok ? 'down' : !postgres.ok || !queue.ok || workersLag || recovering || quarantined ? 'degraded' : 'ok';
   const warnings: string[] = [];
   if (redis.ok) {
     const w = durability_warnings[redis.value.redis_durability];
@@ -202,6 +208,9 @@ export async function health(rt: HealthDeps) {
       warnings.push(`${redis.value.ledger_anomalies} customers have ledger anomalies kept by a repair (entries written on a Redis that had forgotten others): see docs/OPERATIONS.md`);
     }
   }
+  if (quarantined) {
+    warnings.push(`${postgres.value.quarantined_entries} ledger entries refused by PostgreSQL are quarantined (holes in the ledger): npm run quarantine -- list (docs/OPERATIONS.md)`);
+  }
   return {
     httpStatus: redis.ok ? 200 : 503,
     body: {
@@ -210,7 +219,7 @@ export async function health(rt: HealthDeps) {
       checks: {
         // Redis answers: `ok`; `generation` says whether money operations may use it yet.
         redis: redis.ok ? { status: 'ok', generation: recovering ? 'recovering' : 'verified', ...redis.value } : { status: 'down', error: redis.error },
-        postgres: postgres.ok ? { status: 'ok' } : { status: 'down', error: postgres.error },
+        postgres: postgres.ok ? { status: 'ok', ...postgres.value } : { status: 'down', error: postgres.error },
         queue: queue.ok ? { status: workersLag ? 'lagging' : 'ok', ...queue.value } : { status: 'down', error: queue.error },
       },
     },
@@ -269,7 +278,15 @@ const healthSchema = z
             .strict(),
           down,
         ]),
-        postgres: z.union([z.object({ status: z.literal('ok') }).strict(), down]),
+        postgres: z.union([
+          z
+            .object({
+              status: z.literal('ok'),
+              quarantined_entries: z.number().int().openapi({ description: 'Ledger entries PostgreSQL refused for good, parked and not released (each makes the status `degraded`).' }),
+            })
+            .strict(),
+          down,
+        ]),
         queue: z.union([
           z
             .object({
@@ -293,7 +310,7 @@ describeRoute({
   tag: 'Health',
   callers: ['public'],
   summary: 'Service health',
-  description: '200 while money operations can be served (Redis answers), `degraded` when PostgreSQL is down or the workers lag; 503 only without Redis.',
+  description: '200 while money operations can be served (Redis answers), `degraded` when PostgreSQL is down, the workers lag or ledger entries are quarantined; 503 only without Redis.',
   responses: {
     200: { description: '`ok` or `degraded`', schema: healthSchema },
     503: { description: 'Redis is down (`status: "down"`)', schema: healthSchema },

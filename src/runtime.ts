@@ -171,10 +171,11 @@ export async function createRuntime(config: Config, logger = createLogger(config
     },
   });
   // Every script call checks the guard right before it is sent.
-  const scripts = generation.guardScripts(registerScripts(redis));
+  const scripts = generation.guardScripts(registerScripts(redis, config.ARCHIVE_GRACE_MS));
   const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, () => generation.ready());
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     metrics,
+    outcomeWaitMs: config.OUTCOME_WAIT_MS,
     billable: {
       async reserve(scope) {
         const t = await plans.take(scope.organizationId);
@@ -195,7 +196,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       await queueExpiry(ledgerQueue, clock, { projectId: scope.projectId, organizationId: scope.organizationId, customerId, transactionId }, atMs);
     },
   });
-  const retention = new Retention(redis, scripts, ledger.bindings, config.REDIS_PREFIX, config.REDIS_RETENTION_SECONDS * 1000, logger);
+  const retention = new Retention(redis, scripts, ledger.bindings, config.REDIS_PREFIX, config.REDIS_RETENTION_SECONDS * 1000, logger, config.ARCHIVE_GRACE_MS);
   const keyQueries = createKeyQueries(db);
   const keyUsage = new KeyUsage(db, config.KEY_LAST_USED_FLUSH_MS, logger);
   const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS, (id, atMs) => keyUsage.note(id, atMs));

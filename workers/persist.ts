@@ -56,8 +56,12 @@ export function batchWaitMs(moved: number, sinceLastMs: number, tookMs: number):
 export function nextIdleWaitMs(previousMs: number | null, idleMs: number, idleMaxMs: number): number {
   return previousMs === null ? idleMs : Math.max(idleMs, Math.min(idleMaxMs, previousMs * 2));
 }
-/** Pause after a failed pass, or a pass in which a customer's entries were refused. */
-const persist_retry_wait_ms = 1_000;
+/**
+ * Pause after a failed pass, or one in which no customer could be persisted. A customer
+ * whose write failed for a transient reason in a pass that persisted others waits this
+ * long on its own before it goes back to the dirty set: the others do not wait with it.
+ */
+export const persist_retry_wait_ms = 1_000;
 /** Pause of the loop while the Redis generation is not verified (src/redis/generation.ts). */
 const persist_unverified_wait_ms = 100;
 
@@ -97,6 +101,9 @@ export class PersistLoop {
   private lastPassAt = Date.now();
   /** The wait after the last empty pass; null after a pass that moved entries. */
   private idleWaitMs: number | null = null;
+  /** Customers whose write failed in a pass that wrote others: back to the dirty set after a pause. */
+  private readonly retrying = new Set<string>();
+  private retryTimer: NodeJS.Timeout | undefined;
   readonly outbox: LedgerOutbox;
 
   constructor(
@@ -123,6 +130,7 @@ export class PersistLoop {
     this.running = false;
     this.wake?.();
     await this.loop;
+    await this.flushRetries();
   }
 
   private async run(): Promise<void> {
@@ -141,8 +149,9 @@ export class PersistLoop {
         this.logger.error({ err }, 'persist pass failed; retrying');
         await this.sleep(persist_retry_wait_ms);
       }
-      // A customer whose entries PostgreSQL refused went back to the dirty set: without a
-      // pause the loop would retry it at once, forever, while the refusal lasts.
+      // Nothing could be written (PostgreSQL is away): without a pause the loop would retry
+      // at once, forever, while that lasts. Customers that failed in a pass that wrote
+      // others wait on their own (retryLater).
       if (pass.failed) await this.sleep(persist_retry_wait_ms);
       else if (pass.backlog) continue;
       else if (pass.moved === 0) await this.sleep((this.idleWaitMs = nextIdleWaitMs(this.idleWaitMs, this.idleMs, this.idleMaxMs)));
@@ -178,7 +187,11 @@ export class PersistLoop {
       throw err;
     }
     this.hooks.passDone?.(r.moved, (performance.now() - started) / 1000, r.failed.length);
-    const again = [...r.full, ...r.failed];
+    // A pass that wrote nothing pauses as a whole (run); one that wrote others gives its
+    // failed customers back after the same pause, without holding up the rest.
+    const allFailed = r.failed.length > 0 && r.persisted.length === 0;
+    if (!allFailed) this.retryLater(r.failed);
+    const again = allFailed ? [...r.full, ...r.failed] : r.full;
     // One SADD per shard with all of its customers (auto-pipelined: the shards are
     // different slots), not one per customer.
     if (again.length > 0) await Promise.all([...groupByKey(again, (b) => dirtyKeyOf(this.prefix, b))].map(([key, members]) => this.redis.sadd(key, ...members)));
@@ -191,7 +204,26 @@ export class PersistLoop {
     const shardFull = pops.some((p, shard) => counts[shard] > 0 && p.length === counts[shard]);
     const backlog = (shardFull && popped.length * 2 >= this.popCount) || r.full.length > 0 || r.moved >= persist_batch_grow_below;
     this.popCount = backlog ? Math.min(dirty_pop_count_max, this.popCount * 2) : Math.max(dirty_pop_count_min, this.popCount / 2);
-    return { moved: r.moved, backlog: backlog && r.failed.length === 0, failed: r.failed.length > 0 };
+    return { moved: r.moved, backlog: backlog && !allFailed, failed: allFailed };
+  }
+
+  /** Gives customers back to the dirty set after persist_retry_wait_ms (at once on stop). */
+  private retryLater(bases: string[]): void {
+    if (bases.length === 0) return;
+    for (const b of bases) this.retrying.add(b);
+    this.retryTimer ??= setTimeout(() => void this.flushRetries(), persist_retry_wait_ms);
+  }
+
+  private async flushRetries(): Promise<void> {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    const bases = [...this.retrying];
+    this.retrying.clear();
+    if (bases.length === 0) return;
+    // Should this fail, the sweeper finds their outboxes again (workers/sweep.ts).
+    await Promise.all([...groupByKey(bases, (b) => dirtyKeyOf(this.prefix, b))].map(([key, members]) => this.redis.sadd(key, ...members))).catch((err: unknown) =>
+      this.logger.error({ err }, 'customers to retry not put back in the dirty set; the sweeper finds them'),
+    );
   }
 
   private sleep(ms: number): Promise<void> {

@@ -453,7 +453,9 @@ local function details_wallet(details, fallback)
 end
 
 -- Settles a frozen transaction as its TTL says. Writes an UNFREEZE or CONSUME entry with
--- `reason`. Returns 1 when it consumed (a billable operation), else 0.
+-- `reason`. Returns 1 when it consumed a freeze that the plan has not counted yet (a
+-- billable operation to count now), else 0: a freeze marked `pc` was counted when it was
+-- accepted (freeze-10.lua), and one made before that mark existed counts here.
 local function settle_ttl(txid, tx, now)
   if tx.k == 'gateway' then
     -- A gateway hold outlived its call (the API process died mid-call). Holds write no
@@ -501,13 +503,15 @@ local function settle_ttl(txid, tx, now)
     description = cjson.null,
     state = tx.st,
     result = (consumed and tx.cr) or tx.ur,
+    x = (tx.pc == '1' and { pc = '1' }) or cjson.null,
   }, now, true)
   finalize('t:' .. txid)
-  if consumed then return 1 end
+  if consumed and tx.pc ~= '1' then return 1 end
   return 0
 end
 
--- Settles every freeze whose TTL is due. Returns how many were auto-consumed.
+-- Settles every freeze whose TTL is due. Returns how many of its auto-consumes the plan
+-- counts now (settle_ttl).
 local function expire_due(now)
   local due = redis.call('ZRANGEBYSCORE', K_ttl, '-inf', N(now))
   local auto_consumed = 0

@@ -8,6 +8,7 @@ import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
+import { isBillableEntry, isBillableOrCharge } from '../plans/billable.js';
 
 const customerListRow = z.object({
   id: z.string(),
@@ -78,6 +79,7 @@ const usageTotalsRow = z.object({
   cache_read_tokens: z.number(),
   cache_write_tokens: z.number(),
   cost_credits: z.number(),
+  uncovered_credits: z.number(),
 });
 export type UsageTotalsRow = z.infer<typeof usageTotalsRow>;
 
@@ -177,7 +179,8 @@ export function createListingQueries(pool: DatabasePool) {
                  COALESCE(sum(u.output_tokens), 0)::int8 AS output_tokens,
                  COALESCE(sum(u.cache_read_tokens), 0)::int8 AS cache_read_tokens,
                  COALESCE(sum(u.cache_write_tokens), 0)::int8 AS cache_write_tokens,
-                 COALESCE(sum(u.cost_credits), 0)::int8 AS cost_credits
+                 COALESCE(sum(u.cost_credits), 0)::int8 AS cost_credits,
+                 COALESCE(sum(u.uncovered_credits), 0)::int8 AS uncovered_credits
           FROM usage_records u JOIN projects p ON p.id = u.project_id
           WHERE ${sql.join(conds, sql.fragment` AND `)}
           ${groupBy}
@@ -210,8 +213,8 @@ export function createListingQueries(pool: DatabasePool) {
     },
 
     /**
-     * Billable operations (deducts, consumes, settled gateway calls) per UTC day, newest
-     * first: how many, and the credits they charged; then, for the same days, the gateway
+     * Billable operations (src/plans/billable.ts) per UTC day, newest first: how many, and
+     * the credits charged that day (deducts, consumes, settled gateway calls); then, for the same days, the gateway
      * calls per model. One more day than asked is read, to tell whether another page follows.
      */
     async dailyUsage(f: DailyUsageFilter): Promise<{ days: readonly DailyUsageRow[]; models: readonly ModelUsageRow[] }> {
@@ -229,9 +232,10 @@ export function createListingQueries(pool: DatabasePool) {
       };
       const dayOf = (alias: string) => sql.fragment`to_char(${sql.identifier([alias, 'created_at'])} AT TIME ZONE 'UTC', 'YYYY-MM-DD')`;
       const days = await pool.any(sql.type(dailyUsageRow)`
-        SELECT ${dayOf('e')} AS day, count(*)::int8 AS operations, sum(e.amount)::int8 AS credits
+        SELECT ${dayOf('e')} AS day, count(*) FILTER (WHERE ${isBillableEntry('e')})::int8 AS operations,
+               COALESCE(sum(e.amount) FILTER (WHERE e.type <> 'FREEZE'), 0)::int8 AS credits
         FROM ledger_entries e
-        WHERE ${scope('e')} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY') AND ${bounds('e')}
+        WHERE ${scope('e')} AND ${isBillableOrCharge('e')} AND ${bounds('e')}
         GROUP BY 1 ORDER BY 1 DESC LIMIT ${f.limit + 1}`);
       if (days.length === 0) return { days: [], models: [] };
       const shown = days.slice(0, f.limit);

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 import { extended, timestamp } from '../schema/zod.js';
+import { file_token_bound_default, image_token_bound_default } from '../gateway/pricing.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;
@@ -42,6 +43,8 @@ const modelRow = z.object({
   output_price_per_million_credits: z.number(),
   cache_read_price_per_million_credits: z.number(),
   cache_write_price_per_million_credits: z.number(),
+  image_token_bound: z.number().nullable(),
+  file_token_bound: z.number().nullable(),
   created_at: z.number(),
   updated_at: z.number(),
 });
@@ -66,13 +69,17 @@ export interface ModelInput {
   output_price_per_million_credits: number;
   cache_read_price_per_million_credits: number;
   cache_write_price_per_million_credits: number;
+  /** Tokens one image part / one file part adds to a call's hold; null or absent: the provider's default. */
+  image_token_bound?: number | null;
+  file_token_bound?: number | null;
 }
 
 const modelColumns = sql.fragment`
   project_id, id, provider, upstream_base_url, upstream_model, upstream_key_ciphertext IS NOT NULL AS has_upstream_key,
   display_name, description, context_window, max_output_tokens, supports_streaming, active,
   input_price_per_million_credits, output_price_per_million_credits,
-  cache_read_price_per_million_credits, cache_write_price_per_million_credits, created_at, updated_at`;
+  cache_read_price_per_million_credits, cache_write_price_per_million_credits, image_token_bound, file_token_bound,
+  created_at, updated_at`;
 
 /** Binds a ciphertext to its row: copied onto another model it does not decrypt. */
 function keyAssociatedData(projectId: string, modelId: string): string {
@@ -102,6 +109,8 @@ export function modelEntry(m: ModelRow) {
     cache_write_price_per_million_credits: m.cache_write_price_per_million_credits,
     cache_write_price_per_million_usd: usd(m.cache_write_price_per_million_credits),
     supports_streaming: m.supports_streaming,
+    image_token_bound: m.image_token_bound ?? image_token_bound_default,
+    file_token_bound: m.file_token_bound ?? file_token_bound_default,
   };
 }
 
@@ -131,11 +140,13 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
         INSERT INTO models (project_id, id, provider, upstream_base_url, upstream_model, upstream_key_ciphertext,
                             display_name, description, context_window, max_output_tokens, supports_streaming, active,
                             input_price_per_million_credits, output_price_per_million_credits,
-                            cache_read_price_per_million_credits, cache_write_price_per_million_credits)
+                            cache_read_price_per_million_credits, cache_write_price_per_million_credits,
+                            image_token_bound, file_token_bound)
         VALUES (${projectId}, ${modelId}, ${m.provider}, ${m.upstream_base_url}, ${m.upstream_model}, ${ciphertext},
                 ${m.display_name}, ${m.description}, ${m.context_window}, ${m.max_output_tokens}, ${m.supports_streaming}, ${m.active},
                 ${m.input_price_per_million_credits}, ${m.output_price_per_million_credits},
-                ${m.cache_read_price_per_million_credits}, ${m.cache_write_price_per_million_credits})
+                ${m.cache_read_price_per_million_credits}, ${m.cache_write_price_per_million_credits},
+                ${m.image_token_bound ?? null}, ${m.file_token_bound ?? null})
         ON CONFLICT (project_id, id) DO UPDATE SET
           provider = EXCLUDED.provider, upstream_base_url = EXCLUDED.upstream_base_url, upstream_model = EXCLUDED.upstream_model,
           upstream_key_ciphertext = ${keyOnUpdate},
@@ -146,6 +157,7 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
           output_price_per_million_credits = EXCLUDED.output_price_per_million_credits,
           cache_read_price_per_million_credits = EXCLUDED.cache_read_price_per_million_credits,
           cache_write_price_per_million_credits = EXCLUDED.cache_write_price_per_million_credits,
+          image_token_bound = EXCLUDED.image_token_bound, file_token_bound = EXCLUDED.file_token_bound,
           updated_at = now()
         RETURNING ${modelColumns}, (xmax = 0) AS created`);
       const { created, ...model } = row;
@@ -181,6 +193,7 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
             output_price_per_million_credits = ${m.output_price_per_million_credits},
             cache_read_price_per_million_credits = ${m.cache_read_price_per_million_credits},
             cache_write_price_per_million_credits = ${m.cache_write_price_per_million_credits},
+            image_token_bound = ${m.image_token_bound ?? null}, file_token_bound = ${m.file_token_bound ?? null},
             updated_at = now()
           WHERE project_id = ${projectId} AND id = ${modelId}
           RETURNING ${modelColumns}`);
@@ -251,6 +264,10 @@ export const modelEntrySchema = z
     cache_write_price_per_million_credits: perMillionCredits,
     cache_write_price_per_million_usd: perMillionUsd,
     supports_streaming: z.boolean(),
+    image_token_bound: z.number().int().openapi({
+      description: "Tokens each image part of a call adds to its hold's input bound: the model's own, else the provider's default (docs: What bytes do not bound).",
+    }),
+    file_token_bound: z.number().int().openapi({ description: 'The same for each file part (PDFs and other documents).' }),
   })
   .strict()
   .openapi('Model');

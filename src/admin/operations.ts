@@ -25,7 +25,8 @@ import { receiptSchema } from '../usage/queries.js';
 import { usagePageSchema } from '../usage/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import type { Method } from '../http/router.js';
-import { jsonBody, onlyQuery, parseWith, strictBody, unstorableStringPath } from '../http/validate.js';
+import { jsonBody, onlyQuery, parseWith, strictBody } from '../http/validate.js';
+import { jsonFault } from '../schema/json.js';
 import { publishProjectChange } from '../keys/store.js';
 import { creditsToUsd, readAmount, toCredits } from '../ledger/amounts.js';
 import { identifierSchema, readTimestamp, readWindow, walletNameSchema } from '../ledger/schemas.js';
@@ -116,6 +117,8 @@ const keyCreateSchema = z.object({
 
 const price = z.number().int().min(0).max(price_per_million_credits_max);
 const tokens = z.number().int().positive().max(token_count_max);
+/** A per-part token bound: 0 for a model that reads no such part; null for the provider's default. */
+const partTokens = z.number().int().min(0).max(token_count_max);
 
 /** http(s) with a host, no credentials, query or fragment; stored without a trailing slash. */
 const upstreamUrlSchema = z
@@ -160,6 +163,8 @@ const modelPatchSchema = z.object({
   output_price_per_million_usd: usdPrice.optional(),
   cache_read_price_per_million_usd: usdPrice.optional(),
   cache_write_price_per_million_usd: usdPrice.optional(),
+  image_token_bound: partTokens.nullable().optional(),
+  file_token_bound: partTokens.nullable().optional(),
   id: z.unknown(),
   object: z.unknown(),
   created: z.unknown(),
@@ -205,9 +210,11 @@ function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput 
     output_price_per_million_credits: -1,
     cache_read_price_per_million_credits: 0,
     cache_write_price_per_million_credits: 0,
+    image_token_bound: null,
+    file_token_bound: null,
   };
   const next: ModelInput = { ...base };
-  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active'] as const) {
+  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound'] as const) {
     if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
   }
   for (const kind of model_price_kinds) {
@@ -394,6 +401,7 @@ const usageTotalsSchema = z
           cache_write_tokens: z.number().int(),
           cost_credits: z.number().int(),
           cost_usd: z.string().openapi({ description: 'Exact decimal string.' }),
+          uncovered_credits: z.number().int().openapi({ description: 'The sum of the calls\' `uncovered_credits`: cost their wallets could not pay, not charged.' }),
         })
         .strict(),
     ),
@@ -734,7 +742,7 @@ describeOperation({
 /** A customer id from the path, held to what a deposit body's customer_id may be (PostgreSQL stores it). */
 function customerIdParam(req: Request): string {
   const id = parseWith(identifierSchema, String(req.params.customer_id));
-  if (unstorableStringPath(id) !== null) throw new ApiError('invalid_request', { param: 'customer_id', message: 'customer_id must not contain U+0000 or unpaired surrogates' });
+  if (jsonFault(id) !== null) throw new ApiError('invalid_request', { param: 'customer_id', message: 'customer_id must not contain U+0000 or unpaired surrogates' });
   return id;
 }
 

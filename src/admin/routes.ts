@@ -16,7 +16,7 @@ import { requireKeyType } from '../http/auth.js';
 import { exactRouter } from '../http/router.js';
 import { strictBody } from '../http/validate.js';
 import { hashPassword, password_chars_max, password_chars_min, verifyPassword } from '../members/passwords.js';
-import { matchingMemberships, sessionAuth, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
+import { matchingMemberships, sessionAuth, sessionIdHash, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
 import { createMemberQueries, memberEntry, memberSchema, type MemberQueries, type SignInCandidate } from '../members/store.js';
 import { admin_prefix, dashboard_api_prefix, describeRoute } from '../openapi/registry.js';
 import { extended, timestamp } from '../schema/zod.js';
@@ -198,12 +198,13 @@ export function dashboardApiRoutes(sessions: DashboardSessions, ops: readonly Op
 
   r.put(`${dashboard_api_prefix}/session/password`, async (req, res) => {
     const body = strictBody(req, passwordChangeSchema);
-    const { member } = sessionOf(res);
+    const { member, token } = sessionOf(res);
     const stored = await members.passwordHashOf(member.id);
     if (stored === null || !(await verifyPassword(body.current_password, stored))) {
       throw new ApiError('invalid_credentials', { param: 'current_password', message: 'current_password is incorrect' });
     }
-    await members.setPassword(member.id, await hashPassword(body.new_password));
+    // The member's other sessions end; this one goes on.
+    await members.setPassword(member.id, await hashPassword(body.new_password), sessionIdHash(token));
     res.json(memberEntry(member));
   });
 

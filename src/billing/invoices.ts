@@ -23,6 +23,7 @@ import { newId } from '../ids.js';
 import { parseOutboxEntry } from '../redis/codec.js';
 import type { RedisClient } from '../redis/client.js';
 import { customerKeysFromBase, dirty_shards, dirtyKey, parseCustomerBase } from '../redis/keys.js';
+import { countBillableEntries } from '../plans/billable.js';
 import { periodAt, planIds, plans, type PlanId } from '../plans/catalogue.js';
 import { effectivePlan } from '../plans/service.js';
 import { centsToUsd, overageCents, overageOps, overageRateCentsPer10k, priceCents } from './proration.js';
@@ -232,10 +233,7 @@ export class Invoicing {
     const changes = await tx.any(sql.type(changeRow)`
       SELECT kind, from_plan, to_plan, effective_at, remaining_ms, charge_cents FROM plan_changes
       WHERE organization_id = ${organizationId} AND cancelled_at IS NULL ORDER BY effective_at, requested_at`);
-    const operations = await tx.oneFirst(sql.type(z.object({ n: z.number() }))`
-      SELECT count(*)::int8 AS n FROM ledger_entries e JOIN projects p ON p.id = e.project_id
-      WHERE p.organization_id = ${organizationId} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY')
-        AND e.created_at >= ${sql.timestamp(new Date(period.startMs))} AND e.created_at < ${sql.timestamp(new Date(period.endMs))}`);
+    const operations = await countBillableEntries(tx, organizationId, period);
     const inv = composeInvoice(org, changes, period, operations);
     const written = await tx.query(sql.unsafe`
       INSERT INTO invoices (id, organization_id, period_start, period_end, plan, included_ops, operations_used, overage_ops,

@@ -107,6 +107,11 @@ function describe(report: ReconcileReport, repair: boolean): string {
   // Kept rather than lost: an operator reads these (docs/OPERATIONS.md, "Anomalies").
   for (const a of report.anomalies) lines.push(`  anomaly ${a.project_id} ${a.customer_id}: ${a.message}`);
   more(report.anomalies.length, report.anomalies_total, 'anomalies');
+  // Holes in the ledger of record until released (docs/OPERATIONS.md, "Quarantined ledger entries").
+  for (const q of report.quarantined) {
+    lines.push(`  quarantined ${q.project_id} ${q.customer_id} seq ${q.seq ?? '?'} (npm run quarantine -- show ${q.quarantine_id}): ${q.error}`);
+  }
+  more(report.quarantined.length, report.quarantined_total, 'quarantined entries');
   return lines.join('\n');
 }
 

@@ -2,6 +2,7 @@
  * Process configuration, read once from the environment and validated with zod.
  * Every setting has a working local default so `npm start` runs on a fresh machine.
  */
+import express from 'express';
 import { z } from 'zod';
 
 const bool = z
@@ -77,6 +78,14 @@ const schema = z.object({
    * entries, and a replay is answered from PostgreSQL.
    */
   REDIS_RETENTION_SECONDS: z.coerce.number().int().min(1).default(86_400),
+  /**
+   * How long the trim waits between archiving a final record's binding and deleting the
+   * record, and so how long a binding read proves that its record was not archived: the
+   * customer scripts are loaded with it (src/ledger/retention.ts). Every process sharing a
+   * Redis must use the same value. Longer than any wait between a request's binding read
+   * and its script; tests shorten it.
+   */
+  ARCHIVE_GRACE_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
   /** A dashboard session ends this long after sign-in, however much it is used. */
   SESSION_TTL_SECONDS: z.coerce.number().int().min(60).default(12 * 3_600),
   /** ...and this long after its last request. */
@@ -90,6 +99,26 @@ const schema = z.object({
   SIGNIN_EMAIL_ATTEMPTS: z.coerce.number().int().min(1).default(5),
   SIGNIN_IP_ATTEMPTS: z.coerce.number().int().min(1).default(20),
   SIGNIN_WINDOW_SECONDS: z.coerce.number().int().min(1).default(900),
+  /**
+   * Express's `trust proxy`: which proxies in front of the API may say who the client is
+   * (X-Forwarded-For), so that the sign-in limit counts each client address on its own
+   * instead of the proxy's. Unset: none (the socket's address). Otherwise a hop count
+   * (`1`), `true` (any: only when every request comes through the proxy), or a
+   * comma-separated list of addresses, CIDR ranges and the names `loopback`, `linklocal`,
+   * `uniquelocal`.
+   */
+  TRUST_PROXY: z.preprocess((v) => (v === '' ? undefined : v), z.string().optional()).transform((v, ctx) => {
+    if (v === undefined || v === 'false') return false;
+    const value: boolean | number | string = v === 'true' ? true : /^\d+$/.test(v) ? Number(v) : v;
+    try {
+      // Express compiles the setting when it is set: a bad address fails here, not at the first request.
+      express().set('trust proxy', value);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: `not a trust proxy setting: ${(err as Error).message}` });
+      return z.NEVER;
+    }
+    return value;
+  }),
   /**
    * How often the workers look for billing periods to close into invoices; 0 schedules
    * nothing (the tests, which move their clocks by months, run the job themselves).
@@ -111,6 +140,12 @@ const schema = z.object({
    * start`, which runs the workers inside the API process, serves theirs with the API's).
    */
   WORKER_METRICS_PORT: optionalPort,
+  /**
+   * Per-organization plan usage series (svc_plan_usage_operations{organization}) on the
+   * API port's /metrics, which anyone who reaches the API may scrape. Unset: only on
+   * METRICS_PORT; the API port's scrape has the aggregates alone, no tenant id.
+   */
+  METRICS_ORGANIZATION_SERIES: bool.default('0'),
   /** The address the metrics ports listen on; unset: HOST. */
   METRICS_HOST: z.preprocess((v) => (v === '' ? undefined : v), z.string().optional()),
   MOCK_UPSTREAM_PORT: z.coerce.number().int().min(0).max(65535).default(4010),
@@ -119,6 +154,11 @@ const schema = z.object({
    * before it cuts what is left (src/shutdown.ts).
    */
   SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).default(30_000),
+  /**
+   * How long a money operation whose Redis reply was lost waits for Redis to answer again,
+   * to learn its outcome, before it answers 503 outcome_unknown (src/ledger/service.ts).
+   */
+  OUTCOME_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
 });
 
 export type Config = z.infer<typeof schema>;

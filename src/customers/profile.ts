@@ -14,6 +14,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { strictBody } from '../http/validate.js';
+import { storedJsonObject } from '../schema/json.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService, ProjectScope } from '../ledger/service.js';
@@ -30,7 +31,7 @@ const customer_email_chars_max = 320;
 const customerPatchSchema = z.object({
   name: z.string().max(customer_name_chars_max).nullable().optional(),
   email: z.string().max(customer_email_chars_max).email().nullable().optional(),
-  metadata: z.record(z.unknown()).nullable().optional(),
+  metadata: storedJsonObject.nullable().optional(),
 });
 
 /** POST /v1/customers: the id, and the profile fields PATCH takes. */

@@ -1,5 +1,6 @@
 /** Reading the page's form fields (application/x-www-form-urlencoded) into the API's JSON values. */
 import type { Request } from 'express';
+import { writtenExactly } from '../ledger/amounts.js';
 
 type Fields = Record<string, unknown>;
 
@@ -39,7 +40,9 @@ export function number(req: Request, name: string): number | string | undefined 
   const v = text(req, name).replace(/[,_\s]/g, '');
   if (v === '') return undefined;
   const n = Number(v);
-  return Number.isFinite(n) ? n : v;
+  // A number the text does not write exactly (`100.0000000000000001` would read as 100)
+  // goes on as the text, which the API refuses as not a number, as it refuses it in JSON.
+  return Number.isFinite(n) && writtenExactly(v, n) ? n : v;
 }
 
 const localDateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/;

@@ -7,7 +7,8 @@ import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionE
 import { CommandNotSentError, OutcomeUnknownError } from '../redis/sent.js';
 
 /**
- * Redis or PostgreSQL could not answer. 'unsent' only with proof that the command never
+ * Redis or PostgreSQL could not answer: 'unsent' answers 503 service_unavailable, 'unknown'
+ * 503 outcome_unknown. 'unsent' only with proof that the command never
  * reached the store, so nothing was applied: a Redis command that failed before it was
  * written (CommandNotSentError, see src/redis/sent.ts), or a database connection that
  * could not be opened (slonik's ConnectionError: no query went out). Every other failure

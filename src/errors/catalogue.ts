@@ -61,6 +61,11 @@ export const errorCatalogue = {
   upstream_error: { status: 502, message: 'the upstream provider is unreachable or sent an invalid response' },
   upstream_timeout: { status: 504, message: 'the upstream provider did not answer in time' },
   service_unavailable: { status: 503, message: 'a backing service is unavailable; nothing was applied' },
+  outcome_unknown: {
+    status: 503,
+    message:
+      'the store stopped answering after the operation was sent, and its outcome could not be learned in time; it may have been applied: retry it with the same transaction_id, idempotency_key or Idempotency-Key, which answers with its original result if it was',
+  },
   billing_account_not_found: { status: 500, message: 'internal inconsistency: wallet account missing' },
   server_error: { status: 500, message: 'internal server error' },
 } as const satisfies Record<string, { status: number; message: string }>;

@@ -16,11 +16,13 @@ import type { LedgerService, ProjectScope } from '../ledger/service.js';
 import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
 import { gatewayBindings } from '../ledger/bindings.js';
 import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
-import { provesNothingSent } from '../redis/sent.js';
+import { OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
+import { ApiError } from '../errors/catalogue.js';
 import { holdRefusal } from '../ledger/refusals.js';
 import type { Usage, WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
-import { costOf, inputCostBound } from './pricing.js';
+import { costOf, inputCostBound, partTokensBound } from './pricing.js';
+import type { PartCounts } from './wire/format.js';
 import type { Endpoint } from './request.js';
 import type { InFlight } from '../lifecycle.js';
 import type { Metrics } from '../metrics/metrics.js';
@@ -29,13 +31,6 @@ import type { Metrics } from '../metrics/metrics.js';
 export const hold_ttl_seconds = 3_600;
 /** Request bytes per input token when the upstream sent no count (a rough English average). */
 const request_bytes_per_token_estimate = 4;
-/**
- * Tries of a settlement whose reply did not come (a timeout, a dropped connection) while
- * the call waits for it. The script is idempotent, so a retry of one that did apply
- * answers its stored result. Past them the settlement goes on in the background.
- */
-const settle_attempts_max = 3;
-const settle_retry_pause_ms = 100;
 /**
  * A gateway script whose outcome must become known, sent again in the background until
  * Redis answers: a settlement that could not be confirmed while the call waited, or the
@@ -52,6 +47,18 @@ const background_retry_pause_max_ms = 1_000;
 const background_retry_total_ms = 10 * 60_000;
 /** The longest pause between two tries of freeing an Idempotency-Key in the background. */
 const key_free_retry_pause_ms = 200;
+
+/**
+ * The answer of a call that failed before it was sent upstream: a Redis failure of unknown
+ * outcome says nothing was applied, since the hold that may exist is released and the
+ * call is never billed.
+ */
+function unbilled(err: unknown): unknown {
+  return err instanceof OutcomeUnknownError ? new ApiError('service_unavailable', { message: hold_unknown_message }) : err;
+}
+
+const hold_unknown_message =
+  'Redis stopped answering while the call\'s hold was placed, before the call was sent upstream; nothing was applied: the call is not billed, and a hold that may have been placed is released: retry shortly';
 
 export const billingHeaderNames = [
   'X-Service-Cost-Credits',
@@ -117,6 +124,8 @@ export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'out
   /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
   limitField: string;
   rawBytes: number;
+  /** Image and file parts of the request: each adds its model's bound to the input's. */
+  parts: PartCounts;
 };
 
 /**
@@ -181,7 +190,11 @@ export class GatewayBilling {
     if (usage.cacheRead > 0) m.cacheReadTokens.inc(usage.cacheRead);
     if (usage.cacheWrite > 0) m.cacheWriteTokens.inc(usage.cacheWrite);
     if (cost > 0) m.cost.inc(cost);
-    if (shortfall > 0) m.shortfall.inc(shortfall);
+    if (shortfall > 0) {
+      m.shortfall.inc(shortfall);
+      this.deps.metrics.uncoveredCalls.inc();
+      this.deps.metrics.uncoveredCredits.inc(shortfall);
+    }
   }
 
   /**
@@ -238,8 +251,9 @@ export class GatewayBilling {
     try {
       const prices = c.model.prices;
       const wanted = c.explicitMax ?? c.model.maxOutputTokens;
+      const partTokens = partTokensBound(c.parts, c.model.partBounds, c.model.contextWindow);
       const args: CustomerScriptArgs<'gateway_hold'> = {
-        transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices), outputPrice: prices.output,
+        transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices, partTokens), outputPrice: prices.output,
         outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
         admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey,
       };
@@ -253,7 +267,10 @@ export class GatewayBilling {
         : await Promise.allSettled([ledger.run('gateway_hold', c.scope, c.customerId, args), bindings.indexCall(c.transactionId, c.customerId)]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       indexMayExist = indexed === null ? holdMayExist : true;
-      if (held.status === 'rejected') throw held.reason;
+      // A hold whose outcome stayed unknown (the ledger tried to learn it: LedgerService.learn)
+      // is released below and the call is never sent upstream: nothing is billed, so the
+      // answer says nothing was applied.
+      if (held.status === 'rejected') throw unbilled(held.reason);
       const [status, raw] = held.value;
       if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
@@ -263,7 +280,7 @@ export class GatewayBilling {
         throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
-      if (indexed?.status === 'rejected') throw indexed.reason;
+      if (indexed?.status === 'rejected') throw unbilled(indexed.reason);
       const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
       ok = true;
       return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens));
@@ -299,14 +316,14 @@ export class GatewayBilling {
     const { transactionId } = call;
     this.untilAnswered(
       async (attempt) => {
-        const [status] = await (send.script === 'gateway_settle'
+        const [status, raw] = await (send.script === 'gateway_settle'
           ? this.deps.ledger.run('gateway_settle', call.scope, call.customerId, send.args)
           : this.deps.ledger.run('gateway_release', call.scope, call.customerId, send.args));
         if (script === 'gateway_settle' && status !== ScriptStatus.Ok && status !== ScriptStatus.Replay) {
           this.deps.logger.error({ transactionId, status }, 'gateway settlement refused in the background; the call is not billed');
         } else if (script === 'gateway_settle') {
           this.deps.logger.info({ transactionId, attempt }, 'gateway settlement confirmed in the background');
-          this.billedInBackground(call, send.args);
+          this.billedInBackground(call, send.args, raw);
         } else if ((status === ScriptStatus.Ok || status === ScriptStatus.Replay) && call.idempotencyKey !== '') {
           // Released by the API: the call billed nothing, and its key is free (what the
           // trim and a recovery read from a record released by the API). Freed again here:
@@ -358,12 +375,13 @@ export class GatewayBilling {
       .catch((err: unknown) => this.deps.logger.error({ err }, 'background Redis retry failed'));
   }
 
-  /** The counters of a settlement confirmed in the background, from its usage record (shortfall unknown there). */
-  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>): void {
+  /** The counters of a settlement confirmed in the background, from its usage record and the script's result. */
+  private billedInBackground(call: Call, args: CustomerScriptArgs<'gateway_settle'>, raw: string): void {
     try {
       const r = JSON.parse(String(args.usageRecord)) as UsageRecordInput;
       const usage: Usage = { input: r.input_tokens, output: r.output_tokens, cacheRead: r.cache_read_tokens, cacheWrite: r.cache_write_tokens };
-      this.billed(call.model.id, usage, Number(args.cost), 0);
+      const result = JSON.parse(raw) as { cost: string; shortfall: string };
+      this.billed(call.model.id, usage, Number(result.cost), Number(result.shortfall));
     } catch {
       // The record is ours; a counter is not worth an error here.
     }
@@ -421,19 +439,14 @@ export class GatewayBilling {
     call.settleTried = true;
     let reply: ScriptReply | undefined;
     try {
-      for (let attempt = 1; reply === undefined; attempt++) {
-        try {
-          reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args);
-        } catch (err) {
-          if (attempt >= settle_attempts_max) {
-            this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
-            this.retryLater({ script: 'gateway_settle', args }, call);
-            throw err;
-          }
-          this.deps.logger.warn({ err, transactionId: call.transactionId, attempt }, 'gateway settlement unanswered; sending it again');
-          await new Promise((resolve) => setTimeout(resolve, settle_retry_pause_ms));
-        }
-      }
+      // A lost reply is learned inside run (LedgerService.learn): sent again until Redis
+      // answers, for OUTCOME_WAIT_MS. Past that the settlement goes on in the background,
+      // and the call answers outcome_unknown: it will be billed once.
+      reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args).catch((err: unknown) => {
+        this.deps.logger.warn({ err, transactionId: call.transactionId }, 'gateway settlement unconfirmed; retrying it in the background');
+        this.retryLater({ script: 'gateway_settle', args }, call);
+        throw err;
+      });
     } finally {
       const mayHaveSettled = reply === undefined || reply[0] === ScriptStatus.Ok || reply[0] === ScriptStatus.Replay;
       void this.deps.plans.finish(call.reservation, mayHaveSettled ? 'commit' : 'release');

@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import type { ModelWithKey } from '../admin/models.js';
 import { forgetOnResubscribe, InvalidationGuard } from '../cache/invalidation.js';
 import { projectChannel } from '../keys/store.js';
-import type { Prices } from './pricing.js';
+import { file_token_bound_default, image_token_bound_default, type PartTokenBounds, type Prices } from './pricing.js';
 
 export interface GatewayModel {
   id: string;
@@ -22,6 +22,10 @@ export interface GatewayModel {
   supportsStreaming: boolean;
   active: boolean;
   prices: Prices;
+  /** Tokens an image part and a file part add to the hold's input bound: the model's own, else its provider's defaults. */
+  partBounds: PartTokenBounds;
+  /** Bounds the tokens of all parts together. */
+  contextWindow: number;
 }
 
 /** A model row of PostgreSQL (its upstream key decrypted) as the gateway uses it. */
@@ -41,6 +45,11 @@ export function gatewayModelOf(m: ModelWithKey): GatewayModel {
       cacheRead: m.cache_read_price_per_million_credits,
       cacheWrite: m.cache_write_price_per_million_credits,
     },
+    partBounds: {
+      image: m.image_token_bound ?? image_token_bound_default,
+      file: m.file_token_bound ?? file_token_bound_default,
+    },
+    contextWindow: m.context_window,
   };
 }
 

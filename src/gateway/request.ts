@@ -10,6 +10,7 @@ import type { AuthContext } from '../keys/caller.js';
 import { everyFieldError, variantRefused } from '../errors/fields.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import { formatOf, type WireFormat } from './adapters.js';
+import type { PartCounts } from './wire/format.js';
 
 export type Endpoint = 'chat.completions' | 'messages';
 
@@ -43,6 +44,8 @@ export interface GatewayRequest {
   inlineBilling: boolean;
   /** Bytes of the JSON body: they bound the prompt's tokens for the hold. */
   rawBytes: number;
+  /** Image and file parts of the body: the hold adds their model's per-part bounds. */
+  parts: PartCounts;
 }
 
 function headerValue(req: Request, name: string): string | undefined {
@@ -178,5 +181,6 @@ function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, format
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,
     inlineBilling,
     rawBytes,
+    parts: fields.parts,
   };
 }

@@ -12,7 +12,7 @@ import type { AuthContext } from '../keys/caller.js';
 import { newId } from '../ids.js';
 import type { LedgerService } from '../ledger/service.js';
 import type { PlanService } from '../plans/service.js';
-import { afterApplied } from '../redis/sent.js';
+import { afterApplied, OutcomeUnknownError } from '../redis/sent.js';
 import { formatOf, prepareUpstreamBody } from './adapters.js';
 import { GatewayBilling, type Call } from './billing.js';
 import type { ModelCache } from './models.js';
@@ -121,6 +121,7 @@ export class GatewayService {
         limitField: r.limitField,
         answers: r.answers,
         rawBytes: r.rawBytes,
+        parts: r.parts,
         idempotencyKey: idempotencyKey ?? '',
       });
       res.setHeader('X-Service-Transaction-Id', transactionId);
@@ -139,8 +140,11 @@ export class GatewayService {
         await this.billing.freeIdempotencyKey(scope, customerId, idempotencyKey, transactionId);
       }
       // Once the hold applied, a later step that never reached Redis (a settlement or a
-      // release) does not make the call "nothing applied".
-      throw call ? afterApplied(err) : err;
+      // release) does not make the call "nothing applied": outcome_unknown, naming the
+      // call, whose receipt says what it was billed once its settlement lands.
+      if (!call) throw err;
+      const after = afterApplied(err);
+      throw after instanceof OutcomeUnknownError ? new ApiError('outcome_unknown', { extra: { transaction_id: transactionId } }) : after;
     }
     // An upstream HTTP error relayed as it is, or a stream the upstream broke off before
     // any answer, was answered without an error of ours but billed nothing: the same key

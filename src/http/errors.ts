@@ -59,8 +59,6 @@ function tooLarge(err: { limit?: number; length?: number }): ApiError {
   });
 }
 
-const outcome_unknown_message =
-  'a backing service stopped answering; the operation may have been applied: retry it with the same transaction_id or idempotency_key, which answers with its original result if it was';
 
 /**
  * The error middleware; `logger` gets the failures of our own (a 5xx), with the request's
@@ -72,9 +70,9 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     const backend = backendFailure(err);
     if (err instanceof ApiError) {
       apiError = err;
-      // The one 503 raised as an ApiError is the Redis generation guard's (src/redis/generation.ts):
-      // Redis is away, or back and not yet checked against PostgreSQL.
-      if (err.code === 'service_unavailable') metrics?.redisErrors.inc({ kind: 'request' });
+      // The 503s raised as ApiErrors: the Redis generation guard's (src/redis/generation.ts:
+      // Redis is away, or back and not yet checked against PostgreSQL), and a gateway call's outcome_unknown.
+      if (err.code === 'service_unavailable' || err.code === 'outcome_unknown') metrics?.redisErrors.inc({ kind: 'request' });
     } else if ((err as { type?: string }).type === 'entity.too.large') {
       apiError = tooLarge(err as { limit?: number; length?: number });
     } else if ((err as { type?: string }).type === 'entity.parse.failed') {
@@ -86,7 +84,9 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     } else if (backend !== null) {
       logger?.error({ err, method: req.method, path: pathOf(req) }, 'backing service unavailable');
       (failedStore(err) === 'postgres' ? metrics?.postgresErrors : metrics?.redisErrors)?.inc({ kind: 'request' });
-      apiError = new ApiError('service_unavailable', backend === 'unknown' ? { message: outcome_unknown_message } : {});
+      // A read changes nothing: whatever became of its command, nothing was applied.
+      const read = req.method === 'GET' || req.method === 'HEAD';
+      apiError = new ApiError(backend === 'unknown' && !read ? 'outcome_unknown' : 'service_unavailable');
     } else {
       logger?.error({ err, method: req.method, path: pathOf(req) }, 'unhandled error');
       apiError = new ApiError('server_error');

@@ -6,6 +6,7 @@ import express, { type Request, type RequestHandler } from 'express';
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { everyFieldError, type FieldError } from '../errors/fields.js';
+import { body_depth_max, bodyTexts, jsonFault } from '../schema/json.js';
 
 export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.infer<T> {
   const result = schema.safeParse(value);
@@ -18,35 +19,10 @@ export function parseWith<T extends z.ZodTypeAny>(schema: T, value: unknown): z.
   throw new ApiError('invalid_request', { param: first.param ?? undefined, message: first.message, extra: { errors } });
 }
 
-// eslint-disable-next-line no-control-regex -- U+0000 is what PostgreSQL cannot store, and what this finds
-const unstorable = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 /**
- * The path of the first string (value or key) in a JSON value that PostgreSQL cannot
- * store as it is: text and jsonb refuse U+0000, and a lone surrogate would be stored as
- * U+FFFD, so the ledger of record would differ from what Redis answered. Null when none.
+ * The JSON body as an object, or invalid_json; a string it cannot store, or nesting past
+ * body_depth_max, is invalid_request naming the top-level field (before any money moves).
  */
-export function unstorableStringPath(value: unknown): string[] | null {
-  // The walk allocates nothing unless it finds one: it runs on every money operation.
-  if (typeof value === 'string') return unstorable.test(value) ? [] : null;
-  if (value === null || typeof value !== 'object') return null;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const found = unstorableStringPath(value[i]);
-      if (found !== null) return [String(i), ...found];
-    }
-    return null;
-  }
-  for (const k in value) {
-    if (!Object.hasOwn(value, k)) continue;
-    if (unstorable.test(k)) return [k];
-    const found = unstorableStringPath((value as Record<string, unknown>)[k]);
-    if (found !== null) return [k, ...found];
-  }
-  return null;
-}
-
-/** The JSON body as an object, or invalid_json; a string it cannot store is invalid_request. */
 export function jsonBody(req: Request): Record<string, unknown> {
   const body: unknown = req.body;
   // The JSON parser reads an empty body as {}, but an empty body is not a JSON object.
@@ -54,9 +30,13 @@ export function jsonBody(req: Request): Record<string, unknown> {
   if (empty || body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new ApiError('invalid_json', { message: 'request body must be a JSON object (Content-Type: application/json)' });
   }
-  const bad = unstorableStringPath(body);
+  const bad = jsonFault(body);
+  if (bad?.fault === 'depth') {
+    const param = bad.path[0];
+    throw new ApiError('invalid_request', { param, message: `${param ?? 'body'}: JSON nested more than ${body_depth_max} levels deep (the limit of a request body)` });
+  }
   if (bad !== null) {
-    const param = bad.join('.') || undefined;
+    const param = bad.path.join('.') || undefined;
     throw new ApiError('invalid_request', { param, message: `${param ?? 'body'}: strings must not contain U+0000 or unpaired surrogates` });
   }
   return body as Record<string, unknown>;
@@ -74,7 +54,8 @@ export function jsonBody(req: Request): Record<string, unknown> {
  * express.json would. Anything else (chunked, compressed, another charset or media type, an
  * empty or oversized declared body, a body already read) goes to express.json itself.
  */
-export function measuredJson(limit: number, full = measuredExpressJson(limit)): RequestHandler {
+export function measuredJson(limit: number, full = measuredExpressJson(limit), opts: BodyTextOptions = {}): RequestHandler {
+  const keepText = opts.keepText === true;
   return (req, res, next) => {
     const length = plainJsonLength(req, limit);
     if (length === null) return full(req, res, next);
@@ -83,26 +64,60 @@ export function measuredJson(limit: number, full = measuredExpressJson(limit)): 
       (req as unknown as { bodyBytes: number }).bodyBytes = bytes!.length;
       // As iconv-lite's utf-8 decoder: a byte order mark is not part of the text.
       const bom = bytes!.length >= 3 && bytes![0] === 0xef && bytes![1] === 0xbb && bytes![2] === 0xbf;
+      const text = bytes!.toString('utf8', bom ? 3 : 0);
       try {
-        req.body = JSON.parse(bytes!.toString('utf8', bom ? 3 : 0));
+        req.body = JSON.parse(text);
       } catch {
         return next(clientError(400, 'entity.parse.failed', 'request body is not valid JSON'));
       }
+      if (keepText && typeof req.body === 'object' && req.body !== null) bodyTexts.set(req.body as object, text);
       next();
     });
   };
 }
 
+export interface BodyTextOptions {
+  /**
+   * Keep the text each JSON object body was parsed from (bodyTextOf), for the amounts read
+   * from it (src/ledger/amounts.ts). Billing bodies only: a gateway body is large and
+   * reads no amount.
+   */
+  keepText?: boolean;
+}
+
+
+/** What body-parser read and in which charset (measuredExpressJson with keepText). */
+const readBytes = Symbol('readBytes');
+
 /** express.json with the API's settings, measuring what it reads: measuredJson's fallback. */
-export function measuredExpressJson(limit: number): RequestHandler {
-  return express.json({
+export function measuredExpressJson(limit: number, opts: BodyTextOptions = {}): RequestHandler {
+  const parse = express.json({
     limit,
     strict: false,
     type: ['application/json', 'application/*+json'],
-    verify: (req, _res, buf) => {
+    verify: (req, _res, buf, encoding) => {
       (req as unknown as { bodyBytes: number }).bodyBytes = buf.length;
+      if (opts.keepText === true) (req as unknown as Record<symbol, unknown>)[readBytes] = { buf, encoding };
     },
   });
+  if (opts.keepText !== true) return parse;
+  return (req, res, next) => {
+    parse(req, res, (err?: unknown) => {
+      const read = (req as unknown as Record<symbol, { buf: Buffer; encoding: string } | undefined>)[readBytes];
+      if (err === undefined && read !== undefined && typeof req.body === 'object' && req.body !== null) {
+        // Decoded as body-parser decoded it (a byte order mark is not part of the text);
+        // a charset TextDecoder does not know leaves the text unknown.
+        bodyTexts.set(req.body as object, () => {
+          try {
+            return new TextDecoder(read.encoding).decode(read.buf);
+          } catch {
+            return null;
+          }
+        });
+      }
+      next(err);
+    });
+  };
 }
 
 const plainJsonType = /^application\/json\s*(?:;\s*charset\s*=\s*"?utf-8"?\s*)?$/i;

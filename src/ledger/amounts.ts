@@ -3,6 +3,7 @@
  * into integer credits exactly (never rounded) or rejected with invalid_amount.
  */
 import { ApiError } from '../errors/catalogue.js';
+import { bodyTextOf } from '../schema/json.js';
 
 export const amount_credits_max = 1_000_000_000_000_000; // 10^15 per operation
 
@@ -59,7 +60,122 @@ function numberField(body: Record<string, unknown>, field: string): number {
   const v = body[field];
   if (typeof v !== 'number' || !Number.isFinite(v)) throw new ApiError('invalid_amount', { param: field, message: `${field} must be a number` });
   if (v <= 0) throw new ApiError('invalid_amount', { param: field, message: `${field} must be greater than 0` });
+  exactInText(body, field, v);
   return v;
+}
+
+/**
+ * Refuses an amount whose number in the request's text is not the number JSON.parse made
+ * of it: `100.0000000000000001` parses to 100, `0.1000000000000000001` to 0.1, and either
+ * would be billed as what it is not. The decimal value written must be the decimal value
+ * of the double's shortest form (so `1e2`, `100.0` and `100.00` are 100, and `0.1` is
+ * 0.1). Only the amount field's token is read from the text (topLevelToken), no second
+ * parse of the body; a body without its text (made in process) was never text.
+ */
+function exactInText(body: Record<string, unknown>, field: string, v: number): void {
+  const text = bodyTextOf(body);
+  if (text === null) return;
+  const token = topLevelToken(text, field);
+  if (token === null || writtenExactly(token, v)) return;
+  throw new ApiError('invalid_amount', {
+    param: field,
+    message: `${field} ${token.length > 40 ? `${token.slice(0, 40)}...` : token} cannot be read exactly (it would be ${v}); send the amount with at most 15 significant digits`,
+  });
+}
+
+/** A decimal number's digits without leading or trailing zeros, and its power of ten. */
+function decimalOf(token: string): { digits: string; exponent: number } | null {
+  const m = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(token);
+  if (!m) return null;
+  let digits = (m[1] + (m[2] ?? '')).replace(/^0+/, '');
+  let exponent = Number(m[3] ?? 0) - (m[2]?.length ?? 0);
+  if (digits === '') return { digits: '0', exponent: 0 };
+  const trimmed = digits.replace(/0+$/, '');
+  exponent += digits.length - trimmed.length;
+  digits = trimmed;
+  return { digits, exponent };
+}
+
+/**
+ * Whether the number token `token` (JSON's syntax) writes exactly `v`, the number parsed
+ * from it: the same decimal value as the double's shortest form (`1e2` and `100.00` are
+ * 100; `100.0000000000000001` is not).
+ */
+export function writtenExactly(token: string, v: number): boolean {
+  return sameDecimal(token, String(v));
+}
+
+/** Whether two number tokens write the same decimal value (`1e2`, `100.00`, `100`). */
+function sameDecimal(a: string, b: string): boolean {
+  const x = decimalOf(a);
+  const y = decimalOf(b);
+  return x !== null && y !== null && x.digits === y.digits && x.exponent === y.exponent && a.startsWith('-') === b.startsWith('-');
+}
+
+const json_whitespace = new Set([' ', '\t', '\n', '\r']);
+/** Characters that start or end a nested value, or a string inside it. */
+const structural = /["{}[\]]/g;
+
+/**
+ * The raw text of the value of the top-level member `field` of a JSON object text (the
+ * last one, as JSON.parse keeps the last of repeated keys), or null. The text is valid
+ * JSON (it was parsed): strings are skipped with indexOf, nested values with one regular
+ * expression over their structural characters, so a nested member of the same name (in
+ * `metadata`) or the name inside a string is never taken for it.
+ */
+function topLevelToken(text: string, field: string): string | null {
+  const len = text.length;
+  const ws = (i: number) => {
+    while (i < len && json_whitespace.has(text[i])) i++;
+    return i;
+  };
+  const stringEnd = (i: number) => {
+    for (let j = i + 1; ; ) {
+      const q = text.indexOf('"', j);
+      if (q < 0) return len;
+      let backslashes = 0;
+      while (text[q - 1 - backslashes] === '\\') backslashes++;
+      if (backslashes % 2 === 0) return q + 1;
+      j = q + 1;
+    }
+  };
+  const valueEnd = (i: number) => {
+    const c = text[i];
+    if (c === '"') return stringEnd(i);
+    if (c === '{' || c === '[') {
+      let depth = 0;
+      structural.lastIndex = i;
+      for (let m = structural.exec(text); m !== null; m = structural.exec(text)) {
+        const ch = m[0];
+        if (ch === '"') {
+          structural.lastIndex = stringEnd(m.index);
+          continue;
+        }
+        depth += ch === '{' || ch === '[' ? 1 : -1;
+        if (depth === 0) return m.index + 1;
+      }
+      return len;
+    }
+    let j = i;
+    while (j < len && text[j] !== ',' && text[j] !== '}' && text[j] !== ']' && !json_whitespace.has(text[j])) j++;
+    return j;
+  };
+  let found: string | null = null;
+  let i = ws(0);
+  if (text[i] !== '{') return null;
+  i = ws(i + 1);
+  while (i < len && text[i] === '"') {
+    const keyEnd = stringEnd(i);
+    const raw = text.slice(i + 1, keyEnd - 1);
+    const key = raw.includes('\\') ? (JSON.parse(text.slice(i, keyEnd)) as string) : raw;
+    i = ws(ws(keyEnd) + 1); // past the colon
+    const end = valueEnd(i);
+    if (key === field) found = text.slice(i, end);
+    i = ws(end);
+    if (text[i] !== ',') break;
+    i = ws(i + 1);
+  }
+  return found;
 }
 
 /** Unit-suffixed amount fields: Variant A's, answered 400 unsupported_amount_field in B. */
@@ -94,6 +210,7 @@ export function readAmount(body: Record<string, unknown>, variant: Variant, opts
     if (typeof v !== 'number' || !Number.isInteger(v)) {
       throw new ApiError('invalid_amount', { param: 'amount', message: 'amount must be a positive integer of credits' });
     }
+    if (v > 0) exactInText(body, 'amount', v);
     return checkRange(v, 'amount');
   }
   const candidates: [string, Unit][] = [

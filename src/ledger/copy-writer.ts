@@ -26,14 +26,9 @@ import type { Logger } from 'pino';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { OutboxEntry } from '../redis/codec.js';
-import { toDetails } from './entries.js';
+import { copy_columns, copyRow } from './copy-row.js';
 import { compareForInsert, type LedgerQueries } from './queries.js';
 
-/** The columns the COPY writes, in order (the same as the statement path's INSERT). */
-export const copy_columns = [
-  'id', 'project_id', 'customer_id', 'seq', 'type', 'transaction_id', 'amount', 'returned_amount', 'wallet', 'details', 'reason',
-  'business_type', 'description', 'state', 'result', 'extra', 'created_at',
-] as const;
 const copy_statement = `COPY ledger_entries (${copy_columns.join(', ')}) FROM STDIN`;
 
 /** As the pool's connectionTimeout (src/db/pool.ts). */
@@ -44,33 +39,11 @@ const copy_silence_margin_ms = 5_000;
 /** Bytes of COPY data sent per write to the stream (the rows are built in pieces of this size). */
 const copy_chunk_chars = 64 * 1024;
 
-const needsEscape = /[\\\t\n\r]/;
-/** A value in COPY's text format: backslash, tab, newline and carriage return escaped. */
-function text(v: string): string {
-  return needsEscape.test(v) ? v.replace(/[\\\t\n\r]/g, (c) => (c === '\\' ? '\\\\' : c === '\t' ? '\\t' : c === '\n' ? '\\n' : '\\r')) : v;
-}
-/** An optional value: \N for null, undefined or (as the outbox writes a missing one) ''. */
-function opt(v: string | null | undefined): string {
-  return v === null || v === undefined ? '\\N' : text(v);
-}
-
 /** Whether the COPY can write this entry: a ledger entry that needs no customer, source or usage row. */
 function copyable(e: OutboxEntry): boolean {
   return e.type !== 'USAGE' && e.usage === undefined && !(e.type === 'DEPOSIT' && e.x);
 }
 
-/**
- * One row of COPY text for an entry, with the values the statement path stores: details
- * with numeric amounts, `extra` as JSON, the time as an ISO timestamp.
- */
-export function copyRow(e: OutboxEntry): string {
-  return (
-    `${text(e.id)}\t${text(e.project_id)}\t${text(e.customer_id)}\t${e.seq}\t${e.type}\t${text(e.transaction_id)}\t${e.amount}\t` +
-    `${opt(e.returned_amount)}\t${opt(e.wallet)}\t${text(JSON.stringify(toDetails(e.details)))}\t${opt(e.reason)}\t` +
-    `${opt(e.business_type)}\t${opt(e.description)}\t${opt(e.state)}\t${text(e.result)}\t${e.x ? text(JSON.stringify(e.x)) : '\\N'}\t` +
-    `${new Date(Number(e.at)).toISOString()}\n`
-  );
-}
 
 export interface EntryWriter {
   /** Writes outbox entries (of any customers); those already in PostgreSQL are skipped. Returns the rows inserted. */

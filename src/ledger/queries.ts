@@ -1,5 +1,6 @@
 /** Ledger queries on PostgreSQL, the system of record. */
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
+import { createQuarantineQueries, type QuarantineQueries } from './quarantine.js';
 import { z } from 'zod';
 import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry } from './entries.js';
 import type { OutboxEntry, SourceState } from '../redis/codec.js';
@@ -60,6 +61,10 @@ export function compareForInsert(a: OutboxEntry, b: OutboxEntry): number {
 
 export function createLedgerQueries(pool: DatabasePool) {
   return {
+    /** The parked entries of the service whose Redis prefix this is (src/ledger/quarantine.ts). */
+    quarantine(prefix: string): QuarantineQueries {
+      return createQuarantineQueries(pool, prefix);
+    },
     async findEntriesPage(projectId: string, customerId: string, f: EntryFilter): Promise<LedgerEntry[]> {
       const rows = await pool.any(sql.type(entryRow)`
         SELECT id, seq, customer_id, type, transaction_id, amount, returned_amount, wallet, details, reason,
@@ -163,22 +168,24 @@ async function insertUsageRecords(tx: CommonQueryMethods, entries: OutboxEntry[]
   const rows = entries.map((e) => {
     // Written by the gateway service itself (usageRecordSchema): parsed, not validated.
     const u = JSON.parse(e.usage!) as UsageRecordInput;
-    const r = JSON.parse(e.result) as { reserved?: string; balance_after?: string };
+    const r = JSON.parse(e.result) as { reserved?: string; balance_after?: string; shortfall?: string };
     const reserved = Number(r.reserved ?? e.returned_amount ?? 0);
     return [
       u.id, e.project_id, e.customer_id, e.transaction_id, u.trace_id, u.wallet, u.model, u.endpoint, u.stream, u.status,
       u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, u.usage_estimated, Number(e.amount), u.latency_ms,
       JSON.stringify(u.prices), reserved, Number(e.returned_amount ?? reserved), JSON.stringify(toDetails(e.details)),
       r.balance_after === undefined ? null : Number(r.balance_after), u.upstream_status, new Date(Number(e.at)).toISOString(),
+      // What the settlement could not charge (lua/gateway_settle-10.lua); a release has none.
+      Number(r.shortfall ?? 0),
     ];
   });
   await tx.query(sql.unsafe`
     INSERT INTO usage_records (id, project_id, customer_id, transaction_id, trace_id, wallet, model, endpoint, stream, status,
       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, latency_ms, prices,
-      reserved_credits, returned_credits, details, balance_after_credits, upstream_status, created_at)
+      reserved_credits, returned_credits, details, balance_after_credits, upstream_status, created_at, uncovered_credits)
     SELECT * FROM ${sql.unnest(rows, [
       'text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'bool', 'text', 'int8', 'int8', 'int8', 'int8', 'bool', 'int8',
-      'int4', 'jsonb', 'int8', 'int8', 'jsonb', 'int8', 'int4', 'timestamptz',
+      'int4', 'jsonb', 'int8', 'int8', 'jsonb', 'int8', 'int4', 'timestamptz', 'int8',
     ])}
     ON CONFLICT (project_id, transaction_id) DO NOTHING`);
 }

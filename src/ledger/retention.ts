@@ -7,7 +7,7 @@
  *
  * 1. its binding is removed and its id added to the bucket's Bloom filter
  *    (lua/unbind-2.lua), and the record moves from `fin` to `arch` (lua/trim-5.lua);
- * 2. archive_grace_ms later, the record is deleted.
+ * 2. the grace (ARCHIVE_GRACE_MS, default archive_grace_ms) later, the record is deleted.
  *
  * The grace is what makes step 1 safe: a request that read the binding just before it was
  * removed may reach its customer script after the record is gone. The script knows when
@@ -27,7 +27,11 @@ import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { parseTransaction } from '../redis/codec.js';
 import { claimId, type Bindings } from './bindings.js';
 
-/** Must equal BINDING_GRACE_MS in lua/includes/customer.lua. */
+/**
+ * The default grace (ARCHIVE_GRACE_MS), BINDING_GRACE_MS in lua/includes/customer.lua: the
+ * customer scripts are loaded with the configured grace in its place (src/redis/scripts.ts),
+ * so that they and the trim always use the same.
+ */
 export const archive_grace_ms = 5_000;
 /** Records archived, or deleted, per trim script call. */
 const trim_records_max = 500;
@@ -46,6 +50,8 @@ export class Retention {
     private readonly prefix: string,
     readonly retentionMs: number,
     private readonly logger: Logger,
+    /** ARCHIVE_GRACE_MS: the customer scripts must run with the same (registerScripts). */
+    readonly graceMs = archive_grace_ms,
   ) {
     this.api = scriptApi(scripts);
   }
@@ -104,7 +110,7 @@ export class Retention {
       return [{ txid, id: claimId(ids.customerId, call.ik) }];
     });
     const claimedAt = await Promise.all(claims.map((c) => this.bindings.archive(ids.projectId, 'g', c.txid, [c.id])));
-    const deleteAt = Math.max(removedAt, ...claimedAt) + archive_grace_ms;
+    const deleteAt = Math.max(removedAt, ...claimedAt) + this.graceMs;
     await this.api.trimMark(k, { cutoff, deleteAtMs: deleteAt, members: due });
     next = next === null ? deleteAt : Math.min(next, deleteAt);
     return next;

@@ -172,7 +172,9 @@ describeMoney('/v1/billing/deduct', {
 });
 describeMoney('/v1/billing/freeze', {
   summary: 'Freeze (hold) credits',
-  description: 'Holds the amount for a later consume or unfreeze, optionally settled automatically after a TTL.',
+  description:
+    'Holds the amount for a later consume or unfreeze, optionally settled automatically after a TTL. ' +
+    'With `consume_after_seconds` the freeze is the billable operation (counted when accepted, 429 `usage_limit_exceeded` past the Free limit); its consume is never refused on the plan.',
   body: freezeBody,
   responses: { 200: { description: 'The hold (or its replay)', schema: freezeResultSchema } },
   errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types'],

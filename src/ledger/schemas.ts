@@ -1,6 +1,7 @@
 /** Request fields shared by the ledger endpoints, read per contract variant. */
 import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
+import { storedJsonObject } from '../schema/json.js';
 import { amount_credits_max, amountFields, type Variant } from './amounts.js';
 import { extended, timestamp } from '../schema/zod.js';
 
@@ -15,7 +16,7 @@ export const depositSchema = z.object({
   idempotency_key: identifierSchema.nullish(),
   name: z.string().max(256).nullish(),
   email: z.string().max(320).email().nullish(),
-  metadata: z.record(z.unknown()).nullish(),
+  metadata: storedJsonObject.nullish(),
   description: optionalText,
   source: z.string().min(1).max(128).nullish(),
 });

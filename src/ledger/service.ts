@@ -16,11 +16,11 @@ import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
-import { provesNothingSent } from '../redis/sent.js';
+import { CommandNotSentError, OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
-import { Bindings, type Archive } from './bindings.js';
+import { Bindings, type Archive, type Binding } from './bindings.js';
 import { drawRefusal, settleRefusal } from './refusals.js';
-import type { LedgerOperation, Metrics } from '../metrics/metrics.js';
+import type { LedgerOperation, Metrics, OutcomePath } from '../metrics/metrics.js';
 
 export interface ProjectScope {
   projectId: string;
@@ -107,7 +107,28 @@ export interface LedgerHooks {
   ready?(): Promise<void>;
   /** Counts every operation by its outcome (svc_ledger_operations_total). */
   metrics?: Metrics;
+  /**
+   * How long a money script whose reply was lost waits for Redis to answer again, to learn
+   * its outcome (OUTCOME_WAIT_MS); default outcome_wait_ms_default.
+   */
+  outcomeWaitMs?: number;
 }
+
+/** How long a money script whose reply was lost waits for Redis by default (LedgerHooks.outcomeWaitMs). */
+const outcome_wait_ms_default = 2_000;
+/** The pause before each try of learning a lost reply's outcome. */
+const outcome_retry_pause_ms = 50;
+
+/**
+ * Scripts whose outcome is learned by sending them again with the same arguments when
+ * their reply is lost (LedgerService.learn): each answers REPLAY with its stored result
+ * when its identifier already applied, so a second send never applies twice. A deposit
+ * only with an idempotency key (without one it is not idempotent). The others are reads
+ * and worker jobs, whose callers try again themselves.
+ */
+const learnableScripts: ReadonlySet<CustomerScriptName> = new Set([
+  'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'gateway_hold', 'gateway_settle', 'gateway_release',
+]);
 
 /**
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
@@ -254,7 +275,7 @@ export class LedgerService {
     args: CustomerScriptArgs<N>,
     bindingReadAtMs: number | null = null,
   ): Promise<ScriptReply> {
-    return this.send(name, scope, customerId, (call) => this.api.customer(name, { ...call, bindingReadAtMs }, args));
+    return this.send(name, scope, customerId, (call) => this.api.customer(name, { ...call, bindingReadAtMs }, args), learnable(name, args));
   }
 
   /**
@@ -263,32 +284,124 @@ export class LedgerService {
    */
   runBound<N extends BoundOperation>(op: N, scope: ProjectScope, customerId: string, id: string, args: CustomerScriptArgs<N>): Promise<ScriptReply> {
     const bucket = bindingKeys(this.prefix, scope.projectId, op === 'deposit' ? 'd' : 't', id);
-    return this.send(op, scope, customerId, (call) => this.api.bound(op, { ...call, bucket }, args));
+    return this.send(op, scope, customerId, (call) => this.api.bound(op, { ...call, bucket }, args), learnable(op, args));
   }
 
-  /** What run and runBound share: the guard and the active mark before, the dirty mark and the TTL count after. */
+  /**
+   * What run and runBound share: the guard and the active mark before, the dirty mark and
+   * the TTL count after. A `learnable` script whose reply is lost has its outcome learned
+   * (learn) before the caller hears of it.
+   */
   private async send(
     name: CustomerScriptName,
     scope: ProjectScope,
     customerId: string,
     script: (call: Omit<CustomerCall, 'bindingReadAtMs'>) => Promise<ScriptReply>,
+    learnable: boolean,
   ): Promise<ScriptReply> {
     const k = this.keys(scope, customerId);
     const marked = this.markActive(k.base);
-    await (marked ? Promise.all([this.ready(), marked]) : this.ready());
-    const reply = await script({ keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le') });
+    try {
+      await (marked ? Promise.all([this.ready(), marked]) : this.ready());
+    } catch (err) {
+      // The script was not sent: a lost reply of the active mark leaves nothing applied.
+      throw provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+    }
+    const call = () => script({ keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le') });
+    let reply: ScriptReply;
+    try {
+      reply = await call();
+    } catch (err) {
+      if (!learnable || !replyLost(err)) throw err;
+      reply = await this.learn(call, err);
+    }
     if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
   }
 
   /**
-   * Runs a billable script (deduct, consume) under a plan reservation. `lookup` (binding
-   * or finding the transaction's customer; a value when the script binds itself) goes out
-   * in the same round trip as the reservation: neither needs the other's answer. `script`
-   * gets what the lookup found and whether the plan admits a new operation (its last
-   * argument); the reservation is committed when the operation applied now (or may
-   * have), and given back otherwise.
+   * Learns the outcome of a script whose reply was lost (`lost`), within the request's
+   * time: sends it again, with the same arguments, once Redis answers and the generation
+   * guard passes, until one try answers or outcomeWaitMs is over. The script is
+   * idempotent (learnableScripts): when the lost send applied, the new one answers REPLAY
+   * with its stored result, which is answered as OK, as the lost reply would have been
+   * (the client asked once); when it did not, the new one applies it now, or refuses it.
+   * No answer in time: OutcomeUnknownError (503 outcome_unknown). Counted in
+   * svc_outcome_learning_total.
+   */
+  private async learn(call: () => Promise<ScriptReply>, lost: unknown): Promise<ScriptReply> {
+    let reply: ScriptReply;
+    try {
+      reply = await this.resend(call, lost);
+    } catch (err) {
+      this.learned('unknown');
+      throw err;
+    }
+    if (reply[0] === ScriptStatus.Replay) {
+      this.learned('learned_applied');
+      return [ScriptStatus.Ok, ...reply.slice(1)] as ScriptReply;
+    }
+    this.learned(reply[0] === ScriptStatus.Ok ? 'learned_not_applied_then_applied' : 'learned_not_applied_then_refused');
+    return reply;
+  }
+
+  /**
+   * Sends an idempotent `call` whose reply was lost (`lost`) again, once Redis answers and
+   * the generation guard passes, until one try answers or outcomeWaitMs is over; then
+   * OutcomeUnknownError. A try still in flight then is left to finish: it applies at most
+   * once, like the lost one.
+   */
+  private async resend<T>(call: () => Promise<T>, lost: unknown): Promise<T> {
+    const deadline = Date.now() + (this.hooks.outcomeWaitMs ?? outcome_wait_ms_default);
+    let last = lost;
+    for (let left = deadline - Date.now(); left > 0; left = deadline - Date.now()) {
+      await sleep(Math.min(outcome_retry_pause_ms, left));
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<typeof timed_out>((resolve) => {
+        timer = setTimeout(() => resolve(timed_out), Math.max(0, deadline - Date.now()));
+      });
+      try {
+        const tried = this.ready().then(call);
+        // A try that loses the race still ends; its failure is nobody's to hear.
+        tried.catch(() => undefined);
+        const answer = await Promise.race([tried, late]);
+        if (answer === timed_out) break;
+        return answer;
+      } catch (err) {
+        last = err;
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+    throw last instanceof OutcomeUnknownError ? last : new OutcomeUnknownError(last instanceof Error ? last : new Error(String(last)));
+  }
+
+  /**
+   * Binds or reads an id (Bindings.bind, idempotent for one owner); a lost reply is sent
+   * again (resend), so that the operation goes on, or fails as outcome unknown.
+   */
+  private async bindResending(projectId: string, kind: 't' | 'd', id: string, owner: string): Promise<Binding> {
+    const bind = () => this.bindings.bind(projectId, kind, id, owner);
+    try {
+      return await bind();
+    } catch (err) {
+      if (!replyLost(err)) throw err;
+      return this.resend(bind, err);
+    }
+  }
+
+  private learned(path: OutcomePath): void {
+    this.hooks.metrics?.outcomeLearning.inc({ path });
+  }
+
+  /**
+   * Runs a billable script (deduct, consume, a freeze with a consume TTL) under a plan
+   * reservation. `lookup` (binding or finding the transaction's customer; a value when the
+   * script binds itself) goes out in the same round trip as the reservation: neither needs
+   * the other's answer. `script` gets what the lookup found and whether the plan admits a
+   * new operation (its last argument); the reservation is committed when the operation
+   * applied now (or may have), and given back otherwise.
    */
   private async runBillable<T>(
     scope: ProjectScope,
@@ -315,7 +428,11 @@ export class LedgerService {
       // reached Redis (never written, or refused by the generation guard). Without an
       // answer otherwise (a lost reply) it may have applied: it counts, one too high at
       // worst, never too low.
-      const notApplied = reply !== undefined ? reply[0] !== ScriptStatus.Ok : unsent || found.status === 'rejected' || reserved.status === 'rejected';
+      // A consume of a freeze that the plan counted when it was accepted (reply[4] = 1,
+      // lua/consume-10.lua) gives its reservation back too: counted once.
+      const notApplied = reply !== undefined
+        ? reply[0] !== ScriptStatus.Ok || reply[4] === 1
+        : unsent || found.status === 'rejected' || reserved.status === 'rejected';
       // Not awaited: the answer does not wait on the count (neither rejects).
       if (reservation) void (notApplied ? reservation.release() : reservation.commit());
     }
@@ -375,7 +492,7 @@ export class LedgerService {
    * or finds it bound; throws transaction_conflict when it names another customer.
    */
   private async bindTo(scope: ProjectScope, kind: 't' | 'd', id: string, customerId: string, param: string): Promise<{ customerId: string; readAtMs: number }> {
-    const b = await this.bindings.bind(scope.projectId, kind, id, customerId);
+    const b = await this.bindResending(scope.projectId, kind, id, customerId);
     if (b.owner !== customerId) throw new ApiError('transaction_conflict', { param });
     return { customerId, readAtMs: b.readAtMs };
   }
@@ -449,14 +566,23 @@ export class LedgerService {
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
       input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
     ]);
-    const args: CustomerScriptArgs<'freeze'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
-    const reply = await this.fromBinding(
-      () => this.runBound('freeze', scope, input.customerId, input.transactionId, args),
-      async () => {
-        const bound = await this.bindTransaction(scope, input);
-        return this.run('freeze', scope, input.customerId, args, bound.readAtMs);
-      },
-    );
+    const args: Omit<CustomerScriptArgs<'freeze'>, 'admitted'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
+    // A freeze that its TTL consumes is the billable operation (its TTL consume cannot be
+    // refused later, and does not count again): the plan admits and counts it now, as a
+    // deduct. Any other freeze is not billable and never waits on the plan.
+    const reply = input.ttl?.kind === 'consume'
+      ? await this.fromBinding(
+        async () => (await this.runBillable(scope, null, (_, admitted) => this.runBound('freeze', scope, input.customerId, input.transactionId, { ...args, admitted }))).reply,
+        async () => (await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
+          this.run('freeze', scope, input.customerId, { ...args, admitted }, bound.readAtMs))).reply,
+      )
+      : await this.fromBinding(
+        () => this.runBound('freeze', scope, input.customerId, input.transactionId, { ...args, admitted: '1' }),
+        async () => {
+          const bound = await this.bindTransaction(scope, input);
+          return this.run('freeze', scope, input.customerId, { ...args, admitted: '1' }, bound.readAtMs);
+        },
+      );
     const result = this.outcome(reply, input.customerId, 'transaction_id', this.askedDraw(input));
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
@@ -471,7 +597,7 @@ export class LedgerService {
 
   /** Finds the customer of a transaction id for consume and unfreeze. */
   private async ownerOf(scope: ProjectScope, transactionId: string, customerId: string | null, missing: ErrorCode): Promise<{ customerId: string; readAtMs: number }> {
-    const b = await this.bindings.bind(scope.projectId, 't', transactionId, '');
+    const b = await this.bindResending(scope.projectId, 't', transactionId, '');
     if (b.owner === null) throw new ApiError(missing);
     if (customerId !== null && customerId !== b.owner) throw new ApiError('customer_scope_mismatch', { param: 'customer_id' });
     return { customerId: b.owner, readAtMs: b.readAtMs };
@@ -614,6 +740,25 @@ export class LedgerService {
     const sources = (reply[6] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
     return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
   }
+}
+
+const timed_out = Symbol('timed out');
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Whether a script's outcome is learned when its reply is lost (learnableScripts). */
+function learnable(name: CustomerScriptName, args: object): boolean {
+  return learnableScripts.has(name) && !(name === 'deposit' && (args as { idempotencyKey?: unknown }).idempotencyKey === '');
+}
+
+/**
+ * A failure of a sent script without its reply: not proven unsent, and not an answer of
+ * Redis (a ReplyError is one: the script ran, or was refused, and said so).
+ */
+function replyLost(err: unknown): boolean {
+  return !provesNothingSent(err) && (err as { name?: string })?.name !== 'ReplyError';
 }
 
 /** What a request asked, for the words of its refusal (src/ledger/refusals.ts). */

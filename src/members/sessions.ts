@@ -52,6 +52,9 @@ export interface Session {
 
 const hashOf = (token: string) => createHash('sha256').update(token).digest();
 
+/** The stored id of a session (its token's SHA-256), for MemberQueries.setPassword. */
+export const sessionIdHash = hashOf;
+
 export class SessionStore {
   constructor(
     private readonly db: DatabasePool,
@@ -164,10 +167,14 @@ export interface SignInLimits {
 /**
  * Slows down password guessing: every sign-in attempt takes a point from its email's
  * budget and its client address's budget in Redis (shared by every API process) before
- * the password is checked, and a success gives them back, so only failures add up. An
- * exhausted budget answers 429 rate_limited with Retry-After until its window ends,
- * whether or not the password would have been right. Taking the point first means
+ * the password is checked, and a success gives back its own point, so only failures add
+ * up. An exhausted budget answers 429 rate_limited with Retry-After until its window
+ * ends, whether or not the password would have been right. Taking the point first means
  * concurrent guesses cannot all pass a check made before any of them failed.
+ *
+ * The email's budget counts failures across every organization the email is a member
+ * of, and a success clears none of them: one membership's password (an attacker's own
+ * account under the same email) must not reset the count of guesses at another's.
  */
 export class SignInLimiter {
   private readonly byEmail: RateLimiterRedis;
@@ -205,9 +212,9 @@ export class SignInLimiter {
     }
   }
 
-  /** A successful sign-in gives back what its attempt took. */
+  /** A successful sign-in gives back what its own attempt took, and nothing more. */
   async succeeded(email: string, ip: string): Promise<void> {
-    await Promise.all([this.byEmail.delete(SignInLimiter.emailKey(email)), this.byIp.reward(ip, 1)]).catch((err: unknown) => {
+    await Promise.all([this.byEmail.reward(SignInLimiter.emailKey(email), 1), this.byIp.reward(ip, 1)]).catch((err: unknown) => {
       this.logger.warn({ err }, 'sign-in limiter not reset after a success');
     });
   }

@@ -127,8 +127,20 @@ export function createMemberQueries(pool: DatabasePool) {
       });
     },
 
-    async setPassword(memberId: string, passwordHash: string): Promise<void> {
-      await pool.query(sql.unsafe`UPDATE members SET password_hash = ${passwordHash}, updated_at = now() WHERE id = ${memberId}`);
+    /**
+     * Sets a member's password and ends the member's sessions in the same transaction: a
+     * password changed because it leaked must not leave a session opened with it alive.
+     * `keepSessionIdHash` (the stored id of the session that made the change, when the
+     * member changes their own) is the one kept; a password set by anyone else (null) ends
+     * them all.
+     */
+    async setPassword(memberId: string, passwordHash: string, keepSessionIdHash: Buffer | null = null): Promise<void> {
+      await pool.transaction(async (tx) => {
+        await tx.query(sql.unsafe`UPDATE members SET password_hash = ${passwordHash}, updated_at = now() WHERE id = ${memberId}`);
+        await tx.query(keepSessionIdHash === null
+          ? sql.unsafe`DELETE FROM member_sessions WHERE member_id = ${memberId}`
+          : sql.unsafe`DELETE FROM member_sessions WHERE member_id = ${memberId} AND id_hash <> ${sql.binary(keepSessionIdHash)}`);
+      });
     },
 
     passwordHashOf(memberId: string): Promise<string | null> {

@@ -24,6 +24,13 @@ const metric_models_max = 200;
 const no_model_label = 'unknown';
 /** The route label of a request no route answered (unknown path, refused before its route). */
 export const unmatched_route = 'unmatched';
+/**
+ * What learning the outcome of a money script whose reply was lost found: it had applied
+ * (answered with its result), it had not and then applied or was refused when sent again,
+ * or Redis did not answer in time (503 outcome_unknown).
+ */
+const outcome_paths = ['learned_applied', 'learned_not_applied_then_applied', 'learned_not_applied_then_refused', 'unknown'] as const;
+export type OutcomePath = (typeof outcome_paths)[number];
 
 /** Seconds; a request of the API takes milliseconds, a streamed gateway call up to minutes. */
 const request_buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -140,6 +147,14 @@ export class Metrics {
   readonly postgresErrors: Counter<'kind'>;
   /** A gauge computed on scrape that could not be read in time (src/metrics/stores.ts). */
   readonly collectErrors: Counter<'gauge'>;
+  /**
+   * Gateway calls whose cost their wallet could not pay in full, and the credits not paid
+   * (`uncovered_credits` of their receipts): no labels, a shortfall of any tenant counts.
+   */
+  readonly uncoveredCalls: Counter;
+  readonly uncoveredCredits: Counter;
+  /** Money scripts whose reply was lost, by what learning their outcome found (src/ledger/service.ts). */
+  readonly outcomeLearning: Counter<'path'>;
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
@@ -189,6 +204,23 @@ export class Metrics {
       labelNames: ['gauge'],
       registers,
     });
+    this.uncoveredCalls = new Counter({
+      name: 'svc_gateway_uncovered_calls_total',
+      help: 'Settled gateway calls that cost more than their hold and their wallet\'s available credits together (receipts with uncovered_credits > 0)',
+      registers,
+    });
+    this.uncoveredCredits = new Counter({
+      name: 'svc_gateway_uncovered_credits_total',
+      help: 'Credits of settled gateway calls that their wallets could not pay (the sum of uncovered_credits): recorded, not collected',
+      registers,
+    });
+    this.outcomeLearning = new Counter({
+      name: 'svc_outcome_learning_total',
+      help: 'Money scripts whose Redis reply was lost, by what the service learned before answering: learned_applied, learned_not_applied_then_applied, learned_not_applied_then_refused, unknown (answered 503 outcome_unknown)',
+      labelNames: ['path'],
+      registers,
+    });
+    for (const path of outcome_paths) this.outcomeLearning.inc({ path }, 0);
     // Every series from the start, at 0: a rate is defined before the first error.
     for (const kind of ['connection', 'request']) this.redisErrors.inc({ kind }, 0);
     for (const kind of ['query', 'request']) this.postgresErrors.inc({ kind }, 0);

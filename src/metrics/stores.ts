@@ -1,8 +1,10 @@
 /**
  * The gauges read from Redis and PostgreSQL, computed when /metrics is scraped (prom-client
  * `collect`), never on a request: the outbox (lag, customers and entries waiting, the
- * workers' heartbeat), the jobs of each BullMQ queue by state, and each organization's plan
- * usage in its current period. Each read has collect_timeout_ms; one that fails or takes
+ * workers' heartbeat), the entries parked in quarantine, the jobs of each BullMQ queue by state, and the plan usage of the
+ * current periods: in aggregate always, and per organization only where the scrape is
+ * private (METRICS_PORT) or the operator asked (METRICS_ORGANIZATION_SERIES), since the
+ * API port's /metrics needs no key and organization ids are tenants' identities. Each read has collect_timeout_ms; one that fails or takes
  * longer leaves its gauges at NaN for that scrape and counts in
  * svc_metrics_collect_errors_total. The gauges of one read share it within a scrape.
  *
@@ -23,6 +25,7 @@ import type { Queue } from 'bullmq';
 import type { Config } from '../config/index.js';
 import type { RedisClient } from '../redis/client.js';
 import type { PlanService } from '../plans/service.js';
+import type { LedgerQueries } from '../ledger/queries.js';
 import type { Metrics } from './metrics.js';
 import { z } from 'zod';
 import { describeRoute } from '../openapi/registry.js';
@@ -68,6 +71,7 @@ export interface StoreGaugeDeps {
   redis: RedisClient;
   plans: PlanService;
   queues: readonly Queue[];
+  ledgerQueries: LedgerQueries;
 }
 
 export function watchStores(rt: StoreGaugeDeps): void {
@@ -75,7 +79,7 @@ export function watchStores(rt: StoreGaugeDeps): void {
   if (watched.has(metrics)) return;
   watched.add(metrics);
   const registers = [metrics.registry];
-  for (const gauge of ['outbox', 'queues', 'plan_usage']) metrics.collectErrors.inc({ gauge }, 0);
+  for (const gauge of ['outbox', 'queues', 'plan_usage', 'quarantine']) metrics.collectErrors.inc({ gauge }, 0);
   const failed = (gauge: string, err: unknown) => {
     metrics.collectErrors.inc({ gauge });
     rt.logger.warn({ err, gauge }, 'a metric could not be read from its store on this scrape');
@@ -106,6 +110,21 @@ export function watchStores(rt: StoreGaugeDeps): void {
   // No heartbeat (none within its minute of life) reads +Inf: no worker, as far as anyone can tell.
   outboxGauge('svc_worker_heartbeat_age_seconds', 'Age of the last worker heartbeat (+Inf when no worker beat in the last minute)', (o) => (o.heartbeatAgeMs === null ? Number.POSITIVE_INFINITY : o.heartbeatAgeMs / 1000));
 
+  const quarantined = sharedRead(() => rt.ledgerQueries.quarantine(rt.config.REDIS_PREFIX).openCount(), 'quarantine');
+  new Gauge({
+    name: 'svc_persist_quarantined_entries',
+    help: 'Ledger entries PostgreSQL refused for good, parked in persist_quarantine and not released: each a hole in the ledger of record (docs/OPERATIONS.md)',
+    registers,
+    async collect() {
+      try {
+        this.set(await quarantined());
+      } catch (err) {
+        this.set(Number.NaN);
+        failed('quarantine', err);
+      }
+    },
+  });
+
   const { queues } = rt;
   const jobCounts = sharedRead(() => Promise.all(queues.map(async (q) => ({ name: q.name, counts: await q.getJobCounts(...job_states) }))), 'queues');
   new Gauge({
@@ -126,6 +145,33 @@ export function watchStores(rt: StoreGaugeDeps): void {
 
   const usage = sharedRead(() => rt.plans.usageOfOrganizations(plan_usage_organizations_max), 'plan usage');
   new Gauge({
+    name: 'svc_plan_usage_operations_sum',
+    help: 'Billable operations counted in the current billing periods, summed over the organizations with the highest counts (at most 1,000)',
+    registers,
+    async collect() {
+      try {
+        this.set((await usage()).reduce((n, u) => n + u.used, 0));
+      } catch (err) {
+        this.set(Number.NaN);
+        failed('plan_usage', err);
+      }
+    },
+  });
+  new Gauge({
+    name: 'svc_plan_organizations_at_allowance',
+    help: 'Organizations whose count this period reached the operations their plan includes (Free: refused from there; Pro: overage)',
+    registers,
+    async collect() {
+      try {
+        this.set((await usage()).filter((u) => u.included !== null && u.used >= u.included).length);
+      } catch {
+        // Counted once, by svc_plan_usage_operations_sum.
+        this.set(Number.NaN);
+      }
+    },
+  });
+  if (rt.config.METRICS_PORT === undefined && !rt.config.METRICS_ORGANIZATION_SERIES) return;
+  new Gauge({
     name: 'svc_plan_usage_operations',
     help: 'Billable operations counted in the organization\'s current billing period (as Redis counts them; trails by up to 250 ms)',
     labelNames: ['organization'],
@@ -134,8 +180,8 @@ export function watchStores(rt: StoreGaugeDeps): void {
       this.reset();
       try {
         for (const u of await usage()) this.set({ organization: u.organizationId }, u.used);
-      } catch (err) {
-        failed('plan_usage', err);
+      } catch {
+        // Counted once, by svc_plan_usage_operations_sum.
       }
     },
   });
@@ -149,7 +195,7 @@ export function watchStores(rt: StoreGaugeDeps): void {
       try {
         for (const u of await usage()) if (u.included !== null) this.set({ organization: u.organizationId }, u.included);
       } catch {
-        // Counted once, by svc_plan_usage_operations.
+        // Counted once, by svc_plan_usage_operations_sum.
       }
     },
   });

@@ -113,6 +113,8 @@ export function openApiPath(path: string): string {
 /** The errors a route answers besides its own: authentication, body parsing, the stores. */
 export function routeErrors(doc: RouteDoc): DocumentedError[] {
   const out: DocumentedError[] = ['server_error', 'service_unavailable'];
+  // A write whose store stopped answering after it was sent (src/http/errors.ts).
+  if (doc.method !== 'GET') out.push('outcome_unknown');
   const keyed = doc.callers.some((c) => c === 'project' || c === 'customer' || c === 'admin');
   if (keyed) out.push('missing_api_key', 'invalid_api_key', 'api_key_revoked', 'api_key_expired', 'permission_denied', 'rate_limited', 'invalid_request');
   if (doc.callers.includes('session')) {

@@ -33,7 +33,7 @@ const lease_deadline_ms = 30_000;
 /** Operations served from a lease reach the count in Redis within this. */
 export const lease_report_ms = 250;
 /** Unused operations of a lease go back after this long without use. */
-const lease_idle_ms = 1_000;
+export const lease_idle_ms = 1_000;
 /** After a lease was refused near the limit, operations are reserved one by one this long. */
 const lease_edge_ms = 1_000;
 /** How long a stopping process waits to give its leases back. */

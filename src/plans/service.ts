@@ -1,7 +1,8 @@
 /**
- * Plan accounting: billable operations (successful deduct and consume, TTL auto-consumes,
- * settled gateway calls) counted per organization and billing period in Redis, exact
- * under concurrency because the count and the limit check are one script. Operations are
+ * Plan accounting: billable operations (successful deduct and consume, an accepted freeze
+ * whose TTL consumes it, settled gateway calls) counted per organization and billing
+ * period in Redis, exact under concurrency because the count and the limit check are one
+ * script. Operations are
  * normally served from in-process leases taken in chunks (src/plans/leases.ts,
  * lua/plan_lease-3.lua); near the limit each reserves its count alone while it runs
  * (pending, lua/plan_reserve-3.lua) and commits it once applied, so an operation in
@@ -20,6 +21,7 @@ import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
 import { hardLimitOf, limitsOf, periodAt, planIds, plans, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
+import { countBillableEntries } from './billable.js';
 
 export type { PlanTicket } from './leases.js';
 
@@ -177,7 +179,8 @@ export class PlanService {
   }
 
   /**
-   * Writes the plan limits to Redis and the period's count, from PostgreSQL, when absent.
+   * Writes the plan limits to Redis and the period's count, from PostgreSQL's billable
+   * entries (src/plans/billable.ts), when absent.
    * Without PostgreSQL a new period still starts, at 0, when this Redis holds the plan and
    * the previous period's count: it has counted the organization without a break, and no
    * operation of the new period can have been counted elsewhere (a reservation needs the
@@ -190,10 +193,7 @@ export class PlanService {
     try {
       const org = await this.loadOrg(orgId);
       await this.writePlanHash(org, k.plan);
-      count = await this.db.oneFirst(sql.type(z.object({ n: z.number() }))`
-        SELECT count(*)::int8 AS n FROM ledger_entries e JOIN projects p ON p.id = e.project_id
-        WHERE p.organization_id = ${orgId} AND e.type IN ('DEDUCT', 'CONSUME', 'GATEWAY')
-          AND e.created_at >= ${sql.timestamp(new Date(period.startMs))} AND e.created_at < ${sql.timestamp(new Date(period.endMs))}`);
+      count = await countBillableEntries(this.db, orgId, period);
     } catch (err) {
       const previous = this.keys(orgId, periodAt(anchor, period.startMs - 1).startMs).counter;
       if (period.startMs <= anchor || (await this.redis.exists(k.plan, previous)) < 2) throw err;
@@ -308,7 +308,8 @@ export class PlanService {
   }
 
   /**
-   * Counts operations that happened without a reservation (TTL auto-consumes): one member
+   * Counts operations that happened without a reservation (TTL auto-consumes of freezes
+   * made before they were counted at acceptance): one member
    * of weight n in the pending set, scored 0, so that the next reservation (or read of the
    * count) folds it into `used`. It needs neither the counter nor PostgreSQL, and sending
    * it again after a lost reply adds the same member: counted once.

@@ -180,6 +180,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
           tx.ttla = needString(e, 'ttla');
           ttl[e.transaction_id] = Number(tx.ttla);
         }
+        if (e.extra?.pc === '1') tx.pc = '1';
         txs.set(e.transaction_id, tx);
         break;
       }

@@ -16,6 +16,11 @@
  * entries PostgreSQL has, then wrote new ones under the same numbers: the wedge) is
  * folded with those entries renumbered after PostgreSQL's last; `repair` inserts them so
  * renumbered and rebuilds the customer from the whole ledger. See docs/OPERATIONS.md.
+ *
+ * An entry PostgreSQL refused for good sits in quarantine (src/ledger/quarantine.ts): its
+ * seq is a known hole, reported as `quarantined`. Redis applied it, so the fold takes it
+ * from its stored fields when they parse; `repair` leaves such a customer's Redis alone
+ * until an operator has released the entry.
  */
 import { isDeepStrictEqual } from 'node:util';
 import { sql, type DatabasePool } from 'slonik';
@@ -23,6 +28,7 @@ import { z } from 'zod';
 import '../schema/zod.js';
 import { ledgerEntryRow } from '../ledger/queries.js';
 import { isSeqClash, LedgerOutbox, setAsideKey } from '../ledger/outbox.js';
+import type { QuarantineQueries, QuarantineRow } from '../ledger/quarantine.js';
 import { isLedgerEntry, type LedgerEntryType } from '../ledger/entries.js';
 import {
   parseOutboxEntry, parseStoredSource, parseTransaction, sourcesOfHash, toSourceState, type OutboxEntry,
@@ -98,8 +104,26 @@ export interface ReconcileReport {
    */
   anomalies_total: number;
   anomalies: { project_id: string; customer_id: string; message: string }[];
+  /**
+   * Ledger entries PostgreSQL refused for good, parked in quarantine and not released:
+   * holes in the ledger of record (docs/OPERATIONS.md, "Quarantined ledger entries").
+   */
+  quarantined_total: number;
+  quarantined: QuarantinedItem[];
   /** The cap of each list. */
   items_max: number;
+}
+
+/** A quarantined entry as the report names it. */
+interface QuarantinedItem {
+  project_id: string;
+  customer_id: string;
+  /** The quarantine row (`npm run quarantine -- show <id>`). */
+  quarantine_id: number;
+  /** The hole's seq; null when the entry does not name one. */
+  seq: number | null;
+  entry_id: string | null;
+  error: string;
 }
 
 /** Where a run is: reported to `onProgress` at most every progress_interval_ms, and once at the end. */
@@ -641,6 +665,27 @@ interface CustomerOutcome {
   bound: { tx: string[]; dep: string[] };
   /** Records archived from Redis (due, and absent): with a repair, their ids go into the Bloom filters. */
   archived: RecordIds;
+  /** The customer's entries in quarantine. */
+  quarantined: QuarantinedItem[];
+}
+
+/**
+ * The customer's quarantined entries: as the report lists them, and those whose fields
+ * parse as ledger entries (Redis applied them: the fold takes them as the outbox's).
+ */
+function quarantinedOf(ids: { projectId: string; customerId: string }, rows: readonly QuarantineRow[]): { items: QuarantinedItem[]; entries: OutboxEntry[] } {
+  const items: QuarantinedItem[] = [];
+  const entries: OutboxEntry[] = [];
+  for (const r of rows) {
+    items.push({ project_id: ids.projectId, customer_id: ids.customerId, quarantine_id: r.id, seq: r.seq, entry_id: r.entry_id, error: r.error });
+    try {
+      const e = parseOutboxEntry(r.fields.map((f) => f.toString('utf8')));
+      if (isLedgerEntry(e)) entries.push(e);
+    } catch {
+      // Listed, not folded: the comparison then shows what it did.
+    }
+  }
+  return { items, entries };
 }
 
 /**
@@ -657,7 +702,15 @@ interface CustomerOutcome {
  * round trip).
  */
 async function reconcileKeys(
-  ctx: { conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: LedgerQueries; clockOffsetMs: number; retentionMs: number },
+  ctx: {
+    conn: RedisClient; persist: LedgerOutbox; queries: ReturnType<typeof createReconcileQueries>; ledgerQueries: LedgerQueries; clockOffsetMs: number; retentionMs: number;
+    quarantine: QuarantineQueries;
+    /**
+     * Whether any entry was in quarantine when the run started. When none was, only a
+     * customer whose outbox this run drained (and so may have parked) reads it.
+     */
+    anyQuarantined: boolean;
+  },
   base: string,
   ids: { projectId: string; customerId: string },
   repair: boolean,
@@ -679,13 +732,15 @@ async function reconcileKeys(
       }
       continue;
     }
-    const [row, stored] = await Promise.all([
+    const [row, stored, parked] = await Promise.all([
       ctx.queries.customer(ids.projectId, ids.customerId),
       ctx.queries.entries(ids.projectId, ids.customerId),
+      ctx.anyQuarantined || drained ? ctx.quarantine.open({ projectId: ids.projectId, customerId: ids.customerId }) : [],
     ]);
+    const quarantined = quarantinedOf(ids, parked);
     const clash = renumberClashes(stored, snap.outbox);
     const outbox = snap.outbox.map((e) => clash?.renumbered.get(e.id) ?? e);
-    const ledger = ledgerAsOfSnapshot(row, stored, outbox);
+    const ledger = ledgerAsOfSnapshot(row, stored, [...quarantined.entries, ...outbox]);
     const anomalies: string[] = [];
     const folded = ledger.customer === null ? null : foldCustomer(ledger.customer, ledger.entries, { anomalies });
     const nowMs = redisMs + ctx.clockOffsetMs;
@@ -700,7 +755,9 @@ async function reconcileKeys(
       anomalies.unshift(`${clash.renumbered.size} entries written on a Redis that had forgotten entries in PostgreSQL, renumbered from seq ${clash.firstSeq}`);
       drift.push({ project_id: ids.projectId, customer_id: ids.customerId, field: 'ledger.seq', redis: clash.clashingSeqs, expected: `renumbered from ${clash.firstSeq}` });
     }
-    const rewrite = repair && expected !== null && drift.length > 0;
+    // A customer with entries in quarantine is rewritten only once they are released: the
+    // fold may lack what Redis applied.
+    const rewrite = repair && expected !== null && drift.length > 0 && quarantined.items.length === 0;
     // The renumbered entries go to PostgreSQL before the rewrite that trims them from the
     // outbox: should the EXEC fail, the next attempt finds them in PostgreSQL by id.
     if (rewrite && clash) await ctx.ledgerQueries.insertEntries([...clash.renumbered.values()]);
@@ -715,7 +772,7 @@ async function reconcileKeys(
       tx: Object.keys(folded?.tx ?? {}).filter((id) => !due.tx.has(id)),
       dep: Object.keys(folded?.dep ?? {}).filter((key) => !due.dep.has(key)),
     };
-    if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded, bound, archived };
+    if ((await m.exec()) !== null) return { drift, anomalies, rewritten: rewrite, folded, bound, archived, quarantined: quarantined.items };
     changed++;
   }
   throw new Error(`the customer's keys kept changing over ${attempts_max} attempts`);
@@ -780,8 +837,10 @@ export async function reconcile(
   if (!Number.isInteger(itemsMax) || itemsMax < 0) throw new Error('itemsMax must be a non-negative integer');
   const report: ReconcileReport = {
     customers_checked: 0, customers_with_drift: 0, customers_repaired: 0,
-    drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: itemsMax,
+    drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], quarantined_total: 0, quarantined: [], items_max: itemsMax,
   };
+  const quarantine = rt.ledgerQueries.quarantine(prefix);
+  const anyQuarantined = (await quarantine.openCount()) > 0;
   const keep = <T>(list: T[], items: T[]) => {
     for (const item of items) {
       if (list.length >= itemsMax) return;
@@ -807,15 +866,26 @@ export async function reconcile(
   const checkCustomer = async (conn: RedisClient, base: string, ids: CustomerIds): Promise<void> => {
     let outcome: CustomerOutcome;
     try {
-      outcome = await reconcileKeys({ conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs(), retentionMs }, base, ids, opts.repair);
+      outcome = await reconcileKeys(
+        { conn, persist, queries, ledgerQueries: rt.ledgerQueries, clockOffsetMs: rt.clock.offsetMs(), retentionMs, quarantine, anyQuarantined },
+        base, ids, opts.repair,
+      );
     } catch (err) {
       await conn.unwatch().catch(() => undefined);
       const permanent = err instanceof FoldError;
       if (!permanent) rt.logger.error({ err, ...ids }, 'reconcile failed for a customer');
       report.errors_total++;
       keep(report.errors, [{ project_id: ids.projectId, customer_id: ids.customerId, message: (err as Error).message, permanent }]);
+      // A hole is reported even when the customer could not be checked (a quarantined
+      // entry whose fields do not fold may be why).
+      const parked = await quarantine.open(ids).catch(() => []);
+      const { items } = quarantinedOf(ids, parked);
+      report.quarantined_total += items.length;
+      keep(report.quarantined, items);
       return;
     }
+    report.quarantined_total += outcome.quarantined.length;
+    keep(report.quarantined, outcome.quarantined);
     report.anomalies_total += outcome.anomalies.length;
     keep(report.anomalies, outcome.anomalies.map((message) => ({ project_id: ids.projectId, customer_id: ids.customerId, message })));
     if (opts.repair && outcome.rewritten && outcome.anomalies.length > 0) {
@@ -953,6 +1023,20 @@ export const reconcileReportSchema = z
     errors: z.array(z.object({ ...customerOf, message: z.string(), permanent: z.boolean() }).strict()),
     anomalies_total: z.number().int(),
     anomalies: z.array(z.object({ ...customerOf, message: z.string() }).strict()),
+    quarantined_total: z.number().int(),
+    quarantined: z
+      .array(
+        z
+          .object({
+            ...customerOf,
+            quarantine_id: z.number().int(),
+            seq: z.number().int().nullable(),
+            entry_id: z.string().nullable(),
+            error: z.string(),
+          })
+          .strict(),
+      )
+      .openapi({ description: 'Ledger entries PostgreSQL refused for good, in quarantine: each seq a known hole in the ledger. A repair leaves these customers alone until they are released.' }),
     items_max: z.number().int().openapi({ description: 'The most entries each list holds (the first found); the `_total` counts cover all.' }),
   })
   .strict()

@@ -155,12 +155,16 @@ export interface StoredTransaction {
   bt?: string;
   ttlk?: string;
   ttla?: string;
+  /** '1': the plan counted the freeze when it was accepted (a consume TTL); its consume counts nothing. */
+  pc?: '1';
   ca?: string;
   by?: 'api' | 'ttl';
   cr?: string;
   ur?: string;
   /** A gateway call's Idempotency-Key (gateway_hold-10.lua; the GATEWAY entry's extra.gk). */
   ik?: string;
+  /** A gateway hold's output token limit, for a hold sent again (gateway_hold-10.lua's REPLAY). */
+  ot?: string;
 }
 
 export function encodeTransaction(tx: StoredTransaction): string {

@@ -116,7 +116,19 @@ interface LoadedScript {
   library: string;
 }
 
-function loadScripts(): Map<string, LoadedScript> {
+/** The line of lua/includes/customer.lua that loadScripts sets to the configured grace. */
+const binding_grace_line = /^local BINDING_GRACE_MS = \d+$/m;
+
+/**
+ * The scripts under lua/, with the customer scripts' binding grace set to `bindingGraceMs`
+ * (ARCHIVE_GRACE_MS) when given; the function names follow, so that processes with
+ * different graces never share a function.
+ */
+function loadScripts(bindingGraceMs?: number): Map<string, LoadedScript> {
+  const withGrace = (text: string) => (bindingGraceMs === undefined ? text : text.replace(binding_grace_line, `local BINDING_GRACE_MS = ${bindingGraceMs}`));
+  if (!binding_grace_line.test(readFileSync(join(luaDir, 'includes', 'customer.lua'), 'utf8'))) {
+    throw new Error('lua/includes/customer.lua has no BINDING_GRACE_MS line to set');
+  }
   const files = new Map<string, { file: string; numberOfKeys: number }>();
   for (const file of readdirSync(luaDir)) {
     const m = /^([a-z_]+)-(\d+)\.lua$/.exec(file);
@@ -125,7 +137,7 @@ function loadScripts(): Map<string, LoadedScript> {
   const scripts = new Map<string, LoadedScript>();
   for (const [name, { file, numberOfKeys }] of files) {
     const text = readFileSync(join(luaDir, file), 'utf8');
-    const lua = assemble(text, files, new Set());
+    const lua = withGrace(assemble(text, files, new Set()));
     const includes: string[] = [];
     const body = assemble(text, files, new Set(), includes);
     const perCall: string[] = [];
@@ -135,7 +147,7 @@ function loadScripts(): Map<string, LoadedScript> {
         return '';
       }),
     );
-    const code = `${once.join('\n')}\nredis.register_function('FN', function(KEYS, ARGV)\n${perCall.join('')}${body}\nend)\n`;
+    const code = withGrace(`${once.join('\n')}\nredis.register_function('FN', function(KEYS, ARGV)\n${perCall.join('')}${body}\nend)\n`);
     const fn = `svc_${name}_${createHash('sha1').update(code).digest('hex').slice(0, 12)}`;
     const library = `#!lua name=${fn}\n${code.replace("redis.register_function('FN'", `redis.register_function('${fn}'`)}`;
     scripts.set(name, { sha1: createHash('sha1').update(lua).digest('hex'), numberOfKeys, lua, fn, library });
@@ -168,7 +180,14 @@ function assemble(text: string, files: ReadonlyMap<string, { file: string }>, sp
   });
 }
 
-let cached: Map<string, LoadedScript> | undefined;
+/** Loaded scripts by binding grace (undefined: as lua/ has it). */
+const cached = new Map<number | undefined, Map<string, LoadedScript>>();
+
+function scriptsWithGrace(bindingGraceMs?: number): Map<string, LoadedScript> {
+  let scripts = cached.get(bindingGraceMs);
+  if (!scripts) cached.set(bindingGraceMs, (scripts = loadScripts(bindingGraceMs)));
+  return scripts;
+}
 
 /** {status, result JSON, TTL auto-consumes applied, TTL ledger entries written, ...}. */
 export type ScriptReply = [number, string, number, number, ...unknown[]];
@@ -228,9 +247,12 @@ async function loadLibrary(redis: RedisClient, library: string): Promise<void> {
   );
 }
 
-export function registerScripts(redis: RedisClient): Scripts {
-  cached ??= loadScripts();
-  const scripts = cached;
+/**
+ * The scripts on a Redis connection. `bindingGraceMs` (ARCHIVE_GRACE_MS) must be given
+ * wherever customer scripts run; callers that run only other scripts may leave it out.
+ */
+export function registerScripts(redis: RedisClient, bindingGraceMs?: number): Scripts {
+  const scripts = scriptsWithGrace(bindingGraceMs);
   const batch = new TurnBatch();
   const call = <T>(name: string, keys: string[], args: (string | number)[]): Promise<T> => {
     const s = scripts.get(name);
@@ -254,9 +276,8 @@ export function registerScripts(redis: RedisClient): Scripts {
  * How a script under lua/ appears: FCALL names its function `fn`, FUNCTION LOAD sends its
  * `library`; `lua` is the same script as one EVAL text (the header test reads it).
  */
-export function scriptSource(name: string): { sha1: string; lua: string; fn: string; library: string } {
-  cached ??= loadScripts();
-  const s = cached.get(name);
+export function scriptSource(name: string, bindingGraceMs?: number): { sha1: string; lua: string; fn: string; library: string } {
+  const s = scriptsWithGrace(bindingGraceMs).get(name);
   if (!s) throw new Error(`no Lua script named ${name}`);
   return { sha1: s.sha1, lua: s.lua, fn: s.fn, library: s.library };
 }
@@ -281,7 +302,7 @@ export const customer_script_args = {
     'sourceId',
   ],
   deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted'],
-  freeze: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds'],
+  freeze: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds', 'admitted'],
   consume: ['transactionId', 'amount', 'description', 'admitted'],
   unfreeze: ['transactionId', 'description'],
   expire: [],

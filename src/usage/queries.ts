@@ -21,6 +21,7 @@ const usageRow = z.object({
   cache_write_tokens: z.number(),
   usage_estimated: z.boolean(),
   cost_credits: z.number(),
+  uncovered_credits: z.number(),
   latency_ms: z.number(),
   created_at: z.number(),
   prices: z.record(z.number()),
@@ -60,6 +61,7 @@ function usageRecord(r: UsageRow) {
     usage_estimated: r.usage_estimated,
     cost_credits: r.cost_credits,
     cost_usd: creditsToUsd(r.cost_credits),
+    uncovered_credits: r.uncovered_credits,
     latency_ms: r.latency_ms,
     created_at: new Date(r.created_at).toISOString(),
   };
@@ -77,7 +79,7 @@ export function receipt(r: UsageRow) {
 }
 
 const columns = sql.fragment`id, transaction_id, trace_id, customer_id, wallet, model, endpoint, stream, status, input_tokens,
-  output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, latency_ms, created_at, prices,
+  output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, uncovered_credits, latency_ms, created_at, prices,
   reserved_credits, returned_credits, details, balance_after_credits`;
 
 export function createUsageQueries(pool: DatabasePool) {
@@ -130,6 +132,10 @@ export const usageRecordResponseSchema = z
     usage_estimated: z.boolean(),
     cost_credits: z.number().int(),
     cost_usd: z.string().openapi({ description: 'Exact decimal string.' }),
+    uncovered_credits: z.number().int().openapi({
+      description:
+        'What the call cost beyond its hold and its wallet\'s available credits together: not charged, now or later (docs: Uncovered credits). 0 for a call billed in full.',
+    }),
     latency_ms: z.number().int(),
     created_at: timestamp,
   })

@@ -154,13 +154,14 @@ async function receiptFromOutbox(
     if (e.transaction_id !== transactionId || e.usage === undefined) continue;
     const u = usageRecordSchema.parse(JSON.parse(e.usage));
     if (u.status === 'failed') return null;
-    const result = JSON.parse(e.result) as { reserved: string; returned: string; balance_after: string };
+    const result = JSON.parse(e.result) as { reserved: string; returned: string; balance_after: string; shortfall?: string };
     const { prices, upstream_status: _s, ...record } = u;
     return {
       ...record,
       transaction_id: transactionId,
       cost_credits: Number(e.amount),
       cost_usd: creditsToUsd(Number(e.amount)),
+      uncovered_credits: Number(result.shortfall ?? 0),
       created_at: new Date(Number(e.at)).toISOString(),
       prices,
       reserved_credits: Number(result.reserved),

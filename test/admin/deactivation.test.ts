@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGatewayEnv, OPENAI_MODEL, type GatewayEnv } from '../gateway/support.js';
-import type { TestProject } from '../helpers.js';
+import { waitFor, type TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
@@ -32,12 +32,13 @@ describe('deactivating a project', () => {
     expect(frozen.status).toBe(200);
 
     // A gateway call that is still waiting for its upstream when the project goes.
+    const sent = env.mock.requests.length;
     const inFlight = env.svc.call('POST', '/v1/chat/completions', {
       key: q.projectKey,
       headers: { 'X-Service-Customer': 'alice' },
       body: { model: OPENAI_MODEL, messages: [{ role: 'user', content: 'slow [[mock latency_ms=1500]]' }], max_tokens: 16 },
     });
-    await new Promise((r) => setTimeout(r, 300));
+    await waitFor(() => env.mock.requests.length > sent, 5_000, 'the call to reach its upstream');
 
     const del = await adminCall(q, 'DELETE', '');
     expect(del.status).toBe(200);

@@ -69,6 +69,8 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       cache_write_price_per_million_credits: 0,
       cache_write_price_per_million_usd: 0,
       supports_streaming: true,
+      image_token_bound: 4_784,
+      file_token_bound: 778_400,
       provider: 'openai',
       upstream_base_url: 'http://127.0.0.1:4010/v1',
       upstream_model: 'gpt-4o-2024-08-06',

@@ -8,7 +8,8 @@ import { createHash } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
-import { sign_in_candidates_max } from '../../src/members/store.js';
+import { hashPassword } from '../../src/members/passwords.js';
+import { createMemberQueries, sign_in_candidates_max } from '../../src/members/store.js';
 import type { TestProject } from '../helpers.js';
 import { addMember, dash, signIn, signInRaw, type SignedIn } from './dashboard-support.js';
 import { expectError } from '../support/errors.js';
@@ -223,6 +224,26 @@ describe('the end of a session', () => {
     expect((await dash(svc, s, 'PUT', '/session/password', { body: { current_password: m.password, new_password: 'another long password' } })).status).toBe(200);
     expectError(await signInRaw(svc, m.email, m.password), 401, 'invalid_credentials');
     await signIn(svc, m.email, 'another long password');
+    await svc.call('DELETE', `/v1/admin/members/${m.id}`, { key: p.adminKey });
+  });
+
+  it("a password change ends the member's other sessions, not the one that made it, nor another member's", async () => {
+    const m = await addMember(svc, p, 'viewer');
+    const [changer, laptop, phone] = [await signIn(svc, m.email, m.password), await signIn(svc, m.email, m.password), await signIn(svc, m.email, m.password)];
+    const bystander = await signIn(svc, viewer.email, viewer.password);
+    expect((await dash(svc, changer, 'PUT', '/session/password', { body: { current_password: m.password, new_password: 'a new long password' } })).status).toBe(200);
+    for (const s of [laptop, phone]) expectError(await dash(svc, s, 'GET', '/session'), 401, 'not_signed_in');
+    expect((await dash(svc, changer, 'GET', '/session')).status).toBe(200);
+    expect((await dash(svc, bystander, 'GET', '/session')).status).toBe(200);
+    await svc.call('DELETE', `/v1/admin/members/${m.id}`, { key: p.adminKey });
+  });
+
+  it("a password set by anyone else (no session of the member's kept) ends all of the member's sessions", async () => {
+    const m = await addMember(svc, p, 'viewer');
+    const sessions = [await signIn(svc, m.email, m.password), await signIn(svc, m.email, m.password)];
+    await createMemberQueries(svc.rt.db).setPassword(m.id, await hashPassword('set by an owner'));
+    for (const s of sessions) expectError(await dash(svc, s, 'GET', '/session'), 401, 'not_signed_in');
+    await signIn(svc, m.email, 'set by an owner');
     await svc.call('DELETE', `/v1/admin/members/${m.id}`, { key: p.adminKey });
   });
 });

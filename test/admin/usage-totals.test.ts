@@ -76,6 +76,7 @@ describe('GET /v1/admin/usage', () => {
           ...totals(of),
           cache_read_tokens: 0,
           cache_write_tokens: 0,
+          uncovered_credits: 0,
         };
       }),
     );
@@ -90,7 +91,7 @@ describe('GET /v1/admin/usage', () => {
       ['bob', 1, null, null],
     ]);
     const total = await usage('?group_by=');
-    expect(total.body.data).toEqual([{ date: null, project_id: null, customer_id: null, model: null, ...totals(calls), cache_read_tokens: 0, cache_write_tokens: 0 }]);
+    expect(total.body.data).toEqual([{ date: null, project_id: null, customer_id: null, model: null, ...totals(calls), cache_read_tokens: 0, cache_write_tokens: 0, uncovered_credits: 0 }]);
     const filtered = await usage(`?group_by=model&project_id=${env.p.projectId}&customer_id=ann`);
     expect(filtered.body.data.map((g: { model: string; calls: number }) => [g.model, g.calls])).toEqual([
       [ANTHROPIC_MODEL, 1],

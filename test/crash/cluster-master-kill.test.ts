@@ -4,8 +4,10 @@
  * `appendfsync always`), with two web and two worker processes (the Procfile's, as child
  * processes) and concurrent clients: deposits, deducts, freezes with and without TTLs,
  * consumes, unfreezes, and gateway calls with an Idempotency-Key through the mock upstream.
- * Clients follow the contract: they retry with the same ids after a connection error or a
- * 503 (either kind), and take any other answer as final.
+ * Clients follow the contract: they retry with the same ids only after a connection error
+ * or a 503 outcome_unknown (and, once an attempt was uncertain, after any 503 until a final
+ * answer), and take any other answer as final: a 5xx other than outcome_unknown says
+ * nothing was applied.
  *
  * 1. A master is killed and started again on its port from its append-only file. Redis
  *    lost nothing, so every acknowledged operation must be in PostgreSQL exactly once.
@@ -23,8 +25,9 @@
  * After each variant, with the outboxes drained and TTLs settled: the master came back
  * with its data or empty, as meant (whether it still holds its previous generation's
  * recovery marker), and the guard verified its new generation (its marker); every acknowledged operation is in the ledger with its amount and no
- * operation or gateway call is there twice; nothing applied after a 503 "nothing was
- * applied"; requests answered while the master was down got 503s, and none sent then got
+ * operation or gateway call is there twice; nothing of an operation answered a 5xx other
+ * than outcome_unknown is in the ledger or in Redis's records, and no gateway call so
+ * answered is billed; requests answered while the master was down got 503s, and none sent then got
  * a 2xx before it was back; every client's customer was served again after it; Redis
  * balances equal the ledger's fold, none below zero; reconcile finds no drift and no
  * anomaly. At the end, every acknowledged operation of both variants answers its replay
@@ -128,18 +131,16 @@ interface Run {
   gatewayAcks: GatewayAck[];
   /** `TYPE:id` of requests that never got a final answer after a connection error or an outcome-unknown 503. */
   uncertain: Set<string>;
-  /** `TYPE:id` of requests whose answers were only "nothing was applied" 503s. */
-  refused: Set<string>;
+  /** `TYPE:id` -> customer of requests finally answered a 5xx other than outcome_unknown, with no uncertain attempt before. */
+  refused: Map<string, string>;
   /** Final answers that were not expected, with the freeze a consume or unfreeze depended on. */
   failures: { what: string; dependsOn: string | null }[];
-  /** Replays that followed only "nothing was applied" answers: those answers were false. */
-  lies: string[];
   /** [sent, answered, status (0: no answer), customer] of every attempt. */
   attempts: [number, number, number, string][];
   replaysAfterUncertainty: number;
 }
 
-const newRun = (): Run => ({ acks: [], gatewayAcks: [], uncertain: new Set(), refused: new Set(), failures: [], lies: [], attempts: [], replaysAfterUncertainty: 0 });
+const newRun = (): Run => ({ acks: [], gatewayAcks: [], uncertain: new Set(), refused: new Map(), failures: [], attempts: [], replaysAfterUncertainty: 0 });
 
 /** Every acknowledged operation of both variants, for the replays at the end. */
 const allAcks: Ack[] = [];
@@ -243,12 +244,11 @@ afterAll(async () => {
   await cluster?.remove();
 });
 
-/** A 503's message says either that the outcome is unknown or that nothing was applied. */
-function kind503(body: Json): 'unknown' | 'nothing' | null {
-  const message = String(body?.error?.message ?? '');
-  if (/nothing was applied/i.test(message)) return 'nothing';
-  if (/may have been applied|outcome is unknown|retry it with the same/i.test(message)) return 'unknown';
-  return null;
+/** What a client does with an answer: retry (the outcome is unknown), or take it as final. */
+function retryable(status: number, body: Json, uncertainBefore: boolean): boolean {
+  if (status === 503 && body?.error?.code === 'outcome_unknown') return true;
+  // An earlier attempt's fate is still open: only a final answer of the same id tells it.
+  return uncertainBefore && status === 503;
 }
 
 /** A running web process for attempt `n`, alternating between the two. */
@@ -262,11 +262,11 @@ async function webPort(n: number): Promise<number> {
 
 /**
  * POSTs one operation and retries it with the same body after a connection error or a
- * 503 of either kind. Null when no final answer came before `giveUpAt`.
+ * 503 outcome_unknown. Null when no final answer came before `giveUpAt`, or for a final 5xx
+ * (then in `run.refused`).
  */
 async function send(run: Run, customerId: string, key: string, path: string, body: Record<string, unknown>, giveUpAt: number, headers: Record<string, string> = {}): Promise<{ status: number; body: Json; headers: Headers; sentAt: number } | null> {
   let uncertainBefore = false;
-  let refusedBefore = false;
   for (let attempt = 0; ; attempt++) {
     const port = await webPort(attempt);
     const sent = Date.now();
@@ -284,17 +284,17 @@ async function send(run: Run, customerId: string, key: string, path: string, bod
       run.attempts.push([sent, Date.now(), 0, customerId]);
       uncertainBefore = true;
     }
-    if (answer?.status === 503) {
-      const kind = kind503(answer.body);
-      if (kind === null) return answer;
-      if (kind === 'unknown') uncertainBefore = true;
-      else refusedBefore = true;
+    if (answer && retryable(answer.status, answer.body, uncertainBefore)) {
+      uncertainBefore = true;
       answer = null;
     }
     if (answer !== null) {
+      if (answer.status >= 500) {
+        run.refused.set(key, customerId);
+        return null;
+      }
       if (answer.status === 200 && answer.body.is_idempotent_replay === true) {
         if (uncertainBefore) run.replaysAfterUncertainty++;
-        else if (refusedBefore) run.lies.push(`${key}: answered 503 "nothing was applied", then its retry was a replay`);
         else run.failures.push({ what: `${key}: a replay on the first answer`, dependsOn: null });
       }
       return answer;
@@ -302,8 +302,7 @@ async function send(run: Run, customerId: string, key: string, path: string, bod
     if (Date.now() > giveUpAt) break;
     await sleep(retry_pause_ms);
   }
-  if (uncertainBefore) run.uncertain.add(key);
-  else if (refusedBefore) run.refused.add(key);
+  run.uncertain.add(key);
   return null;
 }
 
@@ -548,7 +547,20 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     ...[...endings].filter(([, n]) => n > 1).map(([tx, n]) => `freeze ${tx} ended ${n} times`),
     ...[...gatewayByKey].filter(([, n]) => n > 1).map(([k, n]) => `gateway key ${k} billed ${n} times`),
   ];
-  const appliedAfterRefusal = [...run.refused].filter((k) => stored.has(k));
+  // A 5xx other than outcome_unknown said nothing was applied: nothing of it is in the
+  // ledger, in Redis's records of its id, or billed (a gateway call, by its key).
+  const appliedAfterRefusal: string[] = [];
+  for (const [k, customerId] of run.refused) {
+    const [type, id] = k.split(/:(.*)/s);
+    if (type === 'GATEWAY') {
+      if (gatewayByKey.has(`${customerId}|${id}`)) appliedAfterRefusal.push(`${k} (billed)`);
+      continue;
+    }
+    if (stored.has(k)) appliedAfterRefusal.push(k);
+    const keys = customerKeys(rt.config.REDIS_PREFIX, projectId, customerId);
+    const found = type === 'DEPOSIT' ? await rt.redis.hexists(keys.dep, id) : type === 'DEDUCT' || type === 'FREEZE' ? await rt.redis.hexists(keys.tx, id) : 0;
+    if (found === 1) appliedAfterRefusal.push(`${k} (in Redis)`);
+  }
   // A consume or unfreeze of a freeze the emptied master lost answers that there is no such freeze.
   const failures = run.failures.filter((f) => f.dependsOn === null || !lostForGood.has(f.dependsOn)).map((f) => f.what);
 
@@ -587,6 +599,7 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
     replaysAfterUncertainty: run.replaysAfterUncertainty,
     uncertain: run.uncertain.size,
     refused: run.refused.size,
+    appliedAfterRefusal: appliedAfterRefusal.length,
     lostForGood: lost.length,
     outageMs: revivedAt - killedAt,
     servedAgainMs,
@@ -598,7 +611,6 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
   expect(await hasMarker(node, await runIdOf(node))).toBe(true);
   expect(missing).toEqual([]);
   expect(appliedTwice).toEqual([]);
-  expect(run.lies).toEqual([]);
   expect(appliedAfterRefusal).toEqual([]);
   expect(failures).toEqual([]);
   expect([...run.uncertain]).toEqual([]);

@@ -10,13 +10,15 @@
  * - kills the API and the worker with kill -9 and restarts them.
  *
  * Clients follow the contract: they retry with the same transaction id or idempotency key
- * after a connection error or a 503 that says the outcome is unknown, and also after a
- * 503 that says nothing was applied (then a replay would prove the 503 lied). Any other
- * error is recorded, not retried.
+ * only after a connection error or a 503 `outcome_unknown` (and, once an attempt was
+ * uncertain, after any 503 until a final answer: the first attempt's fate is still
+ * open). Any other 5xx of a request with no uncertain attempt before is final: it said
+ * nothing was applied. Any other error is recorded, not retried.
  *
  * Afterwards, with the outboxes drained, it requires: every acknowledged operation in the
- * PostgreSQL ledger with its amount; none applied twice; nothing applied that was
- * answered "nothing was applied"; Redis balances equal to the fold of the ledger (and
+ * PostgreSQL ledger with its amount; none applied twice; every operation answered a 5xx
+ * other than outcome_unknown absent from the ledger (PostgreSQL) and from Redis's
+ * records, gateway calls included (no GATEWAY entry under their key); Redis balances equal to the fold of the ledger (and
  * reconcile finds no drift); no negative balance; every streamed gateway call cut at its
  * settlement (answered without its billing trailers) billed, once Redis answered again;
  * no gateway hold left but those of calls in flight when their API process was killed;
@@ -38,6 +40,7 @@ import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/ser
 import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
+import { customerKeys } from '../../src/redis/keys.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
 import { testConfig, type Json } from '../helpers.js';
 import { random, ServiceProcess, sleep } from './processes.js';
@@ -126,16 +129,20 @@ const apiDowntimes: [number, number][] = [];
 const brokenGatewayAttempts: [number, number][] = [];
 /** `TYPE:id` of requests that may have applied: the client gave up without an answer. */
 const uncertain = new Set<string>();
-/** `TYPE:id` of requests whose last answer was "nothing was applied" and nothing before it was uncertain. */
-const refused = new Set<string>();
+/**
+ * `TYPE:id` -> customer of requests whose final answer was a 5xx other than outcome_unknown,
+ * with no uncertain attempt before: nothing of them may be applied.
+ */
+const refused = new Map<string, string>();
+/** Idempotency-Keys of gateway calls answered likewise: none may be billed. */
+const gatewayRefused = new Set<string>();
 const unexpected: string[] = [];
-/** Replays that followed only "nothing was applied" answers: those answers were false. */
-const lies: string[] = [];
 const counts = {
   requests: 0,
   connectionErrors: 0,
-  unknown503: 0,
-  nothingApplied503: 0,
+  outcomeUnknown: 0,
+  /** 5xx answers other than outcome_unknown, final or not. */
+  otherServerErrors: 0,
   /** Requests retried after a connection error or an outcome-unknown 503 that then got an answer. */
   retriedAfterUncertainty: 0,
   /** Of those, answers that were replays: the first attempt had applied. */
@@ -216,23 +223,22 @@ function apiUrl(): string {
   return `http://127.0.0.1:${api.port}`;
 }
 
-/** A 503's message says either that the outcome is unknown or that nothing was applied. */
-function kind503(body: Json): 'unknown' | 'nothing' | null {
-  const message = String(body?.error?.message ?? '');
-  if (/nothing was applied/i.test(message)) return 'nothing';
-  if (/may have been applied|outcome is unknown|retry it with the same/i.test(message)) return 'unknown';
-  return null;
+/** What a client does with an answer: retry (the outcome is unknown), or take it as final. */
+function retryable(status: number, body: Json, uncertainBefore: boolean): boolean {
+  if (status === 503 && body?.error?.code === 'outcome_unknown') return true;
+  // An earlier attempt's fate is still open: only a final answer of the same id tells it.
+  return uncertainBefore && status === 503;
 }
 
 /**
  * POSTs one operation, and retries it with the same body as the contract allows: after
- * a connection error or a 503 (of either kind). Any other answer is final. Null when no
- * final answer came before `giveUpAt`; the key then goes to `uncertain` or `refused`.
+ * a connection error or a 503 outcome_unknown. Any other answer is final: a 5xx other than
+ * outcome_unknown of an operation with no uncertain attempt goes to `refused` (nothing of
+ * it may be applied). Null when no final answer came before `giveUpAt` (the key then goes
+ * to `uncertain`), or for such a 5xx.
  */
-async function send(key: string, path: string, body: Record<string, unknown>, giveUpAt: number): Promise<{ status: number; body: Json } | null> {
+async function send(key: string, customerId: string, path: string, body: Record<string, unknown>, giveUpAt: number): Promise<{ status: number; body: Json } | null> {
   let uncertainBefore = false;
-  let refusedBefore = false;
-  let refusal = '';
   for (;;) {
     if (api.port === null) {
       // The API is restarting: nothing is sent until it listens again.
@@ -256,27 +262,22 @@ async function send(key: string, path: string, body: Record<string, unknown>, gi
       uncertainBefore = true;
     }
     if (answer && answer.status !== 200) trace(key, answer.status, JSON.stringify(answer.body));
-    if (answer?.status === 503) {
-      const kind = kind503(answer.body);
-      if (kind === null) {
-        unexpected.push(`${key}: 503 that says neither outcome: ${JSON.stringify(answer.body)}`);
-        return answer;
-      }
-      if (kind === 'unknown') {
-        counts.unknown503++;
-        uncertainBefore = true;
-      } else {
-        counts.nothingApplied503++;
-        refusedBefore = true;
-        refusal = String(answer.body.error.message);
-      }
+    if (answer && answer.status >= 500) {
+      if (answer.body?.error?.code === 'outcome_unknown') counts.outcomeUnknown++;
+      else counts.otherServerErrors++;
+    }
+    if (answer && retryable(answer.status, answer.body, uncertainBefore)) {
+      uncertainBefore = true;
       answer = null;
     }
     if (answer !== null) {
       if (uncertainBefore) counts.retriedAfterUncertainty++;
+      if (answer.status >= 500) {
+        refused.set(key, customerId);
+        return null;
+      }
       if (answer.status === 200 && answer.body.is_idempotent_replay === true) {
         if (uncertainBefore) counts.replaysAfterUncertainty++;
-        else if (refusedBefore) lies.push(`${key}: answered 503 "${refusal}", then its retry was a replay`);
         else unexpected.push(`${key}: a replay on the first answer`);
       }
       return answer;
@@ -284,8 +285,7 @@ async function send(key: string, path: string, body: Record<string, unknown>, gi
     if (Date.now() > giveUpAt) break;
     await sleep(retry_pause_ms);
   }
-  if (uncertainBefore) uncertain.add(key);
-  else if (refusedBefore) refused.add(key);
+  uncertain.add(key);
   return null;
 }
 
@@ -300,7 +300,7 @@ async function billingClient(i: number, stopAt: number): Promise<void> {
   const op = async (type: EntryType, path: string, body: Record<string, unknown>, ttl = false): Promise<Record<string, Json> | null> => {
     const id = String(type === 'DEPOSIT' ? body.idempotency_key : body.transaction_id);
     const key = `${type}:${id}`;
-    const res = await send(key, path, body, giveUpAt);
+    const res = await send(key, customerId, path, body, giveUpAt);
     if (res === null) return null;
     if (res.status === 200) {
       const b = res.body;
@@ -389,9 +389,10 @@ function streamCall(customerId: string, idempotencyKey: string, n: number): Prom
 }
 
 /**
- * Streamed gateway calls. A call that failed on the connection or with a 503 is retried
- * with its Idempotency-Key: the service answers 409 when an earlier attempt may have
- * billed, or relays it again when nothing was billed. A complete stream carries the cost
+ * Streamed gateway calls. A call that failed on the connection or with a 503
+ * outcome_unknown is retried with its Idempotency-Key: the service answers 409 when an
+ * earlier attempt may have billed, or relays it again when nothing was billed. Another
+ * 5xx of a call with no uncertain attempt before is final, and the call must be unbilled. A complete stream carries the cost
  * in its trailers; one that ends without them was cut after the relay, and whether it was
  * billed shows in the ledger (the summary counts both).
  */
@@ -399,7 +400,7 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
   const customerId = `crash-gw-${i}`;
   const giveUpAt = stopAt + retry_window_ms;
   const id = `${customerId}-k0`;
-  const funded = await send(`DEPOSIT:${id}`, '/v1/customers/deposit', { customer_id: customerId, amount: 50_000_000, idempotency_key: id }, giveUpAt);
+  const funded = await send(`DEPOSIT:${id}`, customerId, '/v1/customers/deposit', { customer_id: customerId, amount: 50_000_000, idempotency_key: id }, giveUpAt);
   if (funded?.status !== 200) {
     unexpected.push(`${customerId}: the first deposit failed: ${JSON.stringify(funded)}`);
     return;
@@ -408,6 +409,7 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
   for (let n = 0; Date.now() < stopAt; n++) {
     const idempotencyKey = `${customerId}-c${n}`;
     counts.gatewayCalls++;
+    let uncertainBefore = false;
     for (let attempt = 0; ; attempt++) {
       if (api.port === null) {
         if (Date.now() > giveUpAt) break;
@@ -422,14 +424,21 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
         counts.connectionErrors++;
         brokenGatewayAttempts.push([attemptStart, Date.now()]);
       }
-      const retryable = answer === null || (answer.status === 503 && kind503(safeJson(answer.text)) !== null);
-      if (retryable) {
+      if (answer !== null && answer.status >= 500) {
+        trace(idempotencyKey, answer.status, answer.text.slice(0, 300));
+        if (safeJson(answer.text)?.error?.code === 'outcome_unknown') counts.outcomeUnknown++;
+        else counts.otherServerErrors++;
+      }
+      if (answer === null || retryable(answer.status, safeJson(answer.text), uncertainBefore)) {
+        uncertainBefore = true;
         if (Date.now() > giveUpAt) break;
         await sleep(retry_pause_ms);
         continue;
       }
-      const a = answer!;
-      if (a.status === 200) {
+      const a = answer;
+      if (a.status >= 500) {
+        gatewayRefused.add(idempotencyKey);
+      } else if (a.status === 200) {
         const cost = a.trailers['x-service-cost-credits'];
         // A stream that ended without its billing trailers was cut after the relay:
         // whether it settled shows in the ledger, and the key stays taken.
@@ -479,6 +488,7 @@ async function chaos(startedAt: number): Promise<void> {
       await plainProxy.listen();
     } else if (what === 'api') {
       counts.apiKills++;
+      await countLearning();
       const killedAt = Date.now();
       await api.kill();
       const restartedAt = Date.now();
@@ -495,6 +505,15 @@ async function chaos(startedAt: number): Promise<void> {
       worker.start();
     }
   }
+}
+
+/** What the API processes learned of lost replies (svc_outcome_learning_total), summed over the processes. */
+const learning: Record<string, number> = {};
+
+/** Adds the running API process's learning counts (read before it is killed, and at the end). */
+async function countLearning(): Promise<void> {
+  const text = await fetch(`${apiUrl()}/metrics`).then((r) => r.text()).catch(() => '');
+  for (const m of text.matchAll(/^svc_outcome_learning_total\{path="([a-z_]+)"\} (\d+)$/gm)) learning[m[1]] = (learning[m[1]] ?? 0) + Number(m[2]);
 }
 
 async function customerBases(suffix: 'outbox' | 'ttl'): Promise<string[]> {
@@ -576,6 +595,7 @@ describe('crash safety', () => {
         ...Array.from({ length: gateway_clients }, (_, i) => gatewayClient(i, stopAt)),
       ]);
       const loadEndedAt = Date.now();
+      await countLearning();
 
       // The service processes ran until the end: neither died by itself (a death says
       // how, with its last stderr lines).
@@ -636,7 +656,17 @@ describe('crash safety', () => {
       const acknowledged = new Set(acks.map((a) => `${a.type}:${a.id}`));
       const byTtl = new Set(rows.filter((r) => r.reason !== null).map((r) => `${r.type}:${r.transaction_id}`));
       const unexplained = [...stored.keys()].filter((k) => !acknowledged.has(k) && !uncertain.has(k) && !byTtl.has(k) && !k.startsWith('GATEWAY:'));
-      const appliedAfterRefusal = [...refused].filter((k) => stored.has(k));
+      // A 5xx other than outcome_unknown said nothing was applied: nothing of it is in
+      // the ledger, nor in Redis's records of its id (a deposit's key, a transaction).
+      // (A TTL may settle the freeze of a refused consume or unfreeze: its entry has a reason.)
+      const appliedAfterRefusal = [...refused.keys()].filter((k) => stored.has(k) && !byTtl.has(k));
+      for (const [k, customerId] of refused) {
+        const [type, id] = k.split(/:(.*)/s);
+        const keys = customerKeys(rt.config.REDIS_PREFIX, projectId, customerId);
+        const found = type === 'DEPOSIT' ? await rt.redis.hexists(keys.dep, id) : type === 'CONSUME' || type === 'UNFREEZE' ? 0 : await rt.redis.hexists(keys.tx, id);
+        if (found === 1) appliedAfterRefusal.push(`${k} (in Redis)`);
+      }
+      const gatewayBilledAfterRefusal = gatewayTraces.filter((g) => g.trace_id !== null && gatewayRefused.has(g.trace_id)).map((g) => g.trace_id);
 
       // Redis balances are the fold of the ledger. Gateway customers may keep a hold of a
       // call cut before it settled, which has no ledger entry: their frozen is compared by
@@ -681,11 +711,13 @@ describe('crash safety', () => {
         ledgerEntries: rows.length,
         lost: lost.length,
         appliedTwice: appliedTwice.length,
-        lies: lies.length + appliedAfterRefusal.length,
+        gatewayRefused: gatewayRefused.size,
+        appliedAfterRefusal: appliedAfterRefusal.length + gatewayBilledAfterRefusal.length,
         drift: report.customers_with_drift,
         gatewayCut: gatewayCut.length,
         gatewayCutBilled: gatewayCut.filter((tx) => gatewayAmounts.has(tx)).length,
         gatewayHoldsLeft,
+        learning,
         swallowedReplyBytes: apiProxy.swallowedBytes,
         swallowedScriptReplies: apiProxy.swallowedScripts,
         apiRestartMs,
@@ -697,8 +729,8 @@ describe('crash safety', () => {
 
       expect(lost).toEqual([]);
       expect(appliedTwice).toEqual([]);
-      expect(lies).toEqual([]);
       expect(appliedAfterRefusal).toEqual([]);
+      expect(gatewayBilledAfterRefusal).toEqual([]);
       expect(unexpected, api.serverErrors.join('\n')).toEqual([]);
       expect(unexplained).toEqual([]);
       expect(balanceDiff).toEqual([]);
@@ -712,10 +744,10 @@ describe('crash safety', () => {
       // Every Redis connection of the service handles its errors, through all the kills.
       expect({ api: api.unhandledRedisErrors, worker: worker.unhandledRedisErrors }).toEqual({ api: 0, worker: 0 });
       // The run exercised what it claims: failures landed between a script and its
-      // reply, the clients' retries with the same ids answered as replays, and there
-      // was real load of each kind.
+      // reply, and were learned by the service as applied or answered as replays to the
+      // clients' retries with the same ids, and there was real load of each kind.
       expect(apiProxy.swallowedScripts).toBeGreaterThan(0);
-      expect(counts.replaysAfterUncertainty).toBeGreaterThan(0);
+      expect(counts.replaysAfterUncertainty + (learning.learned_applied ?? 0)).toBeGreaterThan(0);
       expect(counts.redisKills).toBe(chaos_plan.filter(([w]) => w === 'redis').length);
       expect(rows.filter((r) => r.reason !== null).length).toBeGreaterThan(0);
       expect(gatewayAcks.length).toBeGreaterThan(gateway_clients);

@@ -3,7 +3,7 @@
  * each action does what its screen says, with the API's message when refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { mockDirective, startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { csvField } from '../../src/dashboard/screens/usage.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { addMember } from '../admin/dashboard-support.js';
@@ -66,6 +66,17 @@ describe('models', () => {
     expect(edit.status).toBe(200);
     expect(edit.text).not.toContain('sk-very-secret');
     expect(edit.text).toContain('value="openai/gpt-x" readonly');
+  });
+
+  it('sets the hold bounds per part; an empty field is the default', async () => {
+    const listed = async () => (await admin(`/projects/${org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-bounds');
+    await post(path(), { ...model(), model_id: 'openai/gpt-bounds', image_token_bound: '2,000', file_token_bound: '0' });
+    expect(await listed()).toMatchObject({ image_token_bound: 2_000, file_token_bound: 0 });
+    await post(path(), { ...model(), model_id: 'openai/gpt-bounds', image_token_bound: '', file_token_bound: '' });
+    expect(await listed()).toMatchObject({ image_token_bound: 4_784, file_token_bound: 778_400 });
+    await post(path(), { ...model(), model_id: 'openai/gpt-bounds', image_token_bound: '1,000' });
+    const edit = await pageCall(svc, owner, 'GET', `${path()}?edit=${encodeURIComponent('openai/gpt-bounds')}`);
+    expect(edit.text).toContain('name="image_token_bound" inputmode="numeric" value="1000"');
   });
 
   it('edits it: an empty key field keeps the key, the box removes it; inactive; the API\'s refusal shown', async () => {
@@ -178,11 +189,36 @@ describe('usage', () => {
     expect(r.headers.get('content-type')).toBe('text/csv; charset=utf-8');
     expect(r.headers.get('content-disposition')).toBe(`attachment; filename="usage-${org.p.projectId}.csv"`);
     const lines = r.text.trimEnd().split('\r\n');
-    expect(lines[0]).toBe('created_at,transaction_id,trace_id,customer_id,wallet,model,endpoint,stream,status,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,usage_estimated,cost_credits,cost_usd,latency_ms');
+    expect(lines[0]).toBe('created_at,transaction_id,trace_id,customer_id,wallet,model,endpoint,stream,status,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,usage_estimated,cost_credits,cost_usd,uncovered_credits,latency_ms');
     expect(lines).toHaveLength(3);
     expect(lines[1]).toContain(`,"'=HYPERLINK(""http://x"")",${org.customerId},`);
     expect(lines[2]).toContain(',trace-hello,');
     expect([csvField('a,b'), csvField('-1'), csvField(-1), csvField(null), csvField('plain')]).toEqual(['"a,b"', "'-1", '-1', '', 'plain']);
+  });
+
+  it('shows the uncovered credits: their total, and a marker on the calls that had some', async () => {
+    // globex has 4,000,000 credits; 2,000,000 input tokens at 2.5 credits cost more (a new customer would change the reconcile counts below).
+    const short = await svc.call('POST', '/v1/chat/completions', {
+      key: org.p.projectKey,
+      headers: { 'x-service-customer': 'globex' },
+      body: { model: org.modelId, messages: [{ role: 'user', content: `hi ${mockDirective({ input_tokens: 2_000_000, output_tokens: 1 })}` }], max_tokens: 1 },
+    });
+    expect(short.status, JSON.stringify(short.body)).toBe(200);
+    const txid = short.headers.get('x-service-transaction-id');
+    await svc.drained();
+    const receipt = await svc.call('GET', `/v1/billing/receipts/${txid}`, { key: org.p.projectKey });
+    const uncovered = receipt.body.uncovered_credits as number;
+    expect(uncovered).toBeGreaterThan(0);
+    const page = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage?customer_id=globex`);
+    expect(page.status).toBe(200);
+    expect(page.text).toMatch(new RegExp(`data-testid="usage-uncovered-total">Uncovered: <span class="amount">${uncovered.toLocaleString('en-US')} credits`));
+    expect(page.text).toMatch(new RegExp(`data-transaction-id="${txid}">[^]*?data-testid="usage-uncovered"[^>]*>\\+ ${uncovered.toLocaleString('en-US')} uncovered`));
+    const shown = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/receipts/${txid}`);
+    expect(shown.text).toContain(`data-testid="receipt-uncovered"><span class="amount">${uncovered.toLocaleString('en-US')} credits`);
+    // A customer billed in full: no total, no marker.
+    const full = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage?customer_id=${org.customerId}`);
+    expect(full.text).toContain('data-testid="usage-row"');
+    expect(full.text).not.toContain('usage-uncovered');
   });
 });
 

@@ -123,11 +123,39 @@ describe('readBody', () => {
   it('reads the model, stream, the winning output limit and the answers, and leaves the body as it was', () => {
     const body = { model: 'm', messages, stream: true, max_completion_tokens: null, max_tokens: 9, n: 3, extra: { nested: [1] } };
     const before = structuredClone(body);
-    expect(formatOf('openai').readBody(body)).toEqual({ model: 'm', stream: true, limit: 9, answers: 3 });
+    expect(formatOf('openai').readBody(body)).toEqual({ model: 'm', stream: true, limit: 9, answers: 3, parts: { images: 0, files: 0 } });
     expect(body).toEqual(before);
-    expect(formatOf('openai').readBody({ model: 'm', messages, max_completion_tokens: 7, max_tokens: 9 })).toEqual({ model: 'm', stream: false, limit: 7, answers: 1 });
-    expect(formatOf('anthropic').readBody({ model: 'm', messages, max_tokens: 5, max_completion_tokens: 3, n: 4 })).toEqual({ model: 'm', stream: false, limit: 5, answers: 1 });
-    expect(formatOf('anthropic').readBody({ model: 'm', messages, stream: false })).toEqual({ model: 'm', stream: false, limit: null, answers: 1 });
+    expect(formatOf('openai').readBody({ model: 'm', messages, max_completion_tokens: 7, max_tokens: 9 })).toEqual({ model: 'm', stream: false, limit: 7, answers: 1, parts: { images: 0, files: 0 } });
+    expect(formatOf('anthropic').readBody({ model: 'm', messages, max_tokens: 5, max_completion_tokens: 3, n: 4 })).toEqual({ model: 'm', stream: false, limit: 5, answers: 1, parts: { images: 0, files: 0 } });
+    expect(formatOf('anthropic').readBody({ model: 'm', messages, stream: false })).toEqual({ model: 'm', stream: false, limit: null, answers: 1, parts: { images: 0, files: 0 } });
+  });
+
+  it('counts the image and file parts of each format, where the hold adds their bounds', () => {
+    const openaiBody = {
+      model: 'm',
+      messages: [
+        { role: 'system', content: 'be brief' },
+        { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'image_url', image_url: { url: 'https://x/1.png' } }, { type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }] },
+        { role: 'user', content: [{ type: 'file', file: { file_id: 'file-1' } }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }, null, 'text'] },
+        // The other format's part names are not this format's parts.
+        { role: 'user', content: [{ type: 'image', source: {} }, { type: 'document', source: {} }] },
+      ],
+    };
+    expect(formatOf('openai').readBody(openaiBody).parts).toEqual({ images: 2, files: 1 });
+    const anthropicBody = {
+      model: 'm',
+      system: [{ type: 'text', text: 'be brief' }],
+      messages: [
+        { role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'https://x/1.png' } }, { type: 'document', source: { type: 'file', file_id: 'f' } }] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'n', input: {} }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: [{ type: 'image', source: {} }, { type: 'document', source: {} }, { type: 'text', text: 'x' }] }, { type: 'tool_result', tool_use_id: 't', content: 'plain' }] },
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/2.png' } }, { type: 'file', file: {} }] },
+        { role: 'user', content: 'hi' },
+        // Plain text is bounded by its bytes; a document of content blocks by its images.
+        { role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'words' } }, { type: 'document', source: { type: 'content', content: [{ type: 'text', text: 'a' }, { type: 'image', source: {} }] } }] },
+      ],
+    };
+    expect(formatOf('anthropic').readBody(anthropicBody).parts).toEqual({ images: 3, files: 2 });
   });
 
   it.each([

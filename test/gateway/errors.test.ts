@@ -27,6 +27,9 @@ beforeAll(async () => {
 });
 afterAll(() => env?.close());
 
+/** JSON text of `levels` nested arrays (JSON.stringify itself cannot write it). */
+const deepJson = (levels: number) => `${'['.repeat(levels)}${']'.repeat(levels)}`;
+
 const ask = (controls: MockControls = {}) => [{ role: 'user', content: `a question ${mockDirective({ output_tokens: 5, ...controls })}` }];
 
 const openaiBody = (controls: MockControls = {}, extra: Record<string, unknown> = {}) => ({ model: OPENAI_MODEL, messages: ask(controls), ...extra });
@@ -89,6 +92,20 @@ describe('refused before the upstream is called', () => {
       run: () => call('/v1/messages', anthropicBody(), { headers: { 'x-service-trace-id': 't'.repeat(257) } }),
     },
     { name: 'a body without messages', status: 400, code: 'invalid_request', param: 'messages', run: () => call('/v1/messages', { model: ANTHROPIC_MODEL }) },
+    {
+      name: 'a chat body nested 10,000 deep (before the hold, not a 500 or 502)',
+      status: 400,
+      code: 'invalid_request',
+      param: 'messages',
+      run: () => call('/v1/chat/completions', `{"model":"${OPENAI_MODEL}","messages":[{"role":"user","content":${deepJson(10_000)}}]}`),
+    },
+    {
+      name: 'a messages body nested 10,000 deep (before the hold, not a 500 or 502)',
+      status: 400,
+      code: 'invalid_request',
+      param: 'messages',
+      run: () => call('/v1/messages', `{"model":"${ANTHROPIC_MODEL}","max_tokens":50,"messages":[{"role":"user","content":${deepJson(10_000)}}]}`),
+    },
     {
       name: 'an output limit that is not a positive integer',
       status: 400,

@@ -22,6 +22,7 @@ import {
   rawPost,
   startGatewayEnv,
   usdOf,
+  type Balance,
   type GatewayEnv,
 } from './support.js';
 
@@ -240,7 +241,7 @@ describe('the hold and the output limit', () => {
 describe('usage records and receipts', () => {
   const recordFields = [
     'id', 'transaction_id', 'trace_id', 'customer_id', 'wallet', 'model', 'endpoint', 'stream', 'status', 'input_tokens', 'output_tokens',
-    'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'latency_ms', 'created_at',
+    'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'uncovered_credits', 'latency_ms', 'created_at',
   ].sort();
 
   it('reads a receipt from the outbox before the workers persist it, and the same receipt after', async () => {
@@ -271,7 +272,7 @@ describe('usage records and receipts', () => {
       expect(record).toMatchObject({
         transaction_id: txid, trace_id: 'trace-r1', customer_id: 'r1', wallet: 'credits', model: ANTHROPIC_MODEL, endpoint: 'messages',
         stream: false, status: 'settled', input_tokens: input, output_tokens: 7, cache_read_tokens: 1, cache_write_tokens: 4,
-        usage_estimated: false, cost_credits: cost, cost_usd: usdOf(cost),
+        usage_estimated: false, cost_credits: cost, cost_usd: usdOf(cost), uncovered_credits: 0,
       });
       expect(record.latency_ms).toBeGreaterThanOrEqual(0);
       expect(Math.abs(Date.parse(record.created_at) - Date.now())).toBeLessThan(60_000);
@@ -377,6 +378,33 @@ describe('who is billed', () => {
     expect((await env.svc.call('GET', `/v1/billing/receipts/${other.headers.get('x-service-transaction-id')}`, { key })).status).toBe(404);
   });
 
+  it('a customer-scoped key whose X-Service-Customer names another customer is refused, and neither is billed', async () => {
+    await env.fund('ck3', 50_000);
+    await env.fund('ck4', 50_000);
+    const key = await env.p.customerKey('ck3');
+    const balance = async (customer: string) => {
+      const { as_of: _asOf, ...b } = (await env.balance(customer)) as Balance & { as_of?: string };
+      return b;
+    };
+    const before = { ck3: await balance('ck3'), ck4: await balance('ck4'), ops: await env.ops() };
+    const from = env.mock.requests.length;
+    const res = await rawPost(env.svc.url, '/v1/chat/completions', {
+      key, headers: { 'x-service-customer': 'ck4' }, body: { model: OPENAI_MODEL, messages: ask({ output_tokens: 5 }) },
+    });
+    expectError({ status: res.status, text: res.text }, 403, 'permission_denied', { param: 'X-Service-Customer' });
+    expect(sentSince(from)).toEqual([]);
+    await env.svc.drained();
+    expect({ ck3: await balance('ck3'), ck4: await balance('ck4'), ops: await env.ops() }).toEqual(before);
+    expect([...(await env.ledger('ck3', 'GATEWAY')), ...(await env.ledger('ck4', 'GATEWAY'))]).toEqual([]);
+    // The header naming the key's own customer is fine: billed to it.
+    const own = await rawPost(env.svc.url, '/v1/chat/completions', {
+      key, headers: { 'x-service-customer': 'ck3' }, body: { model: OPENAI_MODEL, messages: ask({ output_tokens: 5 }) },
+    });
+    expect(own.status, own.text).toBe(200);
+    expect((await balance('ck3')).used).toBeGreaterThan(0);
+    expect(await balance('ck4')).toEqual(before.ck4);
+  });
+
   it('X-Service-Wallet bills that wallet, and the balance headers are that wallet', async () => {
     await env.fund('w1', 40_000);
     await env.fund('w1', 7_000, { wallet: 'promo' });
@@ -445,6 +473,8 @@ describe('GET /v1/models', () => {
       cache_write_price_per_million_credits: 0,
       cache_write_price_per_million_usd: 0,
       supports_streaming: false,
+      image_token_bound: 4_784,
+      file_token_bound: 778_400,
     });
     for (const m of all.body.data) {
       for (const kind of ['input', 'output', 'cache_read', 'cache_write']) {

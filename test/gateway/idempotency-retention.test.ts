@@ -6,7 +6,6 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BindStatus, claimId } from '../../src/ledger/bindings.js';
-import { archive_grace_ms } from '../../src/ledger/retention.js';
 import { mockDirective } from '../../src/gateway/mock/server.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { customerKeys } from '../../src/redis/keys.js';
@@ -15,9 +14,11 @@ import { OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from './suppo
 import { expectError } from '../support/errors.js';
 
 let env: GatewayEnv;
+/** A short archive grace (ARCHIVE_GRACE_MS), to wait less for the archive. */
+const grace_ms = 500;
 
 beforeAll(async () => {
-  env = await startGatewayEnv({ config: { REDIS_RETENTION_SECONDS: 1 } });
+  env = await startGatewayEnv({ config: { REDIS_RETENTION_SECONDS: 1, ARCHIVE_GRACE_MS: grace_ms } });
 });
 afterAll(() => env?.close());
 
@@ -46,7 +47,7 @@ describe('Idempotency-Key after the retention', () => {
     await env.svc.drained();
 
     const tx = customerKeys(env.svc.rt.config.REDIS_PREFIX, env.p.projectId, 'gk1').tx;
-    await waitFor(async () => (await env.svc.rt.redis.hexists(tx, txid)) === 0, 1_000 + archive_grace_ms + 10_000, 'the call to be archived');
+    await waitFor(async () => (await env.svc.rt.redis.hexists(tx, txid)) === 0, 1_000 + grace_ms + 10_000, 'the call to be archived');
     expect((await claim('gk1', 'order-old')).status).toBe(BindStatus.Archived);
 
     const before = await balance('gk1');

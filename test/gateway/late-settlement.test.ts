@@ -2,7 +2,7 @@
  * A gateway call whose settlement cannot be confirmed while it waits (Redis is gone after
  * the hold applied and before the settlement) is settled in the background once Redis
  * answers again: the upstream did the work, and a streamed answer already reached the
- * client. Streamed (200 without its billing trailers) or not (503 "outcome unknown"),
+ * client. Streamed (200 without its billing trailers) or not (503 outcome_unknown naming the call),
  * the call ends billed once, with nothing left frozen and no hold left in the TTL zset.
  *
  * The service reaches Redis through a TCP proxy that the test cuts and refuses while the
@@ -72,7 +72,8 @@ describe('a gateway call whose settlement Redis could not confirm', () => {
       expect(res.trailers['x-service-cost-credits']).toBeUndefined();
     } else {
       expect(res.status).toBe(503);
-      expect(res.json().error.message).toMatch(/may have been applied/);
+      expect(res.json().error).toMatchObject({ code: 'outcome_unknown', message: expect.stringMatching(/may have been applied/) });
+      expect(res.json().error.transaction_id).toBe(res.headers['x-service-transaction-id']);
     }
     const transactionId = String(res.headers['x-service-transaction-id']);
     expect(transactionId).toMatch(/^gw_/);

@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcileOverApi } from '../helpers.js';
 import { mockDirective } from '../../src/gateway/mock/server.js';
-import type { ScriptReply } from '../../src/redis/scripts.js';
+import type { ScriptApi } from '../../src/redis/scripts.js';
+import { OutcomeUnknownError } from '../../src/redis/sent.js';
 import { expectedCost, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';
 import { expectError } from '../support/errors.js';
 
@@ -149,15 +150,18 @@ describe('a stream whose upstream sends no usage', () => {
 describe('a settlement whose reply is lost', () => {
   it('is sent again and charges once; the Idempotency-Key stays taken', async () => {
     await env.fund('lost-reply', 1_000_000);
-    const ledger = env.svc.rt.ledger;
-    const run = ledger.run.bind(ledger);
+    // The script layer under the ledger: the first settlement runs and applies, and its
+    // caller gets the error of a connection that closed before the reply
+    // (src/redis/sent.ts). The ledger learns the outcome by sending it again
+    // (LedgerService.learn), which answers its stored result.
+    const api = (env.svc.rt.ledger as unknown as { api: ScriptApi }).api;
+    const customer = api.customer;
     let lost = 0;
-    ledger.run = async (...args: Parameters<typeof run>): Promise<ScriptReply> => {
-      const reply = await run(...args);
-      // The script ran; its reply never arrives, as when the connection drops.
-      if (args[0] === 'gateway_settle' && lost++ === 0) throw new Error('Command timed out');
+    api.customer = (async (...args: Parameters<ScriptApi['customer']>) => {
+      const reply = await customer(...args);
+      if (args[0] === 'gateway_settle' && lost++ === 0) throw new OutcomeUnknownError(new Error('Connection is closed.'));
       return reply;
-    };
+    }) as ScriptApi['customer'];
     try {
       const headers = { 'x-service-customer': 'lost-reply', 'idempotency-key': 'lost-1' };
       const body = { model: OPENAI_MODEL, messages: user(`hi ${mockDirective({ output_tokens: 5 })}`) };
@@ -172,7 +176,7 @@ describe('a settlement whose reply is lost', () => {
       expect(again.status).toBe(409);
       expect(again.json().error.transaction_id).toBe(res.headers['x-service-transaction-id']);
     } finally {
-      ledger.run = run;
+      api.customer = customer;
     }
   });
 });

@@ -75,7 +75,7 @@ export interface GatewayEnv {
   close(): Promise<void>;
 }
 
-interface Balance {
+export interface Balance {
   total: number;
   used: number;
   frozen: number;

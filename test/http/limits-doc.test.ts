@@ -15,6 +15,7 @@ import { answers_max } from '../../src/gateway/wire/openai.js';
 import { body_bytes_max_billing } from '../../src/app.js';
 import { amount_credits_max, credits_sum_max } from '../../src/ledger/amounts.js';
 import { ttl_seconds_max } from '../../src/ledger/schemas.js';
+import { body_depth_max, stored_json_bytes_max, stored_json_depth_max } from '../../src/schema/json.js';
 
 const doc = readFileSync(new URL('../../docs/API.md', import.meta.url), 'utf8');
 const limits = doc.slice(doc.indexOf('\n## Limits\n'), doc.indexOf('\n## Errors\n')).replace(/[ \n]+/g, ' ');
@@ -31,6 +32,8 @@ describe('docs/API.md "Limits"', () => {
       `| ${body_bytes_max_gateway / 1024 / 1024} MiB | 413 \`payload_too_large\``,
       `| ${body_bytes_max_billing / 1024 / 1024} MiB | 413 \`payload_too_large\``,
       `| 1-${page_size_max} | ${page_size_default} |`,
+      `gateway included | ${body_depth_max} levels | 400 \`invalid_request\``,
+      `| ${stored_json_depth_max} levels, ${stored_json_bytes_max / 1024} KiB serialized | 400 \`invalid_request\``,
       `| 1-${usage_days_max} days | ${usage_days_default} |`,
       `1 to ${n(ttl_seconds_max)} s`,
       `\`X-Service-Trace-Id\` | 1-${trace_id_chars_max} characters`,

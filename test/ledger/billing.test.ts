@@ -86,6 +86,33 @@ async function depositMore(v: Variant, id: string, n: number): Promise<void> {
 describe.each(['A', 'B'] as const)('billing, variant %s', (v) => {
   const W = defaultWallet[v];
 
+  it('refuses a customer-scoped key on every money operation, whichever customer it names, and bills neither', async () => {
+    const own = await customerWith(v, { credits: 1000 });
+    const other = await customerWith(v, { credits: 1000 });
+    const key = await projects[v].customerKey(own.id);
+    const frozen = newTx();
+    expect((await post(v, 'freeze', { customer_id: other.id, transaction_id: frozen, ...credits(v, 100) })).status).toBe(200);
+    const before = { own: await state(v, own.id), other: await state(v, other.id) };
+    // Another customer named in X-Service-Customer (as on the gateway), in the body, or both.
+    const names: [Record<string, string>, string][] = [
+      [{ 'x-service-customer': other.id }, other.id],
+      [{ 'x-service-customer': other.id }, own.id],
+      [{}, other.id],
+    ];
+    for (const [headers, customerId] of names) {
+      for (const [op, body] of [
+        ['deduct', { customer_id: customerId, transaction_id: newTx(), ...credits(v, 10) }],
+        ['freeze', { customer_id: customerId, transaction_id: newTx(), ...credits(v, 10) }],
+        ['consume', { customer_id: customerId, transaction_id: frozen, ...actual(v, 10) }],
+        ['unfreeze', { customer_id: customerId, transaction_id: frozen }],
+      ] as const) {
+        const res = await svc.call('POST', `/v1/billing/${op}`, { key, headers, body });
+        expectError(res, 403, 'permission_denied');
+      }
+    }
+    expect({ own: await state(v, own.id), other: await state(v, other.id) }).toEqual(before);
+  });
+
   describe('deduct', () => {
     it('deducts at once and reports the source drawn from', async () => {
       const { id, accounts } = await customerWith(v, { credits: 1000 });

@@ -133,7 +133,8 @@ interface ReplayCmd {
 interface ConflictCmd {
   k: 'conflict';
   back: number;
-  how: 'amount' | 'customer' | 'kind' | 'business';
+  /** `ttl`: a freeze's TTL seconds changed, or one added; `ttl_kind`: release <-> consume, or the TTL dropped. */
+  how: 'amount' | 'customer' | 'kind' | 'business' | 'ttl' | 'ttl_kind';
 }
 
 /**
@@ -231,7 +232,10 @@ const singleArb: fc.Arbitrary<SingleCmd> = fc.oneof(
   { weight: 6, arbitrary: settleArb('consume') },
   { weight: 3, arbitrary: settleArb('unfreeze') },
   { weight: 3, arbitrary: fc.record({ k: fc.constant('replay' as const), ok: fc.boolean(), back: fc.nat(12) }) },
-  { weight: 2, arbitrary: fc.record({ k: fc.constant('conflict' as const), back: fc.nat(12), how: fc.constantFrom('amount' as const, 'customer' as const, 'kind' as const, 'business' as const) }) },
+  { weight: 2, arbitrary: fc.record({
+      k: fc.constant('conflict' as const), back: fc.nat(12),
+      how: fc.constantFrom('amount' as const, 'customer' as const, 'kind' as const, 'business' as const, 'ttl' as const, 'ttl_kind' as const),
+    }) },
 );
 
 const gatewayArb: fc.Arbitrary<GatewayCmd> = fc.record({
@@ -722,6 +726,18 @@ class Scenario {
         delete b.wallet;
         b[this.variant === 'A' ? 'credit_type' : 'wallet'] = names[(names.indexOf(current) + 1) % names.length];
       }
+    } else if ((how === 'ttl' || how === 'ttl_kind') && req.op === 'freeze') {
+      const field = b.release_after_seconds !== undefined ? 'release_after_seconds' : b.consume_after_seconds !== undefined ? 'consume_after_seconds' : null;
+      if (field === null) {
+        b[how === 'ttl' ? 'release_after_seconds' : 'consume_after_seconds'] = 15;
+      } else if (how === 'ttl') {
+        b[field] = (b[field] as number) + 10;
+      } else if (field === 'release_after_seconds') {
+        b.consume_after_seconds = b.release_after_seconds;
+        delete b.release_after_seconds;
+      } else {
+        delete b.consume_after_seconds;
+      }
     } else if (req.op === 'deduct' || req.op === 'freeze') {
       if (b.business_type === undefined) b.business_type = 'ORDER';
       else delete b.business_type;
@@ -1088,6 +1104,9 @@ describe('wallet ledger against its reference model', () => {
         draw('deduct', 0, 600, { business: true }),
         draw('freeze', 1, 150, { wallet: 1, ttl: { kind: 'release', slot: 1 } }),
         draw('freeze', 2, 50, { ttl: { kind: 'consume', slot: 0 } }),
+        // The TTL is one of a freeze's parameters: its seconds or kind changed is a conflict.
+        { k: 'conflict', back: 0, how: 'ttl' },
+        { k: 'conflict', back: 1, how: 'ttl_kind' },
         draw('freeze', 3, 1),
         settle('consume', 1, { amount: 'over' }),
         settle('consume', 1, { amount: 'part', scope: 'owner' }),
@@ -1137,7 +1156,7 @@ describe('wallet ledger against its reference model', () => {
     for (const o of ['deposit:replay', 'deposit:transaction_conflict', 'deposit:invalid_expires_at', 'deduct:insufficient_balance_in_selected_credit_types',
       'freeze:insufficient_balance', 'consume:actual_amount_exceeds_frozen_amount', 'consume:ok', 'consume:replay', 'consume:freeze_records_already_consumed',
       'consume:no_consumable_freeze_records', 'consume:customer_scope_mismatch', 'unfreeze:ok', 'unfreeze:replay', 'unfreeze:no_unfreezable_records',
-      'deduct:customer_not_found', 'deduct:transaction_conflict', 'freeze:ok', 'batch', 'ledger:ttl_release', 'ledger:ttl_consume',
+      'deduct:customer_not_found', 'deduct:transaction_conflict', 'freeze:ok', 'freeze:transaction_conflict', 'batch', 'ledger:ttl_release', 'ledger:ttl_consume',
       'gateway_hold:ok', 'gateway_settle:beyond_hold', 'gateway_settle:replay', 'gateway_settle:down_to_zero', 'gateway_release:ok', 'gateway_release:replay']) {
       expect(outcomes.has(o), `the scripted sequence no longer reaches ${o}: ${stableJson(Object.fromEntries(outcomes))}`).toBe(true);
     }

@@ -45,7 +45,7 @@ beforeAll(async () => {
   if (clustered) return;
   scope = { projectId: p.projectId, organizationId: p.organizationId };
   conn = createRedis(svc.rt.config.REDIS_URL);
-  ledger = new LedgerService(conn, registerScripts(conn), svc.rt.config.REDIS_PREFIX, svc.rt.clock, { archived: pgArchive(svc.rt.db) });
+  ledger = new LedgerService(conn, registerScripts(conn, svc.rt.config.ARCHIVE_GRACE_MS), svc.rt.config.REDIS_PREFIX, svc.rt.clock, { archived: pgArchive(svc.rt.db) });
   connAddr = await clientAddress(conn);
   monitor = await watchCommands(svc.rt.config.REDIS_URL, (source, args) => {
     if (source === connAddr) seen.push(describeCommand(args));

@@ -15,13 +15,16 @@ import { reconcile } from '../../src/reconcile/reconcile.js';
 import { recoverForgotten, recoveryBaselineKey } from '../../src/reconcile/recovery.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
-import { ScriptStatus } from '../../src/redis/scripts.js';
+import { scriptSource, ScriptStatus } from '../../src/redis/scripts.js';
 import { startTestService, waitFor, type ApiResponse } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import { p, svc, useTestService } from '../support/service.js';
 
+/** A grace well under the default (archive_grace_ms), to wait less; still many times a request's binding read. */
+const grace_ms = 500;
+const config = { REDIS_RETENTION_SECONDS: 1, ARCHIVE_GRACE_MS: grace_ms };
 /** Time for a record to be archived and deleted: the retention, the grace, and trim passes. */
-const archived_within_ms = 1_000 + archive_grace_ms + 10_000;
+const archived_within_ms = 1_000 + grace_ms + 10_000;
 
 function post(path: string, body: Record<string, unknown>): Promise<ApiResponse> {
   return svc.call('POST', path, { key: p.projectKey, body });
@@ -45,17 +48,23 @@ async function recordGone(customerId: string, kind: 'tx' | 'dep', id: string): P
   return (await svc.rt.redis.hexists(keysOf(customerId)[kind], id)) === 0;
 }
 
-useTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 1 } });
+useTestService({ workers: true, config });
 
 describe('retention of idempotency records', () => {
   it('deletes a record no sooner than the customer scripts stop trusting a binding read', () => {
     const lua = readFileSync(new URL('../../lua/includes/customer.lua', import.meta.url), 'utf8');
     expect(Number(/^local BINDING_GRACE_MS = (\d+)$/m.exec(lua)?.[1])).toBe(archive_grace_ms);
+    // ARCHIVE_GRACE_MS: the trim waits it (svc.rt.retention) and the scripts are loaded with it.
+    expect(svc.rt.retention.graceMs).toBe(grace_ms);
+    const loaded = scriptSource('deduct', grace_ms);
+    expect(loaded.library).toContain(`local BINDING_GRACE_MS = ${grace_ms}\n`);
+    expect(loaded.library).not.toContain(`local BINDING_GRACE_MS = ${archive_grace_ms}\n`);
+    expect(loaded.fn).not.toBe(scriptSource('deduct').fn);
   });
 
   it('archives nothing whose entries are still in the outbox', async () => {
     // A service without workers: nothing persists the outbox unless the test does.
-    const alone = await startTestService({ config: { REDIS_RETENTION_SECONDS: 1 } });
+    const alone = await startTestService({ config });
     try {
       const q = await alone.project('B');
       const send = (path: string, body: Record<string, unknown>) => alone.call('POST', path, { key: q.projectKey, body });

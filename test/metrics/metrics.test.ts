@@ -1,8 +1,9 @@
 /**
  * GET /metrics against a real service (Redis, PostgreSQL, the mock upstream): the counters
  * and histograms move with the right labels after a deduct, a gateway call and a streamed
- * one; the gauges read on a scrape (outbox, both queues, plan usage) are there; METRICS_PORT
- * serves the scrape on its own port and the API's port answers 404; a worker's metrics
+ * one; the gauges read on a scrape (outbox, both queues, plan usage) are there; the API
+ * port's default scrape names no organization; METRICS_PORT serves the scrape on its own
+ * port (with the per-organization series) and the API's port answers 404; a worker's metrics
  * show a persist pass. Every metric name the Grafana dashboard (docs/grafana-dashboard.json)
  * uses is in a real scrape.
  */
@@ -53,7 +54,9 @@ describe('GET /metrics on the API port', () => {
   let env: GatewayEnv;
   let svc: TestService;
   beforeAll(async () => {
-    env = await startGatewayEnv();
+    // Opted in to the per-organization plan usage series on this port (the Grafana
+    // dashboard's panels use them); the default is tested below.
+    env = await startGatewayEnv({ config: { METRICS_ORGANIZATION_SERIES: true } });
     svc = env.svc;
     await env.putModel(ANTHROPIC_MODEL, { provider: 'anthropic' });
   }, 60_000);
@@ -255,6 +258,27 @@ describe('GET /metrics on the API port', () => {
   });
 });
 
+describe('tenant ids on the API port', () => {
+  it('are not in the default scrape: the plan usage is there in aggregate only', async () => {
+    const own = await startTestService();
+    try {
+      const p = await own.project('B');
+      expect((await own.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'agg', amount: 100 } })).status).toBe(200);
+      expect((await own.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'agg', transaction_id: 'agg-1', amount: 1 } })).status).toBe(200);
+      // The plan counter in Redis trails the leases by lease_report_ms.
+      const r = await waitFor(async () => {
+        const got = await scrape(own.url);
+        return value(got.samples, 'svc_plan_usage_operations_sum') >= 1 ? got : null;
+      }, 10_000, 'the aggregate plan usage');
+      expect(r.samples.filter((x) => 'organization' in x.labels)).toEqual([]);
+      expect(r.text).not.toContain(p.organizationId);
+      expect(r.samples.some((x) => x.name === 'svc_plan_organizations_at_allowance')).toBe(true);
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 describe('METRICS_PORT', () => {
   let svc: TestService;
   beforeAll(async () => {
@@ -274,6 +298,17 @@ describe('METRICS_PORT', () => {
     expectError({ status: api.status, text: await api.text(), headers: api.headers }, 404, 'not_found');
     // The metrics port serves nothing of the API.
     expect((await fetch(`${svc.server.metrics!.url}/health`)).status).toBe(404);
+  });
+
+  it('has the per-organization plan usage series: the port is the private one', async () => {
+    const p = await svc.project('B');
+    expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'po', amount: 100 } })).status).toBe(200);
+    expect((await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'po', transaction_id: 'po-1', amount: 1 } })).status).toBe(200);
+    const s = await waitFor(async () => {
+      const got = (await scrape(svc.server.metrics!.url)).samples;
+      return value(got, 'svc_plan_usage_operations', { organization: p.organizationId }) >= 1 ? got : null;
+    }, 10_000, 'the plan usage of the organization');
+    expect(value(s, 'svc_plan_included_operations', { organization: p.organizationId })).toBe(50_000);
   });
 
   it('serves a worker\'s metrics on WORKER_METRICS_PORT: a persist pass, an expiration by its job', async () => {

@@ -115,7 +115,7 @@ describe('reconcile', () => {
     const report = await reconcile(svc.rt, { projectId: p.projectId, repair: false });
     expect(report).toEqual({
       customers_checked: 2, customers_with_drift: 0, customers_repaired: 0,
-      drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: 1000,
+      drift_total: 0, drift: [], errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], quarantined_total: 0, quarantined: [], items_max: 1000,
     });
   });
 
@@ -162,6 +162,151 @@ describe('reconcile', () => {
     expectError(await post('/v1/billing/deduct', { customer_id: 'c2', transaction_id: 'c1-f1', amount: 1 }), 409, 'transaction_conflict');
     expectError(await post('/v1/billing/consume', { transaction_id: 'c1-f2' }), 400, 'no_consumable_freeze_records');
     expectError(await post('/v1/billing/consume', { transaction_id: 'c2-f2', amount: 1 }), 400, 'freeze_records_already_consumed');
+  });
+
+  /**
+   * One case per thing reconcile compares (src/reconcile/reconcile.ts, compare and
+   * compareSources): each plants drift in that one place of c1's Redis state, expects
+   * exactly that drift item, and expects --repair to leave no drift and the balances as
+   * they were. `S` is c1's first source (credits, no expiry, live), `B` its bonus source
+   * (expires, spent: dead).
+   */
+  type Tamper = (c1: ReturnType<typeof keysOf>, S: string, B: string) => Promise<Record<string, unknown>[]>;
+  const staticOf = async (key: string, id: string) => JSON.parse((await svc.rt.redis.hget(key, id))!) as Record<string, string>;
+  /** Rewrites one field of a source's static part; returns the old value. */
+  const setStatic = async (key: string, id: string, field: string, value: string): Promise<string> => {
+    const st = await staticOf(key, id);
+    const old = st[field];
+    await svc.rt.redis.hset(key, id, JSON.stringify({ ...st, [field]: value }));
+    return old;
+  };
+  const jsonField = async (key: string, id: string, field: string, value: unknown): Promise<unknown> => {
+    const v = JSON.parse((await svc.rt.redis.hget(key, id))!) as Record<string, unknown>;
+    const old = v[field];
+    await svc.rt.redis.hset(key, id, JSON.stringify({ ...v, [field]: value }));
+    return old;
+  };
+  const drift_cases: [string, Tamper][] = [
+    ['source.used', async (k, S) => {
+      const u = Number(await svc.rt.redis.hget(k.src, `${S}:u`));
+      await svc.rt.redis.hincrby(k.src, `${S}:u`, 7);
+      return [{ field: 'source.used', source: S, redis: u + 7, expected: u }];
+    }],
+    ['source.frozen', async (k, S) => {
+      const f = Number(await svc.rt.redis.hget(k.src, `${S}:f`));
+      await svc.rt.redis.hincrby(k.src, `${S}:f`, 3);
+      return [{ field: 'source.frozen', source: S, redis: f + 3, expected: f }];
+    }],
+    ['source.total', async (k, S) => {
+      const t = Number(await setStatic(k.src, S, 't', '999'));
+      return [{ field: 'source.total', source: S, redis: 999, expected: t }];
+    }],
+    ['source.wallet', async (k, S) => {
+      const w = await setStatic(k.src, S, 'w', 'other');
+      return [{ field: 'source.wallet', source: S, redis: 'other', expected: w }];
+    }],
+    ['source.label', async (k, S) => {
+      const l = await setStatic(k.src, S, 'l', 'relabelled');
+      return [{ field: 'source.label', source: S, redis: 'relabelled', expected: l }];
+    }],
+    ['source.seq', async (k, S) => {
+      const q = Number(await setStatic(k.src, S, 'q', '77'));
+      return [{ field: 'source.seq', source: S, redis: 77, expected: q }];
+    }],
+    ['source.starts_at', async (k, S) => {
+      await setStatic(k.src, S, 's', '1000');
+      return [{ field: 'source.starts_at', source: S, redis: 1000, expected: null }];
+    }],
+    ['source.expires_at', async (k, _S, B) => {
+      const e = Number(await setStatic(k.src, B, 'e', '4102444800000'));
+      return [{ field: 'source.expires_at', source: B, redis: 4102444800000, expected: e }];
+    }],
+    ['source (a whole source gone)', async (k, S) => {
+      const whole = await staticOf(k.src, S);
+      const [u, f] = [await svc.rt.redis.hget(k.src, `${S}:u`), await svc.rt.redis.hget(k.src, `${S}:f`)];
+      await svc.rt.redis.hdel(k.src, S, `${S}:u`, `${S}:f`);
+      return [{ field: 'source', source: S, redis: null, expected: { id: S, ...whole, u, f } }];
+    }],
+    ['source.live', async (k, S) => {
+      const member = (await svc.rt.redis.zrange(k.live, 0, -1)).find((m) => m.endsWith(`:${S}`))!;
+      const score = await svc.rt.redis.zscore(k.live, member);
+      await svc.rt.redis.zadd(k.live, 5, member);
+      return [{ field: 'source.live', source: S, redis: '5', expected: score }];
+    }],
+    ['source.dead', async (k, S) => {
+      await svc.rt.redis.zadd(k.dead, 1, S);
+      return [{ field: 'source.dead', source: S, redis: 'dead', expected: null }];
+    }],
+    ['source.spent', async (k, S) => {
+      const at = Date.now() + svc.rt.clock.offsetMs() + 86_400_000;
+      await svc.rt.redis.zadd(k.spent, at, `${S}|1|1|credits`);
+      // A spent member counts in its wallet's totals: the counters as Redis now reads them differ too.
+      return [
+        { field: 'source.spent', source: S, redis: at, expected: null },
+      ];
+    }],
+    ['meta.wt (a wallet total)', async (k) => {
+      const wt = Number(await svc.rt.redis.hget(k.meta, 'wt:bonus'));
+      await svc.rt.redis.hincrby(k.meta, 'wt:bonus', 11);
+      return [{ field: 'meta.wt:bonus', redis: wt + 11, expected: wt }];
+    }],
+    ['meta.wu (a wallet used)', async (k) => {
+      const wu = Number(await svc.rt.redis.hget(k.meta, 'wu:credits'));
+      await svc.rt.redis.hincrby(k.meta, 'wu:credits', 13);
+      return [{ field: 'meta.wu:credits', redis: wu + 13, expected: wu }];
+    }],
+    ['meta.src_total', async (k) => {
+      const t = await svc.rt.redis.hget(k.meta, 'src_total');
+      await svc.rt.redis.hset(k.meta, 'src_total', '1');
+      return [{ field: 'meta.src_total', redis: '1', expected: t }];
+    }],
+    ['meta.name', async (k) => {
+      await svc.rt.redis.hset(k.meta, 'name', 'Eve');
+      return [{ field: 'meta.name', redis: 'Eve', expected: 'Ada' }];
+    }],
+    ['meta.seq', async (k) => {
+      const seq = await svc.rt.redis.hget(k.meta, 'seq');
+      await svc.rt.redis.hset(k.meta, 'seq', '3');
+      return [{ field: 'meta.seq', redis: '3', expected: seq }];
+    }],
+    ['transaction.st', async (k) => {
+      await jsonField(k.tx, 'c1-f2', 'st', 'frozen');
+      return [{ field: 'transaction.st', transaction_id: 'c1-f2', redis: 'frozen', expected: 'unfrozen' }];
+    }],
+    ['transaction.a', async (k) => {
+      const a = await jsonField(k.tx, 'c1-d1', 'a', '1');
+      return [{ field: 'transaction.a', transaction_id: 'c1-d1', redis: '1', expected: a }];
+    }],
+    ['deposit.h', async (k) => {
+      const h = await jsonField(k.dep, 'k-c1-b', 'h', 'tampered');
+      return [{ field: 'deposit.h', idempotency_key: 'k-c1-b', redis: 'tampered', expected: h }];
+    }],
+    ['ttl', async (k) => {
+      const at = Number(await svc.rt.redis.zscore(k.ttl, 'c1-f3'));
+      await svc.rt.redis.zadd(k.ttl, at + 1_000, 'c1-f3');
+      return [{ field: 'ttl', transaction_id: 'c1-f3', redis: at + 1_000, expected: at }];
+    }],
+    ['txidx', async () => {
+      await svc.rt.redis.hset(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 't', 'c1-d1').ids, 'c1-d1', `c2|${Date.now()}`);
+      return [{ field: 'txidx', transaction_id: 'c1-d1', redis: 'c2', expected: 'c1' }];
+    }],
+    ['depidx', async () => {
+      await svc.rt.redis.hdel(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'd', 'k-c1-b').ids, 'k-c1-b');
+      return [{ field: 'depidx', idempotency_key: 'k-c1-b', redis: null, expected: 'c1' }];
+    }],
+  ];
+
+  it.each(drift_cases)('reports drift planted in %s, and --repair restores it', async (_name, tamper) => {
+    const before = await balances('c1', 'c2');
+    const S = firsts['dep-c1'].response.account_id as string;
+    const B = firsts['dep-c1-bonus'].response.account_id as string;
+    const expected = await tamper(keysOf('c1'), S, B);
+    const report = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(report.errors).toEqual([]);
+    expect(report.drift).toEqual(expected.map((d) => ({ project_id: p.projectId, customer_id: 'c1', ...d })));
+    expect(report).toMatchObject({ customers_with_drift: 1, customers_repaired: 1 });
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
+    expect(await balances('c1', 'c2')).toEqual(before);
   });
 
   it('folds settled gateway calls from their entries and keeps calls in flight through a repair', async () => {

@@ -1,7 +1,8 @@
 /**
  * A TCP proxy between the service and a store (Redis, PostgreSQL) that a test can break
  * on purpose: forward, swallow the server's replies while still forwarding requests (a
- * reply lost after the command ran), cut every connection, and refuse new ones. It binds
+ * reply lost after the command ran), swallow a request and all that follows it (a command
+ * written by the client that never ran), cut every connection, and refuse new ones. It binds
  * port 0 on its first start and keeps that port when it accepts again.
  */
 import net from 'node:net';
@@ -13,6 +14,9 @@ export class TcpProxy {
   private readonly sockets = new Set<net.Socket>();
   private server: net.Server | null = null;
   private dropping = false;
+  /** Requests are swallowed too (loseRequestsWhen), from the one that matched. */
+  private losingRequests = false;
+  private losing = false;
   private trigger: ((requests: string) => boolean) | null = null;
   private requests = '';
   /** The port clients connect to; 0 until the first `start()`. */
@@ -76,6 +80,8 @@ export class TcpProxy {
   /** Forwards both ways again (replies included). */
   forward(): void {
     this.dropping = false;
+    this.losing = false;
+    this.losingRequests = false;
     this.trigger = null;
     this.requests = '';
   }
@@ -97,6 +103,16 @@ export class TcpProxy {
     this.requests = '';
     this.swallowedBytes = 0;
     this.trigger = matches;
+    this.losingRequests = false;
+  }
+
+  /**
+   * As dropRepliesWhen, but the request that made them match is swallowed too, with every
+   * request after it: the client wrote a command that the server never ran.
+   */
+  loseRequestsWhen(matches: (requests: string) => boolean): void {
+    this.dropRepliesWhen(matches);
+    this.losingRequests = true;
   }
 
   /** True once replies are being swallowed. */
@@ -127,9 +143,10 @@ export class TcpProxy {
         if (this.trigger(this.requests)) {
           this.trigger = null;
           this.dropping = true;
+          this.losing = this.losingRequests;
         }
       }
-      server.write(chunk);
+      if (!this.losing) server.write(chunk);
     });
     server.on('data', (chunk: Buffer) => {
       if (this.dropping) {

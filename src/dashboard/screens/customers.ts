@@ -210,6 +210,7 @@ async function receiptScreen(ctx: PageContext, projectId: string, transactionId:
     ['Status', r.status],
     ['Tokens', `${count(r.input_tokens)} in, ${count(r.output_tokens)} out, ${count(r.cache_read_tokens)} cache read, ${count(r.cache_write_tokens)} cache write${r.usage_estimated ? ' (estimated)' : ''}`],
     ['Cost', credits(r.cost_credits)],
+    ['Uncovered', r.uncovered_credits > 0 ? html`<span class="uncovered" data-testid="receipt-uncovered">${credits(r.uncovered_credits)}: cost the wallet could not pay, not charged</span>` : credits(0)],
     ['Reserved / returned', `${count(r.reserved_credits)} / ${count(r.returned_credits)} credits`],
     ['Drawn from', html`${r.details.map((d) => html`<div>${d.credit_type} <code>${d.account_id}</code>: ${count(d.amount)}</div>`)}`],
     ['Balance after', r.balance_after_credits === null ? '—' : credits(r.balance_after_credits)],

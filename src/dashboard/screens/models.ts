@@ -26,7 +26,15 @@ interface ModelEntry {
   output_price_per_million_credits: number;
   cache_read_price_per_million_credits: number;
   cache_write_price_per_million_credits: number;
+  image_token_bound: number;
+  file_token_bound: number;
 }
+
+/** Tokens an image or a file part adds to a call's hold (docs/API.md, "What bytes do not bound"); empty: the default. */
+const partBounds = [
+  ['image_token_bound', 'Each image'],
+  ['file_token_bound', 'Each file (PDF)'],
+] as const;
 
 const prices = [
   ['input_price_per_million_credits', 'Input'],
@@ -44,7 +52,7 @@ type FormValues = Partial<Record<keyof ModelEntry, string | number | boolean | n
 
 function valuesOf(req: Request): FormValues {
   const v: FormValues = {};
-  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...prices.map(([p]) => p)] as const) {
+  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...prices.map(([p]) => p), ...partBounds.map(([p]) => p)] as const) {
     v[f] = text(req, f === 'id' ? 'model_id' : f);
   }
   v.supports_streaming = checked(req, 'supports_streaming');
@@ -72,6 +80,9 @@ ${editing?.has_upstream_key ? html`<label class="check"><input type="checkbox" n
 <label>Max output tokens <input name="max_output_tokens" inputmode="numeric" required value="${val('max_output_tokens')}" data-testid="model-max-output"></label>
 <fieldset><legend>Prices, credits per million tokens (1,000,000 credits = $1)</legend>
 ${prices.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
+</fieldset>
+<fieldset><legend>Hold bounds, tokens per part that its bytes do not bound (empty: the default)</legend>
+${partBounds.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
 </fieldset>
 <label class="check"><input type="checkbox" name="supports_streaming" value="1"${isOn('supports_streaming') ? html` checked` : ''}> Supports streaming</label>
 <label class="check"><input type="checkbox" name="active" value="1"${isOn('active') ? html` checked` : ''} data-testid="model-active"> Active (inactive models answer model_not_found)</label>
@@ -130,6 +141,7 @@ function modelBody(req: Request): Record<string, unknown> {
     const v = number(req, f);
     if (v !== undefined) body[f] = v;
   }
+  for (const [f] of partBounds) body[f] = number(req, f) ?? null;
   const key = optional(req, 'upstream_api_key');
   if (key !== undefined) body.upstream_api_key = key;
   else if (checked(req, 'clear_upstream_api_key')) body.upstream_api_key = null;

@@ -50,8 +50,27 @@ ${report.drift.map(
 </table>`;
 }
 
+/** Entries PostgreSQL refused for good: holes in the ledger until an operator releases them. */
+function quarantinedTable(report: ReconcileReport): Html {
+  // A report of a job finished before quarantine existed has no such list.
+  const listed = report.quarantined ?? [];
+  if (listed.length === 0) return html``;
+  const unlisted = report.quarantined_total - listed.length;
+  return html`<h2>Quarantined ledger entries</h2>
+<p class="muted" data-testid="quarantined-summary"><strong>${count(report.quarantined_total)}</strong> ledger entries PostgreSQL refused for good are parked in quarantine: each seq is a hole in the ledger of record, and a repair leaves these customers' Redis alone until they are released (<code>npm run quarantine -- list</code>, docs/OPERATIONS.md).</p>
+<table class="list" data-testid="quarantined-list">
+<thead><tr><th>Customer</th><th>Seq</th><th>Entry</th><th>Quarantine id</th><th>Refused because</th></tr></thead>
+<tbody>${listed.map(
+  (q) => html`<tr data-testid="quarantined-row" data-customer-id="${q.customer_id}" data-seq="${q.seq === null ? '' : String(q.seq)}">
+<td>${q.customer_id}</td><td>${q.seq === null ? '—' : String(q.seq)}</td><td>${q.entry_id ?? '—'}</td><td>${String(q.quarantine_id)}</td><td>${q.error}</td></tr>`,
+)}</tbody>
+</table>
+${unlisted > 0 ? html`<p class="muted">${count(unlisted)} more not listed.</p>` : ''}`;
+}
+
 function problems(report: ReconcileReport): Html {
-  return html`${report.errors.length === 0 ? '' : html`<h2>Not checked</h2>
+  return html`${quarantinedTable(report)}
+${report.errors.length === 0 ? '' : html`<h2>Not checked</h2>
 <table class="list" data-testid="reconcile-errors">
 <thead><tr><th>Customer</th><th>Why</th><th>Trying again</th></tr></thead>
 <tbody>${report.errors.map((e) => html`<tr data-testid="reconcile-error-row"><td>${e.customer_id}</td><td>${e.message}</td><td>${e.permanent ? 'changes nothing' : 'may succeed'}</td></tr>`)}</tbody>
@@ -88,7 +107,7 @@ function outcomeOf(job: ReconcileJobEntry): string {
  * A job's panel: its progress while it is queued or running (asked for again by htmx
  * every job_poll_seconds, replacing itself), its report once completed.
  */
-function jobPanel(projectId: string, job: ReconcileJobEntry): Html {
+export function jobPanel(projectId: string, job: ReconcileJobEntry): Html {
   const kind = job.repair ? 'Repair' : 'Check';
   const attrs = html`id="reconcile-job" data-testid="reconcile-job" data-job-id="${job.id}" data-status="${job.status}"`;
   if (job.status === 'completed' && job.result) {
@@ -122,7 +141,9 @@ async function reconcileScreen(ctx: PageContext, projectId: string, v: Reconcile
     : v.confirmRepair
       ? html`<form method="post" action="${path}/repair" class="inline">${csrf}<button type="submit" class="danger" data-testid="reconcile-repair-confirm">Confirm: rewrite Redis from the ledger</button> <a href="${path}">Cancel</a></form>`
       : html`<a href="${path}/repair" class="button" data-testid="reconcile-repair">Repair</a>`;
+  const quarantined = await ctx.rt.ledgerQueries.quarantine(ctx.rt.config.REDIS_PREFIX).openCount(project.id);
   const body = html`${noticeOf(v.notice ?? null)}
+${quarantined === 0 ? '' : html`<p class="notice error" data-testid="quarantined-now"><strong>${count(quarantined)}</strong> ledger entries of this project were refused by PostgreSQL and sit in quarantine: each is a hole in the ledger until an operator repairs and releases it (<code>npm run quarantine -- list</code>, docs/OPERATIONS.md). A check lists them; a repair leaves their customers alone.</p>`}
 <p class="muted">Compares every customer of this project in Redis with its PostgreSQL ledger, in the background: this page follows the job. A repair rewrites the customers with drift in Redis from the ledger.</p>
 <form method="post" action="${path}" class="inline">${csrf}<button type="submit" data-testid="reconcile-run">Check now</button></form>
 ${repair}

@@ -25,6 +25,7 @@ export interface UsageRecord {
   usage_estimated: boolean;
   cost_credits: number;
   cost_usd: string;
+  uncovered_credits: number;
   latency_ms: number;
   created_at: string;
 }
@@ -39,7 +40,7 @@ ${records.map(
 <td><a href="${pagePath('projects', projectId, 'customers', u.customer_id)}">${u.customer_id}</a></td>
 <td>${u.model}</td>
 <td>${count(u.input_tokens)} / ${count(u.output_tokens)}${u.usage_estimated ? html` <span class="muted">(estimated)</span>` : ''}</td>
-<td>${credits(u.cost_credits)}</td>
+<td>${credits(u.cost_credits)}${u.uncovered_credits > 0 ? html` <span class="uncovered" data-testid="usage-uncovered" title="cost the wallet could not pay: not charged">+ ${count(u.uncovered_credits)} uncovered</span>` : ''}</td>
 <td>${u.status}</td>
 <td>${u.trace_id ? html`<code>${u.trace_id}</code>` : '—'}</td>
 </tr>`,
@@ -54,13 +55,26 @@ function filtersOf(req: Request): Record<Filter, string | undefined> {
   return { trace_id: queryParam(req, 'trace_id'), customer_id: queryParam(req, 'customer_id'), model: queryParam(req, 'model') };
 }
 
+/**
+ * The credits that the project's calls (of the customer and model searched, when given)
+ * cost beyond what their wallets could pay: one total of GET /usage.
+ */
+async function uncoveredTotal(ctx: PageContext, projectId: string, q: Record<Filter, string | undefined>): Promise<number> {
+  const query: Record<string, string> = { project_id: projectId, group_by: '' };
+  if (q.customer_id !== undefined) query.customer_id = q.customer_id;
+  if (q.model !== undefined) query.model = q.model;
+  const { body } = await ctx.api<{ data: { uncovered_credits: number }[] }>('GET', '/usage', { query });
+  return body.data[0]?.uncovered_credits ?? 0;
+}
+
 async function usageScreen(ctx: PageContext, req: Request, projectId: string): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
   const q = filtersOf(req);
   const cursor = queryParam(req, 'cursor');
-  const [records, usage] = await Promise.all([
+  const [records, usage, uncovered] = await Promise.all([
     ctx.api<List<UsageRecord>>('GET', '/projects/:project_id/usage', { params: { project_id: project.id }, query: { ...q, cursor } }).then((a) => a.body),
     creditsChart(ctx, 'usage-daily-chart', project.id),
+    uncoveredTotal(ctx, project.id, q),
   ]);
   const path = pagePath('projects', project.id, 'usage');
   const body = html`<form method="get" action="${path}" class="search" role="search">
@@ -71,6 +85,9 @@ async function usageScreen(ctx: PageContext, req: Request, projectId: string): P
 <a class="button" href="${withQuery(`${path}.csv`, q)}" hx-boost="false" download data-testid="usage-csv">Export CSV</a>
 </form>
 ${usage.chart}
+${uncovered > 0
+  ? html`<p class="notice uncovered" data-testid="usage-uncovered-total">Uncovered: ${credits(uncovered)}${q.customer_id || q.model ? ' for this customer or model' : ' in this project'}: calls that cost more than their wallet could pay. The rest was not charged, and no later deposit pays it (marked on the calls below).</p>`
+  : ''}
 ${usageTable(project.id, records.data)}
 ${records.data.length === 0 ? html`<p class="muted">No gateway calls match.</p>` : ''}
 ${pager(path, q, records, cursor !== undefined)}`;
@@ -82,7 +99,7 @@ const csv_rows_max = 50_000;
 
 const csvColumns = [
   'created_at', 'transaction_id', 'trace_id', 'customer_id', 'wallet', 'model', 'endpoint', 'stream', 'status', 'input_tokens',
-  'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'latency_ms',
+  'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'uncovered_credits', 'latency_ms',
 ] as const;
 
 /**

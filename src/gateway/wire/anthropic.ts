@@ -1,5 +1,6 @@
 /** Anthropic Messages (`POST /v1/messages`), whole and streamed. */
-import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type PartCounter, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+import type { PartCounts } from './format.js';
 
 /** The API version sent upstream when the client names none. */
 export const ANTHROPIC_VERSION_DEFAULT = '2023-06-01';
@@ -29,13 +30,44 @@ function deltaChars(event: Json): number {
   return 0;
 }
 
+/** One `image` or `document` block: a document of plain text (`source.type: "text"`) is bounded by its bytes, one of `content` blocks by its images. */
+function countBlock(block: Json, into: PartCounts): void {
+  if (block.type === 'image') {
+    into.images++;
+  } else if (block.type === 'document') {
+    const source = isObject(block.source) ? block.source : null;
+    if (source?.type === 'text') return;
+    if (source?.type === 'content' && Array.isArray(source.content)) {
+      for (const inner of source.content as unknown[]) if (isObject(inner) && inner.type === 'image') into.images++;
+      return;
+    }
+    into.files++;
+  }
+}
+
+/**
+ * Content blocks: `image` and `document` (a URL, a file id or base64: a PDF's pages are
+ * read as text and images), also inside a `tool_result`'s content (one level: a
+ * tool_result holds no tool_result).
+ */
+const countParts: PartCounter = (content, into) => {
+  for (const block of content as unknown[]) {
+    if (!isObject(block)) continue;
+    if (block.type === 'tool_result' && Array.isArray(block.content)) {
+      for (const inner of block.content as unknown[]) if (isObject(inner)) countBlock(inner, into);
+    } else {
+      countBlock(block, into);
+    }
+  }
+};
+
 export const anthropic: ProviderFormat = {
   name: 'anthropic',
   gatewayPath: '/v1/messages',
   upstreamPath: '/messages',
   upstreamHeaders: (apiKey, clientVersion) => ({ 'x-api-key': apiKey, 'anthropic-version': clientVersion ?? ANTHROPIC_VERSION_DEFAULT }),
 
-  ...bodyReaderOf(['max_tokens']),
+  ...bodyReaderOf(['max_tokens'], countParts),
 
   requestedMaxTokens: (body) => maxTokensField(body, 'max_tokens'),
 

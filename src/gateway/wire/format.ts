@@ -10,6 +10,13 @@ import { ApiError } from '../../errors/catalogue.js';
 
 export type WireFormat = 'openai' | 'anthropic';
 
+
+/** Image and file parts counted in a request body (countParts): what the hold adds tokens for (src/gateway/pricing.ts). */
+export interface PartCounts {
+  images: number;
+  files: number;
+}
+
 /** Tokens of one call by billing kind; each kind has its own price (a model's four, docs/API.md "Models"). */
 export interface Usage {
   input: number;
@@ -41,7 +48,16 @@ interface BodyFields {
   limit: number | null;
   /** Answers asked of the upstream (OpenAI `n`), each billed. */
   answers: number;
+  /** Image and file parts of the messages: tokens their bytes do not bound (src/gateway/pricing.ts). */
+  parts: PartCounts;
 }
+
+/**
+ * Adds the image and file parts of one message's `content` to `into`: a format's own
+ * part types (OpenAI `image_url` and `file`, Anthropic `image` and `document`, also inside
+ * a `tool_result`). A part it does not know is text or bounded by its bytes.
+ */
+export type PartCounter = (content: unknown, into: PartCounts) => void;
 
 /** What the relay forwards for one event: its bytes as they came, nothing, or the event with this data. */
 export type Forward = 'raw' | 'drop' | { data: string };
@@ -131,8 +147,19 @@ function readModel(body: Json): string {
   return model;
 }
 
-function readMessages(body: Json): void {
+function readMessages(body: Json): unknown[] {
   if (!Array.isArray(body.messages)) throw refused('messages', 'messages must be an array');
+  return body.messages as unknown[];
+}
+
+/** The image and file parts of `messages`, read in the parse's one pass over them (no walk of their text). */
+function partsOf(messages: unknown[], countParts: PartCounter): PartCounts {
+  const into: PartCounts = { images: 0, files: 0 };
+  for (const m of messages) {
+    // A string content (the usual message) has no parts.
+    if (isObject(m) && Array.isArray(m.content)) countParts(m.content, into);
+  }
+  return into;
 }
 
 function readStream(body: Json): boolean {
@@ -153,13 +180,14 @@ function readAnswers(body: Json, answersMax: number): number {
  * their errors are reported (the first one at fault is named; `bodyChecks` then find the
  * others). `limits` are the output limit fields the format reads, the first one set
  * winning; `answersMax`, for a format that can ask for several answers in one call
- * (OpenAI's `n`), their most. Plain checks instead of a schema: this runs on every gateway
+ * (OpenAI's `n`), their most; `countParts`, the format's image and file parts (what the
+ * hold adds for them, src/gateway/pricing.ts). Plain checks instead of a schema: this runs on every gateway
  * call, and a zod object schema copied every field of the body and cost about 28 us per call.
  */
-export function bodyReaderOf(limits: readonly string[], answersMax: number | null = null): Pick<ProviderFormat, 'readBody' | 'bodyChecks'> {
+export function bodyReaderOf(limits: readonly string[], countParts: PartCounter, answersMax: number | null = null): Pick<ProviderFormat, 'readBody' | 'bodyChecks'> {
   const readBody = (body: Json): BodyFields => {
     const model = readModel(body);
-    readMessages(body);
+    const parts = partsOf(readMessages(body), countParts);
     const stream = readStream(body);
     let limit: number | null = null;
     for (const name of limits) {
@@ -168,7 +196,7 @@ export function bodyReaderOf(limits: readonly string[], answersMax: number | nul
       if (limit === null) limit = v;
     }
     const answers = answersMax === null ? 1 : readAnswers(body, answersMax);
-    return { model, stream, limit, answers };
+    return { model, stream, limit, answers, parts };
   };
   const bodyChecks: ((body: Json) => unknown)[] = [readModel, readMessages, readStream, ...limits.map((name) => (body: Json) => maxTokensField(body, name))];
   if (answersMax !== null) bodyChecks.push((body) => readAnswers(body, answersMax));

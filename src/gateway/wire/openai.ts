@@ -1,5 +1,5 @@
 /** OpenAI Chat Completions (`POST /v1/chat/completions`), whole and streamed. */
-import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type PartCounter, type ProviderFormat, type StreamReading, type Usage } from './format.js';
 
 /** OpenAI's own limit on `n`. */
 export const answers_max = 128;
@@ -57,13 +57,26 @@ function withoutUsage(dataText: string, chunk: Json): string {
   return JSON.stringify(rest);
 }
 
+/**
+ * Chat content parts: `image_url` (a URL or a data URL: either may cost more tokens than
+ * its bytes) and `file` (a file id, or a PDF whose pages are read as text and images).
+ * `input_audio` carries its audio inline, base64: its bytes bound its tokens.
+ */
+const countParts: PartCounter = (content, into) => {
+  for (const part of content as unknown[]) {
+    if (!isObject(part)) continue;
+    if (part.type === 'image_url') into.images++;
+    else if (part.type === 'file') into.files++;
+  }
+};
+
 export const openai: ProviderFormat = {
   name: 'openai',
   gatewayPath: '/v1/chat/completions',
   upstreamPath: '/chat/completions',
   upstreamHeaders: (apiKey) => ({ authorization: `Bearer ${apiKey}` }),
 
-  ...bodyReaderOf(['max_completion_tokens', 'max_tokens'], answers_max),
+  ...bodyReaderOf(['max_completion_tokens', 'max_tokens'], countParts, answers_max),
 
   /** `max_completion_tokens`, then the older `max_tokens`, as OpenAI itself reads them. */
   requestedMaxTokens(body) {

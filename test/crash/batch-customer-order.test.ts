@@ -1,8 +1,10 @@
 /**
- * The persist loop writes one batch of many customers' outbox entries in one transaction.
- * The deposit that creates a customer must reach PostgreSQL before a later deposit of
- * the same customer in the same batch, whatever the (random) entry ids are: the later
- * deposit's source row references the customer row.
+ * The order of rows within one written batch, not the order of writing and trimming
+ * (test/workers/persist-write-before-trim.test.ts): the persist loop writes one batch of
+ * many customers' outbox entries in one transaction, and the deposit that creates a
+ * customer must reach PostgreSQL before a later deposit of the same customer in the same
+ * batch, whatever the (random) entry ids are: the later deposit's source row references
+ * the customer row (a foreign key).
  */
 import { describe, expect, it } from 'vitest';
 import { parseOutboxEntry } from '../../src/redis/codec.js';
@@ -12,7 +14,7 @@ import { p, svc, useTestService } from '../support/service.js';
 // No workers: the outbox stays for the test to read and write as one batch.
 useTestService();
 
-describe('persisting a batch', () => {
+describe('a batch written to PostgreSQL: the customer row before the rows that reference it', () => {
   it('stores a new customer and its second deposit whichever entry id sorts first', async () => {
     for (const amount of [100, 200]) {
       expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'po1', amount } })).status).toBe(200);
