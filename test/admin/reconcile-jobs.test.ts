@@ -68,7 +68,7 @@ describe('POST /projects/:project_id/reconcile and GET .../reconcile/:job_id', (
     expect(done.body.result).toEqual({
       customers_checked: 2, customers_with_drift: 1, customers_repaired: 0,
       drift_total: 1, drift: [{ project_id: p.projectId, customer_id: 'rj2', field: 'meta.name', redis: 'Tampered', expected: 'Two' }],
-      errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: 1000,
+      errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], quarantined_total: 0, quarantined: [], items_max: 1000,
     });
     // A check changes nothing.
     expect(await svc.rt.redis.hget(meta('rj2'), 'name')).toBe('Tampered');

@@ -465,7 +465,9 @@ describe('gateway errors through the official SDKs', () => {
   ];
 
   it('cover every error the document lists for the gateway, with the two the SDKs cannot send below', () => {
-    const covered = new Set([...cases.map((c) => c.code), 'missing_api_key', 'invalid_json']);
+    // outcome_unknown needs a Redis reply lost after the settlement was sent and not learned in
+    // time: test/resilience/redis-lost-reply.test.ts makes it through a proxy that drops replies.
+    const covered = new Set([...cases.map((c) => c.code), 'missing_api_key', 'invalid_json', 'outcome_unknown']);
     for (const path of ['/v1/messages', '/v1/chat/completions']) {
       const doc = describedRoutes().find((r) => r.method === 'POST' && r.path === path)!;
       const documented = new Set([...(doc.errors ?? []), ...routeErrors(doc)].map(codeOf));
