@@ -215,7 +215,7 @@ describe(`reconcile of ${customers_n} customers`, () => {
     expect({ ...report, drift: report.drift.length }).toEqual({
       customers_checked: customers_n + 1, customers_with_drift: missing + tampered, customers_repaired: 0,
       drift_total: missing + tampered, drift: Math.min(list_max, missing + tampered),
-      errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], items_max: list_max,
+      errors_total: 0, errors: [], anomalies_total: 0, anomalies: [], quarantined_total: 0, quarantined: [], items_max: list_max,
     });
     expect(new Set(report.drift.map((d: { field: string }) => d.field))).toEqual(new Set(['customer', 'meta.name']));
     // Progress on stderr: the total from the start, and the last line at the end.
