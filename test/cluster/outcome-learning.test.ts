@@ -22,7 +22,7 @@ import { registerScripts, scriptSource } from '../../src/redis/scripts.js';
 import { OutcomeUnknownError } from '../../src/redis/sent.js';
 import { keySlot } from '../../src/redis/slots.js';
 import { waitFor } from '../helpers.js';
-import { ownCluster, type OwnCluster } from '../support/own-cluster.js';
+import { ownCluster, proxyEveryNode, type OwnCluster } from '../support/own-cluster.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
 const prefix = `tclearn${randomBytes(4).toString('hex')}:`;
@@ -31,20 +31,16 @@ const customerId = 'c-learn';
 const outcome_wait_ms = 1_500;
 
 let cluster: OwnCluster;
-const proxies = new Map<string, TcpProxy>();
+let proxies = new Map<string, TcpProxy>();
 let conn: Cluster;
 let ledger: LedgerService;
 let metrics: Metrics;
 
 beforeAll(async () => {
   cluster = await ownCluster(3);
-  const natMap: Record<string, { host: string; port: number }> = {};
-  for (const n of cluster.nodes) {
-    const proxy = new TcpProxy('127.0.0.1', n.port);
-    await proxy.start();
-    proxies.set(n.key, proxy);
-    natMap[n.key] = { host: '127.0.0.1', port: proxy.port };
-  }
+  const proxied = await proxyEveryNode(cluster);
+  proxies = proxied.proxies;
+  const { natMap } = proxied;
   conn = createCluster(proxies.get(cluster.nodes[0].key)!.via(cluster.url), {}, undefined, { natMap });
   await waitFor(() => conn.status === 'ready', 10_000, 'the cluster client to be ready');
   metrics = new Metrics({ defaultMetrics: false });

@@ -18,7 +18,7 @@ import { createCluster } from '../../src/redis/client.js';
 import { CommandNotSentError, OutcomeUnknownError } from '../../src/redis/sent.js';
 import { keySlot } from '../../src/redis/slots.js';
 import { waitFor } from '../helpers.js';
-import { ownCluster, type OwnCluster } from '../support/own-cluster.js';
+import { ownCluster, proxyEveryNode, type OwnCluster } from '../support/own-cluster.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
 let cluster: OwnCluster;
@@ -39,14 +39,9 @@ afterEach(async () => {
 });
 
 async function connect(opts: { commandTimeout?: number } = {}): Promise<Cluster> {
-  proxies = new Map();
-  const natMap: Record<string, { host: string; port: number }> = {};
-  for (const n of cluster.nodes) {
-    const proxy = new TcpProxy('127.0.0.1', n.port);
-    await proxy.start();
-    proxies.set(n.key, proxy);
-    natMap[n.key] = { host: '127.0.0.1', port: proxy.port };
-  }
+  const proxied = await proxyEveryNode(cluster);
+  proxies = proxied.proxies;
+  const { natMap } = proxied;
   const first = cluster.nodes[0];
   conn = createCluster(proxies.get(first.key)!.via(cluster.url), opts, undefined, { natMap });
   await waitFor(() => conn!.status === 'ready', 10_000, 'the cluster client to be ready');

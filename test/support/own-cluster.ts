@@ -13,6 +13,7 @@ import { slot_count } from '../../src/redis/slots.js';
 import { waitFor } from '../helpers.js';
 import { redisServerProcess } from './own-redis.js';
 import { freePort } from './processes.js';
+import { TcpProxy } from './tcp-proxy.js';
 
 export interface OwnClusterNode {
   port: number;
@@ -120,4 +121,21 @@ async function clusterOk(ports: number[]): Promise<void> {
   } finally {
     for (const c of conns) c.disconnect();
   }
+}
+
+/**
+ * A TCP proxy in front of every node of `cluster` (by node key), and the NAT map that makes
+ * a cluster client reach each node through its proxy, so a test can cut or drop one node's
+ * traffic.
+ */
+export async function proxyEveryNode(cluster: OwnCluster): Promise<{ proxies: Map<string, TcpProxy>; natMap: Record<string, { host: string; port: number }> }> {
+  const proxies = new Map<string, TcpProxy>();
+  const natMap: Record<string, { host: string; port: number }> = {};
+  for (const n of cluster.nodes) {
+    const proxy = new TcpProxy('127.0.0.1', n.port);
+    await proxy.start();
+    proxies.set(n.key, proxy);
+    natMap[n.key] = { host: '127.0.0.1', port: proxy.port };
+  }
+  return { proxies, natMap };
 }
