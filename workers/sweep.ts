@@ -6,7 +6,7 @@
  *
  * It scans no keyspace: it walks the active index (`active:{n}`, src/redis/keys.ts), to
  * which an API process adds a customer before its first script on it in a window
- * (LedgerService.markActive). A member whose window is over is looked at: a non-empty
+ * (OutboxMarks.markActive). A member whose window is over is looked at: a non-empty
  * outbox is marked dirty and the member stays (looked at again next sweep); an overdue
  * TTL is settled; a TTL still pending moves the member to when it is due; a customer
  * with neither leaves the index. So the index holds the customers active in the last

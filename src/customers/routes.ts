@@ -14,7 +14,11 @@ import { describeRoute } from '../openapi/registry.js';
 import { extended, listOf, timestamp } from '../schema/zod.js';
 import { readOutboxEntries } from '../ledger/outbox.js';
 import type { LedgerQueries } from '../ledger/queries.js';
-import { isActive, type CustomerView, type LedgerService, type ProjectScope, type SourceState } from '../ledger/service.js';
+import type { LedgerService } from '../ledger/service.js';
+import type { ProjectScope } from '../ledger/requests.js';
+import type { CustomerView } from '../ledger/views.js';
+import { isActive } from '../ledger/sources.js';
+import type { SourceState } from '../redis/codec.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;

@@ -12,7 +12,8 @@ import type { AuthContext } from '../keys/caller.js';
 import { newId } from '../ids.js';
 import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
-import type { LedgerService, ProjectScope } from '../ledger/service.js';
+import type { LedgerService } from '../ledger/service.js';
+import type { ProjectScope } from '../ledger/requests.js';
 import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
 import { gatewayBindings } from '../ledger/bindings.js';
 import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
@@ -267,7 +268,7 @@ export class GatewayBilling {
         : await Promise.allSettled([ledger.run('gateway_hold', c.scope, c.customerId, args), bindings.indexCall(c.transactionId, c.customerId)]);
       holdMayExist = held.status === 'rejected' ? !provesNothingSent(held.reason) : held.value[0] === ScriptStatus.Ok;
       indexMayExist = indexed === null ? holdMayExist : true;
-      // A hold whose outcome stayed unknown (the ledger tried to learn it: LedgerService.learn)
+      // A hold whose outcome stayed unknown (the ledger tried to learn it: OutcomeLearner.learn)
       // is released below and the call is never sent upstream: nothing is billed, so the
       // answer says nothing was applied.
       if (held.status === 'rejected') throw unbilled(held.reason);
@@ -439,7 +440,7 @@ export class GatewayBilling {
     call.settleTried = true;
     let reply: ScriptReply | undefined;
     try {
-      // A lost reply is learned inside run (LedgerService.learn): sent again until Redis
+      // A lost reply is learned inside run (OutcomeLearner.learn): sent again until Redis
       // answers, for OUTCOME_WAIT_MS. Past that the settlement goes on in the background,
       // and the call answers outcome_unknown: it will be billed once.
       reply = await this.deps.ledger.run('gateway_settle', call.scope, call.customerId, args).catch((err: unknown) => {

@@ -4,7 +4,7 @@
  * takes it as a value; only the HTTP layer reads it from a request.
  */
 import type { Variant } from '../ledger/amounts.js';
-import type { ProjectScope } from '../ledger/service.js';
+import type { ProjectScope } from '../ledger/requests.js';
 import type { KeyRecord } from './store.js';
 
 export interface AuthContext {

@@ -29,7 +29,9 @@ import {
   type LedgerOp,
 } from './schemas.js';
 import { amountFields, readAmount, type Variant } from './amounts.js';
-import type { DepositInput, DrawInput, FreezeInput, LedgerService, OpResult } from './service.js';
+import type { LedgerService } from './service.js';
+import type { DepositInput, DrawInput, FreezeInput } from './requests.js';
+import type { OpResult } from './results.js';
 
 function send(res: Response, result: OpResult, extra: Record<string, unknown> = {}): void {
   sendJson(res, 200, { ...result.body, ...extra, is_idempotent_replay: result.replay });

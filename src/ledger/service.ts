@@ -7,87 +7,22 @@
 import { createHash } from 'node:crypto';
 import { isCluster, type RedisClient } from '../redis/client.js';
 import { ApiError, type ErrorCode } from '../errors/catalogue.js';
-import { activeKeyOf, bindingKeys, customerKeys, dirty_shards, dirtyKey, scriptKeys, shardOf, type CustomerKeys } from '../redis/keys.js';
+import { bindingKeys, customerKeys, scriptKeys, type CustomerKeys } from '../redis/keys.js';
 import {
-  scriptApi, scriptError, ScriptStatus, type BoundOperation, type CustomerCall, type CustomerScriptArgs, type CustomerScriptName, type ScriptApi,
+  scriptApi, ScriptStatus, type BoundOperation, type CustomerCall, type CustomerScriptArgs, type CustomerScriptName, type ScriptApi,
   type Scripts, type ScriptReply,
 } from '../redis/scripts.js';
 import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
-import { publicResult } from './entries.js';
-import { deposit_limit_message } from './amounts.js';
-import { CommandNotSentError, OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
-import { decodeSource, type SourceState } from '../redis/codec.js';
+import { CommandNotSentError, provesNothingSent } from '../redis/sent.js';
 import { Bindings, type Archive, type Binding } from './bindings.js';
-import { drawRefusal, settleRefusal } from './refusals.js';
-import type { LedgerOperation, Metrics, OutcomePath } from '../metrics/metrics.js';
-
-export interface ProjectScope {
-  projectId: string;
-  organizationId: string;
-}
-
-export interface DepositInput {
-  customerId: string;
-  amount: number;
-  wallet: string;
-  label: string;
-  startsAtMs: number | null;
-  expiresAtMs: number | null;
-  idempotencyKey: string | null;
-  name?: string;
-  email?: string;
-  metadata?: unknown;
-  description: string | null;
-}
-
-export interface DrawInput {
-  customerId: string;
-  transactionId: string;
-  amount: number;
-  /** Wallets to draw from; null for all. */
-  wallets: string[] | null;
-  /** The request field that chose the wallets (Variant B `wallet`, A `credit_types`): a refusal's message names it. */
-  walletField?: 'wallet' | 'credit_types';
-  businessType: string | null;
-  description: string | null;
-}
-
-/** Consume and unfreeze: the transaction, and its customer when the caller names it. */
-export interface SettleInput {
-  transactionId: string;
-  customerId: string | null;
-  description: string | null;
-}
-
-export interface FreezeInput extends DrawInput {
-  ttl: { kind: 'release' | 'consume'; seconds: number } | null;
-}
-
-export interface OpResult {
-  body: Record<string, unknown>;
-  replay: boolean;
-  customerId: string;
-  /** TTL freezes of this customer that the script consumed on the way (billable ops). */
-  autoConsumed: number;
-}
-
-/** Plan accounting of billable operations (src/plans/service.ts). */
-interface BillableOps {
-  /**
-   * Reserves one operation ahead; `admitted` false when the plan's hard limit refuses it,
-   * and then `refusal` is the error to answer. Normally served from the process's lease
-   * of the organization's operations: it resolves without any Redis command. `commit` (the operation applied, or may
-   * have) and `release` (it did not) never reject: a reservation that neither reaches
-   * counts once its deadline passes.
-   */
-  reserve(scope: ProjectScope): Promise<{ admitted: boolean; refusal: ApiError | null; commit(): Promise<void>; release(): Promise<void> }>;
-  /**
-   * Counts TTL auto-consumes that a script applied on the way. Never throws: the script
-   * applied, so its answer must not become an error; the count is retried, then logged.
-   */
-  record(scope: ProjectScope, n: number): void;
-}
+import type { LedgerOperation, Metrics } from '../metrics/metrics.js';
+import type { DepositInput, DrawInput, FreezeInput, ProjectScope, SettleInput } from './requests.js';
+import { OutboxMarks } from './marks.js';
+import { learnable, OutcomeLearner, replyLost } from './outcome.js';
+import { resultOf, type Asked, type OpResult } from './results.js';
+import { runBillable, type BillableOps } from './billable.js';
+import { customerViewOf, type CustomerView } from './views.js';
 
 export interface LedgerHooks {
   /** A freeze with a TTL was applied: make sure it settles on time. */
@@ -109,26 +44,10 @@ export interface LedgerHooks {
   metrics?: Metrics;
   /**
    * How long a money script whose reply was lost waits for Redis to answer again, to learn
-   * its outcome (OUTCOME_WAIT_MS); default outcome_wait_ms_default.
+   * its outcome (OUTCOME_WAIT_MS); default outcome_wait_ms_default (src/ledger/outcome.ts).
    */
   outcomeWaitMs?: number;
 }
-
-/** How long a money script whose reply was lost waits for Redis by default (LedgerHooks.outcomeWaitMs). */
-const outcome_wait_ms_default = 2_000;
-/** The pause before each try of learning a lost reply's outcome. */
-const outcome_retry_pause_ms = 50;
-
-/**
- * Scripts whose outcome is learned by sending them again with the same arguments when
- * their reply is lost (LedgerService.learn): each answers REPLAY with its stored result
- * when its identifier already applied, so a second send never applies twice. A deposit
- * only with an idempotency key (without one it is not idempotent). The others are reads
- * and worker jobs, whose callers try again themselves.
- */
-const learnableScripts: ReadonlySet<CustomerScriptName> = new Set([
-  'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'gateway_hold', 'gateway_settle', 'gateway_release',
-]);
 
 /**
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
@@ -154,24 +73,11 @@ export function requestHash(parts: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
 }
 
-
-/**
- * How long an active mark lasts (LedgerService.markActive): the sweeper looks at a
- * customer's outbox and TTLs once its mark is over, so an outbox an API process left
- * unmarked when it died is found within about this long.
- */
-export const active_mark_window_ms = 10_000;
-/** A process marks a customer again once less than this is left of its mark. */
-const active_mark_refresh_ms = 5_000;
-/** Customers whose mark a process remembers; beyond it forgets them all (and marks again). */
-const active_marks_remembered_max = 100_000;
-
 export class LedgerService {
-  /** Outboxes written since the last SADD to the dirty shards (markDirty), per shard. */
-  private readonly dirty = new Map<number, Set<string>>();
-  private dirtyFlushQueued = false;
-  /** Customer base -> until when its active mark holds (ms, service clock), or the ZADD in flight. */
-  private readonly activeUntil = new Map<string, number | Promise<void>>();
+  /** The dirty and active marks of the outboxes this process writes. */
+  private readonly marks: OutboxMarks;
+  /** Learns the outcome of a script or binding whose reply was lost. */
+  private readonly lostReplies: OutcomeLearner;
   readonly bindings: Bindings;
   private readonly api: ScriptApi;
   /**
@@ -183,7 +89,7 @@ export class LedgerService {
   readonly oneScript: boolean;
 
   constructor(
-    private readonly redis: RedisClient,
+    redis: RedisClient,
     scripts: Scripts,
     private readonly prefix: string,
     private readonly clock: Clock,
@@ -192,61 +98,16 @@ export class LedgerService {
     this.api = scriptApi(scripts);
     this.bindings = new Bindings(redis, scripts, prefix, hooks.archived ?? null);
     this.oneScript = !isCluster(redis);
+    this.marks = new OutboxMarks(redis, prefix, clock);
+    this.lostReplies = new OutcomeLearner(() => this.ready(), hooks.outcomeWaitMs, hooks.metrics);
   }
 
   /**
-   * Adds a customer's outbox to its dirty shard (`dirty:{n}`, by a hash of the customer),
-   * together with every other outbox written in the same turn of the event loop: one SADD
-   * per shard for many operations under load. Not awaited by the operation: the sweeper
-   * finds an outbox whose SADD was lost with this process through the active mark.
-   */
-  private markDirty(base: string): void {
-    const shard = shardOf(base, dirty_shards);
-    let members = this.dirty.get(shard);
-    if (!members) this.dirty.set(shard, (members = new Set()));
-    members.add(base);
-    if (this.dirtyFlushQueued) return;
-    this.dirtyFlushQueued = true;
-    setImmediate(() => {
-      this.dirtyFlushQueued = false;
-      this.flushDirty();
-    });
-  }
-
-  /**
-   * Sends the dirty marks gathered since the last flush (one SADD per shard), without
-   * waiting for the end of the turn; a process that stops calls it before closing Redis.
+   * Sends the dirty marks gathered since the last flush (OutboxMarks.flushDirty); a
+   * process that stops calls it before closing Redis.
    */
   flushDirty(): void {
-    for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
-    this.dirty.clear();
-  }
-
-  /**
-   * Makes sure the customer is in its shard of the active index before a script of this
-   * process may write its outbox: a mark that is applied before the script, unlike the
-   * dirty mark after it, survives this process dying in between, and the sweeper walks
-   * the index instead of the keyspace (workers/sweep.ts). A script cannot add it itself:
-   * the index is in another slot. Costs a command on the first operation on a customer
-   * per process and per active_mark_refresh_ms, none on the others; null when nothing is
-   * to wait for.
-   */
-  private markActive(base: string): Promise<void> | null {
-    const now = Date.now() + this.clock.offsetMs();
-    const held = this.activeUntil.get(base);
-    if (typeof held === 'number' && held - now > active_mark_refresh_ms) return null;
-    if (held instanceof Promise) return held;
-    if (this.activeUntil.size >= active_marks_remembered_max) this.activeUntil.clear();
-    const until = now + active_mark_window_ms;
-    const pending = this.redis.zadd(activeKeyOf(this.prefix, base), 'GT', until, base).then(
-      () => void this.activeUntil.set(base, until),
-      (err: unknown) => {
-        this.activeUntil.delete(base);
-        throw err;
-      },
-    );
-    this.activeUntil.set(base, pending);
-    return pending;
+    this.marks.flushDirty();
   }
 
   /**
@@ -290,7 +151,7 @@ export class LedgerService {
   /**
    * What run and runBound share: the guard and the active mark before, the dirty mark and
    * the TTL count after. A `learnable` script whose reply is lost has its outcome learned
-   * (learn) before the caller hears of it.
+   * (OutcomeLearner.learn, src/ledger/outcome.ts) before the caller hears of it.
    */
   private async send(
     name: CustomerScriptName,
@@ -300,7 +161,7 @@ export class LedgerService {
     learnable: boolean,
   ): Promise<ScriptReply> {
     const k = this.keys(scope, customerId);
-    const marked = this.markActive(k.base);
+    const marked = this.marks.markActive(k.base);
     try {
       await (marked ? Promise.all([this.ready(), marked]) : this.ready());
     } catch (err) {
@@ -313,68 +174,11 @@ export class LedgerService {
       reply = await call();
     } catch (err) {
       if (!learnable || !replyLost(err)) throw err;
-      reply = await this.learn(call, err);
+      reply = await this.lostReplies.learn(call, err);
     }
-    if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.markDirty(k.base);
+    if (reply[3] > 0 || (reply[0] === ScriptStatus.Ok && !entrylessScripts.has(name)) || bindingScripts.has(name)) this.marks.markDirty(k.base);
     if (reply[2] > 0 && this.hooks.billable) this.hooks.billable.record(scope, reply[2]);
     return reply;
-  }
-
-  /**
-   * Learns the outcome of a script whose reply was lost (`lost`), within the request's
-   * time: sends it again, with the same arguments, once Redis answers and the generation
-   * guard passes, until one try answers or outcomeWaitMs is over. The script is
-   * idempotent (learnableScripts): when the lost send applied, the new one answers REPLAY
-   * with its stored result, which is answered as OK, as the lost reply would have been
-   * (the client asked once); when it did not, the new one applies it now, or refuses it.
-   * No answer in time: OutcomeUnknownError (503 outcome_unknown). Counted in
-   * svc_outcome_learning_total.
-   */
-  private async learn(call: () => Promise<ScriptReply>, lost: unknown): Promise<ScriptReply> {
-    let reply: ScriptReply;
-    try {
-      reply = await this.resend(call, lost);
-    } catch (err) {
-      this.learned('unknown');
-      throw err;
-    }
-    if (reply[0] === ScriptStatus.Replay) {
-      this.learned('learned_applied');
-      return [ScriptStatus.Ok, ...reply.slice(1)] as ScriptReply;
-    }
-    this.learned(reply[0] === ScriptStatus.Ok ? 'learned_not_applied_then_applied' : 'learned_not_applied_then_refused');
-    return reply;
-  }
-
-  /**
-   * Sends an idempotent `call` whose reply was lost (`lost`) again, once Redis answers and
-   * the generation guard passes, until one try answers or outcomeWaitMs is over; then
-   * OutcomeUnknownError. A try still in flight then is left to finish: it applies at most
-   * once, like the lost one.
-   */
-  private async resend<T>(call: () => Promise<T>, lost: unknown): Promise<T> {
-    const deadline = Date.now() + (this.hooks.outcomeWaitMs ?? outcome_wait_ms_default);
-    let last = lost;
-    for (let left = deadline - Date.now(); left > 0; left = deadline - Date.now()) {
-      await sleep(Math.min(outcome_retry_pause_ms, left));
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<typeof timed_out>((resolve) => {
-        timer = setTimeout(() => resolve(timed_out), Math.max(0, deadline - Date.now()));
-      });
-      try {
-        const tried = this.ready().then(call);
-        // A try that loses the race still ends; its failure is nobody's to hear.
-        tried.catch(() => undefined);
-        const answer = await Promise.race([tried, late]);
-        if (answer === timed_out) break;
-        return answer;
-      } catch (err) {
-        last = err;
-      } finally {
-        clearTimeout(timer);
-      }
-    }
-    throw last instanceof OutcomeUnknownError ? last : new OutcomeUnknownError(last instanceof Error ? last : new Error(String(last)));
   }
 
   /**
@@ -387,82 +191,8 @@ export class LedgerService {
       return await bind();
     } catch (err) {
       if (!replyLost(err)) throw err;
-      return this.resend(bind, err);
+      return this.lostReplies.resend(bind, err);
     }
-  }
-
-  private learned(path: OutcomePath): void {
-    this.hooks.metrics?.outcomeLearning.inc({ path });
-  }
-
-  /**
-   * Runs a billable script (deduct, consume, a freeze with a consume TTL) under a plan
-   * reservation. `lookup` (binding or finding the transaction's customer; a value when the
-   * script binds itself) goes out in the same round trip as the reservation: neither needs
-   * the other's answer. `script` gets what the lookup found and whether the plan admits a
-   * new operation (its last argument); the reservation is committed when the operation
-   * applied now (or may have), and given back otherwise.
-   */
-  private async runBillable<T>(
-    scope: ProjectScope,
-    lookup: T | Promise<T>,
-    script: (found: T, admitted: '0' | '1') => Promise<ScriptReply>,
-  ): Promise<{ reply: ScriptReply; found: T }> {
-    const [found, reserved] = await Promise.allSettled([lookup, this.hooks.billable?.reserve(scope) ?? null]);
-    const reservation = reserved.status === 'fulfilled' ? reserved.value : null;
-    let reply: ScriptReply | undefined;
-    let unsent = false;
-    try {
-      if (found.status === 'rejected') throw found.reason;
-      if (reserved.status === 'rejected') throw reserved.reason;
-      try {
-        reply = await script(found.value, reservation && !reservation.admitted ? '0' : '1');
-      } catch (err) {
-        unsent = provesNothingSent(err);
-        throw err;
-      }
-      if (reply[0] === ScriptStatus.UsageLimit && reservation?.refusal) throw reservation.refusal;
-      return { reply, found: found.value };
-    } finally {
-      // Given back when the script answered that nothing applied, or provably never
-      // reached Redis (never written, or refused by the generation guard). Without an
-      // answer otherwise (a lost reply) it may have applied: it counts, one too high at
-      // worst, never too low.
-      // A consume of a freeze that the plan counted when it was accepted (reply[4] = 1,
-      // lua/consume-10.lua) gives its reservation back too: counted once.
-      const notApplied = reply !== undefined
-        ? reply[0] !== ScriptStatus.Ok || reply[4] === 1
-        : unsent || found.status === 'rejected' || reserved.status === 'rejected';
-      // Not awaited: the answer does not wait on the count (neither rejects).
-      if (reservation) void (notApplied ? reservation.release() : reservation.commit());
-    }
-  }
-
-  /**
-   * The script's answer as a result, or its error. `idParam` names the request field a
-   * conflict is about (the operation's identifier).
-   */
-  private outcome(reply: ScriptReply, customerId: string, idParam?: string, asked?: Asked): OpResult {
-    const [status, raw, autoConsumed] = reply;
-    if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
-      return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
-    }
-    if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
-    // Refusals whose script answered numbers (on its failure path only) say them.
-    if ((status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) && asked?.draw) {
-      throw drawRefusal(status === ScriptStatus.Insufficient ? 'insufficient_balance' : 'insufficient_balance_in_selected_credit_types', raw, asked.draw);
-    }
-    const settleCode = settleCodes.get(status);
-    if (settleCode !== undefined) {
-      const refusal = settleRefusal(settleCode, raw, { requested: asked?.consumed ?? null });
-      if (refusal !== null) throw refusal;
-    }
-    const param =
-      status === ScriptStatus.Conflict ? idParam
-      : status === ScriptStatus.InvalidExpires ? 'expires_at'
-      : status === ScriptStatus.ScopeMismatch ? 'customer_id'
-      : undefined;
-    throw scriptError('customer script', status, { param });
   }
 
   /**
@@ -521,7 +251,7 @@ export class LedgerService {
           return this.run('deposit', scope, input.customerId, args, bound.readAtMs);
         },
       );
-    return this.outcome(reply, input.customerId, 'idempotency_key');
+    return resultOf(reply, input.customerId, 'idempotency_key');
   }
 
   /** Binds the transaction id to the customer; returns the customer and when the binding was read. */
@@ -544,16 +274,16 @@ export class LedgerService {
     const args = this.drawArgs(input, hash);
     const reply = await this.fromBinding(
       async () => {
-        const r = await this.runBillable(scope, null, (_, admitted) => this.runBound('deduct', scope, input.customerId, input.transactionId, { ...args, admitted }));
+        const r = await runBillable(this.hooks.billable, scope, null, (_, admitted) => this.runBound('deduct', scope, input.customerId, input.transactionId, { ...args, admitted }));
         return r.reply;
       },
       async () => {
-        const r = await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
+        const r = await runBillable(this.hooks.billable, scope, this.bindTransaction(scope, input), (bound, admitted) =>
           this.run('deduct', scope, input.customerId, { ...args, admitted }, bound.readAtMs));
         return r.reply;
       },
     );
-    return this.outcome(reply, input.customerId, 'transaction_id', this.askedDraw(input));
+    return resultOf(reply, input.customerId, 'transaction_id', this.askedDraw(input));
   }
 
   private askedDraw(input: DrawInput): Asked {
@@ -572,8 +302,8 @@ export class LedgerService {
     // deduct. Any other freeze is not billable and never waits on the plan.
     const reply = input.ttl?.kind === 'consume'
       ? await this.fromBinding(
-        async () => (await this.runBillable(scope, null, (_, admitted) => this.runBound('freeze', scope, input.customerId, input.transactionId, { ...args, admitted }))).reply,
-        async () => (await this.runBillable(scope, this.bindTransaction(scope, input), (bound, admitted) =>
+        async () => (await runBillable(this.hooks.billable, scope, null, (_, admitted) => this.runBound('freeze', scope, input.customerId, input.transactionId, { ...args, admitted }))).reply,
+        async () => (await runBillable(this.hooks.billable, scope, this.bindTransaction(scope, input), (bound, admitted) =>
           this.run('freeze', scope, input.customerId, { ...args, admitted }, bound.readAtMs))).reply,
       )
       : await this.fromBinding(
@@ -583,7 +313,7 @@ export class LedgerService {
           return this.run('freeze', scope, input.customerId, { ...args, admitted: '1' }, bound.readAtMs);
         },
       );
-    const result = this.outcome(reply, input.customerId, 'transaction_id', this.askedDraw(input));
+    const result = resultOf(reply, input.customerId, 'transaction_id', this.askedDraw(input));
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
       // The freeze applied: its answer must not become an error. Without the job the TTL
@@ -614,17 +344,17 @@ export class LedgerService {
     const named = input.customerId;
     const reply = await this.fromBinding(
       named === null ? null : async () => {
-        const r = await this.runBillable(scope, null, (_, admitted) => this.runBound('consume', scope, named, input.transactionId, { ...args, admitted }));
+        const r = await runBillable(this.hooks.billable, scope, null, (_, admitted) => this.runBound('consume', scope, named, input.transactionId, { ...args, admitted }));
         return r.reply;
       },
       async () => {
         const owner = this.ownerOf(scope, input.transactionId, input.customerId, 'no_consumable_freeze_records');
-        const r = await this.runBillable(scope, owner, (found, admitted) => this.run('consume', scope, found.customerId, { ...args, admitted }, found.readAtMs));
+        const r = await runBillable(this.hooks.billable, scope, owner, (found, admitted) => this.run('consume', scope, found.customerId, { ...args, admitted }, found.readAtMs));
         customerId = r.found.customerId;
         return r.reply;
       },
     );
-    return this.outcome(reply, customerId, undefined, { consumed: input.amount });
+    return resultOf(reply, customerId, undefined, { consumed: input.amount });
   }
 
   private async unfreezeOp(
@@ -643,7 +373,7 @@ export class LedgerService {
         return this.run('unfreeze', scope, owner.customerId, args, owner.readAtMs);
       },
     );
-    return this.outcome(reply, customerId);
+    return resultOf(reply, customerId);
   }
 
   /**
@@ -730,71 +460,6 @@ export class LedgerService {
    * `listing` adds the sources Redis holds (live, and dead ones not archived yet).
    */
   async view(scope: ProjectScope, customerId: string, listing = false): Promise<CustomerView | null> {
-    const reply = await this.run('view', scope, customerId, { listSources: listing ? '1' : '0' });
-    if (reply[0] === ScriptStatus.CustomerNotFound) return null;
-    const profile = JSON.parse(reply[1]) as { created_at: string; name: string | null; email: string | null; metadata: string | null };
-    const nowMs = Number(reply[4]);
-    const sums = JSON.parse(reply[5] as string) as Record<string, { t: string; u: string; f: string }>;
-    const wallets: Record<string, WalletSums> = {};
-    for (const [name, a] of Object.entries(sums)) wallets[name] = { total: Number(a.t), used: Number(a.u), frozen: Number(a.f) };
-    const sources = (reply[6] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
-    return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
+    return customerViewOf(await this.run('view', scope, customerId, { listSources: listing ? '1' : '0' }));
   }
 }
-
-const timed_out = Symbol('timed out');
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** Whether a script's outcome is learned when its reply is lost (learnableScripts). */
-function learnable(name: CustomerScriptName, args: object): boolean {
-  return learnableScripts.has(name) && !(name === 'deposit' && (args as { idempotencyKey?: unknown }).idempotencyKey === '');
-}
-
-/**
- * A failure of a sent script without its reply: not proven unsent, and not an answer of
- * Redis (a ReplyError is one: the script ran, or was refused, and said so).
- */
-function replyLost(err: unknown): boolean {
-  return !provesNothingSent(err) && (err as { name?: string })?.name !== 'ReplyError';
-}
-
-/** What a request asked, for the words of its refusal (src/ledger/refusals.ts). */
-interface Asked {
-  draw?: { amount: number; wallets: string[] | null; selector: 'wallet' | 'credit_types' };
-  /** A consume's amount, null for the whole frozen amount. */
-  consumed?: number | null;
-}
-
-const settleCodes = new Map<number, 'actual_amount_exceeds_frozen_amount' | 'no_consumable_freeze_records' | 'freeze_records_already_consumed' | 'no_unfreezable_records'>([
-  [ScriptStatus.ExceedsFrozen, 'actual_amount_exceeds_frozen_amount'],
-  [ScriptStatus.NoConsumable, 'no_consumable_freeze_records'],
-  [ScriptStatus.AlreadyConsumed, 'freeze_records_already_consumed'],
-  [ScriptStatus.NoUnfreezable, 'no_unfreezable_records'],
-]);
-
-/** A wallet's sums over the sources active now. */
-interface WalletSums {
-  total: number;
-  used: number;
-  frozen: number;
-}
-
-export interface CustomerView {
-  profile: { created_at: string; name: string | null; email: string | null; metadata: string | null };
-  nowMs: number;
-  /** Every wallet the customer ever had, with its sums over the sources active now. */
-  wallets: Record<string, WalletSums>;
-  /** The sources Redis holds, by creation order (only with `listing`). */
-  sources: SourceState[];
-  /** The creation seq of the customer's newest source. */
-  srcSeq: number;
-  /** Some sources were archived: PostgreSQL alone holds them. */
-  archived: boolean;
-  autoConsumed: number;
-}
-
-export { isActive } from './sources.js';
-export {  type SourceState } from '../redis/codec.js';

@@ -117,7 +117,7 @@ export function shardOf(base: string, shards: number): number {
   return (h >>> 0) % shards;
 }
 
-/** set: customer key bases whose outbox has entries to persist (LedgerService.markDirty, the persist loop). */
+/** set: customer key bases whose outbox has entries to persist (OutboxMarks.markDirty, the persist loop). */
 export function dirtyKey(prefix: string, shard: number): string {
   return `${prefix}dirty:{${shard}}`;
 }

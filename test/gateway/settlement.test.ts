@@ -153,7 +153,7 @@ describe('a settlement whose reply is lost', () => {
     // The script layer under the ledger: the first settlement runs and applies, and its
     // caller gets the error of a connection that closed before the reply
     // (src/redis/sent.ts). The ledger learns the outcome by sending it again
-    // (LedgerService.learn), which answers its stored result.
+    // (OutcomeLearner.learn), which answers its stored result.
     const api = (env.svc.rt.ledger as unknown as { api: ScriptApi }).api;
     const customer = api.customer;
     let lost = 0;

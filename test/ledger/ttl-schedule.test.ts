@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { sweep } from '../../workers/sweep.js';
-import { active_mark_window_ms } from '../../src/ledger/service.js';
+import { active_mark_window_ms } from '../../src/ledger/marks.js';
 import { waitFor } from '../helpers.js';
 import { p, svc, useTestService } from '../support/service.js';
 

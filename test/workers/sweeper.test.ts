@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { activeKeyOf, dirtyKeyOf } from '../../src/redis/keys.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { sweep } from '../../workers/sweep.js';
-import { active_mark_window_ms } from '../../src/ledger/service.js';
+import { active_mark_window_ms } from '../../src/ledger/marks.js';
 import { startWorkers } from '../../workers/index.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { waitFor } from '../helpers.js';
