@@ -8,23 +8,20 @@
  */
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
-import type { AuthContext } from '../keys/caller.js';
 import { newId } from '../ids.js';
 import { creditsToCents, creditsToUsd } from '../ledger/amounts.js';
 import type { UsageRecordInput } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
 import type { ProjectScope } from '../ledger/requests.js';
-import { gateway_reservation_ms, type PlanService, type PlanTicket } from '../plans/service.js';
+import { gateway_reservation_ms, type PlanService } from '../plans/service.js';
 import { gatewayBindings } from '../ledger/bindings.js';
 import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
 import { OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
 import { ApiError } from '../errors/catalogue.js';
 import { holdRefusal } from '../ledger/refusals.js';
-import type { Usage, WireFormat } from './adapters.js';
-import type { GatewayModel } from './models.js';
+import type { Usage } from './adapters.js';
+import { callOf, type Call, type HoldRequest } from './call.js';
 import { costOf, inputCostBound, partTokensBound } from './pricing.js';
-import type { PartCounts } from './wire/format.js';
-import type { Endpoint } from './request.js';
 import type { InFlight } from '../lifecycle.js';
 import type { Metrics } from '../metrics/metrics.js';
 
@@ -91,71 +88,6 @@ export interface SettleResult {
   returned: number;
   reserved: number;
   balanceAfter: number;
-}
-
-/** A call whose hold applied: what its settlement or release needs. */
-export interface Call {
-  auth: AuthContext;
-  scope: ProjectScope;
-  endpoint: Endpoint;
-  format: WireFormat;
-  customerId: string;
-  wallet: string;
-  traceId: string | null;
-  model: GatewayModel;
-  stream: boolean;
-  transactionId: string;
-  /** Answers asked of the upstream (OpenAI `n`). */
-  answers: number;
-  startedAt: number;
-  reservation: PlanTicket;
-  hold: number;
-  outputTokens: number;
-  requestBytes: number;
-  /** A settlement was sent: the call may be billed even if no reply came. */
-  settleTried: boolean;
-  /** When the call was sent upstream (performance.now()); 0 until then. */
-  upstreamStartedAt: number;
-  /** The call's Idempotency-Key, '' for none. */
-  idempotencyKey: string;
-}
-
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
-  explicitMax: number | null;
-  /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
-  limitField: string;
-  rawBytes: number;
-  /** Image and file parts of the request: each adds its model's bound to the input's. */
-  parts: PartCounts;
-};
-
-/**
- * The call of a hold request, built field by field: Node 20 adds each field to a spread
- * copy (`{ ...c, startedAt, ... }`) through a slow path, which cost about 8 us per call
- * for these five.
- */
-function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold: number, outputTokens: number): Call {
-  return {
-    auth: c.auth,
-    scope: c.scope,
-    endpoint: c.endpoint,
-    format: c.format,
-    customerId: c.customerId,
-    wallet: c.wallet,
-    traceId: c.traceId,
-    model: c.model,
-    stream: c.stream,
-    transactionId: c.transactionId,
-    answers: c.answers,
-    startedAt,
-    reservation,
-    hold,
-    outputTokens,
-    requestBytes: c.rawBytes,
-    settleTried: false,
-    upstreamStartedAt: 0,
-    idempotencyKey: c.idempotencyKey,
-  };
 }
 
 export class GatewayBilling {

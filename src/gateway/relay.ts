@@ -10,7 +10,8 @@ import type { Response } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import { StreamRelay, usageFromResponse, type Usage } from './adapters.js';
-import { billingHeaderNames, type Call, type GatewayBilling, type SettleResult } from './billing.js';
+import { billingHeaderNames, type GatewayBilling, type SettleResult } from './billing.js';
+import type { Call } from './call.js';
 import type { UpstreamClient, UpstreamResponse } from './upstream.js';
 
 export class GatewayRelay {
