@@ -4,7 +4,7 @@
  * token for token, with its usage. A contender that answers anything else (an error, a
  * truncated stream, a body of its own) fails the check, so it cannot pass for fast.
  */
-import { mockDirective, mockOutputText } from '../../src/gateway/mock/server.js';
+import { mockDirective, mockOutputText } from '../../src/gateway/mock/controls.js';
 
 /** The mock's default output length (docs/MOCK_UPSTREAM.md); the request asks for no other. */
 export const output_tokens = 12;

@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import type { ApiResponse, TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { expectError } from '../support/errors.js';

@@ -4,7 +4,7 @@
  * model), through the admin key and through a session alike.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import type { TestProject } from '../helpers.js';
 import { ANTHROPIC_MODEL, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { addMember, dash, signIn } from './dashboard-support.js';

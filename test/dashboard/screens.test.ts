@@ -3,7 +3,8 @@
  * each action does what its screen says, with the API's message when refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective, startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { csvField } from '../../src/dashboard/screens/usage.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { addMember } from '../admin/dashboard-support.js';

@@ -17,7 +17,8 @@ import {
   usageFromResponse,
   type WireFormat,
 } from '../../src/gateway/adapters.js';
-import { countInputTokens, mockDirective, mockOutputText, startMockUpstream, type MockControls, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/controls.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 
 let mock: MockUpstream;
 

@@ -6,7 +6,7 @@
  * count and the balance all add up to the deposit.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective } from '../../src/gateway/mock/controls.js';
 import { ANTHROPIC_MODEL, expectedCost, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
 import { expectError } from '../support/errors.js';
 

@@ -12,7 +12,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import { hashSecret } from '../../src/keys/secrets.js';
 import { readSources } from '../../src/ledger/sources.js';
 import { codeOf, describedRoutes, routeErrors } from '../../src/openapi/registry.js';

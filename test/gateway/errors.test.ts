@@ -5,7 +5,7 @@
  * balance, the ledger and the organization's plan count as they were.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective, type MockControls } from '../../src/gateway/mock/server.js';
+import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
 import { gatewayBindings } from '../../src/ledger/bindings.js';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { waitFor, type TestProject } from '../helpers.js';

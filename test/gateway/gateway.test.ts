@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Json } from '../helpers.js';
-import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/controls.js';
 import { expectError } from '../support/errors.js';
 import {
   ANTHROPIC_MODEL,

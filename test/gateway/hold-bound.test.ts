@@ -8,7 +8,7 @@
  * record, counted in /metrics, and not taken from a later deposit.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import { expectError } from '../support/errors.js';
 import { reconcileOverApi } from '../helpers.js';
 import { rawPost, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';

@@ -8,7 +8,7 @@
  */
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective } from '../../src/gateway/mock/controls.js';
 import { periodAt } from '../../src/plans/catalogue.js';
 import { detectCluster } from '../../src/redis/client.js';
 import { ScriptStatus, type ScriptReply } from '../../src/redis/scripts.js';

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BindStatus, claimId } from '../../src/ledger/bindings.js';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import { reconcile } from '../../src/reconcile/reconcile.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { waitFor } from '../helpers.js';

@@ -10,7 +10,7 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { reconcileOverApi, testConfig, waitFor } from '../helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';

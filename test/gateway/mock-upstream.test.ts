@@ -1,13 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
-import {
-  countInputTokens,
-  mockDirective,
-  mockOutputText,
-  startMockUpstream,
-  type MockUpstream,
-} from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective, mockOutputText } from '../../src/gateway/mock/controls.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 
 const KEY = 'sk-mock-test-key';
 

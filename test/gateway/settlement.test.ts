@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reconcileOverApi } from '../helpers.js';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import type { ScriptApi } from '../../src/redis/scripts.js';
 import { OutcomeUnknownError } from '../../src/redis/sent.js';
 import { expectedCost, MAX_OUTPUT_TOKENS, OPENAI_MODEL, PRICES, rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';

@@ -14,7 +14,7 @@ import fc from 'fast-check';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { billing_field, prepareUpstreamBody, StreamRelay, type WireFormat } from '../../src/gateway/adapters.js';
-import { countInputTokens, mockDirective, mockOutputText } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective, mockOutputText } from '../../src/gateway/mock/controls.js';
 import { ANTHROPIC_MODEL, centsOf, expectedCost, OPENAI_MODEL, rawPost, startGatewayEnv, usdOf, type GatewayEnv } from './support.js';
 import { expectError } from '../support/errors.js';
 

@@ -10,7 +10,7 @@ import http from 'node:http';
 import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Json } from '../helpers.js';
-import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/controls.js';
 import {
   ANTHROPIC_MODEL,
   centsOf,

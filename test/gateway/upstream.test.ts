@@ -10,7 +10,8 @@ import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { StreamRelay } from '../../src/gateway/adapters.js';
-import { mockDirective, mockOutputText, startMockUpstream, type MockControls, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { mockDirective, mockOutputText, type MockControls } from '../../src/gateway/mock/controls.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { publicOnlyLookup } from '../../src/gateway/private-network.js';
 import { ANTHROPIC_VERSION_DEFAULT, UpstreamClient, UpstreamError, type UpstreamTarget } from '../../src/gateway/upstream.js';
 

@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockDirective } from '../../src/gateway/mock/server.js';
+import { mockDirective } from '../../src/gateway/mock/controls.js';
 import { OPENAI_MODEL, closedPort, modelBody, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { spawnService, type ServiceProcess } from '../support/processes.js';
 

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { countInputTokens, mockDirective } from '../../src/gateway/mock/server.js';
+import { countInputTokens, mockDirective } from '../../src/gateway/mock/controls.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { ANTHROPIC_MODEL, expectedCost, OPENAI_MODEL, startGatewayEnv, type GatewayEnv } from '../gateway/support.js';
 import { expectError } from '../support/errors.js';
