@@ -25,7 +25,7 @@ import type { RedisClient } from '../redis/client.js';
 import { customerKeysFromBase, dirty_shards, dirtyKey, parseCustomerBase } from '../redis/keys.js';
 import { countBillableEntries } from '../plans/billable.js';
 import { periodAt, planIds, plans, type PlanId } from '../plans/catalogue.js';
-import { effectivePlan } from '../plans/service.js';
+import { effectivePlan } from '../plans/organizations.js';
 import { centsToUsd, overageCents, overageOps, overageRateCentsPer10k, priceCents } from './proration.js';
 
 const planId = z.enum(planIds);

@@ -22,19 +22,9 @@ import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
 import { hardLimitOf, limitsOf, periodAt, planIds, plans, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 import { countBillableEntries } from './billable.js';
+import { effectivePlan, orgRow, type OrgRow } from './organizations.js';
 
 export type { PlanTicket } from './leases.js';
-
-const orgRow = z.object({
-  id: z.string(),
-  name: z.string(),
-  plan: z.enum(['free', 'pro_500k', 'pro_2m', 'pro_5m', 'pro_15m', 'pro_50m', 'enterprise']),
-  pending_plan: z.enum(['free', 'pro_500k', 'pro_2m', 'pro_5m', 'pro_15m', 'pro_50m', 'enterprise']).nullable(),
-  pending_from: z.number().nullable(),
-  demo_allowance: z.boolean(),
-  created_at: z.number(),
-});
-type OrgRow = z.infer<typeof orgRow>;
 
 /**
  * How long a ledger operation's reservation stays pending before it counts as applied: a
@@ -70,11 +60,6 @@ export interface Reservation {
   pendingKey: string;
   /** The pending set's member of an admitted reservation. */
   member: string | null;
-}
-
-/** The plan in force at `nowMs`: a pending downgrade applies from its period on. */
-export function effectivePlan(org: Pick<OrgRow, 'plan' | 'pending_plan' | 'pending_from'>, nowMs: number): PlanId {
-  return org.pending_plan !== null && org.pending_from !== null && org.pending_from <= nowMs ? org.pending_plan : org.plan;
 }
 
 /** The organization read's `limits` (null: unlimited). */
