@@ -14,6 +14,7 @@ import { profileRoutes } from './customers/profile.js';
 import { health, readiness } from './health.js';
 import { ledgerRoutes } from './ledger/routes.js';
 import type { Runtime } from './runtime.js';
+import type { Config } from './config/index.js';
 import { authenticate } from './http/auth.js';
 import { rateLimit } from './http/rate-limit.js';
 import { requestEnd } from './http/access-log.js';
@@ -42,7 +43,7 @@ export function jsonBodies(parserOf = bodyParsers()): RequestHandler {
 }
 
 /** The JSON body parser of a path: the billing one, or null on the gateway's two paths. */
-function bodyParsers(): (path: string) => RequestHandler | null {
+export function bodyParsers(): (path: string) => RequestHandler | null {
   // The billing parser keeps each body's text: amounts are read from it (src/ledger/amounts.ts).
   const billingJson = measuredJson(body_bytes_max_billing, measuredExpressJson(body_bytes_max_billing, { keepText: true }), { keepText: true });
   const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
@@ -58,16 +59,25 @@ export interface Api {
   serverOptions: ServerOptions;
 }
 
-export function createApi(rt: Runtime): Api {
+/**
+ * An Express app with the API's settings, before any middleware: createApi's, and the one
+ * test/http/front-door-pin.test.ts compares the front door with.
+ */
+export function expressApp(trustProxy: Config['TRUST_PROXY']): express.Express {
   const app = express();
   // `/health/` is not `/health`, as every router's paths are exact. The `/v1` prefix of
-  // the authentication below is matched in any case on purpose: `/V1/...` is
+  // createApi's authentication is matched in any case on purpose: `/V1/...` is
   // authenticated too, whatever a router behind it matches.
   app.set('strict routing', true);
   app.disable('x-powered-by');
   app.set('etag', false);
   // Who the client is (req.ip, for the sign-in limit): the socket unless TRUST_PROXY names proxies.
-  app.set('trust proxy', rt.config.TRUST_PROXY);
+  app.set('trust proxy', trustProxy);
+  return app;
+}
+
+export function createApi(rt: Runtime): Api {
+  const app = expressApp(rt.config.TRUST_PROXY);
   const ended = requestEnd(rt.logger, rt.metrics);
   app.use(ended);
   // The gauges read from Redis and PostgreSQL on a scrape (src/metrics/stores.ts).

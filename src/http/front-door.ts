@@ -11,6 +11,15 @@
  * app's error middleware for any failure. The request and response have Express's
  * prototypes (expressClasses), so every handler sees the same `req` and `res` it would have
  * seen in the app.
+ *
+ * It copies by hand what Express 5.3's app.handle and its router (the `router` package) set
+ * up before a route: `app.request`/`app.response` as prototypes (from which `req.app`,
+ * `req.query`, `req.ip` and the `res` helpers come), `req.res`, `res.locals`,
+ * `req.originalUrl`, `req.baseUrl` and `req.params` (decoded as the router does); `res.req`
+ * is Node's. It leaves out the router's `req.next`, `req.route` and its tracing. That is
+ * why package.json pins Express's minor (`~5.3.0`). On an Express upgrade: run
+ * test/http/front-door-pin.test.ts, which compares what a handler sees here and through
+ * Express; copy any new setup here, or write it down there as a difference, with why.
  */
 import { IncomingMessage, ServerResponse, type RequestListener, type ServerOptions } from 'node:http';
 import type { ErrorRequestHandler, Express, Request, RequestHandler, Response } from 'express';
