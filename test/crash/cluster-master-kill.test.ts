@@ -49,7 +49,7 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { nodeRecoveredMarkerKey } from '../../src/redis/generation.js';
 import { activeKeyOf, customerKeys } from '../../src/redis/keys.js';
 import { keySlot, tagIn } from '../../src/redis/slots.js';

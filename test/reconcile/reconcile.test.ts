@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { bindingKeys, customerKeys } from '../../src/redis/keys.js';
 import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import type { ApiResponse, TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import { svc, useTestService } from '../support/service.js';
