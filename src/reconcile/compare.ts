@@ -17,6 +17,7 @@ import { comparable, type CustomerRow, type EntryRow, type FoldedCustomer } from
 import { effectiveCounters, sourceLayout, type SourceLayout } from '../ledger/sources.js';
 import type { DriftItem, QuarantinedItem } from './report.js';
 
+/** Bindings read per batch by indexDrift. */
 const index_read_batch_size = 500;
 /** Outbox entries read per XRANGE of a snapshot: a long outbox is read in pages. */
 const snapshot_outbox_page_size = 500;

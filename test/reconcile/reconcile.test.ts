@@ -165,7 +165,7 @@ describe('reconcile', () => {
   });
 
   /**
-   * One case per thing reconcile compares (src/reconcile/reconcile.ts, compare and
+   * One case per thing reconcile compares (src/reconcile/compare.ts, compare and
    * compareSources): each plants drift in that one place of c1's Redis state, expects
    * exactly that drift item, and expects --repair to leave no drift and the balances as
    * they were. `S` is c1's first source (credits, no expiry, live), `B` its bonus source
