@@ -37,6 +37,14 @@ export function succeeded(a: AttemptRecord): boolean {
   return a.status_code !== null && a.status_code >= 200 && a.status_code < 300;
 }
 
+/**
+ * Why webhooks may not go to this URL (a private address, or a name that resolves to one
+ * now), or null; checked when an endpoint's URL is set.
+ */
+export function webhookUrlRefusal(url: string, allowPrivate: boolean): Promise<string | null> {
+  return allowPrivate ? Promise.resolve(null) : upstreamUrlRefusal(url, undefined, webhook_subject);
+}
+
 export interface SenderOptions {
   timeoutMs: number;
   /** UPSTREAM_ALLOW_PRIVATE: lets a receiver on a private address (the tests' loopback) in. */
@@ -52,11 +60,6 @@ export class WebhookSender {
       headersTimeout: opts.timeoutMs,
       bodyTimeout: opts.timeoutMs,
     });
-  }
-
-  /** Why webhooks may not go to this URL (a private address, or a name that resolves to one), or null. */
-  urlRefusal(url: string): Promise<string | null> {
-    return this.opts.allowPrivate ? Promise.resolve(null) : upstreamUrlRefusal(url, undefined, webhook_subject);
   }
 
   async send(target: DeliveryTarget, event: StoredEvent, manual: boolean): Promise<AttemptRecord> {
