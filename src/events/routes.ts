@@ -14,7 +14,7 @@ import { listOf } from '../schema/zod.js';
 import { decodeCursor, encodeCursor } from './cursor.js';
 import { event_types, eventSchema, findEventsPage } from './store.js';
 
-export const eventsQuery = z.object({
+const eventsQuery = z.object({
   type: z.enum(event_types).optional(),
   customer_id: z.string().min(1).max(256).optional(),
   cursor: z.string().max(300).optional(),

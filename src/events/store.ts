@@ -24,7 +24,7 @@ export const event_types = [
 /** The type of the event a test send delivers (POST /v1/webhooks/{id}/test); not listed by GET /v1/events. */
 export const test_event_type = 'webhook.test';
 
-export type EventType = (typeof event_types)[number] | typeof test_event_type;
+type EventType = (typeof event_types)[number] | typeof test_event_type;
 
 export const eventSchema = z
   .object({
@@ -95,10 +95,4 @@ export async function findEventsPage(db: CommonQueryMethods, projectId: string, 
     SELECT ${eventColumns} FROM events WHERE ${sql.join(conds, sql.fragment` AND `)}
     ORDER BY created_at DESC, id DESC LIMIT ${f.limit}`);
   return rows.map(eventOfRow);
-}
-
-/** One event by id, or null. */
-export async function findEvent(db: CommonQueryMethods, id: string): Promise<StoredEvent | null> {
-  const row = await db.maybeOne(sql.type(eventRow)`SELECT ${eventColumns} FROM events WHERE id = ${id}`);
-  return row === null ? null : eventOfRow(row);
 }

@@ -16,7 +16,7 @@ import type { DeliveryTarget } from './endpoints.js';
 const webhook_subject: UrlSubject = { field: 'url', caller: 'webhooks go to' };
 
 /** The bytes of an endpoint's answer kept in the delivery log. */
-export const response_excerpt_bytes = 1024;
+const response_excerpt_bytes = 1024;
 
 export interface AttemptRecord {
   /** When the attempt started (ISO 8601). */
