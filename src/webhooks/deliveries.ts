@@ -64,7 +64,16 @@ const columns = sql.fragment`d.id, d.endpoint_id, d.event_id, e.type AS event_ty
 
 function deliveryOf(r: z.infer<typeof deliveryRow>): Delivery {
   const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
-  return { ...r, next_attempt_at: iso(r.next_attempt_at), created_at: new Date(r.created_at).toISOString(), finished_at: iso(r.finished_at) };
+  // In the schema's field order: jsonb keeps an object's keys in an order of its own.
+  const attempts = r.attempts.map((a) => ({
+    at: a.at,
+    manual: a.manual,
+    status_code: a.status_code,
+    latency_ms: a.latency_ms,
+    response_excerpt: a.response_excerpt,
+    error: a.error,
+  }));
+  return { ...r, attempts, next_attempt_at: iso(r.next_attempt_at), created_at: new Date(r.created_at).toISOString(), finished_at: iso(r.finished_at) };
 }
 
 /** Makes the deliveries of these pairs that do not exist yet; existing ones are left as they are. */
