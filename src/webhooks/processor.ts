@@ -10,6 +10,7 @@
 import type { Job, Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import type { DatabasePool } from 'slonik';
+import { test_event_type } from '../events/store.js';
 import { failUnattempted, findDeliveryWork, recordAttempt } from './deliveries.js';
 import { dispatchEvents } from './dispatch.js';
 import { disableWhenFailing, type DisableRule, type EndpointQueries } from './endpoints.js';
@@ -45,7 +46,8 @@ async function deliver(deps: WebhookWorkerDeps, job: DeliverJob): Promise<Outcom
   if (!job.manual && work.status !== 'pending') return 'finished';
   const target = await deps.endpoints.deliveryTarget(work.endpointId);
   if (target === null) return 'gone';
-  if (!job.manual && !target.enabled) {
+  // A test send goes to a disabled endpoint too: its owner asked for it.
+  if (!job.manual && !target.enabled && work.event.type !== test_event_type) {
     await failUnattempted(db, job.deliveryId);
     return 'endpoint_disabled';
   }

@@ -218,6 +218,10 @@ describe('deliveries', () => {
     expect(replayed.attempts[3]).toMatchObject({ manual: true, status_code: 200 });
     expect(receiver.on('/down').filter((r) => r.headers['webhook-id'] === e1.id)).toHaveLength(4);
 
+    // A test send reaches it while disabled; new events do not.
+    const probe = await svc.call('POST', `/v1/webhooks/${down.id}/test`, { key: p.projectKey });
+    expect((await finished(p, down.id, probe.body.event_id)).status).toBe('succeeded');
+
     // Enabled again by its owner: the reason goes.
     const again = await svc.call('PATCH', `/v1/webhooks/${down.id}`, { key: p.projectKey, body: { enabled: true } });
     expect(again.body).toMatchObject({ enabled: true, disabled_reason: null, disabled_at: null });
