@@ -3,8 +3,9 @@
  * receiver on loopback that verifies every signature with `standardwebhooks`: CRUD and
  * validation, delivery, retry then success under the same webhook-id, a timeout, failure
  * after the (shortened) schedule, the disable rule, replay, the test event, the SSRF
- * refusals, and fan-out run twice or cut short between its steps.
+ * refusals, and fan-out run twice or cut short between its steps, or its job lost.
  */
+import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertEvents, type StoredEvent } from '../../src/events/store.js';
 import { newId } from '../../src/ids.js';
@@ -269,5 +270,21 @@ describe('fan-out', () => {
     await new Promise((r) => setTimeout(r, 300));
     expect(receiver.on('/fan-a').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
     expect(receiver.on('/fan-b').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
+  });
+
+  it('queues again a pending delivery whose job was lost', async () => {
+    const p = await svc.project();
+    const w = await endpoint(p, '/lost', [200]);
+    const e = event(p);
+    // Fanned out, and its job gone with a Redis that came back empty: only the row says it is due.
+    await svc.rt.db.transaction(async (tx) => {
+      await insertEvents(tx, [e]);
+      await fanOut(tx, [e.id]);
+      await tx.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ${e.id}`);
+      await tx.query(sql.unsafe`UPDATE webhook_deliveries SET next_attempt_at = now() - interval '2 minutes' WHERE event_id = ${e.id}`);
+    });
+    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue);
+    expect(await finished(p, w.id, e.id)).toMatchObject({ id: deliveryIdOf(e.id, w.id), status: 'succeeded' });
+    expect(receiver.on('/lost').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
   });
 });
