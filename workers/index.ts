@@ -76,6 +76,9 @@ export const queue_worker_check_ms = 5_000;
 /** Webhook jobs one worker process runs at once: a delivery waits on the endpoint up to WEBHOOK_TIMEOUT_MS. */
 const webhook_worker_concurrency = 16;
 
+/** How often a worker makes the webhook dispatch schedule again (the same one: nothing changes while it exists). */
+const dispatch_schedule_renew_ms = 60_000;
+
 /** The repeatable job that closes due billing periods into invoices. */
 export const close_periods_job = 'close-periods';
 
@@ -196,7 +199,13 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   // A failed attempt is retried by its job (RetryLater) and logged in the delivery log, not here.
   webhookWorker.on('error', throttled((err) => logger.error({ err }, 'webhook worker error')));
   await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
-  await scheduleDispatch(rt.webhookQueue, config.WEBHOOK_DISPATCH_INTERVAL_MS);
+  const dispatchSchedule = () => scheduleDispatch(rt.webhookQueue, config.WEBHOOK_DISPATCH_INTERVAL_MS);
+  await dispatchSchedule();
+  // Made again now and then: a Redis that came back empty lost it (the recovery remakes
+  // the sweep schedule, src/reconcile/shared-keys.ts, not this one).
+  const dispatchRenewal = setInterval(() => {
+    dispatchSchedule().catch((err: unknown) => logger.error({ err }, 'the webhook dispatch schedule was not renewed'));
+  }, dispatch_schedule_renew_ms);
   // Finds every organization whose period is due, however many workers run: each
   // invoice is unique per organization and period (src/billing/invoices.ts).
   if (config.INVOICE_INTERVAL_MS > 0) {
@@ -227,6 +236,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
       stopping ??= (async () => {
         clearInterval(heartbeat);
         clearInterval(watchdog);
+        clearInterval(dispatchRenewal);
         // A reconcile in progress stops after its current customers and goes back to wait
         // for another worker (src/reconcile/jobs.ts).
         reconcileWorker.cancelAllJobs('the worker is stopping');
