@@ -3,7 +3,7 @@
  * (dependency-cruiser; type-only imports count). A module may import its own layer and
  * the layers below it, never above, and no import cycle is allowed:
  *   foundation  config, errors, ids, db, redis, cache, the zod schema base, the metrics' instruments
- *   domain      ledger, keys, members, plans, billing, usage, customers, reconcile, gateway
+ *   domain      ledger, keys, members, plans, billing, usage, customers, reconcile, gateway, events, webhooks
  *   edge        http plumbing, each feature's routes.ts, openapi, dashboard, the admin (management)
  *               operations and routes, metrics exposition (src/metrics/stores.ts), health
  *   composition runtime, app, server, main, web, cli, workers, the mock upstream program
@@ -15,7 +15,7 @@ const routes = '^src/[^/]+/(routes|model-routes)\\.ts$|^src/customers/profile\\.
 const edge = `${routes}|^src/(http|openapi|dashboard)/|^src/admin/(?!(queries|models)\\.ts$)|^src/metrics/stores\\.ts$|^src/health\\.ts$`;
 const composition =
   '^src/(runtime|app|server|main|web|shutdown|bootstrap)\\.ts$|^src/cli/|^src/gateway/mock/|^workers/';
-const domain = '^src/(ledger|keys|members|plans|billing|usage|customers|reconcile)/|^src/gateway/(?!mock/)|^src/admin/(queries|models)\\.ts$';
+const domain = '^src/(ledger|keys|members|plans|billing|usage|customers|reconcile|events|webhooks)/|^src/gateway/(?!mock/)|^src/admin/(queries|models)\\.ts$';
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {

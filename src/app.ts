@@ -26,6 +26,8 @@ import { measuredExpressJson, measuredJson } from './http/validate.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import { modelRoutes } from './gateway/model-routes.js';
 import { usageRoutes } from './usage/routes.js';
+import { eventRoutes } from './events/routes.js';
+import { webhookRoutes } from './webhooks/routes.js';
 
 export const body_bytes_max_billing = 1024 * 1024;
 
@@ -116,6 +118,8 @@ export function createApi(rt: Runtime): Api {
   app.use(exactRouter(gateway));
   app.use(modelRoutes(rt.modelQueries));
   app.use(usageRoutes({ usage: rt.usageQueries, ledger: rt.ledger, redis: rt.redis, prefix: rt.config.REDIS_PREFIX }));
+  app.use(eventRoutes(rt.db));
+  app.use(webhookRoutes({ db: rt.db, endpoints: rt.webhookEndpoints, queue: rt.webhookQueue, allowPrivate: rt.config.UPSTREAM_ALLOW_PRIVATE }));
   // One set of management operations: for admin keys, and for dashboard sessions.
   const management = managementOperations(rt);
   app.use(adminRoutes(management));

@@ -32,6 +32,8 @@ import { createUsageQueries, type UsageQueries } from './usage/queries.js';
 import { Lifecycle } from './lifecycle.js';
 import { Metrics } from './metrics/metrics.js';
 import { ledgerQueueName, type LedgerJobData } from './ledger/expiry.js';
+import { createEndpointQueries, type EndpointQueries } from './webhooks/endpoints.js';
+import { createWebhookQueue, type WebhookJobData } from './webhooks/queue.js';
 
 export interface Runtime {
   config: Config;
@@ -56,6 +58,10 @@ export interface Runtime {
   ledgerQueue: Queue<LedgerJobData>;
   /** Reconcile runs asked for through the management API (src/reconcile/jobs.ts). */
   reconcileQueue: Queue<ReconcileJobData, ReconcileReport>;
+  /** Webhook deliveries and the dispatcher's schedule (src/webhooks/queue.ts). */
+  webhookQueue: Queue<WebhookJobData>;
+  /** A project's webhook endpoints, their secrets sealed with the master key. */
+  webhookEndpoints: EndpointQueries;
   /** Every BullMQ queue of the service, for what reports on all of them (/v1/admin/queues, svc_queue_jobs). */
   queues: readonly Queue[];
   modelQueries: ModelQueries;
@@ -162,6 +168,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
   ledgerQueue.on('error', throttled((err) => logger.error({ err }, 'ledger queue error')));
   const reconcileQueue = createReconcileQueue(queueConnection(), config.QUEUE_PREFIX);
   reconcileQueue.on('error', throttled((err) => logger.error({ err }, 'reconcile queue error')));
+  const webhookQueue = createWebhookQueue(queueConnection(), config.QUEUE_PREFIX);
+  webhookQueue.on('error', throttled((err) => logger.error({ err }, 'webhook queue error')));
   const ledgerQueries = createLedgerQueries(db);
   const generation = new RedisGeneration(redis, {
     prefix: config.REDIS_PREFIX,
@@ -200,7 +208,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const keyQueries = createKeyQueries(db);
   const keyUsage = new KeyUsage(db, config.KEY_LAST_USED_FLUSH_MS, logger);
   const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS, (id, atMs) => keyUsage.note(id, atMs));
-  const modelQueries = createModelQueries(db, loadMasterKey(config));
+  const masterKey = loadMasterKey(config);
+  const modelQueries = createModelQueries(db, masterKey);
   const models = new ModelCache(async (projectId, modelId) => {
     const m = await modelQueries.findModel(projectId, modelId);
     return m && gatewayModelOf(m);
@@ -228,7 +237,9 @@ export async function createRuntime(config: Config, logger = createLogger(config
     keyUsage,
     ledgerQueue,
     reconcileQueue,
-    queues: [ledgerQueue, reconcileQueue],
+    webhookQueue,
+    webhookEndpoints: createEndpointQueries(db, masterKey),
+    queues: [ledgerQueue, reconcileQueue, webhookQueue],
     modelQueries,
     models,
     usageQueries: createUsageQueries(db),
@@ -244,6 +255,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
       generation.close();
       await ledgerQueue.close();
       await reconcileQueue.close();
+      await webhookQueue.close();
       await upstream.close();
       await keyUsage.close();
       // A pool that lost connections while PostgreSQL was away fails to end them; the

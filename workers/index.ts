@@ -1,7 +1,8 @@
 /**
  * A worker process's parts: the persist loop, the BullMQ worker of the ledger queue
- * (TTL expiry, sweeps, closing billing periods) and the sweep and invoice schedules. Started by `npm run worker` and by
- * `npm start` beside the API.
+ * (TTL expiry, sweeps, closing billing periods), the webhooks queue's worker (fan-out and
+ * deliveries) and the sweep, invoice and dispatch schedules. Started by `npm run worker`
+ * and by `npm start` beside the API.
  */
 import { Worker } from 'bullmq';
 import './bullmq-closing.js';
@@ -21,6 +22,9 @@ import { sweep } from './sweep.js';
 import { Invoicing } from '../src/billing/invoices.js';
 import { workerMetrics } from '../src/metrics/worker.js';
 import { serveMetrics, type MetricsServer } from '../src/metrics/stores.js';
+import { webhookProcessor } from '../src/webhooks/processor.js';
+import { scheduleDispatch, webhookBackoff, webhookQueueName, type WebhookJobData } from '../src/webhooks/queue.js';
+import { WebhookSender } from '../src/webhooks/sender.js';
 
 export interface Workers {
   persist: PersistLoop;
@@ -28,6 +32,8 @@ export interface Workers {
   queueWorker: Worker<LedgerJobData>;
   /** The BullMQ worker of the reconcile queue (runs asked for through the management API). */
   reconcileWorker: Worker<ReconcileJobData, ReconcileReport>;
+  /** The BullMQ worker of the webhooks queue (the dispatcher's passes and the deliveries). */
+  webhookWorker: Worker<WebhookJobData>;
   /** GET /metrics of this worker on WORKER_METRICS_PORT; null when not served on a port of its own. */
   metrics: MetricsServer | null;
   /**
@@ -66,6 +72,12 @@ const queue_retry_delay_ms = 1_000;
  */
 export const queue_worker_stuck_ms = 10_000;
 export const queue_worker_check_ms = 5_000;
+
+/** Webhook jobs one worker process runs at once: a delivery waits on the endpoint up to WEBHOOK_TIMEOUT_MS. */
+const webhook_worker_concurrency = 16;
+
+/** How often a worker makes the webhook dispatch schedule again (the same one: nothing changes while it exists). */
+const dispatch_schedule_renew_ms = 60_000;
 
 /** The repeatable job that closes due billing periods into invoices. */
 export const close_periods_job = 'close-periods';
@@ -167,7 +179,33 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   });
   reconcileWorker.on('failed', (job, err) => logger.error({ err, job: job?.id }, 'reconcile job failed'));
   reconcileWorker.on('error', throttled((err) => logger.error({ err }, 'reconcile worker error')));
+  const sender = new WebhookSender({ timeoutMs: config.WEBHOOK_TIMEOUT_MS, allowPrivate: config.UPSTREAM_ALLOW_PRIVATE });
+  const webhookWorker = new Worker<WebhookJobData>(webhookQueueName, webhookProcessor({
+    db: rt.db,
+    endpoints: rt.webhookEndpoints,
+    queue: rt.webhookQueue,
+    sender,
+    retryScheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS,
+    disableRule: { failedDeliveries: config.WEBHOOK_DISABLE_FAILED_DELIVERIES, failingMs: config.WEBHOOK_DISABLE_FAILING_MS },
+    logger,
+  }), {
+    connection: rt.queueConnection(),
+    prefix: config.QUEUE_PREFIX,
+    // Deliveries mostly wait on the network: many at once.
+    concurrency: webhook_worker_concurrency,
+    runRetryDelay: queue_retry_delay_ms,
+    settings: { backoffStrategy: webhookBackoff },
+  });
+  // A failed attempt is retried by its job (RetryLater) and logged in the delivery log, not here.
+  webhookWorker.on('error', throttled((err) => logger.error({ err }, 'webhook worker error')));
   await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
+  const dispatchSchedule = () => scheduleDispatch(rt.webhookQueue, config.WEBHOOK_DISPATCH_INTERVAL_MS);
+  await dispatchSchedule();
+  // Made again now and then: a Redis that came back empty lost it (the recovery remakes
+  // the sweep schedule, src/reconcile/shared-keys.ts, not this one).
+  const dispatchRenewal = setInterval(() => {
+    dispatchSchedule().catch((err: unknown) => logger.error({ err }, 'the webhook dispatch schedule was not renewed'));
+  }, dispatch_schedule_renew_ms);
   // Finds every organization whose period is due, however many workers run: each
   // invoice is unique per organization and period (src/billing/invoices.ts).
   if (config.INVOICE_INTERVAL_MS > 0) {
@@ -192,11 +230,13 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
       return worker;
     },
     reconcileWorker,
+    webhookWorker,
     metrics: metricsServer,
     stop() {
       stopping ??= (async () => {
         clearInterval(heartbeat);
         clearInterval(watchdog);
+        clearInterval(dispatchRenewal);
         // A reconcile in progress stops after its current customers and goes back to wait
         // for another worker (src/reconcile/jobs.ts).
         reconcileWorker.cancelAllJobs('the worker is stopping');
@@ -205,7 +245,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
         const queueClosed = (async () => {
           let timer: NodeJS.Timeout | undefined;
           const closed = await Promise.race([
-            Promise.all([worker.close(), reconcileWorker.close()]).then(() => true),
+            Promise.all([worker.close(), reconcileWorker.close(), webhookWorker.close()]).then(() => true),
             new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), worker_close_wait_ms))),
           ]);
           clearTimeout(timer);
@@ -214,6 +254,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
         await Promise.all([queueClosed, persist.stop(), trim.stop(), metricsServer?.close()]);
         // The COPY connection once the persist loop has ended.
         await writer.close();
+        await sender.close();
       })();
       return stopping;
     },

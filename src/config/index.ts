@@ -159,6 +159,27 @@ const schema = z.object({
    * to learn its outcome, before it answers 503 outcome_unknown (src/ledger/service.ts).
    */
   OUTCOME_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
+  /**
+   * The delays between the attempts of a webhook delivery, in ms, comma-separated: the
+   * Standard Webhooks schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h). After the last
+   * retry fails the delivery is marked failed (src/webhooks/processor.ts).
+   */
+  WEBHOOK_RETRY_SCHEDULE_MS: z
+    .string()
+    .regex(/^\d+(,\d+)*$/, 'must be delays in ms, comma-separated')
+    .default('5000,300000,1800000,7200000,18000000,36000000,36000000')
+    .transform((v) => v.split(',').map(Number)),
+  /** How long one webhook attempt may take before it counts as failed (a timeout). */
+  WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(1).default(10_000),
+  /** How often the workers look for events to fan out to webhook endpoints. */
+  WEBHOOK_DISPATCH_INTERVAL_MS: z.coerce.number().int().min(10).default(1_000),
+  /**
+   * An endpoint is disabled when its last WEBHOOK_DISABLE_FAILED_DELIVERIES finished
+   * deliveries all failed every retry, and the oldest of them was made at least
+   * WEBHOOK_DISABLE_FAILING_MS ago (5 days): it has been failing that long (docs/API.md, "Webhooks").
+   */
+  WEBHOOK_DISABLE_FAILED_DELIVERIES: z.coerce.number().int().min(1).default(5),
+  WEBHOOK_DISABLE_FAILING_MS: z.coerce.number().int().min(0).default(5 * 24 * 3_600_000),
 });
 
 export type Config = z.infer<typeof schema>;

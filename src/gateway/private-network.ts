@@ -6,7 +6,8 @@
  * created or changed (literal addresses, localhost names, and what a name resolves to
  * then), and on every connection after DNS resolution (a name may resolve elsewhere at
  * call time). `UPSTREAM_ALLOW_PRIVATE=1` turns both off, for the mock upstream of the
- * demo and the tests.
+ * demo and the tests. The same checks guard webhook endpoints (src/webhooks/), which
+ * name their own field in a refusal (UrlSubject).
  */
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
@@ -90,11 +91,25 @@ function privateRange(address: string): string | null {
 /** Thrown by the connect-time lookup; UpstreamClient reports it as kind `refused`. */
 export const private_address_code = 'ERR_UPSTREAM_PRIVATE_ADDRESS';
 
-const allow_hint = 'the gateway calls only public addresses (set UPSTREAM_ALLOW_PRIVATE=1 to allow private ones)';
+/**
+ * Whose URL a refusal is about: the field it names and what the service calls. A model's
+ * upstream by default; webhook endpoints (src/webhooks/) pass their own.
+ */
+export interface UrlSubject {
+  field: string;
+  /** Who calls only public addresses: "the gateway", "webhooks". */
+  caller: string;
+}
 
-function refusal(host: string, address: string, range: string): string {
+const upstream_subject: UrlSubject = { field: 'upstream_base_url', caller: 'the gateway calls' };
+
+function allowHint(subject: UrlSubject): string {
+  return `${subject.caller} only public addresses (set UPSTREAM_ALLOW_PRIVATE=1 to allow private ones)`;
+}
+
+function refusal(host: string, address: string, range: string, subject: UrlSubject): string {
   const what = host === address ? address : `${host} (resolves to ${address})`;
-  return `upstream_base_url points at ${what}, ${range} address; ${allow_hint}`;
+  return `${subject.field} points at ${what}, ${range} address; ${allowHint(subject)}`;
 }
 
 /** A name that always means this machine (RFC 6761), whatever DNS says. */
@@ -115,31 +130,31 @@ function hostOf(url: URL): string {
  * and refused when any of its addresses is private. A name that does not resolve now is
  * accepted: every call checks again what it resolves to then.
  */
-export async function upstreamUrlRefusal(baseUrl: string, lookup: LookupFunction = dnsLookup): Promise<string | null> {
+export async function upstreamUrlRefusal(baseUrl: string, lookup: LookupFunction = dnsLookup, subject = upstream_subject): Promise<string | null> {
   const url = new URL(baseUrl);
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') return 'upstream_base_url must be an http or https URL';
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return `${subject.field} must be an http or https URL`;
   const host = hostOf(url);
   if (isIP(host)) {
     const range = privateRange(host);
-    return range === null ? null : refusal(host, host, range);
+    return range === null ? null : refusal(host, host, range, subject);
   }
-  if (isLocalhostName(host)) return `upstream_base_url points at ${host}, a loopback name; ${allow_hint}`;
+  if (isLocalhostName(host)) return `${subject.field} points at ${host}, a loopback name; ${allowHint(subject)}`;
   const addresses = await new Promise<LookupAddress[]>((resolve) => {
     lookup(host, { all: true }, (err, result) => resolve(err || typeof result === 'string' ? [] : result));
   });
   for (const { address } of addresses) {
     const range = privateRange(address);
-    if (range !== null) return refusal(host, address, range);
+    if (range !== null) return refusal(host, address, range, subject);
   }
   return null;
 }
 
 /** The refusal of a literal IP host at call time (a connection to it makes no lookup). */
-export function literalHostRefusal(url: URL): string | null {
+export function literalHostRefusal(url: URL, subject = upstream_subject): string | null {
   const host = hostOf(url);
   if (!isIP(host)) return null;
   const range = privateRange(host);
-  return range === null ? null : refusal(host, host, range);
+  return range === null ? null : refusal(host, host, range, subject);
 }
 
 /**
@@ -147,14 +162,14 @@ export function literalHostRefusal(url: URL): string | null {
  * connection is made, when any address of the name is private: a name that resolves both
  * ways is as suspect as one that resolves only inward.
  */
-export function publicOnlyLookup(lookup: LookupFunction = dnsLookup): LookupFunction {
+export function publicOnlyLookup(lookup: LookupFunction = dnsLookup, subject = upstream_subject): LookupFunction {
   return (hostname, options, callback) => {
     lookup(hostname, { ...options, all: true }, (err, result) => {
       if (err) return callback(err, '');
       const all = typeof result === 'string' ? [] : result;
       for (const { address } of all) {
         const range = privateRange(address);
-        if (range !== null) return callback(Object.assign(new Error(refusal(hostname, address, range)), { code: private_address_code }), '');
+        if (range !== null) return callback(Object.assign(new Error(refusal(hostname, address, range, subject)), { code: private_address_code }), '');
       }
       if (options.all) return callback(null, all);
       if (all.length === 0) return callback(Object.assign(new Error(`no address for ${hostname}`), { code: 'ENOTFOUND' }), '');

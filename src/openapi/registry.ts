@@ -69,6 +69,8 @@ export interface RouteDoc {
 export const tags = {
   Ledger: 'The money operations on customer wallets: deposit, deduct, freeze, consume, unfreeze. Amounts and wallets depend on the contract variant.',
   Customers: 'Customers, their wallets, balances and ledgers.',
+  Events: 'What happened to money and customers, as events: read them here or receive them by webhook.',
+  Webhooks: 'Webhook endpoints, their signed deliveries, the delivery log and replays.',
   Gateway: 'The model gateway (OpenAI and Anthropic wire formats, billed per token), its models, usage records and receipts.',
   Organization: 'The organization, its plan, usage per day, invoices and the job queues (management API).',
   Projects: 'Projects and their contract variant (management API).',

@@ -317,7 +317,7 @@ describe('queues', () => {
       expect(delayedOf(after.text)).toBe(delayedOf(before.text) + 1);
       // The same operation over the management API (the admin key acts as an owner): counts only.
       const api = await admin('/queues');
-      expect(api.data.map((q: { name: string }) => q.name)).toEqual(['ledger', 'reconcile']);
+      expect(api.data.map((q: { name: string }) => q.name)).toEqual(['ledger', 'reconcile', 'webhooks']);
       expect(api.data[0].counts.delayed).toBeGreaterThanOrEqual(1);
       expect(JSON.stringify(api)).not.toContain('dashboard-count-probe');
     } finally {

@@ -105,6 +105,11 @@ export interface ExampleEnv {
   INVOICE_ID: string;
   /** The last reconcile job an example started. */
   JOB_ID: string;
+  /** A receiver on loopback that answers 204 to any webhook delivery. */
+  WEBHOOK_URL: string;
+  /** The last webhook endpoint an example created, and the last delivery a test send queued. */
+  WEBHOOK_ID: string;
+  DELIVERY_ID: string;
 }
 
 const statusMarker = '@@docs-status ';

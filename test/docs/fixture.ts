@@ -3,9 +3,12 @@
  * database (the demo organization, project, keys, funded demo customer and the two demo
  * models on a mock upstream), in a test service of its own. The organization is made 40
  * days old, so that its first billing period has closed into an invoice for the invoice
- * examples (docs/API.md, "Invoices", says so).
+ * examples (docs/API.md, "Invoices", says so). The demo project has one event for the
+ * events example, and a receiver on loopback takes the webhook examples' deliveries.
  */
 import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +16,8 @@ import pg from 'pg';
 import { sql } from 'slonik';
 import { Invoicing } from '../../src/billing/invoices.js';
 import { bootstrapDemo } from '../../src/bootstrap.js';
+import { insertEvents } from '../../src/events/store.js';
+import { newId } from '../../src/ids.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { runExample, type Example, type ExampleEnv } from './examples.js';
@@ -34,6 +39,15 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
   const demo = await bootstrapDemo(svc.rt, mock.url);
   await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '40 days', next_invoice_at = NULL WHERE id = ${demo.organization_id}`);
   await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(demo.organization_id, Date.now());
+  await insertEvents(svc.rt.db, [{
+    id: newId('evt'), type: 'deposit.created', created_at: new Date().toISOString(), project_id: demo.project_id,
+    data: { customer_id: 'demo-customer', amount: 5_000_000, wallet: 'credits' },
+  }]);
+  const receiver = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(204).end());
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   // The curl examples' directory: their cookie jar lives there.
   const workDir = mkdtempSync(join(tmpdir(), 'docs-examples-'));
   const env: ExampleEnv = {
@@ -52,6 +66,9 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     CSRF_TOKEN: '',
     INVOICE_ID: '',
     JOB_ID: '',
+    WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/webhooks`,
+    WEBHOOK_ID: '',
+    DELIVERY_ID: '',
   };
   return {
     svc,
@@ -85,6 +102,20 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
           return r.body.status === 'completed' || r.body.status === 'failed' ? true : null;
         }, 60_000, 'the reconcile job to finish');
       }
+      // $WEBHOOK_ID: the endpoint just created; $DELIVERY_ID: the test send's delivery, read
+      // by the next examples once its attempt (or the replay's) is in the log.
+      const webhook = /^ {2}"id": "(whk_[^"]+)"/m.exec(answer);
+      if (webhook && created) env.WEBHOOK_ID = webhook[1];
+      const delivery = /^ {2}"id": "(dlv_[^"]+)"/m.exec(answer);
+      if (delivery && answer.startsWith('HTTP/1.1 202')) {
+        env.DELIVERY_ID = delivery[1];
+        const before = (JSON.parse(answer.slice(answer.indexOf('\n{') + 1)) as { attempts: unknown[] }).attempts.length;
+        await waitFor(async () => {
+          const r = await svc.call('GET', `/v1/webhooks/${env.WEBHOOK_ID}/deliveries`, { key: env.API_KEY });
+          const d = (r.body.data as { id: string; attempts: unknown[] }[]).find((x) => x.id === env.DELIVERY_ID);
+          return d !== undefined && d.attempts.length > before ? true : null;
+        }, 30_000, 'the webhook delivery attempt');
+      }
       return answer;
     },
     async close() {
@@ -95,6 +126,8 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
       await client.query('DELETE FROM members WHERE organization_id = $1', [demo.organization_id]).finally(() => client.end());
       await svc.close();
       await mock.close();
+      receiver.closeAllConnections();
+      await new Promise((resolve) => receiver.close(resolve));
       rmSync(workDir, { recursive: true, force: true });
     },
   };

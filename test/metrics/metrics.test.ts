@@ -1,7 +1,7 @@
 /**
  * GET /metrics against a real service (Redis, PostgreSQL, the mock upstream): the counters
  * and histograms move with the right labels after a deduct, a gateway call and a streamed
- * one; the gauges read on a scrape (outbox, both queues, plan usage) are there; the API
+ * one; the gauges read on a scrape (outbox, every queue, plan usage) are there; the API
  * port's default scrape names no organization; METRICS_PORT serves the scrape on its own
  * port (with the per-organization series) and the API's port answers 404; a worker's metrics
  * show a persist pass. Every metric name the Grafana dashboard (docs/grafana-dashboard.json)
@@ -202,7 +202,7 @@ describe('GET /metrics on the API port', () => {
     const listed = await svc.call('GET', '/v1/admin/queues', { key: env.p.adminKey });
     expect(listed.status).toBe(200);
     const names = (listed.body.data as { name: string }[]).map((q) => q.name).sort();
-    expect(names).toEqual(['ledger', 'reconcile']);
+    expect(names).toEqual(['ledger', 'reconcile', 'webhooks']);
     const scraped = (state: string) => [...new Set(usage.filter((s) => s.name === 'svc_queue_jobs' && s.labels.state === state).map((s) => s.labels.queue))].sort();
     for (const state of ['waiting', 'delayed', 'active', 'completed', 'failed']) expect(scraped(state), state).toEqual(names);
     // The service's workers beat every 2 s.

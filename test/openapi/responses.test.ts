@@ -209,6 +209,20 @@ async function exercise(): Promise<void> {
   await call('GET', '/v1/usage', '/v1/usage?limit=1', { key: p.projectKey });
   await call('GET', '/v1/usage', '/v1/usage', { key: aliceKey });
   await call('GET', '/v1/usage', '/v1/usage?customer=alice', { key: p.projectKey });
+  // Events and webhooks (src/events/, src/webhooks/).
+  await call('GET', '/v1/events', '/v1/events?limit=2', { key: p.projectKey });
+  await call('GET', '/v1/events', '/v1/events?type=nope', { key: p.projectKey });
+  const hook = await call('POST', '/v1/webhooks', '/v1/webhooks', { key: p.projectKey, body: { url: 'https://example.com/hook', events: ['balance.low'] } });
+  await call('POST', '/v1/webhooks', '/v1/webhooks', { key: p.projectKey, body: { url: 'ftp://example.com' } });
+  await call('GET', '/v1/webhooks', '/v1/webhooks', { key: p.projectKey });
+  const hookPath = `/v1/webhooks/${hook.body.id}`;
+  await call('PATCH', '/v1/webhooks/{webhook_id}', hookPath, { key: p.projectKey, body: { description: 'billing alerts', events: null } });
+  await call('PATCH', '/v1/webhooks/{webhook_id}', '/v1/webhooks/whk_none', { key: p.projectKey, body: { enabled: true } });
+  const sent = await call('POST', '/v1/webhooks/{webhook_id}/test', `${hookPath}/test`, { key: p.projectKey });
+  await call('GET', '/v1/webhooks/{webhook_id}/deliveries', `${hookPath}/deliveries?limit=5`, { key: p.projectKey });
+  await call('POST', '/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/replay', `${hookPath}/deliveries/${sent.body.id}/replay`, { key: p.projectKey });
+  await call('POST', '/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/replay', `${hookPath}/deliveries/dlv_none/replay`, { key: p.projectKey });
+  await call('DELETE', '/v1/webhooks/{webhook_id}', hookPath, { key: p.projectKey });
 
   // Projects, keys, customers, usage through both mounts.
   const [second, third] = await both(s, p, 'POST', '/projects', '/projects', { name: 'second', contract: 'A' });

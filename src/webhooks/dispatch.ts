@@ -1,0 +1,74 @@
+/**
+ * Fan-out: the dispatcher finds events not yet fanned out, makes one delivery per
+ * endpoint of the project that wants the event (enabled, the type among its `events`,
+ * created no later than the event), queues each delivery's job, and only then marks the
+ * events fanned out. Every step may run again: the delivery ids derive from the event
+ * and endpoint ids (a second insert makes nothing), a job id is its delivery's id (a
+ * second add adds nothing) and a delivery already finished is not queued. A crash
+ * between steps leaves the events unmarked, and the next pass finishes them.
+ *
+ * Each pass also queues again the pending deliveries whose attempt is overdue by
+ * stale_grace_ms: their job was lost (a Redis that came back empty).
+ */
+import type { Queue } from 'bullmq';
+import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
+import { z } from 'zod';
+import { newId } from '../ids.js';
+import { insertEvents, test_event_type } from '../events/store.js';
+import { deliveryIdOf, insertDeliveries } from './deliveries.js';
+import { queueDeliveries, type WebhookJobData } from './queue.js';
+
+/** Events one pass takes, oldest first. */
+const dispatch_batch = 200;
+/** How long past its due time a pending delivery waits before its job counts as lost. */
+const stale_grace_ms = 60_000;
+
+const matchRow = z.object({ event_id: z.string(), endpoint_id: z.string() });
+const idRow = z.object({ id: z.string() });
+
+/** Makes the deliveries of these events to every endpoint that wants them (the first step of a pass). */
+export async function fanOut(db: CommonQueryMethods, eventIds: readonly string[]): Promise<void> {
+  const pairs = await db.any(sql.type(matchRow)`
+    SELECT e.id AS event_id, w.id AS endpoint_id
+    FROM events e JOIN webhook_endpoints w ON w.project_id = e.project_id
+    WHERE e.id = ANY(${sql.array([...eventIds], 'text')}) AND e.type <> ${test_event_type}
+      AND w.enabled AND w.created_at <= e.created_at AND (w.events IS NULL OR e.type = ANY(w.events))`);
+  await insertDeliveries(db, pairs.map((p) => ({ eventId: p.event_id, endpointId: p.endpoint_id })));
+}
+
+/** One pass of the dispatcher; answers how many events it fanned out. */
+export async function dispatchEvents(db: DatabasePool, queue: Queue<WebhookJobData>): Promise<number> {
+  const events = await db.any(sql.type(idRow)`
+    SELECT id FROM events WHERE fanned_out_at IS NULL ORDER BY created_at LIMIT ${dispatch_batch}`);
+  const ids = events.map((e) => e.id);
+  if (ids.length > 0) {
+    await fanOut(db, ids);
+    const pending = await db.any(sql.type(idRow)`
+      SELECT id FROM webhook_deliveries WHERE event_id = ANY(${sql.array(ids, 'text')}) AND status = 'pending'`);
+    await queueDeliveries(queue, pending.map((d) => d.id));
+    await db.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ANY(${sql.array(ids, 'text')}) AND fanned_out_at IS NULL`);
+  }
+  const stale = await db.any(sql.type(idRow)`
+    SELECT id FROM webhook_deliveries
+    WHERE status = 'pending' AND next_attempt_at < now() - ${sql.interval({ seconds: stale_grace_ms / 1000 })}
+    ORDER BY next_attempt_at LIMIT ${dispatch_batch}`);
+  await queueDeliveries(queue, stale.map((d) => d.id));
+  return ids.length;
+}
+
+/**
+ * A `webhook.test` event for one endpoint (POST /v1/webhooks/{id}/test): stored already
+ * fanned out (the dispatcher gives it to no other endpoint), its delivery made and
+ * queued. Answers the delivery id.
+ */
+export async function sendTestEvent(db: DatabasePool, queue: Queue<WebhookJobData>, projectId: string, endpointId: string): Promise<string> {
+  const eventId = newId('evt');
+  await db.transaction(async (tx) => {
+    await insertEvents(tx, [{ id: eventId, type: test_event_type, created_at: new Date().toISOString(), project_id: projectId, data: { endpoint_id: endpointId } }]);
+    await tx.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ${eventId}`);
+    await insertDeliveries(tx, [{ eventId, endpointId }]);
+  });
+  const deliveryId = deliveryIdOf(eventId, endpointId);
+  await queueDeliveries(queue, [deliveryId]);
+  return deliveryId;
+}
