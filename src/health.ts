@@ -20,7 +20,7 @@ import type { RedisGeneration } from './redis/generation.js';
 import type { Lifecycle } from './lifecycle.js';
 import type { LedgerQueries } from './ledger/queries.js';
 import { customerKeysFromBase, dirty_shards, dirtyKey } from './redis/keys.js';
-import { anomaliesKey } from './reconcile/reconcile.js';
+import { anomaliesKey } from './reconcile/repair.js';
 import { setAsideKey } from './ledger/outbox.js';
 import { sql } from 'slonik';
 import { z } from 'zod';

@@ -20,7 +20,7 @@ import { queueExpiry } from './ledger/expiry.js';
 import { RedisGeneration } from './redis/generation.js';
 import { recoverForgotten } from './reconcile/recovery.js';
 import { createReconcileQueue, type ReconcileJobData } from './reconcile/jobs.js';
-import type { ReconcileReport } from './reconcile/reconcile.js';
+import type { ReconcileReport } from './reconcile/report.js';
 import { registerScripts, type Scripts } from './redis/scripts.js';
 import { PlanService } from './plans/service.js';
 import { createModelQueries, type ModelQueries } from './admin/models.js';

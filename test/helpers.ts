@@ -10,7 +10,7 @@ import { scanKeys } from '../src/redis/scan.js';
 import { createRuntime, type Runtime } from '../src/runtime.js';
 import { listen, type RunningServer } from '../src/server.js';
 import { startWorkers, type Workers } from '../workers/index.js';
-import type { ReconcileReport } from '../src/reconcile/reconcile.js';
+import type { ReconcileReport } from '../src/reconcile/report.js';
 
 export interface TestProject {
   organizationId: string;

@@ -10,9 +10,9 @@ import { ledgerQueueName, scheduleSweeps, type ExpireJob, type LedgerJobData } f
 import { throttled } from '../src/redis/client.js';
 import type { Runtime } from '../src/runtime.js';
 import { projectRecorder } from '../src/reconcile/recovery.js';
-import { reconcile } from '../src/reconcile/reconcile.js';
+import { reconcile } from '../src/reconcile/walk.js';
 import { reconcileProcessor, reconcileQueueName, reconcile_worker_concurrency, type ReconcileJobData } from '../src/reconcile/jobs.js';
-import type { ReconcileReport } from '../src/reconcile/reconcile.js';
+import type { ReconcileReport } from '../src/reconcile/report.js';
 import { parseCustomerBase } from '../src/redis/keys.js';
 import { PersistLoop } from './persist.js';
 import { TrimLoop } from '../src/ledger/retention.js';

@@ -15,7 +15,8 @@ import pino from 'pino';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { loadConfig } from '../config/index.js';
-import { concurrency_default, concurrency_max, reconcile, report_items_max, type ReconcileProgress, type ReconcileReport } from '../reconcile/reconcile.js';
+import { concurrency_default, concurrency_max, report_items_max, type ReconcileProgress, type ReconcileReport } from '../reconcile/report.js';
+import { reconcile } from '../reconcile/walk.js';
 import { createRuntime } from '../runtime.js';
 
 const usage = `usage: npm run reconcile -- [--repair] [--project ID [--customer ID]...] [--json]

@@ -17,7 +17,7 @@
  * `req.query`, `req.ip` and the `res` helpers come), `req.res`, `res.locals`,
  * `req.originalUrl`, `req.baseUrl` and `req.params` (decoded as the router does); `res.req`
  * is Node's. It leaves out the router's `req.next`, `req.route` and its tracing. That is
- * why package.json pins Express's minor (`~5.3.0`). On an Express upgrade: run
+ * why package.json pins Express's minor (`~5.3.0`) and, through `overrides`, the router's (`~2.3.0`). On an Express upgrade: run
  * test/http/front-door-pin.test.ts, which compares what a handler sees here and through
  * Express; copy any new setup here, or write it down there as a difference, with why.
  */
@@ -111,7 +111,14 @@ export function frontDoor(o: FrontDoorOptions): RequestListener {
     const done = (err?: unknown) => {
       // A hot route's handlers answer or fail; one that let the request through would
       // have gone on to the app's last middleware.
-      onError(err ?? new ApiError('not_found', { message: `no route for ${req.method} ${path}` }), req, res, () => undefined);
+      const error = err ?? new ApiError('not_found', { message: `no route for ${req.method} ${path}` });
+      try {
+        onError(error, req, res, () => undefined);
+      } catch {
+        // An error handler that throws: inside Express the router would catch it and its
+        // final handler answer 500; without this the request would hang.
+        lastResort(res);
+      }
     };
     if (failure !== null) {
       // Authenticated first, as in the app, where the router's 400 came after the `/v1` middleware.
@@ -122,4 +129,15 @@ export function frontDoor(o: FrontDoorOptions): RequestListener {
     (response as Timed)[routeSeries] = (match!.route as HotRoute).series;
     runHandlers(match!.route.handlers, req, res, done);
   };
+}
+
+/** The answer when the error handler itself failed: 500 if nothing was sent yet, else the connection closes. */
+function lastResort(res: ServerResponse): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.statusCode = 500;
+  res.setHeader('content-type', 'text/plain; charset=utf-8');
+  res.end('Internal Server Error');
 }

@@ -7,7 +7,7 @@
  * A customer whose entries clash with sequence numbers PostgreSQL already holds (Redis
  * forgot entries that were persisted, then numbered new ones from where it had stopped)
  * can never be inserted as it is: it goes to the repair hook (reconcile's renumbering,
- * src/reconcile/reconcile.ts) and, should that fail, is set aside: logged, counted in
+ * src/reconcile/repair.ts) and, should that fail, is set aside: logged, counted in
  * /health, found again by the next sweep.
  *
  * An entry PostgreSQL refuses for good (src/ledger/write-refusals.ts: a NUL byte, a number out of

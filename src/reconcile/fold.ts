@@ -61,7 +61,7 @@ export class FoldError extends Error {}
 /**
  * `anomalies` collects what the fold kept rather than failed on. An entry written on a
  * Redis that had forgotten earlier ones (a seq clash, renumbered after PostgreSQL's last
- * entry by src/reconcile/reconcile.ts, which marks it with `extra.renumbered_from`) may
+ * entry by src/reconcile/repair.ts, which marks it with `extra.renumbered_from`) may
  * contradict the entries before it: it settles a freeze that is no longer frozen, or
  * applies a transaction id or deposit key again. It does not fail the fold: it is kept,
  * folded as far as it moved money, and described. Sources drawn beyond their total (a

@@ -15,7 +15,8 @@ import { z } from 'zod';
 import '../schema/zod.js';
 import { newId } from '../ids.js';
 import type { RedisClient } from '../redis/client.js';
-import { reconcile, reconcileReportSchema, type ReconcileProgress, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
+import { reconcileReportSchema, type ReconcileProgress, type ReconcileReport } from './report.js';
+import { reconcile, type ReconcileRuntime } from './walk.js';
 
 export const reconcileQueueName = 'reconcile';
 

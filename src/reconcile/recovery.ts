@@ -18,12 +18,17 @@
  * On a Redis Cluster a recovery covers one master (`scope`): the customers whose slot it
  * serves, and a baseline marker of its own that lives on it.
  */
-import { sql } from 'slonik';
+import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import type { Config } from '../config/index.js';
 import { singleRedisScope, type RecoveryScope } from '../redis/generation.js';
 import { customerKeys } from '../redis/keys.js';
-import { reconcile, type ReconcileReport, type ReconcileRuntime } from './reconcile.js';
-import { restoreSharedKeys } from './shared-keys.js';
+import type { ReconcileReport } from './report.js';
+import { restoreSharedKeys, type SharedKeysRuntime } from './shared-keys.js';
+import { reconcile, type ReconcileRuntime } from './walk.js';
+
+/** What a recovery uses: it rebuilds customers with reconcile, then may restore the shared keys. */
+type RecoveryRuntime = ReconcileRuntime & SharedKeysRuntime;
 
 const aheadRow = z.object({ project_id: z.string(), customer_id: z.string(), seq: z.number() });
 
@@ -32,7 +37,7 @@ export const recoveryBaselineKey = (prefix: string) => `${prefix}recovery:baseli
 /** The baseline of one cluster master, under a hash tag whose slot it serves. */
 const nodeRecoveryBaselineKey = (prefix: string, tag: string) => `${prefix}recovery:baseline:{${tag}}`;
 
-export async function recoverForgotten(rt: ReconcileRuntime, windowMs: number, scope: RecoveryScope = singleRedisScope): Promise<ReconcileReport | null> {
+export async function recoverForgotten(rt: RecoveryRuntime, windowMs: number, scope: RecoveryScope = singleRedisScope): Promise<ReconcileReport | null> {
   const prefix = rt.config.REDIS_PREFIX;
   const baselineKey = scope.tag === null ? recoveryBaselineKey(prefix) : nodeRecoveryBaselineKey(prefix, scope.tag);
   const hasBaseline = (await rt.redis.exists(baselineKey)) === 1;
@@ -68,7 +73,7 @@ async function rebuildAhead(rt: ReconcileRuntime, rows: readonly z.infer<typeof 
 }
 
 /** Records that this prefix serves these projects (once per process and project). */
-export function projectRecorder(rt: Pick<ReconcileRuntime, 'db' | 'config'>): (projectIds: string[]) => Promise<void> {
+export function projectRecorder(rt: { db: DatabasePool; config: Pick<Config, 'REDIS_PREFIX'> }): (projectIds: string[]) => Promise<void> {
   const known = new Set<string>();
   return async (projectIds) => {
     const fresh = [...new Set(projectIds)].filter((id) => !known.has(id));

@@ -37,15 +37,18 @@
  * before the loss is not in the walk; its next operation marks it again, and
  * `reconcile --repair` finds it.
  */
-import { sql } from 'slonik';
+import type { Queue } from 'bullmq';
+import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
+import type { Config } from '../config/index.js';
 import { Bindings, claimId } from '../ledger/bindings.js';
-import { scheduleSweeps } from '../ledger/expiry.js';
+import type { Clock } from '../ledger/clock.js';
+import { scheduleSweeps, type LedgerJobData } from '../ledger/expiry.js';
 import { parseTransaction } from '../redis/codec.js';
+import type { RedisClient } from '../redis/client.js';
 import type { RecoveryScope } from '../redis/generation.js';
 import { activeKeyOf, bindingKeys, customerKeys, dirtyKeyOf, trimDueKeyOf, type BindingKind } from '../redis/keys.js';
 import { registerScripts } from '../redis/scripts.js';
-import type { ReconcileRuntime } from './reconcile.js';
 
 /** Customers read from PostgreSQL per page. */
 const shared_keys_page_size = 500;
@@ -57,11 +60,20 @@ const filter_ids_per_call = 1_000;
 const customerRow = z.object({ project_id: z.string(), id: z.string() });
 const idRow = z.object({ project_id: z.string(), customer_id: z.string(), type: z.string(), transaction_id: z.string(), ik: z.string().nullable(), gk: z.string().nullable() });
 
+/** What restoring the shared keys uses. */
+export interface SharedKeysRuntime {
+  config: Pick<Config, 'REDIS_PREFIX' | 'SWEEP_INTERVAL_MS'>;
+  redis: RedisClient;
+  db: DatabasePool;
+  ledgerQueue: Queue<LedgerJobData>;
+  clock: Clock;
+}
+
 type Customer = z.infer<typeof customerRow>;
 /** A binding to write: kind, id, owner. */
 type Bound = [BindingKind, string, string];
 
-export async function restoreSharedKeys(rt: ReconcileRuntime, scope: RecoveryScope): Promise<void> {
+export async function restoreSharedKeys(rt: SharedKeysRuntime, scope: RecoveryScope): Promise<void> {
   const prefix = rt.config.REDIS_PREFIX;
   const bindings = new Bindings(rt.redis, registerScripts(rt.redis), prefix, null);
   let after: Customer | null = null;
@@ -81,7 +93,7 @@ export async function restoreSharedKeys(rt: ReconcileRuntime, scope: RecoverySco
 }
 
 /** A customer's bindings and marks that live on this Redis, from its keys on whichever Redis holds them. */
-async function restoreCustomer(rt: ReconcileRuntime, scope: RecoveryScope, c: Customer): Promise<void> {
+async function restoreCustomer(rt: SharedKeysRuntime, scope: RecoveryScope, c: Customer): Promise<void> {
   const prefix = rt.config.REDIS_PREFIX;
   const k = customerKeys(prefix, c.project_id, c.id);
   const [tx, dep, fin, arch, outboxLength, firstTtl] = await Promise.all([
@@ -128,7 +140,7 @@ function recordBindings(customerId: string, tx: Record<string, string>, dep: Set
  * whose bucket this Redis holds, added only where it is not bound (after restoreCustomer,
  * bound means in Redis).
  */
-async function restoreFilters(rt: ReconcileRuntime, scope: RecoveryScope, bindings: Bindings, page: readonly Customer[]): Promise<void> {
+async function restoreFilters(rt: SharedKeysRuntime, scope: RecoveryScope, bindings: Bindings, page: readonly Customer[]): Promise<void> {
   if (page.length === 0) return;
   const rows = await rt.db.any(sql.type(idRow)`
     SELECT DISTINCT e.project_id, e.customer_id, e.type, e.transaction_id, e.extra->>'ik' AS ik, e.extra->>'gk' AS gk

@@ -49,7 +49,7 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { nodeRecoveredMarkerKey } from '../../src/redis/generation.js';
 import { activeKeyOf, customerKeys } from '../../src/redis/keys.js';
 import { keySlot, tagIn } from '../../src/redis/slots.js';
@@ -636,7 +636,7 @@ async function killUnderLoad(variant: string, node: OwnClusterNode, wipe: boolea
  * counted as possibly lost (sentAt), a gateway key whose free failed while its bucket's
  * master was down stayed claimed by a call that billed nothing (src/gateway/billing.ts),
  * and a binding archived by the trim during the final reconcile read as drift
- * (src/reconcile/reconcile.ts).
+ * (src/reconcile/compare.ts).
  */
 const emptyVariant = process.env.CRASH_EMPTY_MASTER !== '0';
 

@@ -38,7 +38,7 @@ import { z } from 'zod';
 import { createAdminQueries } from '../../src/admin/queries.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { hold_ttl_seconds } from '../../src/gateway/service.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';

@@ -12,7 +12,7 @@ import { sql } from 'slonik';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminQueries } from '../../src/admin/queries.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { scanKeys } from '../../src/redis/scan.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { testConfig } from '../helpers.js';

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { jobPanel } from '../../src/dashboard/screens/reconcile.js';
 import type { ReconcileJobEntry } from '../../src/reconcile/jobs.js';
-import type { ReconcileReport } from '../../src/reconcile/reconcile.js';
+import type { ReconcileReport } from '../../src/reconcile/report.js';
 
 const empty: ReconcileReport = {
   customers_checked: 2, customers_with_drift: 0, customers_repaired: 0, drift_total: 0, drift: [], errors_total: 0, errors: [],

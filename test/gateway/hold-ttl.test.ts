@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hold_ttl_seconds } from '../../src/gateway/service.js';
 import { mockDirective } from '../../src/gateway/mock/controls.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { waitFor } from '../helpers.js';
 import { expectedCost, OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from './support.js';
 

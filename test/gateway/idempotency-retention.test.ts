@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BindStatus, claimId } from '../../src/ledger/bindings.js';
 import { mockDirective } from '../../src/gateway/mock/controls.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { waitFor } from '../helpers.js';
 import { OPENAI_MODEL, rawPost, startGatewayEnv, type GatewayEnv } from './support.js';

@@ -20,7 +20,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import express, { type Express, type Request, type RequestHandler, type Response } from 'express';
+import express, { type ErrorRequestHandler, type Express, type Request, type RequestHandler, type Response } from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bodyParsers, expressApp, jsonBodies } from '../../src/app.js';
 import { requestEnd } from '../../src/http/access-log.js';
@@ -159,7 +159,7 @@ function behindTheFrontDoor(viaExpress: Shape, hot: boolean): Shape {
 }
 
 /** The app and the front door over it, as createApi wires them, with the probe as the hot routes. */
-function wire(trustProxy: boolean | string) {
+function wire(trustProxy: boolean | string, onError: ErrorRequestHandler = errorHandler()) {
   const app = expressApp(trustProxy);
   const metrics = new Metrics({ defaultMetrics: false });
   const ended = requestEnd(createLogger({ LOG_LEVEL: 'silent' }), metrics);
@@ -183,7 +183,6 @@ function wire(trustProxy: boolean | string) {
   app.use(underPrefix('/v1', underV1));
   app.use(exactRouter(routes));
   app.use(notFound);
-  const onError = errorHandler();
   app.use(onError);
   const listener = frontDoor({ app, first: [ended], metrics, bodyParser: parsers, underV1, routes: routes.filter((r) => r.hot), onError });
   return {
@@ -300,5 +299,25 @@ describe.each([false, 'loopback'])('with trust proxy %s', (trustProxy) => {
     expect(get?.query).toEqual({ a: '1', b: 'x y', 'c[d]': 'e', arr: ['1', '2'], e: '€' });
     expect(post).toMatchObject({ query: { dry: '1' }, body: { amount: '5.00', note: 'é', nested: { n: [1, 2] } } });
     expect(param).toMatchObject({ params: { item_id: 'a b/cé' }, path: '/v1/probe/a%20b%2Fc%C3%A9', query: { x: '&' } });
+  });
+});
+
+describe('an error handler that throws', () => {
+  it('is answered 500 by both, where the request would otherwise hang', async () => {
+    // Four parameters: Express calls only such a function with an error.
+    const { viaExpress, viaFrontDoor } = wire(false, (_err: unknown, _req: Request, _res: Response, _next: unknown) => {
+      throw new Error('the error handler failed');
+    });
+    const [expressPort, frontDoorPort] = [await listen(viaExpress), await listen(viaFrontDoor)];
+    try {
+      // The malformed escape reaches the error handler in both servers.
+      const malformed = requests[requests.length - 1];
+      const [a, b] = [await send(expressPort, malformed.method, malformed.path), await send(frontDoorPort, malformed.method, malformed.path)];
+      expect(a.status).toBe(500);
+      expect(b.status).toBe(500);
+    } finally {
+      viaExpress.close();
+      viaFrontDoor.close();
+    }
   });
 });

@@ -45,7 +45,7 @@ import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hold_ttl_seconds } from '../../src/gateway/service.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { bindingKeys } from '../../src/redis/keys.js';
 import { ScriptStatus, type ScriptReply } from '../../src/redis/scripts.js';
 import { startTestService, type ApiResponse, type Json, type TestProject, type TestService } from '../helpers.js';

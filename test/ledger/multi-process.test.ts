@@ -8,7 +8,7 @@
  * per applied operation, with its amount) and in step with Redis (reconcile: no drift).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { startTestService, type ApiResponse, type TestProject, type TestService } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 

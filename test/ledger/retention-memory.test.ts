@@ -13,7 +13,7 @@
  * both measures are taken with no live source.
  */
 import { describe, expect, it } from 'vitest';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { isCluster } from '../../src/redis/client.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';
 import { keySlot, masterSlots } from '../../src/redis/slots.js';

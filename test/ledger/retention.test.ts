@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { BindStatus } from '../../src/ledger/bindings.js';
 import { archive_grace_ms } from '../../src/ledger/retention.js';
 import { requestHash } from '../../src/ledger/service.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { recoverForgotten, recoveryBaselineKey } from '../../src/reconcile/recovery.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { binding_buckets, bindingKeysOfBucket, customerKeys } from '../../src/redis/keys.js';

@@ -7,7 +7,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { customerKeys, type CustomerKeys } from '../../src/redis/keys.js';
 import { readSources } from '../../src/ledger/sources.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { PersistLoop } from '../../workers/persist.js';
 import { expectError } from '../support/errors.js';
 import { p, svc, useTestService } from '../support/service.js';

@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { bindingKeys, customerKeys } from '../../src/redis/keys.js';
 import { FoldError, foldCustomer } from '../../src/reconcile/fold.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import type { ApiResponse, TestProject } from '../helpers.js';
 import { expectError } from '../support/errors.js';
 import { svc, useTestService } from '../support/service.js';
@@ -165,7 +165,7 @@ describe('reconcile', () => {
   });
 
   /**
-   * One case per thing reconcile compares (src/reconcile/reconcile.ts, compare and
+   * One case per thing reconcile compares (src/reconcile/compare.ts, compare and
    * compareSources): each plants drift in that one place of c1's Redis state, expects
    * exactly that drift item, and expects --repair to leave no drift and the balances as
    * they were. `S` is c1's first source (credits, no expiry, live), `B` its bonus source

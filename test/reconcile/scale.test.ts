@@ -22,7 +22,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { customer_page_size } from '../../src/reconcile/reconcile.js';
+import { customer_page_size } from '../../src/reconcile/report.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { p, svc, useTestService } from '../support/service.js';
 

@@ -13,7 +13,7 @@ import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { recoveredMarkerKey, recoveryLockKey } from '../../src/redis/generation.js';
 import { bindingKeys } from '../../src/redis/keys.js';
 import { startTestService, waitFor, type ApiResponse, type TestProject, type TestService } from '../helpers.js';

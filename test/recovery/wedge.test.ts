@@ -16,7 +16,7 @@
 import { Redis } from 'ioredis';
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { customerKeys, dirtyKeyOf, scriptKeys } from '../../src/redis/keys.js';
 import { setAsideKey } from '../../src/ledger/outbox.js';
 import { PersistLoop } from '../../workers/persist.js';

@@ -13,7 +13,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { outboxEntryFields, type OutboxEntry } from '../../src/redis/codec.js';
 import { customerKeys, dirtyKeyOf } from '../../src/redis/keys.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { unwritableReason } from '../../src/ledger/write-refusals.js';
 import { reconcileOverApi, waitFor, type TestProject } from '../helpers.js';
 import { p, svc, useTestService } from '../support/service.js';

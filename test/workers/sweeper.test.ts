@@ -12,7 +12,7 @@ import { PersistLoop } from '../../workers/persist.js';
 import { sweep } from '../../workers/sweep.js';
 import { active_mark_window_ms } from '../../src/ledger/marks.js';
 import { startWorkers } from '../../workers/index.js';
-import { reconcile } from '../../src/reconcile/reconcile.js';
+import { reconcile } from '../../src/reconcile/walk.js';
 import { waitFor } from '../helpers.js';
 import { p, svc, useTestService } from '../support/service.js';
 

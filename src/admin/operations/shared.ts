@@ -22,7 +22,7 @@ import type { LedgerQueries } from '../../ledger/queries.js';
 import type { ModelCache } from '../../gateway/models.js';
 import type { PlanService } from '../../plans/service.js';
 import type { ReconcileJobData } from '../../reconcile/jobs.js';
-import type { ReconcileReport } from '../../reconcile/reconcile.js';
+import type { ReconcileReport } from '../../reconcile/report.js';
 import type { UpstreamClient } from '../../gateway/upstream.js';
 import type { UsageQueries } from '../../usage/queries.js';
 import { actorOf } from '../actor.js';

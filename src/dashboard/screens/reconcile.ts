@@ -8,7 +8,7 @@
  */
 import type { Request } from 'express';
 import type { ReconcileJobEntry } from '../../reconcile/jobs.js';
-import type { ReconcileReport } from '../../reconcile/reconcile.js';
+import type { ReconcileReport } from '../../reconcile/report.js';
 import { openProject, type PageContext } from '../context.js';
 import { count, when } from '../format.js';
 import { html, pagePath, type Html } from '../html.js';
