@@ -41,6 +41,7 @@ export interface Operation {
   handler: RequestHandler;
 }
 
+/** One operation, as the resource modules list them. */
 export const operation = (method: Method, path: string, role: Role, handler: RequestHandler): Operation => ({ method, path, role, handler });
 
 /** The services the management operations use. */
@@ -61,6 +62,7 @@ export interface ManagementDeps {
   usageQueries: UsageQueries;
 }
 
+/** The query of a list: a page size and the cursor a previous page answered. */
 export const listQuery = z.object({
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
   cursor: z.string().max(512).optional(),
@@ -79,12 +81,15 @@ export function sendList<T>(res: Response, page: Page<T>, entry: (row: T) => unk
   res.json({ object: 'list', data: page.rows.map(entry), has_more: page.next !== null, next_cursor: page.next && encodeCursor(page.next) });
 }
 
+/** The caller's organization, from its Actor: never from a key or a path. */
 export const orgOf = (res: Response) => actorOf(res).organizationId;
 
+/** A project's scope for the ledger and usage reads. */
 export const scopeOf = (project: ProjectRow) => ({ projectId: project.id, organizationId: project.organization_id });
 
 /** The project a path names, in the caller's organization: another organization's reads as 404 not_found. */
 export interface ProjectLookup {
+  /** The project of `id`, by default the path's `:project_id`. */
   projectOr404(req: Request, res: Response, id?: string): Promise<ProjectRow>;
   /** A project that may be changed: 409 project_deactivated for a deactivated one. */
   writableProject(req: Request, res: Response): Promise<ProjectRow>;
