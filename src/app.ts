@@ -5,7 +5,7 @@
  */
 import type { RequestListener, ServerOptions } from 'node:http';
 import express, { type RequestHandler } from 'express';
-import { managementOperations } from './admin/operations.js';
+import { managementOperations } from './admin/operations/index.js';
 import { adminRoutes, dashboardApiRoutes, dashboardSessions } from './admin/routes.js';
 import { dashboardPages } from './dashboard/routes.js';
 import { docsRoutes } from './openapi/routes.js';

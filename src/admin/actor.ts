@@ -1,7 +1,7 @@
 /**
  * Who calls a management operation: an organization admin key (the API, /v1/admin) or a
  * member's dashboard session (/dashboard/api). Both authentications end in one Actor, so
- * the operations behind them are one set of handlers (src/admin/operations.ts) that read
+ * the operations behind them are one set of handlers (src/admin/operations/) that read
  * the caller's organization and role from here and never from a key or a cookie.
  */
 import type { RequestHandler, Response } from 'express';

@@ -252,3 +252,5 @@ export function createListingQueries(pool: DatabasePool) {
     },
   };
 }
+
+export type ListingQueries = ReturnType<typeof createListingQueries>;

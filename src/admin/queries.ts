@@ -176,3 +176,5 @@ export function createAdminQueries(pool: DatabasePool) {
     },
   };
 }
+
+export type AdminQueries = ReturnType<typeof createAdminQueries>;

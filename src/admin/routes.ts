@@ -1,5 +1,5 @@
 /**
- * The management operations (src/admin/operations.ts) behind their two authentications:
+ * The management operations (src/admin/operations/) behind their two authentications:
  *
  * - `/v1/admin/...` for an organization admin key (`svc_admin_...`), which acts as an
  *   owner. Project and customer-scoped keys get 403 permission_denied there, on unknown
@@ -25,7 +25,8 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import type { RedisClient } from '../redis/client.js';
 import { actorFromAdminKey, requireRole } from './actor.js';
-import { email_chars_max, type Operation } from './operations.js';
+import { email_chars_max } from './operations/members.js';
+import type { Operation } from './operations/shared.js';
 
 ;
 

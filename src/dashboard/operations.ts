@@ -1,6 +1,6 @@
 /**
  * The page's access to the service: the management operations themselves
- * (src/admin/operations.ts), called in-process. Each call goes through the operation's
+ * (src/admin/operations/), called in-process. Each call goes through the operation's
  * least role (`requireRole`) and its handler exactly as /dashboard/api and /v1/admin run
  * them, with the signed-in member's Actor, so the page has no authorization rules of its
  * own: what a viewer may not do, or what another organization holds, is refused here by
@@ -12,7 +12,7 @@
 import type { Request, RequestHandler, Response } from 'express';
 import { requireRole } from '../admin/actor.js';
 import type { Actor } from '../members/actor.js';
-import type { Operation } from '../admin/operations.js';
+import type { Operation } from '../admin/operations/shared.js';
 import type { Method } from '../http/router.js';
 
 interface OperationCall {

@@ -19,7 +19,7 @@ import { pageSecurity } from '../http/page-security.js';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { actorOf } from '../admin/actor.js';
-import type { Operation } from '../admin/operations.js';
+import type { Operation } from '../admin/operations/shared.js';
 import { clientAddress, type DashboardSessions } from '../admin/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import { exactRouter } from '../http/router.js';

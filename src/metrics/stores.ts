@@ -19,7 +19,7 @@ import type { AddressInfo } from 'node:net';
 import type { RequestHandler } from 'express';
 import { Gauge } from 'prom-client';
 import { outboxState, type OutboxState } from '../health.js';
-import { job_states } from '../admin/operations.js';
+import { job_states } from '../admin/operations/system.js';
 import type { Logger } from 'pino';
 import type { Queue } from 'bullmq';
 import type { Config } from '../config/index.js';

@@ -94,7 +94,7 @@ export const admin_prefix = '/v1/admin';
 export const dashboard_api_prefix = '/dashboard/api';
 
 /**
- * Describes one management operation (src/admin/operations.ts) at both of its mounts:
+ * Describes one management operation (src/admin/operations/) at both of its mounts:
  * `/v1/admin<path>` for an admin key and `/dashboard/api<path>` for a member's session.
  */
 export function describeOperation(doc: Omit<RouteDoc, 'callers' | 'role'> & { role: Role }): void {

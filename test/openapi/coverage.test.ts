@@ -7,7 +7,7 @@
  * see src/openapi/registry.ts.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { managementOperations } from '../../src/admin/operations.js';
+import { managementOperations } from '../../src/admin/operations/index.js';
 import { createApi } from '../../src/app.js';
 import { openApiPath } from '../../src/openapi/registry.js';
 import { openApiDocument } from '../../src/openapi/routes.js';

@@ -3,7 +3,7 @@
  * owner's operation). Counts only: the queues are shared by every organization, and a
  * job's data names another organization's customers.
  */
-import { job_states } from '../../admin/operations.js';
+import { job_states } from '../../admin/operations/system.js';
 import type { PageContext } from '../context.js';
 import { count } from '../format.js';
 import { html, type Html } from '../html.js';

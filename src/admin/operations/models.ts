@@ -1,0 +1,316 @@
+/**
+ * The management operations on a project's models: list, create or replace (PUT), change
+ * some fields (PATCH), delete. A write takes prices in credits or in USD, refuses an
+ * upstream on the service's own network, and answers what the saved model will do that
+ * its writer may not expect (its warnings).
+ */
+import type { Request } from 'express';
+import { z } from 'zod';
+import { ApiError } from '../../errors/catalogue.js';
+import { onlyQuery, strictBody } from '../../http/validate.js';
+import { toCredits } from '../../ledger/amounts.js';
+import { describeOperation } from '../../openapi/registry.js';
+import { extended, listOf } from '../../schema/zod.js';
+import {
+  adminModelEntry,
+  adminModelEntrySchema,
+  credits_per_usd,
+  modelIdSchema,
+  price_per_million_credits_max,
+  token_count_max,
+  upstream_key_chars_max,
+  type ModelInput,
+  type ModelRow,
+} from '../models.js';
+import type { ProjectRow } from '../queries.js';
+import { created, listQuery, ok, operation, pageRequest, projectParams, sendList, type ManagementDeps, type Operation, type ProjectChanged, type ProjectLookup } from './shared.js';
+
+export const url_chars_max = 2048;
+
+const price = z.number().int().min(0).max(price_per_million_credits_max);
+const tokens = z.number().int().positive().max(token_count_max);
+/** A per-part token bound: 0 for a model that reads no such part; null for the provider's default. */
+const partTokens = z.number().int().min(0).max(token_count_max);
+
+/** http(s) with a host, no credentials, query or fragment; stored without a trailing slash. */
+const upstreamUrlSchema = z
+  .string()
+  .max(url_chars_max)
+  .url()
+  .refine((v) => {
+    // zod runs this even after .url() failed, so an unparsable value must not throw here.
+    const u = URL.canParse(v) ? new URL(v) : null;
+    return u !== null && (u.protocol === 'http:' || u.protocol === 'https:') && !u.username && !u.password && !u.search && !u.hash;
+  }, 'upstream_base_url must be an http(s) URL without credentials, query or fragment')
+  .transform((v) => v.replace(/\/+$/, ''));
+
+/** A price in USD per million tokens, as a model read answers it (`*_price_per_million_usd`). */
+const usdPrice = z.number().min(0).max(price_per_million_credits_max / credits_per_usd);
+
+const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'] as const;
+
+/**
+ * Every field a model write reads. A model read is accepted back as a write: the
+ * `*_price_per_million_usd` prices set the price too (see modelInputOf), and the fields a
+ * read adds (`id`, `object`, `created`, `owned_by`, `has_upstream_key`, `updated_at`, a
+ * write's `warnings`) are accepted and ignored: the path names the model, and the service
+ * keeps the others.
+ */
+const modelPatchSchema = z.object({
+  provider: z.enum(['openai', 'anthropic']).optional(),
+  upstream_base_url: upstreamUrlSchema.optional(),
+  upstream_model: z.string().min(1).max(256).optional(),
+  upstream_api_key: z.string().min(1).max(upstream_key_chars_max).nullable().optional(),
+  display_name: z.string().min(1).max(256).nullable().optional(),
+  description: z.string().max(4096).nullable().optional(),
+  context_window: tokens.optional(),
+  max_output_tokens: tokens.optional(),
+  supports_streaming: z.boolean().optional(),
+  active: z.boolean().optional(),
+  input_price_per_million_credits: price.optional(),
+  output_price_per_million_credits: price.optional(),
+  cache_read_price_per_million_credits: price.optional(),
+  cache_write_price_per_million_credits: price.optional(),
+  input_price_per_million_usd: usdPrice.optional(),
+  output_price_per_million_usd: usdPrice.optional(),
+  cache_read_price_per_million_usd: usdPrice.optional(),
+  cache_write_price_per_million_usd: usdPrice.optional(),
+  image_token_bound: partTokens.nullable().optional(),
+  file_token_bound: partTokens.nullable().optional(),
+  id: z.unknown(),
+  object: z.unknown(),
+  created: z.unknown(),
+  owned_by: z.unknown(),
+  has_upstream_key: z.unknown(),
+  updated_at: z.unknown(),
+  warnings: z.unknown(),
+});
+
+/**
+ * PUT: the whole model. Required: provider, upstream_base_url, upstream_model,
+ * context_window, max_output_tokens, supports_streaming, and the input and output prices
+ * (in credits or in USD; modelInputOf checks those).
+ */
+const modelPutSchema = modelPatchSchema.extend({
+  provider: z.enum(['openai', 'anthropic']),
+  upstream_base_url: upstreamUrlSchema,
+  upstream_model: z.string().min(1).max(256),
+  context_window: tokens,
+  max_output_tokens: tokens,
+  supports_streaming: z.boolean(),
+});
+
+type ModelWrite = z.infer<typeof modelPatchSchema>;
+
+/**
+ * The stored model a write makes: `body` over `current` (a PATCH) or over the defaults (a
+ * PUT: no current). A price may come in credits or in USD; both given must agree, and USD
+ * must be a whole number of credits. 400 invalid_request naming the field otherwise.
+ */
+function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput {
+  const base: ModelInput = current ?? {
+    provider: body.provider!,
+    upstream_base_url: body.upstream_base_url!,
+    upstream_model: body.upstream_model!,
+    display_name: null,
+    description: null,
+    context_window: body.context_window!,
+    max_output_tokens: body.max_output_tokens!,
+    supports_streaming: body.supports_streaming!,
+    active: true,
+    input_price_per_million_credits: -1,
+    output_price_per_million_credits: -1,
+    cache_read_price_per_million_credits: 0,
+    cache_write_price_per_million_credits: 0,
+    image_token_bound: null,
+    file_token_bound: null,
+  };
+  const next: ModelInput = { ...base };
+  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound'] as const) {
+    if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
+  }
+  for (const kind of model_price_kinds) {
+    const creditsField = `${kind}_price_per_million_credits` as const;
+    const usdField = `${kind}_price_per_million_usd` as const;
+    const credits = body[creditsField];
+    const usd = body[usdField];
+    let value = credits;
+    if (usd !== undefined) {
+      const fromUsd = toCredits(usd, 'usd');
+      if (fromUsd === null) {
+        throw new ApiError('invalid_request', { param: usdField, message: `${usdField} must be a whole number of credits (1 credit = 0.000001 USD)` });
+      }
+      if (credits !== undefined && credits !== fromUsd) {
+        throw new ApiError('invalid_request', {
+          param: usdField,
+          message: `${usdField} (${usd}) is ${fromUsd} credits, but ${creditsField} is ${credits}; send one of them, or both equal`,
+        });
+      }
+      value = fromUsd;
+    }
+    if (value !== undefined) next[creditsField] = value;
+    if (next[creditsField] < 0) {
+      throw new ApiError('invalid_request', { param: creditsField, message: `${creditsField} (or ${usdField}) is required` });
+    }
+  }
+  if (next.max_output_tokens > next.context_window) {
+    throw new ApiError('invalid_request', {
+      param: 'max_output_tokens',
+      message: `max_output_tokens (${next.max_output_tokens}) may not exceed context_window (${next.context_window})`,
+    });
+  }
+  return next;
+}
+
+/**
+ * What a saved model will do that its writer may not expect: answered with the write, so
+ * that a model saved without its provider key does not fail silently at its first call.
+ */
+function modelWarnings(m: ModelRow, modelPath: string): { code: string; param: string; message: string }[] {
+  const warnings = [];
+  if (!m.has_upstream_key) {
+    warnings.push({
+      code: 'byok_key_required',
+      param: 'upstream_api_key',
+      message: `the model has no upstream_api_key: every gateway call to it answers 402 byok_key_required until one is set (PATCH ${modelPath} {"upstream_api_key": "..."})`,
+    });
+  }
+  if (!m.active) {
+    warnings.push({
+      code: 'model_inactive',
+      param: 'active',
+      message: 'the model is inactive: GET /v1/models does not list it and gateway calls answer 404 model_not_found until active is true',
+    });
+  }
+  return warnings;
+}
+
+const modelWarningSchema = z
+  .object({
+    code: z.enum(['byok_key_required', 'model_inactive']),
+    param: z.string().openapi({ description: 'The model field to change.' }),
+    message: z.string(),
+  })
+  .strict()
+  .openapi('ModelWarning');
+/** A model write's answer: the model, and what it will do that its writer may not expect. */
+const modelWriteSchema = extended(adminModelEntrySchema, {
+  warnings: z.array(modelWarningSchema).openapi({
+    description:
+      '`byok_key_required`: no `upstream_api_key` is stored, every gateway call to the model answers 402 until one is set; `model_inactive`: the model is not listed and calls answer 404 `model_not_found`. Empty when neither.',
+  }),
+}).openapi('AdminModelWrite');
+const modelParams = z.object({ project_id: z.string(), model_id: modelIdSchema });
+
+describeOperation({ method: 'GET', path: '/projects/:project_id/models', role: 'viewer', tag: 'Models', summary: "The project's models", query: listQuery, responses: ok('A page of models', listOf(adminModelEntrySchema)), errors: [projectParams] });
+describeOperation({
+  method: 'PUT',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Create or replace a model',
+  description: 'The model id may contain `/`: sent percent-encoded as one segment (`openai%2Fgpt-4o`) or raw (`openai/gpt-4o`).',
+  params: modelParams,
+  body: modelPutSchema,
+  responses: { ...created('The model, created, with its warnings', modelWriteSchema), ...ok('The model, replaced, with its warnings', modelWriteSchema) },
+  errors: [projectParams, 'project_deactivated'],
+});
+describeOperation({
+  method: 'PATCH',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Change some fields of a model',
+  description:
+    'Any field of the PUT; the others keep their values. A price may be sent in credits or in USD (`*_price_per_million_usd`, a whole number of credits). A model read sent back is accepted: the fields a read adds are ignored. 404 `not_found` when the model does not exist (PUT creates it).',
+  params: modelParams,
+  body: modelPatchSchema,
+  responses: ok('The model, changed, with its warnings', modelWriteSchema),
+  errors: [projectParams, 'project_deactivated'],
+});
+describeOperation({
+  method: 'DELETE',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'admin',
+  tag: 'Models',
+  summary: 'Delete a model',
+  description:
+    'A real delete: usage records and receipts keep the model id and the prices they were billed at. A call that already loaded the model finishes with it. To stop serving a model and keep it, PATCH `{"active": false}`.',
+  params: modelParams,
+  responses: ok('The model as it was, with `deleted: true`', extended(adminModelEntrySchema, { deleted: z.literal(true) })),
+  errors: [projectParams, 'project_deactivated'],
+});
+
+/**
+ * A model id from the path: one URL-encoded segment (`openai%2Fgpt-4o`) or several raw
+ * ones (`openai/gpt-4o`); Express gives the wildcard as its decoded segments.
+ */
+function modelIdParam(req: Request): string {
+  const raw = req.params.model_id as unknown;
+  const id = Array.isArray(raw) ? raw.join('/') : String(raw);
+  const parsed = modelIdSchema.safeParse(id);
+  if (!parsed.success) throw new ApiError('invalid_request', { param: 'model_id', message: `model_id: ${parsed.error.issues[0].message}` });
+  return parsed.data;
+}
+
+/** An upstream on the service's own network would let a project admin reach it (SSRF). */
+async function checkUpstream(upstream: ManagementDeps['upstream'], url: string | undefined): Promise<void> {
+  const refused = url === undefined ? null : await upstream.baseUrlRefusal(url);
+  if (refused !== null) throw new ApiError('invalid_request', { param: 'upstream_base_url', message: refused });
+}
+
+const modelPath = (project: ProjectRow, modelId: string) => `/v1/admin/projects/${project.id}/models/${encodeURIComponent(modelId)}`;
+const modelAnswer = (project: ProjectRow, model: ModelRow) => ({ ...adminModelEntry(model), warnings: modelWarnings(model, modelPath(project, model.id)) });
+
+interface ModelDeps extends Pick<ManagementDeps, 'modelQueries' | 'upstream'> {
+  projects: ProjectLookup;
+  projectChanged: ProjectChanged;
+}
+
+export function modelOperations(deps: ModelDeps): Operation[] {
+  const models = deps.modelQueries;
+  const { projectChanged } = deps;
+  const { projectOr404, writableProject } = deps.projects;
+
+  return [
+    operation('GET', '/projects/:project_id/models', 'viewer', async (req, res) => {
+      const project = await projectOr404(req, res);
+      sendList(res, await models.listModels(project.id, pageRequest(req)), adminModelEntry);
+    }),
+
+    operation('PUT', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
+      const project = await writableProject(req, res);
+      const modelId = modelIdParam(req);
+      const input = modelInputOf(strictBody(req, modelPutSchema), null);
+      await checkUpstream(deps.upstream, input.upstream_base_url);
+      const { model, created } = await models.upsertModel(project.id, modelId, input);
+      // Gateway processes cache models per project and drop them on this message.
+      await projectChanged(project.id);
+      res.status(created ? 201 : 200).json(modelAnswer(project, model));
+    }),
+
+    operation('PATCH', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
+      const project = await writableProject(req, res);
+      const modelId = modelIdParam(req);
+      const body = strictBody(req, modelPatchSchema);
+      await checkUpstream(deps.upstream, body.upstream_base_url);
+      const model = await models.updateModel(project.id, modelId, (current) => modelInputOf(body, current));
+      if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found; PUT creates it` });
+      await projectChanged(project.id);
+      res.json(modelAnswer(project, model));
+    }),
+
+    // A real delete: nothing of the ledger refers to the row (usage records and receipts
+    // keep the model id and the prices they were billed at). A call that already loaded the
+    // model finishes with it; `active: false` is the way to stop serving a model and keep it.
+    operation('DELETE', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
+      onlyQuery(req);
+      const project = await writableProject(req, res);
+      const modelId = modelIdParam(req);
+      const model = await models.deleteModel(project.id, modelId);
+      if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found` });
+      await projectChanged(project.id);
+      res.json({ ...adminModelEntry(model), deleted: true });
+    }),
+  ];
+}
