@@ -18,6 +18,9 @@
  *   in the normal suite once: BullMQ's closing worker spinning, workers/bullmq-closing.ts.)
  * - test/workers/closing-spin.test.ts is about BullMQ's closing worker in a process of its
  *   own, on one Redis.
+ * - test/gateway/adapters.test.ts, mock-upstream.test.ts, upstream.test.ts and
+ *   pricing.test.ts never reach Redis (the wire formats, the mock upstream, the upstream
+ *   client, the cost arithmetic): on a cluster they would run the same code again.
  */
 import { defineConfig } from 'vitest/config';
 
@@ -37,7 +40,10 @@ export default defineConfig({
       // Two web and two worker OS processes, one of each killed with kill -9 and restarted.
       'test/crash/web-worker-pairs.test.ts',
     ],
-    exclude: ['test/gateway/late-settlement.test.ts', 'test/workers/shutdown.test.ts', 'test/workers/closing-spin.test.ts', 'test/reconcile/scale.test.ts'],
+    exclude: [
+      'test/gateway/late-settlement.test.ts', 'test/gateway/adapters.test.ts', 'test/gateway/mock-upstream.test.ts', 'test/gateway/upstream.test.ts', 'test/gateway/pricing.test.ts',
+      'test/workers/shutdown.test.ts', 'test/workers/closing-spin.test.ts', 'test/reconcile/scale.test.ts',
+    ],
     globalSetup: ['test/cluster-setup.ts'],
     pool: 'forks',
     maxWorkers: 2,
