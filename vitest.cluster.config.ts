@@ -21,6 +21,10 @@
  * - test/gateway/adapters.test.ts, mock-upstream.test.ts, upstream.test.ts and
  *   pricing.test.ts never reach Redis (the wire formats, the mock upstream, the upstream
  *   client, the cost arithmetic): on a cluster they would run the same code again.
+ * - test/gateway/error-messages.test.ts (the texts of the gateway's refusals, some cut off
+ *   from a Redis of its own) and test/reconcile/cli-args.test.ts (the CLI's argument
+ *   checks): the refusals come from the same replies on a cluster; the cluster's own paths
+ *   are run by gateway.test.ts, holds.test.ts and reconcile.test.ts.
  */
 import { defineConfig } from 'vitest/config';
 
@@ -43,10 +47,13 @@ export default defineConfig({
     exclude: [
       'test/gateway/late-settlement.test.ts', 'test/gateway/adapters.test.ts', 'test/gateway/mock-upstream.test.ts', 'test/gateway/upstream.test.ts', 'test/gateway/pricing.test.ts',
       'test/workers/shutdown.test.ts', 'test/workers/closing-spin.test.ts', 'test/reconcile/scale.test.ts',
+      'test/gateway/error-messages.test.ts', 'test/reconcile/cli-args.test.ts',
     ],
     globalSetup: ['test/cluster-setup.ts'],
     pool: 'forks',
     maxWorkers: 2,
+    // As in vitest.config.ts: no fresh process per file.
+    isolate: false,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     env: {

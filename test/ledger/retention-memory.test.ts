@@ -1,9 +1,10 @@
 /**
- * Redis memory stays flat (REDIS_RETENTION_SECONDS=2): 20,000 operations on one customer,
+ * Redis memory stays flat (REDIS_RETENTION_SECONDS=2): 6,000 operations on one customer,
  * concurrent through the HTTP API (deposits, deducts, freezes consumed or unfrozen), leave
  * its keys and the project's binding buckets no larger than the first 2,000 did, once the
  * trim has run; the very first id still replays with its original body (from PostgreSQL),
- * and reconcile finds no drift.
+ * and reconcile finds no drift. A leak of one byte per operation shows as 4,000 bytes more;
+ * 20,000 operations, as this test once ran, showed nothing more in three times the time.
  *
  * What is measured: every key of the customer (sources and their live, dead and spent sets,
  * tx, dep, ttl, outbox, fin, arch; the meta hash apart, whose counters gain digits) and every binding bucket of the project (ids and
@@ -23,6 +24,7 @@ import { p, svc, useTestService } from '../support/service.js';
 const customer = 'mem-1';
 const ops_per_round = 10;
 const clients = 16;
+const total_ops = 6_000;
 
 function post(path: string, body: Record<string, unknown>): Promise<ApiResponse> {
   return svc.call('POST', path, { key: p.projectKey, body });
@@ -118,10 +120,11 @@ async function spendAll(tag: string): Promise<void> {
 }
 
 // A short archive grace (ARCHIVE_GRACE_MS): the trimmed records leave sooner.
-useTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 2, ARCHIVE_GRACE_MS: 500 } });
+// Errors logged: a 500 here (seen once, in a cluster run under heavy load) names its cause in the output.
+useTestService({ workers: true, config: { REDIS_RETENTION_SECONDS: 2, ARCHIVE_GRACE_MS: 500, LOG_LEVEL: 'error' } });
 
 describe('bounded Redis state', () => {
-  it('keeps a customer flat over 20,000 operations, and replays the first one', async () => {
+  it('keeps a customer flat over 6,000 operations, and replays the first one', async () => {
     const first = await ok('/v1/customers/deposit', { customer_id: customer, amount: 200, idempotency_key: 'mk-first' });
     const firstDeduct = await ok('/v1/billing/deduct', { customer_id: customer, transaction_id: 'md-first', amount: 1 });
     await rounds(0, 2_000 / ops_per_round);
@@ -132,18 +135,18 @@ describe('bounded Redis state', () => {
 
     // A new buffer for the rounds in flight: the first was spent with the rest.
     await ok('/v1/customers/deposit', { customer_id: customer, amount: 200, idempotency_key: 'mk-buffer-2' });
-    await rounds(2_000 / ops_per_round, 20_000 / ops_per_round);
-    await spendAll('20k');
+    await rounds(2_000 / ops_per_round, total_ops / ops_per_round);
+    await spendAll('end');
     // The last retention's records are still there: the measure sees them.
     const endOfRun = await memory();
-    await waitFor(trimmed, 60_000, 'the 20,000 operations to be trimmed');
-    const after20k = await memory();
-    const meta20k = await meta();
-    const sizes = `after 2,000: ${after2k} bytes; at the end of the run: ${endOfRun}; after 20,000: ${after20k}`;
-    expect(after20k, sizes).toBeLessThanOrEqual(after2k);
-    expect(endOfRun, sizes).toBeGreaterThan(after20k);
-    expect(meta20k.fields).toEqual(meta2k.fields);
-    expect(meta20k.bytes, `meta after 2,000: ${meta2k.bytes} bytes, after 20,000: ${meta20k.bytes}`).toBeLessThanOrEqual(meta2k.bytes + meta_counter_growth_bytes_max);
+    await waitFor(trimmed, 60_000, 'all operations to be trimmed');
+    const atEnd = await memory();
+    const metaEnd = await meta();
+    const sizes = `after 2,000: ${after2k} bytes; at the end of the run: ${endOfRun}; after ${total_ops}: ${atEnd}`;
+    expect(atEnd, sizes).toBeLessThanOrEqual(after2k);
+    expect(endOfRun, sizes).toBeGreaterThan(atEnd);
+    expect(metaEnd.fields).toEqual(meta2k.fields);
+    expect(metaEnd.bytes, `meta after 2,000: ${meta2k.bytes} bytes, after ${total_ops}: ${metaEnd.bytes}`).toBeLessThanOrEqual(meta2k.bytes + meta_counter_growth_bytes_max);
 
     expect((await post('/v1/customers/deposit', { customer_id: customer, amount: 200, idempotency_key: 'mk-first' })).body).toEqual({ ...first, is_idempotent_replay: true });
     expect((await post('/v1/billing/deduct', { customer_id: customer, transaction_id: 'md-first', amount: 1 })).body).toEqual({ ...firstDeduct, is_idempotent_replay: true });
