@@ -143,5 +143,3 @@ export function webhookService(deps: WebhookServiceDeps) {
     },
   };
 }
-
-export type WebhookService = ReturnType<typeof webhookService>;
