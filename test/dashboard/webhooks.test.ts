@@ -134,7 +134,7 @@ describe('the deliveries screen', () => {
     expect(failedRow[0]).toContain(`${failing.next_attempt_at.slice(0, 10)} ${failing.next_attempt_at.slice(11, 16)} UTC`);
     expect(failedRow[0]).toMatch(/data-testid="delivery-attempt" data-status-code="500"/);
     // While a delivery is pending, htmx asks for the log again.
-    expect(bad.text).toMatch(/data-polling="true" hx-get="[^"]+\/deliveries" hx-trigger="every 2s" hx-select="#delivery-log"/);
+    expect(bad.text).toMatch(/data-polling="true">\n<span hidden data-testid="delivery-poll" hx-get="[^"]+\/deliveries" hx-trigger="every 2s" hx-target="#delivery-log" hx-select="#delivery-log"/);
 
     receiver.reply('/log', [200]);
     const replay = await post(owner, hooksPath(id, 'deliveries', failing.id, 'replay'));

@@ -105,14 +105,16 @@ async function deliveriesScreen(ctx: PageContext, req: Request, projectId: strin
   const follow = v.follow ?? followOf(req);
   const followed = follow === null ? undefined : log.data.find((d) => d.id === follow.id);
   const waiting = log.data.some((d) => d.status === 'pending') || (followed !== undefined && follow !== null && followed.attempts.length <= follow.after);
+  // An empty element polls, so that the log's forms (boosted) inherit none of its hx- attributes.
   const polling = waiting
-    ? html` hx-get="${withQuery(path, { cursor, follow: follow?.id, after: follow === null ? undefined : String(follow.after) })}" hx-trigger="every ${poll_seconds}s" hx-select="#delivery-log" hx-swap="outerHTML"`
+    ? html`<span hidden data-testid="delivery-poll" hx-get="${withQuery(path, { cursor, follow: follow?.id, after: follow === null ? undefined : String(follow.after) })}" hx-trigger="every ${poll_seconds}s" hx-target="#delivery-log" hx-select="#delivery-log" hx-swap="outerHTML"></span>`
     : html``;
   const body = html`${noticeOf(v.notice ?? null)}
 <p><a href="${webhooksPath(project.id)}">← All endpoints</a></p>
 <p><code data-testid="endpoint-url">${endpoint.url}</code> ${endpointState(endpoint)}${endpoint.description ? html` <span class="muted">${endpoint.description}</span>` : ''}</p>
 <form method="post" action="${webhooksPath(project.id, endpoint.id, 'test')}" class="inline">${csrf}<button type="submit" data-testid="webhook-test">Send test event</button></form>
-<section id="delivery-log" data-testid="delivery-log" data-polling="${String(waiting)}"${polling}>
+<section id="delivery-log" data-testid="delivery-log" data-polling="${String(waiting)}">
+${polling}
 <table class="list">
 <thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Latency</th><th>Next attempt</th><th>Last response</th><th>Created</th><th></th></tr></thead>
 <tbody>
