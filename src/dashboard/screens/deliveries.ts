@@ -45,15 +45,15 @@ interface Follow {
 
 const poll_seconds = 2;
 /** How much of the last answer the row shows; the attempt log shows all the API keeps (1 KiB). */
-const excerpt_chars = 120;
+const excerpt_chars = 60;
 
 function attemptOutcome(a: Attempt): string {
   return a.status_code !== null ? `HTTP ${a.status_code}` : (a.error ?? 'no answer');
 }
 
 function attemptLog(d: Delivery): Html {
-  if (d.attempts.length === 0) return html`0`;
-  return html`<details data-testid="delivery-attempts"><summary>${count(d.attempts.length)}</summary>
+  if (d.attempts.length === 0) return html`none yet`;
+  return html`<details data-testid="delivery-attempts"><summary>${count(d.attempts.length)} ${d.attempts.length === 1 ? 'attempt' : 'attempts'}</summary>
 <ol class="attempts">
 ${d.attempts.map(
   (a) => html`<li data-testid="delivery-attempt" data-status-code="${a.status_code === null ? '' : String(a.status_code)}">${when(a.at)} · ${a.manual ? 'replay' : 'scheduled'} · ${attemptOutcome(a)} · ${count(a.latency_ms)} ms
