@@ -133,8 +133,10 @@ describe('the deliveries screen', () => {
     expect(failedRow[0]).toMatch(/data-testid="delivery-last-code">HTTP 500</);
     expect(failedRow[0]).toContain(`${failing.next_attempt_at.slice(0, 10)} ${failing.next_attempt_at.slice(11, 16)} UTC`);
     expect(failedRow[0]).toMatch(/data-testid="delivery-attempt" data-status-code="500"/);
-    // While a delivery is pending, htmx asks for the log again.
+    // While a pending delivery's attempt is due soon, htmx asks for the log again; not for one hours away.
     expect(bad.text).toMatch(/data-polling="true">\n<span hidden data-testid="delivery-poll" hx-get="[^"]+\/deliveries" hx-trigger="every 2s" hx-target="#delivery-log" hx-select="#delivery-log"/);
+    await svc.rt.db.query(sql.unsafe`UPDATE webhook_deliveries SET next_attempt_at = now() + interval '1 hour' WHERE id = ${failing.id}`);
+    expect((await get(hooksPath(id, 'deliveries'))).text).toContain('data-polling="false"');
 
     receiver.reply('/log', [200]);
     const replay = await post(owner, hooksPath(id, 'deliveries', failing.id, 'replay'));

@@ -2,9 +2,9 @@
  * An endpoint's deliveries: the log, newest first (event, status, attempts, the last
  * attempt's status code, latency and response excerpt, when the next scheduled attempt is
  * due, and every attempt on opening its row), a Replay button per delivery, and a test
- * send. While a delivery is pending, or one just sent or replayed has not had its new
- * attempt yet, htmx asks for the log again every few seconds (the page works without it:
- * reload).
+ * send. While a pending delivery's attempt is due within two minutes, or one just sent or
+ * replayed has not had its new attempt yet, htmx asks for the log again every few seconds
+ * (the page works without it: reload).
  */
 import type { Request } from 'express';
 import { ApiError } from '../../errors/catalogue.js';
@@ -44,6 +44,8 @@ interface Follow {
 }
 
 const poll_seconds = 2;
+/** A pending delivery is followed when its first attempt, or its next one, is due within this: not for a retry hours away. */
+const poll_horizon_ms = 120_000;
 /** How much of the last answer the row shows; the attempt log shows all the API keeps (1 KiB). */
 const excerpt_chars = 60;
 
@@ -104,7 +106,9 @@ async function deliveriesScreen(ctx: PageContext, req: Request, projectId: strin
   const path = webhooksPath(project.id, endpoint.id, 'deliveries');
   const follow = v.follow ?? followOf(req);
   const followed = follow === null ? undefined : log.data.find((d) => d.id === follow.id);
-  const waiting = log.data.some((d) => d.status === 'pending') || (followed !== undefined && follow !== null && followed.attempts.length <= follow.after);
+  const dueSoon = (d: Delivery) =>
+    d.status === 'pending' && (d.attempts.length === 0 || d.next_attempt_at === null || Date.parse(d.next_attempt_at) - Date.now() <= poll_horizon_ms);
+  const waiting = log.data.some(dueSoon) || (followed !== undefined && follow !== null && followed.attempts.length <= follow.after);
   // An empty element polls, so that the log's forms (boosted) inherit none of its hx- attributes.
   const polling = waiting
     ? html`<span hidden data-testid="delivery-poll" hx-get="${withQuery(path, { cursor, follow: follow?.id, after: follow === null ? undefined : String(follow.after) })}" hx-trigger="every ${poll_seconds}s" hx-target="#delivery-log" hx-select="#delivery-log" hx-swap="outerHTML"></span>`
