@@ -30,7 +30,7 @@ function head(title: string): Html {
 <script src="${asset_path}/dashboard.js" defer></script>`;
 }
 
-export type Screen = 'overview' | 'projects' | 'keys' | 'models' | 'customers' | 'usage' | 'reconcile' | 'billing' | 'team' | 'queues';
+export type Screen = 'overview' | 'projects' | 'keys' | 'models' | 'customers' | 'usage' | 'reconcile' | 'webhooks' | 'events' | 'billing' | 'team' | 'queues';
 
 const nav: [Screen, string][] = [
   ['overview', 'Overview'],
@@ -40,6 +40,8 @@ const nav: [Screen, string][] = [
   ['customers', 'Customers'],
   ['usage', 'Usage'],
   ['reconcile', 'Reconcile'],
+  ['webhooks', 'Webhooks'],
+  ['events', 'Events'],
   ['billing', 'Plan & invoices'],
   ['team', 'Team'],
   ['queues', 'Queues'],
@@ -49,7 +51,7 @@ const nav: [Screen, string][] = [
 const owner_screens: readonly Screen[] = ['queues'];
 
 /** The project-scoped screens, which open on a project. */
-export const project_screens: readonly Screen[] = ['keys', 'models', 'customers', 'usage', 'reconcile'];
+export const project_screens: readonly Screen[] = ['keys', 'models', 'customers', 'usage', 'reconcile', 'webhooks', 'events'];
 
 export interface ProjectChoice {
   current: { id: string; name: string };

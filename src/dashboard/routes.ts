@@ -34,6 +34,8 @@ import { sendPage, type PageHandler, type PageRouter } from './respond.js';
 import { operationsOf } from './operations.js';
 import { billingRoutes } from './screens/billing.js';
 import { customerRoutes } from './screens/customers.js';
+import { deliveryRoutes } from './screens/deliveries.js';
+import { eventRoutes } from './screens/events.js';
 import { keyRoutes } from './screens/keys.js';
 import { modelRoutes } from './screens/models.js';
 import { overviewScreen } from './screens/overview.js';
@@ -42,6 +44,7 @@ import { queueRoutes } from './screens/queues.js';
 import { reconcileRoutes } from './screens/reconcile.js';
 import { teamRoutes } from './screens/team.js';
 import { usageRoutes } from './screens/usage.js';
+import { webhookRoutes } from './screens/webhooks.js';
 
 /** The sign-in form's token cookie (double submit): only a page of this origin can post the form. */
 const signin_cookie = 'svc_signin';
@@ -170,6 +173,9 @@ export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops:
   customerRoutes(pages);
   usageRoutes(pages);
   reconcileRoutes(pages);
+  webhookRoutes(pages);
+  deliveryRoutes(pages);
+  eventRoutes(pages);
   billingRoutes(pages);
   teamRoutes(pages);
   queueRoutes(pages);

@@ -4,66 +4,22 @@
  * replay a delivery. An endpoint URL passes the SSRF guard of the upstreams when it is
  * set; deliveries check it again (src/webhooks/sender.ts).
  */
-import type { Response, Router } from 'express';
-import type { Queue } from 'bullmq';
-import type { DatabasePool } from 'slonik';
+import type { Request, Response, Router } from 'express';
 import { z } from 'zod';
-import { ApiError } from '../errors/catalogue.js';
-import { decodeCursor, encodeCursor } from '../events/cursor.js';
-import { event_types } from '../events/store.js';
 import { page_size_default, page_size_max } from '../customers/routes.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { exactRouter } from '../http/router.js';
 import { onlyQuery, parseWith, strictBody } from '../http/validate.js';
 import { describeRoute } from '../openapi/registry.js';
 import { extended, listOf } from '../schema/zod.js';
-import { deliverySchema, findDeliveriesPage, findDelivery } from './deliveries.js';
-import { sendTestEvent } from './dispatch.js';
-import { endpointSchema, type Endpoint, type EndpointQueries } from './endpoints.js';
-import { queueReplay, type WebhookJobData } from './queue.js';
-import { webhookUrlRefusal } from './sender.js';
+import { deliverySchema } from './deliveries.js';
+import { endpointSchema } from './endpoints.js';
+import { createdEndpointSchema, endpointCreateBody, endpointPatchBody, webhookService, type WebhookServiceDeps } from './service.js';
 
-const url_chars_max = 2048;
-const description_chars_max = 500;
-
-/** http(s) with a host and no credentials or fragment. */
-const urlSchema = z
-  .string()
-  .max(url_chars_max)
-  .url()
-  .refine((v) => {
-    const u = URL.canParse(v) ? new URL(v) : null;
-    return u !== null && (u.protocol === 'http:' || u.protocol === 'https:') && !u.username && !u.password && !u.hash;
-  }, 'url must be an http(s) URL without credentials or fragment');
-const eventsSchema = z
-  .array(z.enum(event_types))
-  .min(1)
-  .transform((v) => [...new Set(v)])
-  .openapi({ description: 'The event types to deliver; omitted or null: every type, those added later included.' });
-
-const createBody = z
-  .object({
-    url: urlSchema,
-    events: eventsSchema.nullable().optional(),
-    description: z.string().max(description_chars_max).nullable().optional(),
-  })
-  .strict();
-const patchBody = z
-  .object({
-    url: urlSchema.optional(),
-    events: eventsSchema.nullable().optional(),
-    description: z.string().max(description_chars_max).nullable().optional(),
-    enabled: z.boolean().optional().openapi({ description: 'true enables an endpoint again, clearing `disabled_reason`.' }),
-  })
-  .strict();
 const deliveriesQuery = z.object({
   cursor: z.string().max(300).optional(),
   limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
 });
-
-const createdSchema = extended(endpointSchema, {
-  secret: z.string().openapi({ description: '`whsec_...`: verify signatures with it. Shown only in this answer.' }),
-}).openapi('WebhookEndpointCreated');
 
 const owner = ['project'] as const;
 describeRoute({
@@ -73,8 +29,8 @@ describeRoute({
   callers: owner,
   summary: 'Create a webhook endpoint',
   description: 'The answer carries the signing secret, shown only here. A URL on a private address is refused (`UPSTREAM_ALLOW_PRIVATE=1` lets one in).',
-  body: createBody,
-  responses: { 201: { description: 'The endpoint, with its secret', schema: createdSchema } },
+  body: endpointCreateBody,
+  responses: { 201: { description: 'The endpoint, with its secret', schema: createdEndpointSchema } },
 });
 describeRoute({
   method: 'GET',
@@ -91,7 +47,7 @@ describeRoute({
   tag: 'Webhooks',
   callers: owner,
   summary: 'Change a webhook endpoint',
-  body: patchBody,
+  body: endpointPatchBody,
   responses: { 200: { description: 'The endpoint', schema: endpointSchema } },
   errors: ['not_found'],
 });
@@ -139,43 +95,17 @@ describeRoute({
   errors: ['not_found'],
 });
 
-export interface WebhookRouteDeps {
-  db: DatabasePool;
-  endpoints: EndpointQueries;
-  queue: Queue<WebhookJobData>;
-  /** UPSTREAM_ALLOW_PRIVATE: endpoints on private addresses are accepted. */
-  allowPrivate: boolean;
-}
-
-export function webhookRoutes(deps: WebhookRouteDeps): Router {
-  const { db, endpoints, queue } = deps;
+export function webhookRoutes(deps: WebhookServiceDeps): Router {
+  const hooks = webhookService(deps);
   const projectOf = (res: Response) => authOf(res).scope.projectId;
-
-  async function checkUrl(url: string | undefined): Promise<void> {
-    const refused = url === undefined ? null : await webhookUrlRefusal(url, deps.allowPrivate);
-    if (refused !== null) throw new ApiError('invalid_request', { param: 'url', message: refused });
-  }
-
-  async function endpointOr404(res: Response, id: string): Promise<Endpoint> {
-    const e = await endpoints.find(projectOf(res), id);
-    if (e === null) throw new ApiError('not_found', { message: 'webhook endpoint not found' });
-    return e;
-  }
+  const id = (req: Request) => String(req.params.webhook_id);
 
   const project = requireKeyType('project');
   return exactRouter([
     {
       method: 'POST',
       path: '/v1/webhooks',
-      handlers: [
-        project,
-        async (req, res) => {
-          const body = strictBody(req, createBody);
-          await checkUrl(body.url);
-          const created = await endpoints.create(projectOf(res), { url: body.url, events: body.events ?? null, description: body.description ?? null });
-          res.status(201).json(created);
-        },
-      ],
+      handlers: [project, async (req, res) => void res.status(201).json(await hooks.create(projectOf(res), strictBody(req, endpointCreateBody)))],
     },
     {
       method: 'GET',
@@ -184,24 +114,14 @@ export function webhookRoutes(deps: WebhookRouteDeps): Router {
         project,
         async (req, res) => {
           onlyQuery(req);
-          res.json({ object: 'list', data: await endpoints.list(projectOf(res)) });
+          res.json({ object: 'list', data: await hooks.list(projectOf(res)) });
         },
       ],
     },
     {
       method: 'PATCH',
       path: '/v1/webhooks/:webhook_id',
-      handlers: [
-        project,
-        async (req, res) => {
-          const body = strictBody(req, patchBody);
-          await endpointOr404(res, String(req.params.webhook_id));
-          await checkUrl(body.url);
-          const changed = await endpoints.update(projectOf(res), String(req.params.webhook_id), body);
-          if (changed === null) throw new ApiError('not_found', { message: 'webhook endpoint not found' });
-          res.json(changed);
-        },
-      ],
+      handlers: [project, async (req, res) => void res.json(await hooks.update(projectOf(res), id(req), strictBody(req, endpointPatchBody)))],
     },
     {
       method: 'DELETE',
@@ -210,9 +130,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): Router {
         project,
         async (req, res) => {
           onlyQuery(req);
-          const e = await endpointOr404(res, String(req.params.webhook_id));
-          if (!(await endpoints.remove(projectOf(res), e.id))) throw new ApiError('not_found', { message: 'webhook endpoint not found' });
-          res.json({ ...e, deleted: true });
+          res.json(await hooks.remove(projectOf(res), id(req)));
         },
       ],
     },
@@ -223,9 +141,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): Router {
         project,
         async (req, res) => {
           strictBody(req, z.object({}).strict(), { optional: true });
-          const e = await endpointOr404(res, String(req.params.webhook_id));
-          const deliveryId = await sendTestEvent(db, queue, projectOf(res), e.id);
-          res.status(202).json(await findDelivery(db, e.id, deliveryId));
+          res.status(202).json(await hooks.sendTest(projectOf(res), id(req)));
         },
       ],
     },
@@ -236,13 +152,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): Router {
         project,
         async (req, res) => {
           onlyQuery(req, Object.keys(deliveriesQuery.shape));
-          const q = parseWith(deliveriesQuery, req.query);
-          const e = await endpointOr404(res, String(req.params.webhook_id));
-          const rows = await findDeliveriesPage(db, e.id, { before: q.cursor === undefined ? undefined : decodeCursor(q.cursor), limit: q.limit + 1 });
-          const page = rows.slice(0, q.limit);
-          const last = page[page.length - 1];
-          const hasMore = rows.length > q.limit;
-          res.json({ object: 'list', data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null });
+          res.json(await hooks.deliveries(projectOf(res), id(req), parseWith(deliveriesQuery, req.query)));
         },
       ],
     },
@@ -253,11 +163,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): Router {
         project,
         async (req, res) => {
           strictBody(req, z.object({}).strict(), { optional: true });
-          const e = await endpointOr404(res, String(req.params.webhook_id));
-          const delivery = await findDelivery(db, e.id, String(req.params.delivery_id));
-          if (delivery === null) throw new ApiError('not_found', { message: 'delivery not found' });
-          await queueReplay(queue, delivery.id, delivery.attempts.length);
-          res.status(202).json(delivery);
+          res.status(202).json(await hooks.replay(projectOf(res), id(req), String(req.params.delivery_id)));
         },
       ],
     },

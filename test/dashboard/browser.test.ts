@@ -2,7 +2,8 @@
  * The dashboard in a real browser (Debian's chromium through playwright-core), with the
  * stable test hooks: sign in, create a key and use it on the API, revoke it in the page and
  * see the API refuse it within 1 s, open a customer and find the balance the API reports,
- * and, as a viewer, try a change and see it refused. Each screen is photographed on the
+ * add a webhook endpoint on a receiver that verifies signatures, see a test delivery succeed,
+ * a failing one, and its replay succeed, and, as a viewer, try a change and see it refused. Each screen is photographed on the
  * way (support.ts: screenshotDir). One browser and one page for the whole file.
  */
 import { join } from 'node:path';
@@ -10,11 +11,13 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { waitFor } from '../helpers.js';
+import { startReceiver, type Receiver } from '../webhooks/receiver.js';
 import { launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
 import { expectError } from '../support/errors.js';
 import { svc, useTestService } from '../support/service.js';
 
 let mock: MockUpstream;
+let receiver: Receiver;
 let browser: Browser;
 let context: BrowserContext;
 let page: Page;
@@ -22,10 +25,11 @@ let org: Seeded;
 const shots = screenshotDir();
 const problems: string[] = [];
 
-// No project of the fixture's: seedOrganization makes the organization with its own.
-useTestService({ workers: true, config: { KEY_LAST_USED_FLUSH_MS: 50 }, variants: [] });
+// No project of the fixture's: seedOrganization makes the organization with its own. A
+// failed webhook delivery's scheduled retry is a minute away: the replay is what fixes it.
+useTestService({ workers: true, config: { KEY_LAST_USED_FLUSH_MS: 50, WEBHOOK_RETRY_SCHEDULE_MS: [60_000] }, variants: [] });
 beforeAll(async () => {
-  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
+  [mock, browser, receiver] = await Promise.all([startMockUpstream(), launchChromium(), startReceiver()]);
   org = await seedOrganization(svc, mock);
   context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   page = await context.newPage();
@@ -42,6 +46,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   await mock?.close();
+  await receiver?.close();
 });
 
 async function shoot(name: string): Promise<void> {
@@ -210,6 +215,49 @@ describe('the dashboard as the owner', () => {
 
     await open('nav-queues', /\/dashboard\/queues/);
     await shoot('queues');
+  });
+
+  it('adds a webhook endpoint, sees a test delivery succeed, then a failure, and a replay after the fix succeed', async () => {
+    await open('nav-webhooks', `/projects/${org.p.projectId}/webhooks`);
+    await page.getByTestId('webhook-create').click();
+    await page.getByTestId('webhook-url').fill(`${receiver.url}/dash`);
+    await page.getByTestId('webhook-description').fill('billing sync');
+    await page.getByTestId('webhook-submit').click();
+    const secret = (await page.getByTestId('webhook-secret').textContent())!;
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{32}$/);
+    receiver.expect('/dash', secret, [200]);
+    await shoot('webhooks');
+
+    // The test send answers with the endpoint's log, which htmx refreshes until the delivery is done.
+    await page.getByTestId('webhook-row').getByTestId('webhook-test').click();
+    await page.waitForURL('**/deliveries');
+    await page.locator('[data-testid="delivery-row"][data-status="succeeded"]').waitFor();
+    expect(await page.getByTestId('delivery-last-code').textContent()).toBe('HTTP 200');
+
+    receiver.reply('/dash', [500]);
+    await page.getByTestId('webhook-test').click();
+    // The log now has the second delivery, newest first.
+    await page.getByTestId('delivery-row').nth(1).waitFor();
+    const failing = page.getByTestId('delivery-row').first();
+    const failingId = (await failing.getAttribute('data-delivery-id'))!;
+    const row = page.locator(`[data-testid="delivery-row"][data-delivery-id="${failingId}"]`);
+    await row.locator('[data-testid="delivery-last-code"]', { hasText: 'HTTP 500' }).waitFor();
+    expect(await row.getAttribute('data-status')).toBe('pending');
+    await row.getByTestId('delivery-attempts').locator('summary').click();
+    expect(await row.getByTestId('delivery-attempt').count()).toBe(1);
+    await shoot('deliveries');
+
+    receiver.reply('/dash', [200]);
+    await row.getByTestId('delivery-replay').click();
+    await page.locator(`[data-testid="delivery-row"][data-delivery-id="${failingId}"][data-status="succeeded"]`).waitFor();
+    const events = receiver.on('/dash');
+    expect(events).toHaveLength(3);
+    expect(events[1].headers['webhook-id']).toBe(events[2].headers['webhook-id']);
+    expect(receiver.unverified).toEqual([]);
+
+    await open('nav-events', `/projects/${org.p.projectId}/events`);
+    await page.getByTestId('event-list').waitFor();
+    await shoot('events');
   });
 });
 

@@ -18,6 +18,9 @@ let owner: PageSession;
 let viewer: PageSession;
 /** A's gateway call and one of B's, and a key of each (for the revoke paths). */
 const ids = { aCall: '', bCall: '', aKey: '', bKey: '', bMember: '' };
+/** A webhook endpoint of each project (by project id), with its test delivery; A's signing secret. */
+const hooks: Record<string, { id: string; delivery: string }> = {};
+let aHookSecret = '';
 
 // No project of the fixture's: seedOrganization makes each organization with its own.
 useTestService({ workers: true, variants: [] });
@@ -31,6 +34,13 @@ beforeAll(async () => {
   ids.aKey = (await svc.call('GET', `/v1/admin/projects/${a.p.projectId}/keys`, { key: a.p.adminKey })).body.data[0].id;
   ids.bKey = (await svc.call('GET', `/v1/admin/projects/${b.p.projectId}/keys`, { key: b.p.adminKey })).body.data[0].id;
   ids.bMember = b.owner.id;
+  for (const s of [a, b]) {
+    const made = await svc.call('POST', '/v1/webhooks', { key: s.p.projectKey, body: { url: 'http://127.0.0.1:9/hook' } });
+    expect(made.status).toBe(201);
+    if (s === a) aHookSecret = made.body.secret;
+    const sent = await svc.call('POST', `/v1/webhooks/${made.body.id}/test`, { key: s.p.projectKey });
+    hooks[s.p.projectId] = { id: made.body.id, delivery: sent.body.id };
+  }
 }, 60_000);
 
 afterAll(async () => {
@@ -40,7 +50,9 @@ afterAll(async () => {
 /** Every screen a member of `s` can open, with its project, key, customer and call. */
 function screens(s: Seeded, call: string, key: string): string[] {
   const p = `/dashboard/projects/${s.p.projectId}`;
+  const hook = hooks[s.p.projectId].id;
   return [
+    `${p}/webhooks`, `${p}/webhooks/${hook}/deliveries`, `${p}/webhooks/${hook}/delete`, `${p}/events`, `${p}/events?type=balance.low&customer_id=acme`,
     '/dashboard/overview', '/dashboard/projects', `${p}/keys`, `${p}/keys/${key}/revoke`, `${p}/models`, `${p}/models?edit=${s.modelId}`,
     `${p}/customers`, `${p}/customers?search=acme`, `${p}/customers/${s.customerId}`, `${p}/customers/${s.customerId}?type=DEDUCT`,
     `${p}/usage`, `${p}/usage?trace_id=trace-hello`, `${p}/usage.csv`, `${p}/receipts/${call}`, '/dashboard/billing',
@@ -56,7 +68,7 @@ describe('pages and scripts', () => {
     for (const path of [...screens(a, ids.aCall, ids.aKey), ...assets]) {
       const r = await pageCall(svc, owner, 'GET', path);
       expect([path, r.status]).toEqual([path, 200]);
-      for (const secret of [a.p.adminKey, a.p.adminKey.slice(0, 16), a.p.projectKey, b.p.adminKey, session, 'svc_admin_']) {
+      for (const secret of [a.p.adminKey, a.p.adminKey.slice(0, 16), a.p.projectKey, b.p.adminKey, session, 'svc_admin_', aHookSecret]) {
         expect([path, r.text.includes(secret)]).toEqual([path, false]);
       }
     }
@@ -157,6 +169,8 @@ describe('organization A\'s session and organization B', () => {
       models: await get(`/projects/${b.p.projectId}/models`),
       customers: await get(`/projects/${b.p.projectId}/customers`),
       members: await get('/members'),
+      webhooks: await get(`/projects/${b.p.projectId}/webhooks`),
+      deliveries: (await get(`/projects/${b.p.projectId}/webhooks/${hooks[b.p.projectId].id}/deliveries`)).data.map((d: { id: string; status: string }) => [d.id, d.status]),
     };
   }
 
@@ -196,6 +210,11 @@ describe('organization A\'s session and organization B', () => {
       [`${pb}/customers/${b.customerId}/deposits`, { amount: '1000' }],
       [`/dashboard/team/${ids.bMember}/role`, { role: 'viewer' }],
       [`/dashboard/team/${ids.bMember}/remove`, {}],
+      [`${pb}/webhooks`, { url: 'http://127.0.0.1:9/mine' }],
+      ...['disable', 'test', 'delete', `deliveries/${hooks[b.p.projectId].delivery}/replay`].flatMap((action): [string, Record<string, string>][] => [
+        [`${pb}/webhooks/${hooks[b.p.projectId].id}/${action}`, {}],
+        [`${pa}/webhooks/${hooks[b.p.projectId].id}/${action}`, {}],
+      ]),
     ];
     for (const [path, form] of changes) {
       const r = await pageCall(svc, owner, 'POST', path, { ...form, _csrf: owner.csrf });
@@ -242,6 +261,7 @@ describe('a viewer', () => {
       members: (await svc.call('GET', '/v1/admin/members', { key: a.p.adminKey })).body,
       balance: (await svc.call('GET', `/v1/customers/${a.customerId}/balance`, { key: a.p.projectKey })).body.available,
       models: (await svc.call('GET', `/v1/admin/projects/${a.p.projectId}/models`, { key: a.p.adminKey })).body,
+      webhooks: (await svc.call('GET', `/v1/admin/projects/${a.p.projectId}/webhooks`, { key: a.p.adminKey })).body,
     });
     const before = await state();
     const pa = `/dashboard/projects/${a.p.projectId}`;
@@ -255,6 +275,9 @@ describe('a viewer', () => {
       [`${pa}/customers/${a.customerId}/deposits`, { amount: '1000' }, 'admin'],
       [`${pa}/reconcile`, {}, 'admin'],
       [`${pa}/reconcile/repair`, {}, 'admin'],
+      [`${pa}/webhooks`, { url: 'http://127.0.0.1:9/mine' }, 'admin'],
+      [`${pa}/webhooks/${hooks[a.p.projectId].id}/disable`, {}, 'admin'],
+      [`${pa}/webhooks/${hooks[a.p.projectId].id}/delete`, {}, 'admin'],
       ['/dashboard/billing/plan', { plan: 'pro_2m' }, 'owner'],
       ['/dashboard/team', { email: 'new@example.com', role: 'owner' }, 'owner'],
       [`/dashboard/team/${a.viewer.id}/role`, { role: 'owner' }, 'owner'],

@@ -223,6 +223,23 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/replay', `${hookPath}/deliveries/${sent.body.id}/replay`, { key: p.projectKey });
   await call('POST', '/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/replay', `${hookPath}/deliveries/dlv_none/replay`, { key: p.projectKey });
   await call('DELETE', '/v1/webhooks/{webhook_id}', hookPath, { key: p.projectKey });
+  // The same through the management operations (the dashboard's screens), and the events.
+  const mhooks = `/projects/${P}/webhooks`;
+  const [mhook, mhook2] = await both(s, p, 'POST', '/projects/{project_id}/webhooks', mhooks, { url: 'https://example.com/managed', events: ['deposit.created'] });
+  await both(s, p, 'POST', '/projects/{project_id}/webhooks', mhooks, { url: 'https://example.com/x', secret: 'mine' });
+  await both(s, p, 'GET', '/projects/{project_id}/webhooks', mhooks);
+  const mhookPath = `${mhooks}/${mhook.body.id}`;
+  await both(s, p, 'PATCH', '/projects/{project_id}/webhooks/{webhook_id}', mhookPath, { enabled: false });
+  await both(s, p, 'PATCH', '/projects/{project_id}/webhooks/{webhook_id}', `${mhooks}/whk_none`, { enabled: true });
+  const [msent] = await both(s, p, 'POST', '/projects/{project_id}/webhooks/{webhook_id}/test', `${mhookPath}/test`);
+  await both(s, p, 'GET', '/projects/{project_id}/webhooks/{webhook_id}/deliveries', `${mhookPath}/deliveries?limit=5`);
+  await both(s, p, 'POST', '/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}/replay', `${mhookPath}/deliveries/${msent.body.id}/replay`);
+  await both(s, p, 'POST', '/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}/replay', `${mhookPath}/deliveries/dlv_none/replay`);
+  await call('DELETE', '/v1/admin/projects/{project_id}/webhooks/{webhook_id}', `/v1/admin${mhookPath}`, { key: p.adminKey });
+  await call('DELETE', '/dashboard/api/projects/{project_id}/webhooks/{webhook_id}', `/dashboard/api${mhooks}/${mhook2.body.id}`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await call('DELETE', '/dashboard/api/projects/{project_id}/webhooks/{webhook_id}', `/dashboard/api${mhookPath}`, { headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await both(s, p, 'GET', '/projects/{project_id}/events', `/projects/${P}/events?limit=2&type=deposit.created`);
+  await both(s, p, 'GET', '/projects/{project_id}/events', `/projects/${P}/events?type=nope`);
 
   // Projects, keys, customers, usage through both mounts.
   const [second, third] = await both(s, p, 'POST', '/projects', '/projects', { name: 'second', contract: 'A' });

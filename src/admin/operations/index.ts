@@ -26,6 +26,7 @@ import { keyOperations } from './keys.js';
 import { modelOperations } from './models.js';
 import { customerOperations } from './customers.js';
 import { usageOperations } from './usage.js';
+import { webhookOperations } from './webhooks.js';
 import { memberOperations } from './members.js';
 import { invoiceOperations } from './invoices.js';
 import { systemOperations } from './system.js';
@@ -47,6 +48,7 @@ export function managementOperations(deps: ManagementDeps): Operation[] {
     ...modelOperations({ ...deps, projects, projectChanged }),
     ...customerOperations({ ...deps, listings, projects }),
     ...usageOperations({ ...deps, listings, projects }),
+    ...webhookOperations({ ...deps, projects }),
     ...memberOperations({ ...deps, members }),
     ...invoiceOperations({ invoices }),
     ...systemOperations(deps),

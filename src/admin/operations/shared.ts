@@ -25,6 +25,8 @@ import type { ReconcileJobData } from '../../reconcile/jobs.js';
 import type { ReconcileReport } from '../../reconcile/report.js';
 import type { UpstreamClient } from '../../gateway/upstream.js';
 import type { UsageQueries } from '../../usage/queries.js';
+import type { EndpointQueries } from '../../webhooks/endpoints.js';
+import type { WebhookJobData } from '../../webhooks/queue.js';
 import { actorOf } from '../actor.js';
 import { projectDeactivated } from '../keys.js';
 import type { ModelQueries } from '../models.js';
@@ -60,6 +62,8 @@ export interface ManagementDeps {
   reconcileQueue: Queue<ReconcileJobData, ReconcileReport>;
   upstream: UpstreamClient;
   usageQueries: UsageQueries;
+  webhookEndpoints: EndpointQueries;
+  webhookQueue: Queue<WebhookJobData>;
 }
 
 /** The query of a list: a page size and the cursor a previous page answered. */
