@@ -30,6 +30,7 @@
 -- amount stored or returned is a string made by N() and read back with tonumber().
 
 --@include clock
+--@include events
 
 -- Per call: the loader (src/redis/scripts.ts) runs each `--@per-call` block at the start of
 -- every call, and the rest of an include once, when Redis loads the library.

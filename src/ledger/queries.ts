@@ -3,7 +3,8 @@ import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { createQuarantineQueries, type QuarantineQueries } from './quarantine.js';
 import { z } from 'zod';
 import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry } from './entries.js';
-import type { OutboxEntry, SourceState } from '../redis/codec.js';
+import { eventOfEntry, type OutboxEntry, type SourceState } from '../redis/codec.js';
+import { insertEvents, type StoredEvent } from '../events/store.js';
 
 /**
  * A row of `ledger_entries`, every column a query reads; each query picks its own (the
@@ -106,7 +107,7 @@ export function createLedgerQueries(pool: DatabasePool) {
 
     /**
      * Inserts outbox entries (of any customers) in one transaction with one multi-row
-     * insert, creating the customer, source and usage rows they carry. Entries already
+     * insert, creating the customer, source, usage and event rows they carry. Entries already
      * present are skipped: a worker that died after inserting and before trimming the
      * outbox repeats the batch.
      */
@@ -117,6 +118,8 @@ export function createLedgerQueries(pool: DatabasePool) {
         // Customers and sources first: ledger entries reference them.
         for (const e of sorted) await insertCustomerAndSource(tx, e);
         await insertUsageRecords(tx, sorted.filter((e) => e.usage !== undefined));
+        // Events with the entries of the changes that caused them (lua/includes/events.lua).
+        await insertEvents(tx, sorted.filter((e) => e.type === 'EVENT').map((e) => eventOfEntry(e) as StoredEvent));
         const rows = sorted.filter(isLedgerEntry).map((e) => {
           const pub = outboxEntryToPublic(e);
           return [
