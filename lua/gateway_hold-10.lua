@@ -31,6 +31,7 @@
 -- a source)}.
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local wallet = ARGV[6]
@@ -104,5 +105,6 @@ redis.call('HSET', K_tx, txid, cjson.encode({
 }))
 redis.call('ZADD', K_ttl, settle_at, txid)
 settle_sources(now)
+balance_alerts(hold, now)
 
 return { OK, cjson.encode({ hold = N(hold), output_tokens = N(out_tokens), available = N(available) }), auto_consumed, ttl_entries_written }

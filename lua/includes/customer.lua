@@ -506,6 +506,7 @@ local function settle_ttl(txid, tx, now)
     result = (consumed and tx.cr) or tx.ur,
     x = (tx.pc == '1' and { pc = '1' }) or cjson.null,
   }, now, true)
+  freeze_settled_event(consumed, txid, tx, now)
   finalize('t:' .. txid)
   if consumed and tx.pc ~= '1' then return 1 end
   return 0

@@ -65,3 +65,22 @@ local function deposit_created(record_id, s, idem_key, wallet_total, now)
     redis.call('HDEL', EV_meta, 'tu_o', 'tu_t')
   end
 end
+
+-- charge.uncovered, written by lua/gateway_settle-10.lua with the GATEWAY entry: the
+-- call cost `cost`, the hold and the wallet paid `charged`, the rest is the usage record's
+-- uncovered_credits.
+local function charge_uncovered(txid, wallet, model, cost, charged, now)
+  emit_event('charge.uncovered', {
+    transaction_id = txid, wallet = wallet, model = model, cost = string.format('%d', cost),
+    charged = string.format('%d', charged), uncovered = string.format('%d', cost - charged),
+  }, now)
+end
+
+-- freeze.consumed or freeze.released, written by settle_ttl (includes/customer.lua) with
+-- the CONSUME or UNFREEZE entry of a freeze its TTL settled. `tx` is the freeze's record.
+-- Gateway holds released by their TTL are no freezes of the API: no event.
+local function freeze_settled_event(consumed, txid, tx, now)
+  emit_event((consumed and 'freeze.consumed') or 'freeze.released', {
+    transaction_id = txid, amount = tx.a, wallet = tx.w or cjson.null, business_type = tx.bt or cjson.null,
+  }, now)
+end

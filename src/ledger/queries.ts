@@ -220,6 +220,8 @@ export interface ProfilePatch {
   name?: string | null;
   email?: string | null;
   metadata?: Record<string, unknown> | null;
+  /** Alert settings to merge into `alert_settings` by top-level key (src/customers/alerts.ts). */
+  alerts?: Record<string, unknown>;
 }
 
 const customerProfileRow = z.object({
@@ -246,16 +248,21 @@ export function createCustomerQueries(pool: DatabasePool) {
         SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
       return { row, created: false };
     },
-    /** Returns false when the customer row does not exist (yet). */
-    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<boolean> {
-      const sets = [];
+    /**
+     * Applies a PATCH in one statement; the alert settings as stored after it (null for
+     * none), or false when the customer row does not exist (yet).
+     */
+    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<{ alert_settings: unknown } | false> {
+      const sets = [sql.fragment`id = id`];
       if (p.name !== undefined) sets.push(sql.fragment`name = ${p.name}`);
       if (p.email !== undefined) sets.push(sql.fragment`email = ${p.email}`);
       if (p.metadata !== undefined) sets.push(sql.fragment`metadata = ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}`);
-      if (sets.length === 0) return true;
-      const res = await pool.query(sql.unsafe`
-        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}`);
-      return res.rowCount === 1;
+      // Merged by key in the statement: two PATCHes of different settings both stay.
+      if (p.alerts !== undefined) sets.push(sql.fragment`alert_settings = COALESCE(alert_settings, '{}'::jsonb) || ${sql.jsonb(p.alerts as never)}`);
+      const row = await pool.maybeOne(sql.type(z.object({ alert_settings: z.unknown() }))`
+        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}
+        RETURNING alert_settings`);
+      return row ? { alert_settings: row.alert_settings ?? null } : false;
     },
   };
 }
