@@ -86,6 +86,23 @@ describe('deposit.created', () => {
     expect(await eventRows((await events('?customer_id=ev-twice'))[0].id)).toBe(1);
   });
 
+  it('freeze.released and freeze.consumed: written when a TTL settles a freeze, not when the API does', async () => {
+    expect((await deposit({ customer_id: 'ev-ttl', amount: 100, wallet: 'credits' })).status).toBe(200);
+    const freeze = (body: Record<string, unknown>) => svc.call('POST', '/v1/billing/freeze', { key: p.projectKey, body: { customer_id: 'ev-ttl', ...body } });
+    expect((await freeze({ transaction_id: 'ttl-r', amount: 10, release_after_seconds: 5, business_type: 'JOB' })).status).toBe(200);
+    expect((await freeze({ transaction_id: 'ttl-c', amount: 20, consume_after_seconds: 5 })).status).toBe(200);
+    expect((await freeze({ transaction_id: 'api-u', amount: 5, release_after_seconds: 5 })).status).toBe(200);
+    expect((await svc.call('POST', '/v1/billing/unfreeze', { key: p.projectKey, body: { transaction_id: 'api-u' } })).status).toBe(200);
+    svc.rt.clock.advance(6_000);
+    // The next script on the customer settles what is due (or the expiry job does).
+    expect((await svc.call('GET', '/v1/customers/ev-ttl/balance', { key: p.projectKey })).body).toMatchObject({ frozen: 0, used: 20 });
+    await svc.drained();
+    const released = await events('?customer_id=ev-ttl&type=freeze.released');
+    expect(released.map((e) => e.data)).toEqual([{ customer_id: 'ev-ttl', transaction_id: 'ttl-r', amount: 10, wallet: 'credits', business_type: 'JOB' }]);
+    const consumed = await events('?customer_id=ev-ttl&type=freeze.consumed');
+    expect(consumed.map((e) => e.data)).toEqual([{ customer_id: 'ev-ttl', transaction_id: 'ttl-c', amount: 20, wallet: 'credits', business_type: null }]);
+  });
+
   it('reconcile reports no drift for a customer whose outbox and ledger hold events', async () => {
     expect((await deposit({ customer_id: 'ev-rec', amount: 10, wallet: 'credits' })).status).toBe(200);
     const report = await reconcileOverApi(svc, p);
