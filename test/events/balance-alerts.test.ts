@@ -48,16 +48,16 @@ describe('alert settings', () => {
     const both = await ok('PATCH', '/v1/customers/al-set', { auto_top_up: { below: 20, amount: 500 } });
     expect(both).toMatchObject({ low_balance_threshold: 50, auto_top_up: { below: 20, amount: 500, monthly_limit: null } });
     expect(await ok('GET', '/v1/customers/al-set')).toMatchObject({ low_balance_threshold: 50, auto_top_up: { below: 20, amount: 500, monthly_limit: null } });
-    for (const bad of [
-      { low_balance_threshold: 0 },
-      { low_balance_threshold: 1.5 },
-      { auto_top_up: { below: 10 } },
-      { auto_top_up: { below: 10, amount: 100, monthly_limit: 50 } },
-      { auto_top_up: { below: 10, amount: 100, extra: 1 } },
-    ]) {
+    for (const [bad, param] of [
+      [{ low_balance_threshold: 0 }, 'low_balance_threshold'],
+      [{ low_balance_threshold: 1.5 }, 'low_balance_threshold'],
+      [{ auto_top_up: { below: 10 } }, 'auto_top_up.amount'],
+      [{ auto_top_up: { below: 10, amount: 100, monthly_limit: 50 } }, 'auto_top_up.monthly_limit'],
+      [{ auto_top_up: { below: 10, amount: 100, extra: 1 } }, 'auto_top_up'],
+    ] as const) {
       const r = await call('PATCH', '/v1/customers/al-set', bad);
       expect(r.status, JSON.stringify(bad)).toBe(400);
-      expect(r.body.error.code).toMatch(/^invalid_/);
+      expect(r.body.error, JSON.stringify(bad)).toMatchObject({ code: 'invalid_request', param });
     }
     expect(await ok('GET', '/v1/customers/al-set')).toMatchObject({ low_balance_threshold: 50, auto_top_up: { below: 20, amount: 500 } });
     const cleared = await ok('PATCH', '/v1/customers/al-set', { low_balance_threshold: null, auto_top_up: null, name: 'n' });
