@@ -6,6 +6,8 @@
  * reconcile's fold writes `al` from the row with the same function as PATCH does.
  */
 import { z } from 'zod';
+// zod with .openapi(): this module is also loaded without the HTTP layer (reconcile's fold, the CLI).
+import '../schema/zod.js';
 import { amount_credits_max } from '../ledger/amounts.js';
 
 const credits = z.number().int().min(1).max(amount_credits_max);
