@@ -25,12 +25,11 @@
 
 --@include clock
 
-local EV_meta, EV_outbox, ev_project_id, ev_customer_id, ev_entry_base, ev_id_base, ev_count
+local EV_meta, EV_outbox, ev_project_id, ev_customer_id, ev_entry_base, ev_count
 --@per-call
 EV_meta, EV_outbox = KEYS[1], KEYS[6]
 ev_project_id, ev_customer_id = ARGV[2], ARGV[3]
 ev_entry_base = ARGV[4]
-ev_id_base = string.gsub(ev_entry_base, '^le_', '')
 ev_count = 0
 --@end
 
@@ -40,7 +39,8 @@ ev_count = 0
 -- the event id.
 local function emit_event(type, data, now)
   ev_count = ev_count + 1
-  local id = 'evt_' .. ev_id_base .. '_' .. ev_count
+  -- Made here, not per call: a call without events pays nothing for it.
+  local id = 'evt_' .. string.gsub(ev_entry_base, '^le_', '') .. '_' .. ev_count
   data.customer_id = ev_customer_id
   redis.call('XADD', EV_outbox, '*',
     'id', id, 'seq', redis.call('HGET', EV_meta, 'seq') or '0', 'project_id', ev_project_id, 'customer_id', ev_customer_id,
