@@ -18,6 +18,7 @@
 -- message; '' with the other errors.
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local amount = tonumber(ARGV[6])
@@ -61,6 +62,7 @@ write_entry({
   x = { h = request_hash },
 }, now, false)
 settle_sources(now)
+balance_alerts(amount, now)
 
 -- After its entry: the trim reads the outbox by stream id against this time.
 finalize('t:' .. txid)

@@ -122,6 +122,7 @@ write_entry({
     customer = created or cjson.null,
   },
 }, now, false)
+deposit_created(record_id, source, idem_key, wallet_total, now)
 
 -- After its entry: the trim reads the outbox by stream id against this time.
 if idem_key ~= '' then finalize('d:' .. idem_key) end

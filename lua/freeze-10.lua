@@ -24,6 +24,7 @@
 -- expire job.
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local amount = tonumber(ARGV[6])
@@ -84,5 +85,6 @@ write_entry({
   x = { h = request_hash, ttlk = tx.ttlk or cjson.null, ttla = tx.ttla or cjson.null, pc = tx.pc or cjson.null },
 }, now, false)
 settle_sources(now)
+balance_alerts(amount, now)
 
 return { OK, result, auto_consumed, ttl_entries_written }

@@ -18,7 +18,9 @@
 --          settlement's entry, so that its claim is archived with the call (the trim)
 --          and found in PostgreSQL afterwards
 --
--- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries};
+-- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries}; on OK
+-- the last counts the balance alerts' events too (includes/alerts.lua): the caller marks
+-- the outbox dirty when it is > 0, as the hold writes no entry of its own;
 -- status OK, REPLAY, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT. REPLAY: the
 -- transaction already has its hold (the API sent the script again to learn the outcome of
 -- one whose reply was lost): nothing frozen again, the JSON is the hold's own (available
@@ -31,6 +33,7 @@
 -- a source)}.
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local wallet = ARGV[6]
@@ -104,5 +107,6 @@ redis.call('HSET', K_tx, txid, cjson.encode({
 }))
 redis.call('ZADD', K_ttl, settle_at, txid)
 settle_sources(now)
+balance_alerts(hold, now)
 
-return { OK, cjson.encode({ hold = N(hold), output_tokens = N(out_tokens), available = N(available) }), auto_consumed, ttl_entries_written }
+return { OK, cjson.encode({ hold = N(hold), output_tokens = N(out_tokens), available = N(available) }), auto_consumed, ttl_entries_written + ev_count }

@@ -19,6 +19,7 @@
 -- E_ACCOUNT_NOT_FOUND (a source of the hold is missing; nothing changed).
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local cost = tonumber(ARGV[6])
@@ -98,6 +99,8 @@ write_entry({
   x = (tx.ik and { gk = tx.ik }) or nil,
 }, now, false)
 settle_sources(now)
+if cost > charged then charge_uncovered(txid, tx.w, model, cost, charged, now) end
+balance_alerts(beyond - (held - from_hold), now)
 
 -- After its entry: the trim reads the outbox by stream id against this time.
 finalize('g:' .. txid)

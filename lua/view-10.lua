@@ -33,7 +33,7 @@ for i = 1, #meta, 2 do
 end
 local profile = cjson.encode({
   created_at = fields.created_at, name = fields.name or cjson.null, email = fields.email or cjson.null,
-  metadata = fields.metadata or cjson.null,
+  metadata = fields.metadata or cjson.null, alerts = fields.al or cjson.null,
 })
 
 local sources = {}

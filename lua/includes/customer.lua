@@ -30,6 +30,7 @@
 -- amount stored or returned is a string made by N() and read back with tonumber().
 
 --@include clock
+--@include events
 
 -- Per call: the loader (src/redis/scripts.ts) runs each `--@per-call` block at the start of
 -- every call, and the rest of an include once, when Redis loads the library.
@@ -505,6 +506,7 @@ local function settle_ttl(txid, tx, now)
     result = (consumed and tx.cr) or tx.ur,
     x = (tx.pc == '1' and { pc = '1' }) or cjson.null,
   }, now, true)
+  freeze_settled_event(consumed, txid, tx, now)
   finalize('t:' .. txid)
   if consumed and tx.pc ~= '1' then return 1 end
   return 0

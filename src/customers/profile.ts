@@ -24,6 +24,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { LedgerOutbox } from '../ledger/outbox.js';
 import { describeRoute } from '../openapi/registry.js';
 import { customerProfileSchema } from './routes.js';
+import { alertMetaOf, alertSettingsOfMeta, alertSettingsPatchShape, patchAlertSettings, type AlertSettings } from './alerts.js';
 import type { DatabasePool } from 'slonik';
 
 const customer_name_chars_max = 256;
@@ -35,8 +36,11 @@ const customerPatchSchema = z.object({
   metadata: storedJsonObject.nullable().optional(),
 });
 
-/** POST /v1/customers: the id, and the profile fields PATCH takes. */
+/** POST /v1/customers: the id, and the profile fields. */
 const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
+
+/** PATCH /v1/customers/{id}: the profile fields and the alert settings (src/customers/alerts.ts). */
+const customerUpdateSchema = customerPatchSchema.extend(alertSettingsPatchShape);
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
@@ -75,9 +79,10 @@ describeRoute({
   path: '/v1/customers/:customer_id',
   tag: 'Customers',
   callers: ['project'],
-  summary: "Change a customer's name, email or metadata",
-  description: 'Any of the fields; null clears one.',
-  body: customerPatchSchema.strict(),
+  summary: "Change a customer's name, email, metadata or alert settings",
+  description:
+    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks").',
+  body: customerUpdateSchema.strict(),
   responses: { 200: { description: 'The profile', schema: profileDoc } },
   errors: ['customer_not_found'],
 });
@@ -96,6 +101,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
       name: view.profile.name,
       email: view.profile.email,
       metadata: (view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata)) as Record<string, unknown>,
+      ...alertSettingsOfMeta(view.profile.alerts),
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
     };
   }
@@ -148,13 +154,23 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
     const id = String(req.params.customer_id);
-    const patch = strictBody(req, customerPatchSchema);
+    const patch = strictBody(req, customerUpdateSchema);
     const { scope } = authOf(res);
     const k = deps.ledger.keys(scope, id);
     if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');
     await outbox.drain(k.base);
-    if (!(await customers.updateProfile(scope.projectId, id, patch))) throw new ApiError('customer_not_found');
+    const { low_balance_threshold, auto_top_up, ...profile } = patch;
+    const alerts = low_balance_threshold === undefined && auto_top_up === undefined ? undefined : patchAlertSettings(null, { low_balance_threshold, auto_top_up });
+    // Only the keys the request gives: the statement merges them into what is stored.
+    const given = alerts && Object.fromEntries(Object.entries(alerts).filter(([k]) => (k === 'low_balance_threshold' ? low_balance_threshold : auto_top_up) !== undefined));
+    const updated = await customers.updateProfile(scope.projectId, id, { ...profile, alerts: given });
+    if (!updated) throw new ApiError('customer_not_found');
     const tx = deps.redis.multi();
+    if (given) {
+      const al = alertMetaOf(updated.alert_settings as AlertSettings | null);
+      if (al === null) tx.hdel(k.meta, 'al');
+      else tx.hset(k.meta, 'al', al);
+    }
     for (const field of ['name', 'email'] as const) {
       const v = patch[field];
       if (v === null) tx.hdel(k.meta, field);
@@ -163,14 +179,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
     if (patch.metadata === null) tx.hdel(k.meta, 'metadata');
     else if (patch.metadata !== undefined) tx.hset(k.meta, 'metadata', JSON.stringify(patch.metadata));
     await tx.exec();
-    const view = await deps.ledger.view(scope, id);
-    res.json({
-      id,
-      name: view!.profile.name,
-      email: view!.profile.email,
-      metadata: view!.profile.metadata === null ? {} : JSON.parse(view!.profile.metadata),
-      created_at: new Date(Number(view!.profile.created_at)).toISOString(),
-    });
+    res.json(await profileOf(scope, id));
   });
   return r;
 }

@@ -19,6 +19,7 @@ import type { ProjectScope } from '../ledger/requests.js';
 import type { CustomerView } from '../ledger/views.js';
 import { isActive } from '../ledger/sources.js';
 import type { SourceState } from '../redis/codec.js';
+import { alertSettingsAnswerShape, alertSettingsOfMeta } from './alerts.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -106,6 +107,7 @@ export const customerProfileSchema = z
     name: z.string().nullable(),
     email: z.string().nullable(),
     metadata: z.record(z.unknown()).openapi({ description: '`{}` when none was given.' }),
+    ...alertSettingsAnswerShape,
     created_at: timestamp,
   })
   .strict();
@@ -244,6 +246,7 @@ export function customerRoutes(deps: CustomerReads): Route[] {
       name: view.profile.name,
       email: view.profile.email,
       metadata: view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata),
+      ...alertSettingsOfMeta(view.profile.alerts),
       wallets,
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
     });

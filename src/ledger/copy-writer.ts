@@ -39,9 +39,13 @@ const copy_silence_margin_ms = 5_000;
 /** Bytes of COPY data sent per write to the stream (the rows are built in pieces of this size). */
 const copy_chunk_chars = 64 * 1024;
 
-/** Whether the COPY can write this entry: a ledger entry that needs no customer, source or usage row. */
+/**
+ * Whether the COPY can write this entry: a ledger entry that needs no customer, source,
+ * usage or event row (a batch with an event takes the statement path, which inserts its
+ * events in the same transaction).
+ */
 function copyable(e: OutboxEntry): boolean {
-  return e.type !== 'USAGE' && e.usage === undefined && !(e.type === 'DEPOSIT' && e.x);
+  return e.type !== 'USAGE' && e.type !== 'EVENT' && e.usage === undefined && !(e.type === 'DEPOSIT' && e.x);
 }
 
 

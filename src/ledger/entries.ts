@@ -13,11 +13,11 @@ export interface DetailItem {
   amount: number;
 }
 
-export type LedgerEntryType = Exclude<OutboxEntry['type'], 'USAGE'>;
+export type LedgerEntryType = Exclude<OutboxEntry['type'], 'USAGE' | 'EVENT'>;
 
-/** Whether an outbox entry is a ledger entry (USAGE ones are usage records only). */
+/** Whether an outbox entry is a ledger entry (USAGE ones are usage records only, EVENT ones events). */
 export function isLedgerEntry(e: OutboxEntry): e is OutboxEntry & { type: LedgerEntryType } {
-  return e.type !== 'USAGE';
+  return e.type !== 'USAGE' && e.type !== 'EVENT';
 }
 
 export interface LedgerEntry {

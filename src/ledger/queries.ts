@@ -3,7 +3,8 @@ import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
 import { createQuarantineQueries, type QuarantineQueries } from './quarantine.js';
 import { z } from 'zod';
 import { isLedgerEntry, outboxEntryToPublic, toDetails, type LedgerEntry } from './entries.js';
-import type { OutboxEntry, SourceState } from '../redis/codec.js';
+import { eventOfEntry, type OutboxEntry, type SourceState } from '../redis/codec.js';
+import { insertEvents, type StoredEvent } from '../events/store.js';
 
 /**
  * A row of `ledger_entries`, every column a query reads; each query picks its own (the
@@ -106,7 +107,7 @@ export function createLedgerQueries(pool: DatabasePool) {
 
     /**
      * Inserts outbox entries (of any customers) in one transaction with one multi-row
-     * insert, creating the customer, source and usage rows they carry. Entries already
+     * insert, creating the customer, source, usage and event rows they carry. Entries already
      * present are skipped: a worker that died after inserting and before trimming the
      * outbox repeats the batch.
      */
@@ -117,6 +118,8 @@ export function createLedgerQueries(pool: DatabasePool) {
         // Customers and sources first: ledger entries reference them.
         for (const e of sorted) await insertCustomerAndSource(tx, e);
         await insertUsageRecords(tx, sorted.filter((e) => e.usage !== undefined));
+        // Events with the entries of the changes that caused them (lua/includes/events.lua).
+        await insertEvents(tx, sorted.filter((e) => e.type === 'EVENT').map((e) => eventOfEntry(e) as StoredEvent));
         const rows = sorted.filter(isLedgerEntry).map((e) => {
           const pub = outboxEntryToPublic(e);
           return [
@@ -217,6 +220,8 @@ export interface ProfilePatch {
   name?: string | null;
   email?: string | null;
   metadata?: Record<string, unknown> | null;
+  /** Alert settings to merge into `alert_settings` by top-level key (src/customers/alerts.ts). */
+  alerts?: Record<string, unknown>;
 }
 
 const customerProfileRow = z.object({
@@ -243,16 +248,21 @@ export function createCustomerQueries(pool: DatabasePool) {
         SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
       return { row, created: false };
     },
-    /** Returns false when the customer row does not exist (yet). */
-    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<boolean> {
-      const sets = [];
+    /**
+     * Applies a PATCH in one statement; the alert settings as stored after it (null for
+     * none), or false when the customer row does not exist (yet).
+     */
+    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<{ alert_settings: unknown } | false> {
+      const sets = [sql.fragment`id = id`];
       if (p.name !== undefined) sets.push(sql.fragment`name = ${p.name}`);
       if (p.email !== undefined) sets.push(sql.fragment`email = ${p.email}`);
       if (p.metadata !== undefined) sets.push(sql.fragment`metadata = ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}`);
-      if (sets.length === 0) return true;
-      const res = await pool.query(sql.unsafe`
-        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}`);
-      return res.rowCount === 1;
+      // Merged by key in the statement: two PATCHes of different settings both stay.
+      if (p.alerts !== undefined) sets.push(sql.fragment`alert_settings = COALESCE(alert_settings, '{}'::jsonb) || ${sql.jsonb(p.alerts as never)}`);
+      const row = await pool.maybeOne(sql.type(z.object({ alert_settings: z.unknown() }))`
+        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}
+        RETURNING alert_settings`);
+      return row ? { alert_settings: row.alert_settings ?? null } : false;
     },
   };
 }

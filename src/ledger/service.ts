@@ -51,7 +51,8 @@ export interface LedgerHooks {
 
 /**
  * Scripts whose success writes no outbox entry of its own (TTL settlements they make on
- * the way are counted in reply[3]): nothing for the workers to persist.
+ * the way, and a gateway hold's balance events, are counted in reply[3]): nothing for the
+ * workers to persist.
  */
 const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire', 'trim_sources']);
 

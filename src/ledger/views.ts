@@ -14,7 +14,7 @@ interface WalletSums {
 }
 
 export interface CustomerView {
-  profile: { created_at: string; name: string | null; email: string | null; metadata: string | null };
+  profile: { created_at: string; name: string | null; email: string | null; metadata: string | null; alerts?: string | null };
   nowMs: number;
   /** Every wallet the customer ever had, with its sums over the sources active now. */
   wallets: Record<string, WalletSums>;

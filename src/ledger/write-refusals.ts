@@ -8,7 +8,7 @@
  * the outbox and are tried again. The outbox parks what is refused for good
  * (src/ledger/quarantine.ts).
  */
-import type { OutboxEntry } from '../redis/codec.js';
+import { eventOfEntry, type OutboxEntry } from '../redis/codec.js';
 import { copyRow } from './copy-row.js';
 
 /**
@@ -37,7 +37,8 @@ export function sqlStateOf(err: unknown): string | null {
  */
 export function unwritableReason(e: OutboxEntry): Error | null {
   try {
-    if (e.type !== 'USAGE') copyRow(e);
+    if (e.type === 'EVENT') JSON.stringify(eventOfEntry(e));
+    else if (e.type !== 'USAGE') copyRow(e);
     if (e.type === 'DEPOSIT' && e.x) {
       const customer = e.x.customer as { metadata?: string | null; created_at?: string } | null | undefined;
       if (customer?.metadata != null) JSON.stringify(JSON.parse(customer.metadata));

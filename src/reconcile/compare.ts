@@ -129,7 +129,7 @@ function isEmpty(s: Snapshot): boolean {
   return [s.meta, s.src, s.tx, s.dep, s.ttl, s.live, s.dead, s.spent].every((h) => Object.keys(h).length === 0);
 }
 
-const meta_fields = ['created_at', 'name', 'email', 'metadata', 'seq', 'src_seq'] as const;
+const meta_fields = ['created_at', 'name', 'email', 'metadata', 'al', 'seq', 'src_seq'] as const;
 const source_fields: Record<string, string> = { w: 'wallet', l: 'label', q: 'seq', t: 'total', u: 'used', f: 'frozen', s: 'starts_at', e: 'expires_at' };
 
 function parseOr<T>(raw: string, parse: (raw: string) => T): T | string {

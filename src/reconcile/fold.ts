@@ -13,6 +13,10 @@ import {
   encodeDeposit, encodeSource, encodeTransaction, parseStoredSource, parseTransaction, type StoredHold as Hold, type StoredSource,
   type StoredTransaction,
 } from '../redis/codec.js';
+import { alertMetaOf, type AlertSettings } from '../customers/alerts.js';
+
+/** Meta fields of the auto top-up state, which only Redis keeps (lua/includes/alerts.lua). */
+const top_up_meta_fields = ['tu_o', 'tu_t', 'tu_m', 'tu_s'] as const;
 
 type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
 
@@ -40,6 +44,8 @@ export interface CustomerRow {
   metadata: unknown;
   /** Epoch ms. */
   created_at: number;
+  /** Balance alert settings (src/customers/alerts.ts); absent or null for none. */
+  alert_settings?: unknown;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -250,6 +256,8 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   if (customer.name !== null) meta.name = customer.name;
   if (customer.email !== null) meta.email = customer.email;
   if (customer.metadata !== null && customer.metadata !== undefined) meta.metadata = JSON.stringify(customer.metadata);
+  const al = alertMetaOf((customer.alert_settings ?? null) as AlertSettings | null);
+  if (al !== null) meta.al = al;
   if (seq > 0) meta.seq = str(seq);
   if (srcSeq > 0) meta.src_seq = str(srcSeq);
 
@@ -273,11 +281,14 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
  *   not ledger entries);
  * - the fields of a settled gateway call that its GATEWAY entry does not carry (holds,
  *   TTL), which no script reads once the call is settled;
- * - entry numbers taken by USAGE entries: meta.seq only has to stay above the ledger's.
+ * - entry numbers taken by USAGE entries: meta.seq only has to stay above the ledger's;
+ * - the auto top-up state (meta `tu_*`, lua/includes/alerts.lua).
  * A settled call that cost something is not carried: the ledger must hold it.
  */
 export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record<string, string>; tx: Record<string, string> }): FoldedCustomer {
   const out: FoldedCustomer = { meta: { ...folded.meta }, src: { ...folded.src }, srcLastSeq: folded.srcLastSeq, tx: { ...folded.tx }, dep: folded.dep, ttl: { ...folded.ttl } };
+  // The open auto top-up request and the month's requested credits (lua/includes/alerts.lua).
+  for (const f of top_up_meta_fields) if (redis.meta[f] !== undefined) out.meta[f] = redis.meta[f];
   const redisSeq = Number(redis.meta.seq ?? 0);
   if (Number.isSafeInteger(redisSeq) && redisSeq > Number(out.meta.seq ?? 0)) out.meta.seq = str(redisSeq);
   for (const [id, raw] of Object.entries(redis.tx)) {

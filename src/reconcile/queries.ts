@@ -15,6 +15,7 @@ const customerRow = z.object({
   email: z.string().nullable(),
   metadata: z.unknown(),
   created_at: z.number(),
+  alert_settings: z.unknown(),
 });
 
 const entryRow = ledgerEntryRow.pick({ id: true, seq: true, type: true, transaction_id: true, amount: true, wallet: true, details: true, reason: true, business_type: true, result: true, extra: true, created_at: true });
@@ -41,7 +42,7 @@ export function createReconcileQueries(pool: DatabasePool) {
     },
     async customer(projectId: string, customerId: string): Promise<CustomerRow | null> {
       const row = await pool.maybeOne(sql.type(customerRow)`
-        SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+        SELECT name, email, metadata, created_at, alert_settings FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
       return row && { ...row, metadata: row.metadata };
     },
     async entries(projectId: string, customerId: string): Promise<IdentifiedEntry[]> {

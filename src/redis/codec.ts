@@ -187,7 +187,7 @@ export function encodeDeposit(d: StoredDeposit): string {
 
 // ---------------------------------------------------------------- outbox entries
 
-const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE'] as const;
+const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE', 'EVENT'] as const;
 
 interface DetailRaw {
   account_id: string;
@@ -200,7 +200,10 @@ export interface OutboxEntry {
   seq: string;
   project_id: string;
   customer_id: string;
-  /** USAGE: a gateway call that moved no money; it carries a usage record only. */
+  /**
+   * USAGE: a gateway call that moved no money; it carries a usage record only. EVENT: a
+   * money event (lua/includes/events.lua), no ledger entry: see eventOfEntry.
+   */
   type: (typeof outboxEntryTypes)[number];
   transaction_id: string;
   amount: string;
@@ -270,4 +273,43 @@ export function parseOutboxEntry(fields: string[]): OutboxEntry {
   }
   if (!entryTypes.has(e.type)) throw new Error(`outbox entry ${e.id}: unknown type ${String(e.type)}`);
   return e;
+}
+
+// ---------------------------------------------------------------- events
+
+/** An event as an EVENT entry carries it (eventOfEntry), before the event store's types. */
+export interface OutboxEvent {
+  id: string;
+  type: string;
+  /** ISO 8601 in UTC with milliseconds. */
+  created_at: string;
+  project_id: string;
+  data: Record<string, unknown>;
+}
+
+/**
+ * Data fields that the scripts write as integer strings (cjson prints numbers with 14
+ * significant digits) and events answer as numbers.
+ */
+const event_amount_fields: ReadonlySet<string> = new Set([
+  'amount', 'wallet_total', 'available', 'threshold', 'below', 'monthly_limit', 'requested_this_month', 'cost', 'charged', 'uncovered', 'consumed_amount', 'returned_amount',
+]);
+/** Data fields that the scripts write as ms strings ('' for none) and events answer as ISO 8601 or null. */
+const event_time_fields: ReadonlySet<string> = new Set(['starts_at', 'expires_at', 'open_until']);
+
+/**
+ * The event an EVENT entry carries (emit_event in lua/includes/events.lua): `state` is
+ * its type, `result` its data, `at` its time. Amount fields become numbers and time
+ * fields ISO strings; the data keeps the rest as the script wrote it.
+ */
+export function eventOfEntry(e: OutboxEntry): OutboxEvent {
+  if (e.type !== 'EVENT' || typeof e.state !== 'string') throw new Error(`outbox entry ${e.id}: not an event`);
+  const raw = JSON.parse(e.result) as Record<string, unknown>;
+  const data: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (event_amount_fields.has(k) && typeof v === 'string') data[k] = Number(v);
+    else if (event_time_fields.has(k) && typeof v === 'string') data[k] = v === '' ? null : new Date(Number(v)).toISOString();
+    else data[k] = v;
+  }
+  return { id: e.id, type: e.state, created_at: new Date(Number(e.at)).toISOString(), project_id: e.project_id, data };
 }

@@ -22,7 +22,9 @@ describe('POST /v1/customers', () => {
   it('creates a customer with no deposit: readable at once, listed, empty wallets, and Redis agrees with PostgreSQL', async () => {
     const r = await create({ customer_id: 'new-1', name: 'Ann', email: 'ann@example.com', metadata: { tier: 'gold' } });
     expect(r.status).toBe(201);
-    expect(r.body).toEqual({ id: 'new-1', name: 'Ann', email: 'ann@example.com', metadata: { tier: 'gold' }, created_at: expect.any(String) });
+    expect(r.body).toEqual({
+      id: 'new-1', name: 'Ann', email: 'ann@example.com', metadata: { tier: 'gold' }, low_balance_threshold: null, auto_top_up: null, created_at: expect.any(String),
+    });
     expect(Math.abs(Date.parse(r.body.created_at) - Date.now())).toBeLessThan(60_000);
     const got = await svc.call('GET', '/v1/customers/new-1', { key: p.projectKey });
     expect(got.body).toMatchObject({ id: 'new-1', name: 'Ann', wallets: {}, created_at: r.body.created_at });

@@ -3,8 +3,8 @@
  * database (the demo organization, project, keys, funded demo customer and the two demo
  * models on a mock upstream), in a test service of its own. The organization is made 40
  * days old, so that its first billing period has closed into an invoice for the invoice
- * examples (docs/API.md, "Invoices", says so). The demo project has one event for the
- * events example, and a receiver on loopback takes the webhook examples' deliveries.
+ * examples (docs/API.md, "Invoices", says so). The demo customer's deposit wrote the
+ * events example's event; a receiver on loopback takes the webhook examples' deliveries.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
@@ -16,8 +16,6 @@ import pg from 'pg';
 import { sql } from 'slonik';
 import { Invoicing } from '../../src/billing/invoices.js';
 import { bootstrapDemo } from '../../src/bootstrap.js';
-import { insertEvents } from '../../src/events/store.js';
-import { newId } from '../../src/ids.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
 import { runExample, type Example, type ExampleEnv } from './examples.js';
@@ -39,10 +37,6 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
   const demo = await bootstrapDemo(svc.rt, mock.url);
   await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '40 days', next_invoice_at = NULL WHERE id = ${demo.organization_id}`);
   await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(demo.organization_id, Date.now());
-  await insertEvents(svc.rt.db, [{
-    id: newId('evt'), type: 'deposit.created', created_at: new Date().toISOString(), project_id: demo.project_id,
-    data: { customer_id: 'demo-customer', amount: 5_000_000, wallet: 'credits' },
-  }]);
   const receiver = createServer((req, res) => {
     req.resume();
     req.on('end', () => res.writeHead(204).end());

@@ -120,6 +120,7 @@ describe.each(formats)('%s: an upstream that reports more than any bound', (form
   it('records uncovered_credits on the receipt and the usage record and counts it; the next deposit does not pay it', async () => {
     const customer = `uncovered-${format}`;
     await env.fund(customer, 1_000);
+    expect((await env.svc.call('PATCH', `/v1/customers/${customer}`, { key: env.p.projectKey, body: { low_balance_threshold: 500 } })).status).toBe(200);
     const before = await uncoveredCounters();
     const res = await post(format, customer, imageCall(format, mockDirective({ input_tokens: 50_000, output_tokens: 1 })));
     expect(res.status).toBe(200);
@@ -136,6 +137,14 @@ describe.each(formats)('%s: an upstream that reports more than any bound', (form
     const after = await uncoveredCounters();
     expect(after.calls - before.calls).toBe(1);
     expect(after.credits - before.credits).toBe(cost - 1_000);
+    // The events of the call (lua/includes/events.lua, alerts.lua): the shortfall, and the
+    // hold and settlement taking the wallet below the threshold and to 0, each once.
+    const events = async (type: string) => (await env.svc.call('GET', `/v1/events?customer_id=${customer}&type=${type}`, { key: env.p.projectKey })).body.data;
+    expect(await events('charge.uncovered')).toEqual([
+      expect.objectContaining({ data: expect.objectContaining({ customer_id: customer, transaction_id: txid, cost, charged: 1_000, uncovered: cost - 1_000 }) }),
+    ]);
+    expect(await events('balance.low')).toHaveLength(1);
+    expect(await events('balance.depleted')).toHaveLength(1);
 
     // A deposit is the customer's: the shortfall stays recorded, and is not drawn from it.
     await env.fund(customer, 10_000);

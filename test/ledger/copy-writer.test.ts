@@ -33,7 +33,11 @@ const post = async (path: string, body: Record<string, unknown>) => {
   expect(res.status, JSON.stringify(res.body)).toBe(200);
 };
 
-/** A customer with a deposit, then `n` deducts, a freeze, a consume and an unfreeze; its outbox entries, in order. */
+/**
+ * A customer with a deposit, then `n` deducts, a freeze, a consume and an unfreeze; its
+ * outbox's ledger entries, in order (the deposit's deposit.created event left out: a batch
+ * with an event takes the statement path, see the last test).
+ */
 async function customerWithEntries(id: string, n: number): Promise<OutboxEntry[]> {
   await post('/v1/customers/deposit', { customer_id: id, amount: 1_000_000 });
   for (let i = 0; i < n; i++) {
@@ -47,7 +51,7 @@ async function customerWithEntries(id: string, n: number): Promise<OutboxEntry[]
   await post('/v1/billing/consume', { customer_id: id, transaction_id: `${id}-f1`, amount: 20 });
   await post('/v1/billing/freeze', { customer_id: id, transaction_id: `${id}-f2`, amount: 40 });
   await post('/v1/billing/unfreeze', { customer_id: id, transaction_id: `${id}-f2` });
-  return readOutboxEntries(svc.rt.redis, customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id).outbox);
+  return (await readOutboxEntries(svc.rt.redis, customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id).outbox)).filter((e) => e.type !== 'EVENT');
 }
 
 /** Every column of a customer's ledger rows but persisted_at, in seq order, as text. */
@@ -158,5 +162,15 @@ describe('the COPY writer', () => {
     expect(await writer.insertEntries(entries)).toBe(entries.length);
     expect(writer.stats.copied).toBe(before.copied + 1);
     expect(await rows('cw4')).toHaveLength(entries.length + 1);
+  });
+
+  it('hands a batch that carries an event to the statement path, which writes the event with the entries', async () => {
+    await post('/v1/customers/deposit', { customer_id: 'cw6', amount: 5 });
+    const all = await readOutboxEntries(svc.rt.redis, customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'cw6').outbox);
+    expect(all.map((e) => e.type)).toEqual(['DEPOSIT', 'EVENT']);
+    const before = { ...writer.stats };
+    expect(await writer.insertEntries(all)).toBe(1);
+    expect(writer.stats.statements).toBe(before.statements + 1);
+    expect(await svc.rt.db.oneFirst(sql.unsafe`SELECT count(*)::int FROM events WHERE id = ${all[1].id}`)).toBe(1);
   });
 });

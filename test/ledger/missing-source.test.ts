@@ -40,7 +40,8 @@ describe('a hold whose source is missing', () => {
     const res = await svc.call('POST', path, { key: p.projectKey, body: { transaction_id: `t-${op}` } });
     expectError(res, 500, 'billing_account_not_found');
     expect(await sourceOf(k, first)).toEqual(before);
-    expect(await svc.rt.redis.xlen(k.outbox)).toBe(3);
+    // Two deposits with their deposit.created events, and the freeze: nothing more.
+    expect(await svc.rt.redis.xlen(k.outbox)).toBe(5);
   });
 
   it('a due TTL freeze in that state is left for reconcile; other operations go on', async () => {

@@ -30,8 +30,11 @@ describe('outbox entries', () => {
     await post('/v1/customers/deposit', { customer_id: 'of1', amount: 100 });
     await post('/v1/billing/deduct', { customer_id: 'of1', amount: 7, transaction_id: 'of-tx-1', description: 'a note' });
     const stream = await svc.rt.redis.xrange(k.outbox, '-', '+');
-    expect(stream).toHaveLength(2);
-    const [streamId, fields] = stream[1];
+    // The deposit's entry, its deposit.created event (lua/includes/events.lua), the deduct's entry.
+    expect(stream).toHaveLength(3);
+    const [streamId, fields] = stream[2];
+    // The event has the same fields in the same order.
+    expect(stream[1][1].filter((_, i) => i % 2 === 0)).toEqual([...outbox_entry_fields]);
     const byName = new Map<string, string>();
     for (let i = 0; i < fields.length; i += 2) byName.set(fields[i], fields[i + 1]);
     expect(byName.has('e')).toBe(false);
@@ -55,11 +58,11 @@ describe('outbox entries', () => {
     // Written again in the earlier format, the entry reads the same.
     await svc.rt.redis.xdel(k.outbox, streamId);
     await svc.rt.redis.xadd(k.outbox, '*', 'e', JSON.stringify({ ...entry, returned_amount: null }));
-    const [, legacy] = await readOutboxEntries(svc.rt.redis, k.outbox);
+    const [, , legacy] = await readOutboxEntries(svc.rt.redis, k.outbox);
     expect({ ...legacy, returned_amount: undefined }).toEqual({ ...entry, returned_amount: undefined });
 
     // Both formats reach PostgreSQL.
-    expect(await persist.outbox.drain(k.base)).toBe(2);
+    expect(await persist.outbox.drain(k.base)).toBe(3);
     const rows = await svc.rt.db.any(sql.unsafe`
       SELECT type, seq, amount, description, result->>'deducted_amount' AS deducted, extra->>'h' AS h FROM ledger_entries
       WHERE project_id = ${p.projectId} AND customer_id = 'of1' ORDER BY seq`);

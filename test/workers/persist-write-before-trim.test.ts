@@ -45,14 +45,15 @@ describe('the persist loop', () => {
     const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'w1');
     expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'w1', amount: 100 } })).status).toBe(200);
     expect((await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'w1', transaction_id: 'd1', amount: 10 } })).status).toBe(200);
-    expect(await svc.rt.redis.xlen(k.outbox)).toBe(2);
+    // The deposit's entry, its deposit.created event, the deduct's entry.
+    expect(await svc.rt.redis.xlen(k.outbox)).toBe(3);
 
     // PostgreSQL unreachable: the write fails, nothing is trimmed, the customer stays dirty.
     proxy.cut();
     await proxy.refuse();
     const failed = await loop.pass();
     expect(failed).toMatchObject({ moved: 0, failed: true });
-    expect(await svc.rt.redis.xlen(k.outbox)).toBe(2);
+    expect(await svc.rt.redis.xlen(k.outbox)).toBe(3);
     expect(await stored('w1')).toBe(0);
     expect(await svc.rt.redis.sismember(dirtyKeyOf(svc.rt.config.REDIS_PREFIX, k.base), k.base)).toBe(1);
 
@@ -66,7 +67,7 @@ describe('the persist loop', () => {
       return xdel(key, ...ids);
     }) as typeof redis.xdel;
     try {
-      expect(await loop.pass()).toMatchObject({ moved: 2, failed: false });
+      expect(await loop.pass()).toMatchObject({ moved: 3, failed: false });
     } finally {
       redis.xdel = xdel;
     }

@@ -50,7 +50,8 @@ describe('the sweeper', () => {
     // The API marks the outbox dirty in the same round trip as its script; take the mark away.
     await waitFor(async () => (await svc.rt.redis.sismember(dirty, keys.base)) === 1, 5_000, 'the dirty mark');
     await svc.rt.redis.srem(dirty, keys.base);
-    expect(await svc.rt.redis.xlen(keys.outbox)).toBe(2);
+    // The deposit's entry, its deposit.created event, the freeze's entry.
+    expect(await svc.rt.redis.xlen(keys.outbox)).toBe(3);
     // The sweeper looks at a customer once the API's active mark on it is over (as after the API died).
     svc.rt.clock.advance(active_mark_window_ms + 1_000);
 
