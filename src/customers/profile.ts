@@ -23,7 +23,8 @@ import { identifierSchema } from '../ledger/schemas.js';
 import { isDeepStrictEqual } from 'node:util';
 import { LedgerOutbox } from '../ledger/outbox.js';
 import { describeRoute } from '../openapi/registry.js';
-import { customerProfileSchema } from './routes.js';
+import { customerPatchedSchema, customerProfileSchema } from './routes.js';
+import { budgetSchema } from '../ledger/budgets.js';
 import type { DatabasePool } from 'slonik';
 
 const customer_name_chars_max = 256;
@@ -37,6 +38,9 @@ const customerPatchSchema = z.object({
 
 /** POST /v1/customers: the id, and the profile fields PATCH takes. */
 const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
+
+/** PATCH /v1/customers/{id}: the profile fields and the budget (null clears it; docs/API.md, "Budgets"). */
+const customerUpdateSchema = customerPatchSchema.extend({ budget: budgetSchema.nullable().optional() });
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
@@ -75,10 +79,11 @@ describeRoute({
   path: '/v1/customers/:customer_id',
   tag: 'Customers',
   callers: ['project'],
-  summary: "Change a customer's name, email or metadata",
-  description: 'Any of the fields; null clears one.',
-  body: customerPatchSchema.strict(),
-  responses: { 200: { description: 'The profile', schema: profileDoc } },
+  summary: "Change a customer's name, email, metadata or budget",
+  description:
+    'Any of the fields; null clears one. `budget` is `{limit, period}` (credits, `day` | `week` | `month` | `total`): deducts, consumes and gateway calls past it are refused `budget_exceeded` (docs/API.md, "Budgets"). A new limit keeps the period\'s counters; a new period starts them over.',
+  body: customerUpdateSchema.strict(),
+  responses: { 200: { description: 'The profile and the budget', schema: customerPatchedSchema } },
   errors: ['customer_not_found'],
 });
 
@@ -148,7 +153,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
     const id = String(req.params.customer_id);
-    const patch = strictBody(req, customerPatchSchema);
+    const patch = strictBody(req, customerUpdateSchema);
     const { scope } = authOf(res);
     const k = deps.ledger.keys(scope, id);
     if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');
@@ -162,6 +167,9 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
     }
     if (patch.metadata === null) tx.hdel(k.meta, 'metadata');
     else if (patch.metadata !== undefined) tx.hset(k.meta, 'metadata', JSON.stringify(patch.metadata));
+    // The budget's limit and period: the scripts keep its counters (lua/includes/budget.lua).
+    if (patch.budget === null) tx.hdel(k.meta, 'bud_l', 'bud_p');
+    else if (patch.budget !== undefined) tx.hset(k.meta, 'bud_l', String(patch.budget.limit), 'bud_p', patch.budget.period);
     await tx.exec();
     const view = await deps.ledger.view(scope, id);
     res.json({
@@ -170,6 +178,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
       email: view!.profile.email,
       metadata: view!.profile.metadata === null ? {} : JSON.parse(view!.profile.metadata),
       created_at: new Date(Number(view!.profile.created_at)).toISOString(),
+      budget: view!.budget,
     });
   });
   return r;

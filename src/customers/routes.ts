@@ -19,6 +19,7 @@ import type { ProjectScope } from '../ledger/requests.js';
 import type { CustomerView } from '../ledger/views.js';
 import { isActive } from '../ledger/sources.js';
 import type { SourceState } from '../redis/codec.js';
+import { budgetStateSchema } from '../ledger/budgets.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -109,7 +110,10 @@ export const customerProfileSchema = z
     created_at: timestamp,
   })
   .strict();
-const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema) }).openapi('Customer');
+const budgetField = budgetStateSchema.nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
+const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField }).openapi('Customer');
+/** What PATCH /v1/customers/{id} answers: the profile and the budget. */
+export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField }).openapi('CustomerPatched');
 const balanceSchema = z
   .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
   .strict()
@@ -246,6 +250,7 @@ export function customerRoutes(deps: CustomerReads): Route[] {
       metadata: view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata),
       wallets,
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
+      budget: view.budget,
     });
   };
 

@@ -217,6 +217,8 @@ export interface ProfilePatch {
   name?: string | null;
   email?: string | null;
   metadata?: Record<string, unknown> | null;
+  /** The customer budget (src/ledger/budgets.ts); null clears it. */
+  budget?: { limit: number; period: string } | null;
 }
 
 const customerProfileRow = z.object({
@@ -249,6 +251,9 @@ export function createCustomerQueries(pool: DatabasePool) {
       if (p.name !== undefined) sets.push(sql.fragment`name = ${p.name}`);
       if (p.email !== undefined) sets.push(sql.fragment`email = ${p.email}`);
       if (p.metadata !== undefined) sets.push(sql.fragment`metadata = ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}`);
+      if (p.budget !== undefined) {
+        sets.push(sql.fragment`budget_limit = ${p.budget?.limit ?? null}, budget_period = ${p.budget?.period ?? null}`);
+      }
       if (sets.length === 0) return true;
       const res = await pool.query(sql.unsafe`
         UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}`);
