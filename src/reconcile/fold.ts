@@ -40,6 +40,9 @@ export interface CustomerRow {
   metadata: unknown;
   /** Epoch ms. */
   created_at: number;
+  /** The customer's spending budget (migration 016), rebuilt into the meta hash; its counters are not (docs/ARCHITECTURE.md, "Budgets"). */
+  budget_limit?: number | null;
+  budget_period?: string | null;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -252,6 +255,11 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   if (customer.metadata !== null && customer.metadata !== undefined) meta.metadata = JSON.stringify(customer.metadata);
   if (seq > 0) meta.seq = str(seq);
   if (srcSeq > 0) meta.src_seq = str(srcSeq);
+  // The budget's limit and period (lua/includes/budget.lua); its counters start over.
+  if (customer.budget_limit != null && customer.budget_period != null) {
+    meta.bud_l = str(customer.budget_limit);
+    meta.bud_p = customer.budget_period;
+  }
 
   const src: Record<string, string> = {};
   for (const s of sources.values()) {

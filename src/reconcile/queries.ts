@@ -15,6 +15,8 @@ const customerRow = z.object({
   email: z.string().nullable(),
   metadata: z.unknown(),
   created_at: z.number(),
+  budget_limit: z.number().nullable(),
+  budget_period: z.string().nullable(),
 });
 
 const entryRow = ledgerEntryRow.pick({ id: true, seq: true, type: true, transaction_id: true, amount: true, wallet: true, details: true, reason: true, business_type: true, result: true, extra: true, created_at: true });
@@ -41,7 +43,7 @@ export function createReconcileQueries(pool: DatabasePool) {
     },
     async customer(projectId: string, customerId: string): Promise<CustomerRow | null> {
       const row = await pool.maybeOne(sql.type(customerRow)`
-        SELECT name, email, metadata, created_at FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+        SELECT name, email, metadata, created_at, budget_limit, budget_period FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
       return row && { ...row, metadata: row.metadata };
     },
     async entries(projectId: string, customerId: string): Promise<IdentifiedEntry[]> {
