@@ -320,10 +320,14 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
 
 /**
  * A stored tx or dep value with its nested result strings (r, cr, ur) parsed, so two
- * encodings of the same value compare equal whatever their key order.
+ * encodings of the same value compare equal whatever their key order. Without the budget
+ * marks (`bc`, `bk`: which budget counters hold the record, lua/includes/budget.lua):
+ * Redis-only bookkeeping that no entry carries, as the counters themselves.
  */
 export function comparable(raw: string): Record<string, unknown> {
   const v = JSON.parse(raw) as Record<string, unknown>;
   for (const k of ['r', 'cr', 'ur']) if (typeof v[k] === 'string') v[k] = JSON.parse(v[k] as string);
+  delete v.bc;
+  delete v.bk;
   return v;
 }
