@@ -24,8 +24,8 @@
 -- E_USAGE_LIMIT or E_BUDGET_EXCEEDED (a budget, not the wallet, is what the call cannot fit:
 -- the JSON is Budget.refusal's, includes/budget.lua). `available` is what the hold could
 -- take (the wallet's credits, or less under a budget); budget_remaining what the tightest
--- budget has left after the hold ('' without one); lowered_by_budget '1' when the budget
--- lowered the output limit below the wallet's. REPLAY: the
+-- budget has left after the hold (absent without one); lowered_by_budget '1' when the
+-- budget lowered the output limit below the wallet's (else absent). REPLAY: the
 -- transaction already has its hold (the API sent the script again to learn the outcome of
 -- one whose reply was lost): nothing frozen again, the JSON is the hold's own (available
 -- ''). With E_INSUFFICIENT the
@@ -124,5 +124,5 @@ settle_sources(now)
 
 return { OK, cjson.encode({
   hold = N(hold), output_tokens = N(out_tokens), available = N(available),
-  budget_remaining = (room and N(room - hold)) or '', lowered_by_budget = (by_budget and out_tokens < out_wanted and '1') or '',
+  budget_remaining = (room and N(room - hold)) or nil, lowered_by_budget = (by_budget and out_tokens < out_wanted and '1') or nil,
 }), auto_consumed, ttl_entries_written }
