@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
 import { expectError } from '../support/errors.js';
+import { waitFor } from '../helpers.js';
 import { expectedCost, MAX_OUTPUT_TOKENS, OPENAI_MODEL, rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';
 
 let env: GatewayEnv;
@@ -83,6 +84,21 @@ describe('customer budget on the gateway', () => {
     });
     expect(refused.json().error.type).toBe('bad_request');
     expect(await budgetOf('gb3')).toMatchObject({ spent, held: 0 });
+  });
+
+  it('counts a call in flight as held, then as spent at its cost when it settles', async () => {
+    await env.fund('gb5', 1_000_000);
+    await setBudget('gb5', { limit: 100_000, period: 'day' });
+    const sent = env.mock.requests.length;
+    const call = chat('gb5', { max_tokens: 20, messages: ask({ output_tokens: 5, latency_ms: 400 }) });
+    await waitFor(() => env.mock.requests.length > sent, 5_000, 'the call to reach the upstream');
+    const during = await budgetOf('gb5');
+    const res = await call;
+    expect(res.status).toBe(200);
+    expect(during).toMatchObject({ spent: 0, held: Number(res.headers['x-service-reserved-credits']) });
+    expect(during!.held).toBeGreaterThan(0);
+    const cost = Number(res.headers['x-service-cost-credits']);
+    expect(await budgetOf('gb5')).toMatchObject({ spent: cost, held: 0, remaining: 100_000 - cost });
   });
 
   it('a released hold (upstream failure) gives its held part back and spends nothing', async () => {
