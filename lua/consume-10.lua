@@ -59,6 +59,7 @@ if not admitted and not plan_counted then return { E_USAGE_LIMIT, '', auto_consu
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 local details = consume_holds(tx.holds, sources, amount)
+Budget.settle(tx, frozen, amount, now)
 
 local returned = frozen - amount
 tx.st = 'consumed'

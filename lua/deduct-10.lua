@@ -12,7 +12,8 @@
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
 -- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or
--- E_USAGE_LIMIT or E_STALE_BINDING. With E_INSUFFICIENT or E_INSUFFICIENT_SELECTED the second
+-- E_USAGE_LIMIT, E_STALE_BINDING or E_BUDGET_EXCEEDED (the second value the refusal JSON of
+-- includes/budget.lua; nothing applied). With E_INSUFFICIENT or E_INSUFFICIENT_SELECTED the second
 -- value is the shortfall JSON instead: {available: {wallet: credits}, none: 'wallets of the
 -- filter that never had a source'} (shortfall in includes/customer.lua), for the error's
 -- message; '' with the other errors.
@@ -35,8 +36,13 @@ local auto_consumed = expire_due(now)
 local status, picks, why = begin_draw('deduct', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
+-- Spending budgets (includes/budget.lua): refused past one, nothing applied.
+local budget = Budget.load('', now)
+local over = Budget.check(budget, amount)
+if over then finalize('t:' .. txid) return { E_BUDGET_EXCEEDED, over, auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_used(p.source, p.take) end
+Budget.add(budget, amount, 0)
 local details = picks_to_details(picks)
 local wallet = details_wallet(details, entry_wallet)
 local result = cjson.encode({

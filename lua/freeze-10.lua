@@ -19,7 +19,7 @@
 -- consume nor a consume through the API counts it again or refuses it on the plan.
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status, and
--- the shortfall JSON of a refusal, as deduct-10.lua (E_USAGE_LIMIT only with ttl_kind
+-- the shortfall or budget JSON of a refusal, as deduct-10.lua (E_USAGE_LIMIT only with ttl_kind
 -- 'consume'). The result carries auto_settle_at (ms) so the caller can schedule the
 -- expire job.
 
@@ -44,6 +44,10 @@ local auto_consumed = expire_due(now)
 local status, picks, why = begin_draw('freeze', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
+-- Spending budgets (includes/budget.lua): refused past one, nothing applied.
+local budget = Budget.load('', now)
+local over = Budget.check(budget, amount)
+if over then finalize('t:' .. txid) return { E_BUDGET_EXCEEDED, over, auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_frozen(p.source, p.take) end
 local details = picks_to_details(picks)
@@ -68,6 +72,7 @@ if ttl_kind ~= '' then
   redis.call('ZADD', K_ttl, settle_at, txid)
 end
 if plan_counted then tx.pc = '1' end
+Budget.add(budget, 0, amount, tx)
 redis.call('HSET', K_tx, txid, cjson.encode(tx))
 
 write_entry({

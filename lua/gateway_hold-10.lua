@@ -17,11 +17,17 @@
 -- ARGV[14] idempotency_key: the call's Idempotency-Key, '' for none: kept in the record (`ik`) and in the
 --          settlement's entry, so that its claim is archived with the call (the trim)
 --          and found in PostgreSQL afterwards
+-- ARGV[15] key_budget: the calling customer-scoped key's budget, 'key id|limit|period', '' for none
 --
--- Returns {status, JSON {hold, output_tokens, available}, auto-consumed, TTL entries}; on OK
--- the last counts the balance alerts' events too (includes/alerts.lua): the caller marks
--- the outbox dirty when it is > 0, as the hold writes no entry of its own;
--- status OK, REPLAY, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT or E_USAGE_LIMIT. REPLAY: the
+-- Returns {status, JSON {hold, output_tokens, available, budget_remaining, lowered_by_budget},
+-- auto-consumed, TTL entries}; on OK the last counts the balance alerts' events too
+-- (includes/alerts.lua): the caller marks the outbox dirty when it is > 0, as the hold
+-- writes no entry of its own; status OK, REPLAY, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT,
+-- E_USAGE_LIMIT or E_BUDGET_EXCEEDED (a budget, not the wallet, is what the call cannot fit:
+-- the JSON is Budget.refusal's, includes/budget.lua). `available` is what the hold could
+-- take (the wallet's credits, or less under a budget); budget_remaining what the tightest
+-- budget has left after the hold (absent without one); lowered_by_budget '1' when the
+-- budget lowered the output limit below the wallet's (else absent). REPLAY: the
 -- transaction already has its hold (the API sent the script again to learn the outcome of
 -- one whose reply was lost): nothing frozen again, the JSON is the hold's own (available
 -- ''). With E_INSUFFICIENT the
@@ -45,6 +51,7 @@ local ttl_seconds = tonumber(ARGV[11])
 local admitted = ARGV[12] ~= '0'
 local answers = tonumber(ARGV[13]) or 1
 local idem_key = ARGV[14]
+local key_budget = ARGV[15]
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -61,6 +68,11 @@ if not admitted then return { E_USAGE_LIMIT, '', auto_consumed, ttl_entries_writ
 -- The live sources, read once: the wallet's available credits, then the draw.
 local sources = load_live()
 local available = wallet_available(sources, wallet, now)
+-- Spending budgets (includes/budget.lua): the hold fits the tightest one too.
+local budget = Budget.load(key_budget, now)
+local room, tight = Budget.room(budget)
+local by_budget = room ~= nil and room < available
+if by_budget then available = room end
 
 local function out_cost(tokens) return math.ceil(tokens * answers * out_price / 1000000) end
 
@@ -78,6 +90,9 @@ if input_bound + out_cost(out_tokens) > available then
     out_tokens = math.floor((available - input_bound) * 1000000 / (out_price * answers))
     if out_tokens < 1 then refused_tokens = 1 end
   end
+end
+if refused_tokens ~= nil and by_budget then
+  return { E_BUDGET_EXCEEDED, Budget.refusal(tight, input_bound + out_cost(refused_tokens)), auto_consumed, ttl_entries_written }
 end
 if refused_tokens ~= nil then
   -- What the error's message needs, computed on this path only.
@@ -101,12 +116,17 @@ end
 
 -- A string: a number argument of redis.call goes through Lua's '%.14g' (the float path).
 local settle_at = N(now + ttl_seconds * 1000)
-redis.call('HSET', K_tx, txid, cjson.encode({
+local tx = {
   k = 'gateway', st = 'frozen', a = N(hold), ot = N(out_tokens), holds = details, w = wallet, ttlk = 'release', ttla = settle_at,
   ik = (idem_key ~= nil and idem_key ~= '' and idem_key) or nil,
-}))
+}
+Budget.add(budget, 0, hold, tx)
+redis.call('HSET', K_tx, txid, cjson.encode(tx))
 redis.call('ZADD', K_ttl, settle_at, txid)
 settle_sources(now)
 balance_alerts(hold, now)
 
-return { OK, cjson.encode({ hold = N(hold), output_tokens = N(out_tokens), available = N(available) }), auto_consumed, ttl_entries_written + ev_count }
+return { OK, cjson.encode({
+  hold = N(hold), output_tokens = N(out_tokens), available = N(available),
+  budget_remaining = (room and N(room - hold)) or nil, lowered_by_budget = (by_budget and out_tokens < out_wanted and '1') or nil,
+}), auto_consumed, ttl_entries_written + ev_count }

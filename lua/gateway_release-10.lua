@@ -25,6 +25,7 @@ if tx.st ~= 'frozen' then return { E_NO_CONSUMABLE, '', auto_consumed, ttl_entri
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 release_holds(tx.holds, sources)
+Budget.settle(tx, tonumber(tx.a), 0, now)
 tx.st = 'released'
 tx.by = 'api'
 redis.call('HSET', K_tx, txid, cjson.encode(tx))

@@ -13,7 +13,9 @@
 -- ARGV[8]  model_id: model id (the entry's description)
 --
 -- Returns {status, JSON {transaction_id, cost, shortfall, returned, reserved, details,
--- balance_after, settled_at}, auto-consumed, TTL entries}; `cost` is what was charged and
+-- balance_after, settled_at}, auto-consumed, TTL entries, budget remaining}; the last is what
+-- the tightest budget of the call has left (includes/budget.lua Budget.settle; '' without
+-- one, and on REPLAY); `cost` is what was charged and
 -- `shortfall` what the wallet could not pay of the call's cost. Status OK, REPLAY (settled
 -- before: the stored result), E_NO_CONSUMABLE (no such call, or released by the API) or
 -- E_ACCOUNT_NOT_FOUND (a source of the hold is missing; nothing changed).
@@ -73,6 +75,7 @@ if beyond > 0 then
   end
 end
 local charged = from_hold + beyond
+local budget_left = Budget.settle(tx, held, charged, now)
 
 local result = cjson.encode({
   transaction_id = txid, cost = N(charged), shortfall = N(cost - charged), returned = N(held - from_hold),
@@ -104,4 +107,4 @@ balance_alerts(beyond - (held - from_hold), now)
 
 -- After its entry: the trim reads the outbox by stream id against this time.
 finalize('g:' .. txid)
-return { OK, result, auto_consumed, ttl_entries_written }
+return { OK, result, auto_consumed, ttl_entries_written, budget_left }

@@ -35,6 +35,7 @@ end
 local sources = load_hold_sources(tx.holds)
 if sources == nil then return { E_ACCOUNT_NOT_FOUND, '', auto_consumed, ttl_entries_written } end
 local details = release_holds(tx.holds, sources)
+Budget.settle(tx, tonumber(tx.a), 0, now)
 
 tx.st = 'unfrozen'
 tx.by = 'api'

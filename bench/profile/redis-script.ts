@@ -99,7 +99,7 @@ if (!gateway) {
   const usage = { input: 450, output: 300, cacheRead: 0, cacheWrite: 0 };
   const holdArgs = (txid: string) => ({
     transactionId: txid, wallet, inputCostBound: inputCostBound(2_000, prices), outputPrice: prices.output, outputTokens: 4_096, explicitMax: '0',
-    holdTtlSeconds: 3_600, admitted: '1', answers: 1, idempotencyKey: '',
+    holdTtlSeconds: 3_600, admitted: '1', answers: 1, idempotencyKey: '', keyBudget: '',
   });
   const record = () => JSON.stringify({
     id: newId('usage'), customer_id: customerId, trace_id: null, wallet, model: 'gpt-test', endpoint: 'chat_completions', stream: false, status: 'settled',

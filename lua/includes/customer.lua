@@ -31,6 +31,7 @@
 
 --@include clock
 --@include events
+--@include budget
 
 -- Per call: the loader (src/redis/scripts.ts) runs each `--@per-call` block at the start of
 -- every call, and the rest of an include once, when Redis loads the library.
@@ -67,6 +68,8 @@ local E_STALE_BINDING = 22
 -- binding may be archived (the service asks PostgreSQL through the two-step path).
 local E_SCOPE_MISMATCH = 23
 local E_BINDING_ARCHIVED = 24
+-- A spending budget would be exceeded (includes/budget.lua): nothing applied.
+local E_BUDGET_EXCEEDED = 40
 
 -- How long a binding read stays proof that its record was not archived: the trim deletes
 -- a record only this long after it removed the record's binding (src/ledger/retention.ts,
@@ -464,6 +467,7 @@ local function settle_ttl(txid, tx, now)
     local sources = load_hold_sources(tx.holds)
     if sources == nil then return nil end
     release_holds(tx.holds, sources)
+    Budget.settle(tx, tonumber(tx.a), 0, now)
     tx.st = 'released'
     tx.by = 'ttl'
     redis.call('HSET', K_tx, txid, cjson.encode(tx))
@@ -479,6 +483,7 @@ local function settle_ttl(txid, tx, now)
   else
     details = release_holds(tx.holds, sources)
   end
+  Budget.settle(tx, tonumber(tx.a), (consumed and tonumber(tx.a)) or 0, now)
   local at = N(now)
   if consumed then
     tx.st = 'consumed'

@@ -12,6 +12,8 @@ import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
 import { publishKeyChange, type KeyCache } from '../keys/store.js';
 import type { PlanService } from '../plans/service.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
+import { budgetStateSchema, keyBudgetOf, keyCountersField, type Budget } from '../ledger/budgets.js';
+import { customerKeys } from '../redis/keys.js';
 
 const projectKeyRow = z.object({
   id: z.string(),
@@ -25,6 +27,10 @@ const projectKeyRow = z.object({
   revoked_at: z.number().nullable(),
   last_used_at: z.number().nullable(),
   created_at: z.number(),
+  budget_limit: z.number().nullable(),
+  budget_period: z.enum(['day', 'week', 'month', 'total']).nullable(),
+  /** The key's budget counters in its customer's meta hash (lua/includes/budget.lua), read by list. */
+  budget_counters: z.string().nullable().optional(),
 });
 export type ProjectKeyRow = z.infer<typeof projectKeyRow>;
 
@@ -34,9 +40,11 @@ export interface NewProjectKey {
   customerId: string | null;
   allowedModels: string[] | null;
   expiresAtMs: number | null;
+  /** A customer-scoped key's spending budget (docs/API.md, "Budgets"). */
+  budget: Budget | null;
 }
 
-const keyColumns = sql.fragment`id, project_id, type, name, prefix, customer_id, allowed_models, expires_at, revoked_at, last_used_at, created_at`;
+const keyColumns = sql.fragment`id, project_id, type, name, prefix, customer_id, allowed_models, expires_at, revoked_at, last_used_at, created_at, budget_limit, budget_period`;
 
 /** The API's view of a key: what the dashboard lists. */
 export function keyEntry(k: ProjectKeyRow) {
@@ -53,6 +61,9 @@ export function keyEntry(k: ProjectKeyRow) {
     revoked_at: iso(k.revoked_at),
     last_used_at: iso(k.last_used_at),
     created_at: iso(k.created_at)!,
+    budget: k.budget_limit === null || k.budget_period === null
+      ? null
+      : keyBudgetOf({ limit: k.budget_limit, period: k.budget_period }, k.budget_counters ?? null, Date.now()),
   };
 }
 
@@ -96,11 +107,11 @@ export class KeyAdmin {
         }
       }
       return tx.one(sql.type(projectKeyRow)`
-        INSERT INTO api_keys (id, organization_id, project_id, type, name, prefix, secret_hash, customer_id, allowed_models, expires_at)
+        INSERT INTO api_keys (id, organization_id, project_id, type, name, prefix, secret_hash, customer_id, allowed_models, expires_at, budget_limit, budget_period)
         VALUES (${newId('key')}, ${organizationId}, ${projectId}, ${k.type}, ${k.name}, ${displayPrefix(secret)},
                 ${sql.binary(hashSecret(secret))}, ${k.customerId},
                 ${k.allowedModels === null ? null : sql.array(k.allowedModels, 'text')},
-                ${k.expiresAtMs === null ? null : sql.timestamp(new Date(k.expiresAtMs))})
+                ${k.expiresAtMs === null ? null : sql.timestamp(new Date(k.expiresAtMs))}, ${k.budget?.limit ?? null}, ${k.budget?.period ?? null})
         RETURNING ${keyColumns}`);
     });
     return { key, secret };
@@ -130,7 +141,39 @@ export class KeyAdmin {
     const k = keysetOrder(page);
     const rows = await this.db.any(sql.type(projectKeyRow)`
       SELECT ${keyColumns} FROM api_keys WHERE project_id = ${projectId} AND ${k.where} ${k.orderLimit}`);
-    return toPage(rows, page.limit);
+    return toPage(await this.withBudgetCounters(rows), page.limit);
+  }
+
+  /** The rows, each customer-scoped key with a budget given its counters from its customer's hash (one pipeline). */
+  private async withBudgetCounters(rows: readonly ProjectKeyRow[]): Promise<ProjectKeyRow[]> {
+    const budgeted = rows.filter((r) => r.budget_limit !== null && r.customer_id !== null);
+    if (budgeted.length === 0) return [...rows];
+    const counters = await Promise.all(budgeted.map((r) => this.redis.hget(customerKeys(this.prefix, r.project_id, r.customer_id!).meta, keyCountersField(r.id))));
+    const byId = new Map(budgeted.map((r, i) => [r.id, counters[i]]));
+    return rows.map((r) => (byId.has(r.id) ? { ...r, budget_counters: byId.get(r.id) ?? null } : r));
+  }
+
+  /**
+   * Sets or clears a customer-scoped key's budget (null clears it). Every API process drops
+   * its cached copy of the key (the budget travels with the key record), as a revocation
+   * does. Null when the key is not one of this project's.
+   */
+  async setBudget(projectId: string, keyId: string, budget: Budget | null): Promise<ProjectKeyRow | null> {
+    const row = await this.db.maybeOne(sql.type(projectKeyRow.extend({ secret_hash: z.instanceof(Buffer) }))`
+      UPDATE api_keys SET budget_limit = ${budget?.limit ?? null}, budget_period = ${budget?.period ?? null}
+      WHERE id = ${keyId} AND project_id = ${projectId} AND type = 'customer'
+      RETURNING ${keyColumns}, secret_hash`);
+    if (!row) return null;
+    const { secret_hash, ...key } = row;
+    this.cache.forget(secret_hash);
+    await publishKeyChange(this.redis, this.prefix, secret_hash);
+    return (await this.withBudgetCounters([key]))[0];
+  }
+
+  /** The key's type, null when it is not one of this project's. */
+  async typeOf(projectId: string, keyId: string): Promise<'project' | 'customer' | null> {
+    return this.db.maybeOneFirst(sql.type(z.object({ type: z.enum(['project', 'customer']) }))`
+      SELECT type FROM api_keys WHERE id = ${keyId} AND project_id = ${projectId}`);
   }
 
   /**
@@ -165,6 +208,7 @@ export const keySchema = z
     revoked_at: timestamp.nullable(),
     last_used_at: timestamp.nullable(),
     created_at: timestamp,
+    budget: budgetStateSchema.nullable().openapi({ description: 'A customer-scoped key\'s spending budget with its counters (docs/API.md, "Budgets"), null when none is set.' }),
   })
   .strict()
   .openapi('Key');

@@ -23,8 +23,9 @@ import { identifierSchema } from '../ledger/schemas.js';
 import { isDeepStrictEqual } from 'node:util';
 import { LedgerOutbox } from '../ledger/outbox.js';
 import { describeRoute } from '../openapi/registry.js';
-import { customerProfileSchema } from './routes.js';
+import { customerPatchedSchema, customerProfileSchema } from './routes.js';
 import { alertMetaOf, alertSettingsOfMeta, alertSettingsPatchShape, patchAlertSettings, type AlertSettings } from './alerts.js';
+import { budgetSchema } from '../ledger/budgets.js';
 import type { DatabasePool } from 'slonik';
 
 const customer_name_chars_max = 256;
@@ -39,8 +40,11 @@ const customerPatchSchema = z.object({
 /** POST /v1/customers: the id, and the profile fields. */
 const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
 
-/** PATCH /v1/customers/{id}: the profile fields and the alert settings (src/customers/alerts.ts). */
-const customerUpdateSchema = customerPatchSchema.extend(alertSettingsPatchShape);
+/**
+ * PATCH /v1/customers/{id}: the profile fields, the alert settings (src/customers/alerts.ts)
+ * and the budget (null clears it; docs/API.md, "Budgets").
+ */
+const customerUpdateSchema = customerPatchSchema.extend({ ...alertSettingsPatchShape, budget: budgetSchema.nullable().optional() });
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
@@ -79,11 +83,11 @@ describeRoute({
   path: '/v1/customers/:customer_id',
   tag: 'Customers',
   callers: ['project'],
-  summary: "Change a customer's name, email, metadata or alert settings",
+  summary: "Change a customer's name, email, metadata, alert settings or budget",
   description:
-    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks").',
+    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks"). `budget` is `{limit, period}` (credits, `day` | `week` | `month` | `total`): deducts, consumes and gateway calls past it are refused `budget_exceeded` (docs/API.md, "Budgets"). A new limit keeps the period\'s counters; a new period starts them over.',
   body: customerUpdateSchema.strict(),
-  responses: { 200: { description: 'The profile', schema: profileDoc } },
+  responses: { 200: { description: 'The profile and the budget', schema: customerPatchedSchema } },
   errors: ['customer_not_found'],
 });
 
@@ -93,7 +97,8 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
   const outbox = new LedgerOutbox(deps.redis, deps.ledgerQueries, deps.prefix, deps.logger);
 
   /** The profile as the API answers it, from the Redis copy. */
-  async function profileOf(scope: ProjectScope, id: string) {
+  /** The profile as POST answers it; PATCH adds the budget with its period's counters. */
+  async function profileOf(scope: ProjectScope, id: string, withBudget = false) {
     const view = await deps.ledger.view(scope, id);
     if (!view) throw new ApiError('customer_not_found');
     return {
@@ -103,6 +108,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
       metadata: (view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata)) as Record<string, unknown>,
       ...alertSettingsOfMeta(view.profile.alerts),
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
+      ...(withBudget ? { budget: view.budget } : {}),
     };
   }
 
@@ -178,8 +184,11 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
     }
     if (patch.metadata === null) tx.hdel(k.meta, 'metadata');
     else if (patch.metadata !== undefined) tx.hset(k.meta, 'metadata', JSON.stringify(patch.metadata));
+    // The budget's limit and period: the scripts keep its counters (lua/includes/budget.lua).
+    if (patch.budget === null) tx.hdel(k.meta, 'bud_l', 'bud_p');
+    else if (patch.budget !== undefined) tx.hset(k.meta, 'bud_l', String(patch.budget.limit), 'bud_p', patch.budget.period);
     await tx.exec();
-    res.json(await profileOf(scope, id));
+    res.json(await profileOf(scope, id, true));
   });
   return r;
 }

@@ -20,6 +20,7 @@ import type { CustomerView } from '../ledger/views.js';
 import { isActive } from '../ledger/sources.js';
 import type { SourceState } from '../redis/codec.js';
 import { alertSettingsAnswerShape, alertSettingsOfMeta } from './alerts.js';
+import { budgetStateSchema } from '../ledger/budgets.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -111,7 +112,10 @@ export const customerProfileSchema = z
     created_at: timestamp,
   })
   .strict();
-const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema) }).openapi('Customer');
+const budgetField = budgetStateSchema.nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
+const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField }).openapi('Customer');
+/** What PATCH /v1/customers/{id} answers: the profile and the budget. */
+export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField }).openapi('CustomerPatched');
 const balanceSchema = z
   .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
   .strict()
@@ -249,6 +253,7 @@ export function customerRoutes(deps: CustomerReads): Route[] {
       ...alertSettingsOfMeta(view.profile.alerts),
       wallets,
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
+      budget: view.budget,
     });
   };
 

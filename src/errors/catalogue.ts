@@ -43,6 +43,7 @@ export const errorCatalogue = {
   transaction_conflict: { status: 409, message: 'this identifier is already used by another customer, operation or request' },
   customer_scope_mismatch: { status: 409, message: 'the transaction belongs to a different customer' },
   idempotency_key_reused: { status: 409, message: 'this Idempotency-Key was already used; the first call was not charged again' },
+  budget_exceeded: { status: 400, message: 'a spending budget would be exceeded; nothing was applied' },
   byok_key_required: { status: 402, message: 'the model has no upstream provider key configured' },
 
   // Management

@@ -19,6 +19,8 @@ import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } 
 import { OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
 import { ApiError } from '../errors/catalogue.js';
 import { holdRefusal } from '../ledger/refusals.js';
+import { budgetRefusal } from '../ledger/budgets.js';
+import { budget_remaining_header, budgetOfHold, keyBudgetOf } from './budget.js';
 import type { Usage } from './adapters.js';
 import { callOf, type Call, type HoldRequest } from './call.js';
 import { costOf, inputCostBound, partTokensBound } from './pricing.js';
@@ -88,6 +90,8 @@ export interface SettleResult {
   returned: number;
   reserved: number;
   balanceAfter: number;
+  /** What the call's tightest budget has left after it (docs/API.md, "Budgets"); null without one. */
+  budgetRemaining: number | null;
 }
 
 export class GatewayBilling {
@@ -188,7 +192,7 @@ export class GatewayBilling {
       const args: CustomerScriptArgs<'gateway_hold'> = {
         transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices, partTokens), outputPrice: prices.output,
         outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
-        admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey,
+        admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey, keyBudget: keyBudgetOf(c.auth.key),
       };
       // Receipts find the customer of a gateway transaction through the project index. The
       // entry is written with the hold, instead of after it: the transaction id is new, and
@@ -209,14 +213,15 @@ export class GatewayBilling {
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
       // The gateway answers any shortfall as insufficient_balance, with 402 (the hold names
       // one wallet), saying the hold, the wallet's credits and what to change.
+      if (status === ScriptStatus.BudgetExceeded) throw budgetRefusal(raw, 402);
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
         throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
       if (indexed?.status === 'rejected') throw unbilled(indexed.reason);
-      const hold = JSON.parse(raw) as { hold: string; output_tokens: string };
+      const hold = JSON.parse(raw) as { hold: string; output_tokens: string; budget_remaining: string; lowered_by_budget: string };
       ok = true;
-      return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens));
+      return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens), budgetOfHold(hold));
     } finally {
       if (!ok) {
         void this.deps.plans.finish(reservation, 'release');
@@ -391,7 +396,8 @@ export class GatewayBilling {
     if (Number(r.shortfall) > 0) {
       this.deps.logger.warn({ transactionId: call.transactionId, cost, shortfall: Number(r.shortfall) }, 'gateway call cost more than the wallet held; charged what it had');
     }
-    return { cost: Number(r.cost), returned: Number(r.returned), reserved: Number(r.reserved), balanceAfter: Number(r.balance_after) };
+    const budgetRemaining = typeof reply[4] === 'string' && reply[4] !== '' ? Number(reply[4]) : null;
+    return { cost: Number(r.cost), returned: Number(r.returned), reserved: Number(r.reserved), balanceAfter: Number(r.balance_after), budgetRemaining };
   }
 
   /**
@@ -417,13 +423,15 @@ export class GatewayBilling {
 
   /** The billing headers (or trailers) of a settled call, in billingHeaderNames order. */
   billingHeaders(s: SettleResult): [string, string][] {
-    return [
+    const headers: [string, string][] = [
       ['X-Service-Cost-Credits', String(s.cost)],
       ['X-Service-Cost-Cents', creditsToCents(s.cost)],
       ['X-Service-Cost-Usd', creditsToUsd(s.cost)],
       ['X-Service-Balance-Credits', String(s.balanceAfter)],
       ['X-Service-Balance-Usd', creditsToUsd(s.balanceAfter)],
     ];
+    if (s.budgetRemaining !== null) headers.push([budget_remaining_header, String(s.budgetRemaining)]);
+    return headers;
   }
 
   /**

@@ -10,6 +10,7 @@ import type { WireFormat } from './adapters.js';
 import type { GatewayModel } from './models.js';
 import type { PartCounts } from './wire/format.js';
 import type { Endpoint } from './request.js';
+import type { CallBudget } from './budget.js';
 
 /** A call whose hold applied: what its settlement or release needs. */
 export interface Call {
@@ -36,9 +37,11 @@ export interface Call {
   upstreamStartedAt: number;
   /** The call's Idempotency-Key, '' for none. */
   idempotencyKey: string;
+  /** What the hold answered of the spending budgets; null when none applies. */
+  budget: CallBudget | null;
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt'> & {
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt' | 'budget'> & {
   explicitMax: number | null;
   /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
   limitField: string;
@@ -52,7 +55,7 @@ export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'out
  * copy (`{ ...c, startedAt, ... }`) through a slow path, which cost about 8 us per call
  * for these five.
  */
-export function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold: number, outputTokens: number): Call {
+export function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicket, hold: number, outputTokens: number, budget: CallBudget | null = null): Call {
   return {
     auth: c.auth,
     scope: c.scope,
@@ -73,5 +76,6 @@ export function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicke
     settleTried: false,
     upstreamStartedAt: 0,
     idempotencyKey: c.idempotencyKey,
+    budget,
   };
 }

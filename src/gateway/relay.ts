@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import { StreamRelay, usageFromResponse, type Usage } from './adapters.js';
 import { billingHeaderNames, type GatewayBilling, type SettleResult } from './billing.js';
+import { budget_remaining_header } from './budget.js';
 import type { Call } from './call.js';
 import type { UpstreamClient, UpstreamResponse } from './upstream.js';
 
@@ -153,7 +154,7 @@ export class GatewayRelay {
     res.statusCode = 200;
     res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
     res.setHeader('Cache-Control', 'no-cache');
-    res.setHeader('Trailer', trailerHeader);
+    res.setHeader('Trailer', call.budget === null ? trailerHeader : budgetTrailerHeader);
 
     const cork = new TurnCork(res.socket);
     try {
@@ -265,6 +266,8 @@ export class GatewayRelay {
 }
 
 const trailerHeader = billingHeaderNames.join(', ');
+/** Under a budget the trailers say what it has left too. */
+const budgetTrailerHeader = `${trailerHeader}, ${budget_remaining_header}`;
 
 /**
  * The Content-Type of a relayed answer, by the upstream's: what Express's `res.type`

@@ -61,6 +61,8 @@ const billingHeaders: NonNullable<DocumentedResponse['headers']> = {
   'X-Service-Cost-Usd': { description: 'The same in USD, an exact decimal string.' },
   'X-Service-Balance-Credits': { description: "The billed wallet's available credits after settlement." },
   'X-Service-Balance-Usd': { description: 'The same in USD.' },
+  'X-Service-Budget-Remaining-Credits': { description: 'Under a spending budget: what its tightest budget has left after the call (a trailer when streamed; docs/API.md, "Budgets").' },
+  'X-Service-Max-Tokens-Limited-By': { description: '`budget` when a spending budget, not the wallet, lowered the output limit sent upstream.' },
 };
 const gatewayErrors = [
   'customer_required',
@@ -68,6 +70,7 @@ const gatewayErrors = [
   'model_not_allowed',
   { code: 'byok_key_required', status: 402 },
   { code: 'insufficient_balance', status: 402 },
+  { code: 'budget_exceeded', status: 402 },
   'idempotency_key_reused',
   'customer_not_found',
   'usage_limit_exceeded',

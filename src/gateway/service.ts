@@ -22,6 +22,7 @@ import { parseGatewayRequest, type Endpoint } from './request.js';
 import type { UpstreamClient } from './upstream.js';
 import { InFlight } from '../lifecycle.js';
 import { failureStatus, type Metrics, type ModelSeries } from '../metrics/metrics.js';
+import { max_tokens_limited_by_header } from './budget.js';
 
 export { hold_ttl_seconds } from './billing.js';
 export type { Endpoint } from './request.js';
@@ -129,6 +130,7 @@ export class GatewayService {
       if (r.traceId !== null) res.setHeader('X-Service-Trace-Id', r.traceId);
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
+      if (call.budget?.lowered) res.setHeader(max_tokens_limited_by_header, 'budget');
       const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
       // Settled, or released (the release freed the key: GatewayBilling.release).
       await (r.stream

@@ -30,6 +30,9 @@ const keyRecordRow = z.object({
   created_at: z.number(),
   contract: z.enum(['A', 'B']).nullable(),
   rate_limit_per_minute: z.number().nullable(),
+  /** A customer-scoped key's spending budget (docs/API.md, "Budgets"): both null, or both set. */
+  budget_limit: z.number().nullable(),
+  budget_period: z.enum(['day', 'week', 'month', 'total']).nullable(),
 });
 export type KeyRecord = z.infer<typeof keyRecordRow>;
 
@@ -46,7 +49,8 @@ export interface NewKey {
 export function createKeyQueries(pool: DatabasePool) {
   const selectKey = sql.fragment`
     SELECT k.id, k.organization_id, k.project_id, k.type, k.name, k.prefix, k.secret_hash, k.customer_id,
-           k.allowed_models, k.expires_at, k.revoked_at, k.created_at, p.contract, p.rate_limit_per_minute
+           k.allowed_models, k.expires_at, k.revoked_at, k.created_at, p.contract, p.rate_limit_per_minute,
+           k.budget_limit, k.budget_period
     FROM api_keys k LEFT JOIN projects p ON p.id = k.project_id`;
   return {
     async insertKey(k: NewKey): Promise<{ record: KeyRecord; secret: string }> {

@@ -222,6 +222,8 @@ export interface ProfilePatch {
   metadata?: Record<string, unknown> | null;
   /** Alert settings to merge into `alert_settings` by top-level key (src/customers/alerts.ts). */
   alerts?: Record<string, unknown>;
+  /** The customer budget (src/ledger/budgets.ts); null clears it. */
+  budget?: { limit: number; period: string } | null;
 }
 
 const customerProfileRow = z.object({
@@ -259,6 +261,9 @@ export function createCustomerQueries(pool: DatabasePool) {
       if (p.metadata !== undefined) sets.push(sql.fragment`metadata = ${p.metadata === null ? null : sql.jsonb(p.metadata as never)}`);
       // Merged by key in the statement: two PATCHes of different settings both stay.
       if (p.alerts !== undefined) sets.push(sql.fragment`alert_settings = COALESCE(alert_settings, '{}'::jsonb) || ${sql.jsonb(p.alerts as never)}`);
+      if (p.budget !== undefined) {
+        sets.push(sql.fragment`budget_limit = ${p.budget?.limit ?? null}, budget_period = ${p.budget?.period ?? null}`);
+      }
       const row = await pool.maybeOne(sql.type(z.object({ alert_settings: z.unknown() }))`
         UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}
         RETURNING alert_settings`);

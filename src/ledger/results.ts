@@ -7,6 +7,7 @@ import { scriptError, ScriptStatus, type ScriptReply } from '../redis/scripts.js
 import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { drawRefusal, settleRefusal } from './refusals.js';
+import { budgetRefusal } from './budgets.js';
 
 export interface OpResult {
   body: Record<string, unknown>;
@@ -39,6 +40,7 @@ export function resultOf(reply: ScriptReply, customerId: string, idParam?: strin
   if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
     return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
   }
+  if (status === ScriptStatus.BudgetExceeded) throw budgetRefusal(raw, 400);
   if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
   // Refusals whose script answered numbers (on its failure path only) say them.
   if ((status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) && asked?.draw) {

@@ -170,7 +170,7 @@ describeMoney('/v1/billing/deduct', {
   description: 'Draws the amount from the sources active now, soonest expiry first. `transaction_id` is unique within the project: a retry answers the first result.',
   body: deductBody,
   responses: { 200: { description: 'The deduction (or its replay)', schema: deductResultSchema } },
-  errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types'],
+  errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types', 'budget_exceeded'],
 });
 describeMoney('/v1/billing/freeze', {
   summary: 'Freeze (hold) credits',
@@ -179,7 +179,7 @@ describeMoney('/v1/billing/freeze', {
     'With `consume_after_seconds` the freeze is the billable operation (counted when accepted, 429 `usage_limit_exceeded` past the Free limit); its consume is never refused on the plan.',
   body: freezeBody,
   responses: { 200: { description: 'The hold (or its replay)', schema: freezeResultSchema } },
-  errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types'],
+  errors: ['customer_not_found', 'insufficient_balance', 'insufficient_balance_in_selected_credit_types', 'invalid_credit_types', 'budget_exceeded'],
 });
 describeMoney('/v1/billing/consume', {
   summary: 'Consume a hold',

@@ -5,6 +5,7 @@
  */
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
+import { customerBudgetOf, type BudgetState } from './budgets.js';
 
 /** A wallet's sums over the sources active now. */
 interface WalletSums {
@@ -25,6 +26,8 @@ export interface CustomerView {
   /** Some sources were archived: PostgreSQL alone holds them. */
   archived: boolean;
   autoConsumed: number;
+  /** The customer budget with this period's counters, null when none is set. */
+  budget: BudgetState | null;
 }
 
 /** The view script's reply as a CustomerView; null when the customer is absent. */
@@ -36,5 +39,6 @@ export function customerViewOf(reply: ScriptReply): CustomerView | null {
   const wallets: Record<string, WalletSums> = {};
   for (const [name, a] of Object.entries(sums)) wallets[name] = { total: Number(a.t), used: Number(a.u), frozen: Number(a.f) };
   const sources = (reply[6] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
-  return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2] };
+  return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2],
+    budget: customerBudgetOf(reply[9] as string | undefined) };
 }

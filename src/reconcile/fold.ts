@@ -46,6 +46,9 @@ export interface CustomerRow {
   created_at: number;
   /** Balance alert settings (src/customers/alerts.ts); absent or null for none. */
   alert_settings?: unknown;
+  /** The customer's spending budget (migration 016), rebuilt into the meta hash; its counters are not (docs/ARCHITECTURE.md, "Budgets"). */
+  budget_limit?: number | null;
+  budget_period?: string | null;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -260,6 +263,11 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   if (al !== null) meta.al = al;
   if (seq > 0) meta.seq = str(seq);
   if (srcSeq > 0) meta.src_seq = str(srcSeq);
+  // The budget's limit and period (lua/includes/budget.lua); its counters start over.
+  if (customer.budget_limit != null && customer.budget_period != null) {
+    meta.bud_l = str(customer.budget_limit);
+    meta.bud_p = customer.budget_period;
+  }
 
   const src: Record<string, string> = {};
   for (const s of sources.values()) {
@@ -323,10 +331,14 @@ export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record
 
 /**
  * A stored tx or dep value with its nested result strings (r, cr, ur) parsed, so two
- * encodings of the same value compare equal whatever their key order.
+ * encodings of the same value compare equal whatever their key order. Without the budget
+ * marks (`bc`, `bk`: which budget counters hold the record, lua/includes/budget.lua):
+ * Redis-only bookkeeping that no entry carries, as the counters themselves.
  */
 export function comparable(raw: string): Record<string, unknown> {
   const v = JSON.parse(raw) as Record<string, unknown>;
   for (const k of ['r', 'cr', 'ur']) if (typeof v[k] === 'string') v[k] = JSON.parse(v[k] as string);
+  delete v.bc;
+  delete v.bk;
   return v;
 }

@@ -165,6 +165,9 @@ export interface StoredTransaction {
   ik?: string;
   /** A gateway hold's output token limit, for a hold sent again (gateway_hold-10.lua's REPLAY). */
   ot?: string;
+  /** Budget marks (lua/includes/budget.lua): '1' when the customer's budget holds the record, the key id whose budget does. */
+  bc?: '1';
+  bk?: string;
 }
 
 export function encodeTransaction(tx: StoredTransaction): string {

@@ -60,6 +60,8 @@ export enum ScriptStatus {
   ScopeMismatch = 23,
   /** A bound script's id is not bound and the Bloom filter may have it archived: nothing written, take the two steps. */
   BindingArchived = 24,
+  /** A spending budget would be exceeded (lua/includes/budget.lua): nothing applied. */
+  BudgetExceeded = 40,
 }
 
 /**
@@ -86,6 +88,7 @@ export const scriptStatusErrors: Readonly<Record<ScriptStatus, ErrorCode | null>
   [ScriptStatus.StaleBinding]: null,
   [ScriptStatus.ScopeMismatch]: 'customer_scope_mismatch',
   [ScriptStatus.BindingArchived]: null,
+  [ScriptStatus.BudgetExceeded]: 'budget_exceeded',
 };
 
 /**
@@ -309,7 +312,7 @@ export const customer_script_args = {
   view: ['listSources'],
   gateway_hold: [
     'transactionId', 'wallet', 'inputCostBound', 'outputPrice', 'outputTokens', 'explicitMax', 'holdTtlSeconds', 'admitted', 'answers',
-    'idempotencyKey',
+    'idempotencyKey', 'keyBudget',
   ],
   gateway_settle: ['transactionId', 'cost', 'usageRecord', 'modelId'],
   gateway_release: ['transactionId', 'usageRecord'],

@@ -51,6 +51,7 @@ describe('creating keys', () => {
       revoked_at: null,
       last_used_at: null,
       created_at: expect.any(String),
+      budget: null,
     });
     const used = await probe(res.body.key);
     expectError(used, 404, 'customer_not_found');
@@ -129,7 +130,7 @@ describe('listing keys', () => {
       expect(text).not.toContain(k);
       expect(text).not.toContain(hashSecret(k).toString('hex'));
     }
-    for (const entry of list.body.data) expect(Object.keys(entry).sort()).toEqual(['allowed_models', 'created_at', 'customer_id', 'expires_at', 'id', 'last_used_at', 'name', 'prefix', 'project_id', 'revoked_at', 'type']);
+    for (const entry of list.body.data) expect(Object.keys(entry).sort()).toEqual(['allowed_models', 'budget', 'created_at', 'customer_id', 'expires_at', 'id', 'last_used_at', 'name', 'prefix', 'project_id', 'revoked_at', 'type']);
 
     const page = await svc.call('GET', `/v1/admin/projects/${q.projectId}/keys?limit=3`, { key: q.adminKey });
     expect([page.body.data.length, page.body.has_more]).toEqual([3, true]);

@@ -49,6 +49,9 @@ beforeAll(async () => {
   }
   await env.fund('rich', 1_000_000);
   await env.fund('sdk-poor', 5);
+  await env.fund('sdk-budget', 1_000_000);
+  const budget = await env.svc.call('PATCH', '/v1/customers/sdk-budget', { key: env.p.projectKey, body: { budget: { limit: 5, period: 'day' } } });
+  expect(budget.status).toBe(200);
 });
 afterAll(() => env?.close());
 
@@ -400,6 +403,7 @@ describe('gateway errors through the official SDKs', () => {
     },
     { name: 'an unknown customer', status: 404, code: 'customer_not_found', run: (sdk) => sdkCall(sdk, { customer: 'nobody' }) },
     { name: 'a wallet that cannot pay', status: 402, code: 'insufficient_balance', run: (sdk) => sdkCall(sdk, { customer: 'sdk-poor' }) },
+    { name: 'a spending budget that cannot hold the call', status: 402, code: 'budget_exceeded', run: (sdk) => sdkCall(sdk, { customer: 'sdk-budget' }) },
     {
       name: 'a reused Idempotency-Key',
       status: 409,

@@ -488,7 +488,7 @@ class Scenario {
     if (cmd.op === 'hold') {
       const hold = {
         transactionId: txid, wallet: wallet_names[this.variant][cmd.wallet], inputCostBound: cmd.input, outputPrice: cmd.price,
-        outputTokens: cmd.wanted, explicitMax: cmd.fixed ? '1' : '0', holdTtlSeconds: hold_ttl_seconds, admitted: '1', answers: 1, idempotencyKey: '',
+        outputTokens: cmd.wanted, explicitMax: cmd.fixed ? '1' : '0', holdTtlSeconds: hold_ttl_seconds, admitted: '1', answers: 1, idempotencyKey: '', keyBudget: '',
       };
       args = hold;
       send = () => via.rt.ledger.run('gateway_hold', scope, customerId, hold);

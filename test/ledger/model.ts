@@ -571,7 +571,7 @@ export class LedgerModel {
     }
     return {
       status: 200,
-      body: { id: customerId, name: null, email: null, metadata: {}, low_balance_threshold: null, auto_top_up: null, wallets, created_at: approx(c.createdAt) },
+      body: { id: customerId, name: null, email: null, metadata: {}, low_balance_threshold: null, auto_top_up: null, wallets, created_at: approx(c.createdAt), budget: null },
     };
   }
 

@@ -255,6 +255,7 @@ async function exercise(): Promise<void> {
   await both(s, p, 'GET', '/projects/{project_id}/reconcile/{job_id}', `/projects/${P}/reconcile/rcj_AAAAAAAAAAAAAAAA`);
   const [k] = await both(s, p, 'POST', '/projects/{project_id}/keys', `/projects/${P}/keys`, { type: 'customer', customer_id: 'alice', name: 'alice key', expires_at: new Date(Date.now() + 86_400_000).toISOString() });
   await both(s, p, 'GET', '/projects/{project_id}/keys', `/projects/${P}/keys`);
+  await both(s, p, 'PATCH', '/projects/{project_id}/keys/{key_id}', `/projects/${P}/keys/${k.body.id}`, { budget: { limit: 1000, period: 'day' } });
   await both(s, p, 'POST', '/projects/{project_id}/keys/{key_id}/revoke', `/projects/${P}/keys/${k.body.id}/revoke`);
   await both(s, p, 'POST', '/projects/{project_id}/keys', `/projects/${P}/keys`, { type: 'project', customer_id: 'alice' });
   await both(s, p, 'GET', '/projects/{project_id}/customers', `/projects/${P}/customers?search=ali`);

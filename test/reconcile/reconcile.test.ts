@@ -323,7 +323,7 @@ describe('reconcile', () => {
     const hold = async (id: string) => {
       const reply = await svc.rt.ledger.run('gateway_hold', scope, 'c3', {
         transactionId: id, wallet: 'credits', inputCostBound: 100, outputPrice: 1_000_000, outputTokens: 500, explicitMax: '1', holdTtlSeconds: 3_600,
-        admitted: '1', answers: 1, idempotencyKey: '',
+        admitted: '1', answers: 1, idempotencyKey: '', keyBudget: '',
       });
       expect(reply[0]).toBe(0);
       await svc.rt.redis.hset(bindingKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 't', id).ids, id, `c3|${Date.now()}`);
