@@ -175,7 +175,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     prefix: config.REDIS_PREFIX,
     logger,
     recover: async (_runId, scope) => {
-      await recoverForgotten({ config, redis, db, ledgerQueries, ledgerQueue, clock, logger }, config.REDIS_RECOVERY_WINDOW_MS, scope);
+      await recoverForgotten({ config, redis, db, ledgerQueries, ledgerQueue, webhookQueue, clock, logger }, config.REDIS_RECOVERY_WINDOW_MS, scope);
     },
   });
   // Every script call checks the guard right before it is sent.

@@ -186,6 +186,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     queue: rt.webhookQueue,
     sender,
     retryScheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS,
+    staleGraceMs: 2 * config.WEBHOOK_STALLED_MS,
     disableRule: { failedDeliveries: config.WEBHOOK_DISABLE_FAILED_DELIVERIES, failingMs: config.WEBHOOK_DISABLE_FAILING_MS },
     logger,
   }), {
@@ -194,6 +195,9 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     // Deliveries mostly wait on the network: many at once.
     concurrency: webhook_worker_concurrency,
     runRetryDelay: queue_retry_delay_ms,
+    // A killed worker's deliveries run again after the lock (its renewal stopped) at the next stalled check.
+    lockDuration: config.WEBHOOK_STALLED_MS,
+    stalledInterval: config.WEBHOOK_STALLED_MS,
     settings: { backoffStrategy: webhookBackoff },
   });
   // A failed attempt is retried by its job (RetryLater) and logged in the delivery log, not here.
@@ -201,8 +205,8 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   await scheduleSweeps(rt.ledgerQueue, config.SWEEP_INTERVAL_MS);
   const dispatchSchedule = () => scheduleDispatch(rt.webhookQueue, config.WEBHOOK_DISPATCH_INTERVAL_MS);
   await dispatchSchedule();
-  // Made again now and then: a Redis that came back empty lost it (the recovery remakes
-  // the sweep schedule, src/reconcile/shared-keys.ts, not this one).
+  // A Redis that came back empty gets it back from its recovery (src/reconcile/shared-keys.ts);
+  // made again now and then too, for a Redis restored from a copy made before it existed.
   const dispatchRenewal = setInterval(() => {
     dispatchSchedule().catch((err: unknown) => logger.error({ err }, 'the webhook dispatch schedule was not renewed'));
   }, dispatch_schedule_renew_ms);

@@ -174,6 +174,13 @@ const schema = z.object({
   /** How often the workers look for events to fan out to webhook endpoints. */
   WEBHOOK_DISPATCH_INTERVAL_MS: z.coerce.number().int().min(10).default(1_000),
   /**
+   * The lock of a webhook job (BullMQ's lockDuration; the stalled-job check runs as often):
+   * a delivery in progress in a worker killed meanwhile is attempted again by another
+   * worker within about twice this. A pending delivery overdue by twice this counts as
+   * lost, and the dispatcher queues it again (src/webhooks/dispatch.ts).
+   */
+  WEBHOOK_STALLED_MS: z.coerce.number().int().min(1_000).default(30_000),
+  /**
    * An endpoint is disabled when its last WEBHOOK_DISABLE_FAILED_DELIVERIES finished
    * deliveries all failed every retry, and the oldest of them was made at least
    * WEBHOOK_DISABLE_FAILING_MS ago (5 days): it has been failing that long (docs/API.md, "Webhooks").

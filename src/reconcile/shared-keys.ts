@@ -29,10 +29,13 @@
  * - its dirty mark when its outbox holds entries, its active mark (due when its first TTL
  *   is, else now) when it has entries or pending TTLs, and its trim due time when records
  *   wait in `fin` or `arch`;
- * - and the sweep schedule, when this Redis holds the ledger queue.
+ * - the sweep schedule, when this Redis holds the ledger queue;
+ * - the webhook dispatch schedule and a job for every pending delivery (due when its log
+ *   says), when this Redis holds the webhooks queue: deliveries resume now, not when a
+ *   worker renews the schedule or the dispatcher finds them overdue.
  * On a single Redis that came back empty the repair rebuilt every customer already; the
  * walk then adds what the repair does not write: claims, bindings of refused operations,
- * the sweep schedule. Lost expiry jobs are not queued again: the sweeper settles those
+ * the schedules, the delivery jobs. Lost expiry jobs are not queued again: the sweeper settles those
  * TTLs through the active index. A customer none of whose entries reached PostgreSQL
  * before the loss is not in the walk; its next operation marks it again, and
  * `reconcile --repair` finds it.
@@ -49,6 +52,8 @@ import type { RedisClient } from '../redis/client.js';
 import type { RecoveryScope } from '../redis/generation.js';
 import { activeKeyOf, bindingKeys, customerKeys, dirtyKeyOf, trimDueKeyOf, type BindingKind } from '../redis/keys.js';
 import { registerScripts } from '../redis/scripts.js';
+import { requeuePending } from '../webhooks/dispatch.js';
+import { scheduleDispatch, type WebhookJobData } from '../webhooks/queue.js';
 
 /** Customers read from PostgreSQL per page. */
 const shared_keys_page_size = 500;
@@ -62,10 +67,11 @@ const idRow = z.object({ project_id: z.string(), customer_id: z.string(), type: 
 
 /** What restoring the shared keys uses. */
 export interface SharedKeysRuntime {
-  config: Pick<Config, 'REDIS_PREFIX' | 'SWEEP_INTERVAL_MS'>;
+  config: Pick<Config, 'REDIS_PREFIX' | 'SWEEP_INTERVAL_MS' | 'WEBHOOK_DISPATCH_INTERVAL_MS'>;
   redis: RedisClient;
   db: DatabasePool;
   ledgerQueue: Queue<LedgerJobData>;
+  webhookQueue: Queue<WebhookJobData>;
   clock: Clock;
 }
 
@@ -90,6 +96,10 @@ export async function restoreSharedKeys(rt: SharedKeysRuntime, scope: RecoverySc
     after = page[page.length - 1];
   }
   if (scope.holds(rt.ledgerQueue.toKey('repeat'))) await scheduleSweeps(rt.ledgerQueue, rt.config.SWEEP_INTERVAL_MS);
+  if (scope.holds(rt.webhookQueue.toKey('repeat'))) {
+    await scheduleDispatch(rt.webhookQueue, rt.config.WEBHOOK_DISPATCH_INTERVAL_MS);
+    await requeuePending(rt.db, rt.webhookQueue, prefix);
+  }
 }
 
 /** A customer's bindings and marks that live on this Redis, from its keys on whichever Redis holds them. */

@@ -7,8 +7,11 @@
  * second add adds nothing) and a delivery already finished is not queued. A crash
  * between steps leaves the events unmarked, and the next pass finishes them.
  *
- * Each pass also queues again the pending deliveries whose attempt is overdue by
- * stale_grace_ms: their job was lost (a Redis that came back empty).
+ * Each pass also queues again the pending deliveries whose attempt is overdue by the
+ * stale grace (twice WEBHOOK_STALLED_MS): by then a job of a killed worker ran again or,
+ * stalled twice, was dropped by BullMQ; or the job was lost with Redis. Queueing one whose
+ * job still exists adds nothing. A Redis that came back empty does not wait for this: its
+ * recovery queues every pending delivery at once (requeuePending).
  */
 import type { Queue } from 'bullmq';
 import { sql, type CommonQueryMethods, type DatabasePool } from 'slonik';
@@ -16,15 +19,16 @@ import { z } from 'zod';
 import { newId } from '../ids.js';
 import { insertEvents, test_event_type } from '../events/store.js';
 import { deliveryIdOf, insertDeliveries } from './deliveries.js';
-import { queueDeliveries, type WebhookJobData } from './queue.js';
+import { queueDeliveries, queueDeliveriesAt, type WebhookJobData } from './queue.js';
 
 /** Events one pass takes, oldest first. */
 const dispatch_batch = 200;
-/** How long past its due time a pending delivery waits before its job counts as lost. */
-const stale_grace_ms = 60_000;
+/** Pending deliveries the recovery reads per page. */
+const requeue_page_size = 500;
 
 const matchRow = z.object({ event_id: z.string(), endpoint_id: z.string() });
 const idRow = z.object({ id: z.string() });
+const dueRow = z.object({ id: z.string(), delay_ms: z.number() });
 
 /** Makes the deliveries of these events to every endpoint that wants them (the first step of a pass). */
 export async function fanOut(db: CommonQueryMethods, eventIds: readonly string[]): Promise<void> {
@@ -36,8 +40,11 @@ export async function fanOut(db: CommonQueryMethods, eventIds: readonly string[]
   await insertDeliveries(db, pairs.map((p) => ({ eventId: p.event_id, endpointId: p.endpoint_id })));
 }
 
-/** One pass of the dispatcher; answers how many events it fanned out. */
-export async function dispatchEvents(db: DatabasePool, queue: Queue<WebhookJobData>): Promise<number> {
+/**
+ * One pass of the dispatcher; answers how many events it fanned out. `staleGraceMs`: how
+ * long past its due time a pending delivery waits before its job counts as lost.
+ */
+export async function dispatchEvents(db: DatabasePool, queue: Queue<WebhookJobData>, staleGraceMs: number): Promise<number> {
   const events = await db.any(sql.type(idRow)`
     SELECT id FROM events WHERE fanned_out_at IS NULL ORDER BY created_at LIMIT ${dispatch_batch}`);
   const ids = events.map((e) => e.id);
@@ -50,10 +57,34 @@ export async function dispatchEvents(db: DatabasePool, queue: Queue<WebhookJobDa
   }
   const stale = await db.any(sql.type(idRow)`
     SELECT id FROM webhook_deliveries
-    WHERE status = 'pending' AND next_attempt_at < now() - ${sql.interval({ seconds: stale_grace_ms / 1000 })}
+    WHERE status = 'pending' AND next_attempt_at < now() - ${sql.interval({ seconds: staleGraceMs / 1000 })}
     ORDER BY next_attempt_at LIMIT ${dispatch_batch}`);
   await queueDeliveries(queue, stale.map((d) => d.id));
   return ids.length;
+}
+
+/**
+ * Queues again every pending delivery of the projects this Redis prefix serves, each due
+ * when its log says (a retry keeps its remaining wait): what the recovery of a Redis that
+ * came back empty does, since every job went with it. A delivery whose job exists gets
+ * no second one. Answers how many it queued.
+ */
+export async function requeuePending(db: DatabasePool, queue: Queue<WebhookJobData>, prefix: string): Promise<number> {
+  let after = '';
+  let queued = 0;
+  for (;;) {
+    const page = await db.any(sql.type(dueRow)`
+      SELECT d.id, GREATEST(0, floor(extract(epoch FROM coalesce(d.next_attempt_at, now()) - now()) * 1000))::float8 AS delay_ms
+      FROM webhook_deliveries d
+      JOIN webhook_endpoints w ON w.id = d.endpoint_id
+      JOIN redis_prefix_projects p ON p.project_id = w.project_id AND p.prefix = ${prefix}
+      WHERE d.status = 'pending' AND d.id > ${after}
+      ORDER BY d.id LIMIT ${requeue_page_size}`);
+    await queueDeliveriesAt(queue, page.map((d) => ({ id: d.id, delayMs: d.delay_ms })));
+    queued += page.length;
+    if (page.length < requeue_page_size) return queued;
+    after = page[page.length - 1].id;
+  }
 }
 
 /**

@@ -24,13 +24,15 @@ export interface WebhookWorkerDeps {
   sender: WebhookSender;
   /** The delays before each retry (config WEBHOOK_RETRY_SCHEDULE_MS). */
   retryScheduleMs: readonly number[];
+  /** How long past its due time a pending delivery waits before the dispatcher queues it again. */
+  staleGraceMs: number;
   disableRule: DisableRule;
   logger: Logger;
 }
 
 export function webhookProcessor(deps: WebhookWorkerDeps): (job: Job<WebhookJobData>) => Promise<unknown> {
   return async (job) => {
-    if (job.name === dispatch_job) return dispatchEvents(deps.db, deps.queue);
+    if (job.name === dispatch_job) return dispatchEvents(deps.db, deps.queue, deps.staleGraceMs);
     if (job.name === deliver_job) return deliver(deps, job.data as DeliverJob);
     throw new Error(`unknown job ${job.name}`);
   };

@@ -55,8 +55,13 @@ const deliverOptions = {
 
 /** Queues the scheduled attempts of these deliveries; one that has its job already gets no other. */
 export async function queueDeliveries(queue: Queue<WebhookJobData>, deliveryIds: readonly string[]): Promise<void> {
-  if (deliveryIds.length === 0) return;
-  await queue.addBulk(deliveryIds.map((id) => ({ name: deliver_job, data: { deliveryId: id, manual: false }, opts: { ...deliverOptions, jobId: id } })));
+  await queueDeliveriesAt(queue, deliveryIds.map((id) => ({ id, delayMs: 0 })));
+}
+
+/** As queueDeliveries, each job waiting `delayMs` first (a retry's remaining wait, put back by the recovery). */
+export async function queueDeliveriesAt(queue: Queue<WebhookJobData>, deliveries: readonly { id: string; delayMs: number }[]): Promise<void> {
+  if (deliveries.length === 0) return;
+  await queue.addBulk(deliveries.map(({ id, delayMs }) => ({ name: deliver_job, data: { deliveryId: id, manual: false }, opts: { ...deliverOptions, jobId: id, delay: delayMs } })));
 }
 
 /** Queues a replay: one attempt of the delivery now; `n` (its attempts so far) makes the job id its own. */

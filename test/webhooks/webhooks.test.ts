@@ -206,7 +206,7 @@ describe('deliveries', () => {
 
     const e3 = event(p);
     await insertEvents(svc.rt.db, [e3]);
-    await waitFor(async () => (await dispatchEvents(svc.rt.db, svc.rt.webhookQueue)) === 0, 5_000, 'e3 fanned out');
+    await waitFor(async () => (await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000)) === 0, 5_000, 'e3 fanned out');
     expect((await deliveries(p, down.id)).map((d) => d.event_id)).not.toContain(e3.id);
 
     // Replay: one attempt more of the same event, manual, and it succeeds.
@@ -257,8 +257,8 @@ describe('fan-out', () => {
       await insertEvents(tx, [e]);
       await fanOut(tx, [e.id]);
     });
-    await Promise.all([dispatchEvents(svc.rt.db, svc.rt.webhookQueue), dispatchEvents(svc.rt.db, svc.rt.webhookQueue)]);
-    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue);
+    await Promise.all([dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000), dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000)]);
+    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000);
     for (const w of [a, b]) {
       const d = await finished(p, w.id, e.id);
       expect(d).toMatchObject({ id: deliveryIdOf(e.id, w.id), status: 'succeeded' });
@@ -266,7 +266,7 @@ describe('fan-out', () => {
     }
     // The same event stored again (the persist worker copying it twice) changes nothing.
     await insertEvents(svc.rt.db, [e]);
-    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue);
+    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000);
     await new Promise((r) => setTimeout(r, 300));
     expect(receiver.on('/fan-a').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
     expect(receiver.on('/fan-b').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
@@ -283,7 +283,7 @@ describe('fan-out', () => {
       await tx.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ${e.id}`);
       await tx.query(sql.unsafe`UPDATE webhook_deliveries SET next_attempt_at = now() - interval '2 minutes' WHERE event_id = ${e.id}`);
     });
-    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue);
+    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000);
     expect(await finished(p, w.id, e.id)).toMatchObject({ id: deliveryIdOf(e.id, w.id), status: 'succeeded' });
     expect(receiver.on('/lost').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
   });
