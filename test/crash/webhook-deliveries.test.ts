@@ -34,7 +34,9 @@ import { testConfig } from '../helpers.js';
 import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 import { ServiceProcess, sleep } from './processes.js';
 
-const clients = 4;
+const clients = 3;
+/** A client's pause between deposits: CPU left for a restarted worker to start on 2 cores. */
+const deposit_pause_ms = 25;
 /** The load runs until the last kill, and this long after it. */
 const load_after_chaos_ms = 1_000;
 const start_timeout_ms = 30_000;
@@ -48,7 +50,7 @@ const in_flight_wait_ms = 10_000;
 const aof_args = ['--appendonly', 'yes', '--appendfsync', 'always', '--save', ''];
 
 /** The kills, in order, each once a delivery is in flight at the receiver. */
-const chaos_plan = ['worker', 'redis', 'worker'] as const;
+const chaos_plan = ['redis', 'worker', 'redis'] as const;
 
 interface Received {
   webhookId: string;
@@ -72,8 +74,11 @@ let worker: ServiceProcess;
 const received: Received[] = [];
 /** Requests whose signature did not verify. */
 const unverified: string[] = [];
-/** Requests the receiver is answering right now. */
-let inFlight = 0;
+/** Kills so far: a request counts as in flight at a kill only if it began after the kill before. */
+let kills = 0;
+/** Requests the receiver is answering right now: the kills before each began, and its event once read. */
+const inFlight = new Set<{ epoch: number; eventId: string | null }>();
+const inFlightSinceLastKill = () => [...inFlight].filter((r) => r.epoch === kills);
 /** The receiver answers every request 500 (a receiver that is down), for the empty-restart case. */
 let receiverDown = false;
 /** Events whose first attempt the receiver failed already. */
@@ -83,7 +88,8 @@ let eventsSeen = 0;
 function startReceiver(): Promise<void> {
   receiver = createServer((req, res) => {
     const chunks: Buffer[] = [];
-    inFlight++;
+    const request = { epoch: kills, eventId: null as string | null };
+    inFlight.add(request);
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks).toString('utf8');
@@ -91,6 +97,7 @@ function startReceiver(): Promise<void> {
       try {
         const event = new Webhook(secret).verify(body, req.headers as Record<string, string>) as { id: string; data: { idempotency_key: string } };
         const webhookId = String(req.headers['webhook-id']);
+        request.eventId = event.id;
         // Every third event's first attempt fails: its retry is scheduled across the kills.
         if (!failedOnce.has(event.id) && eventsSeen++ % 3 === 0) {
           failedOnce.add(event.id);
@@ -103,7 +110,7 @@ function startReceiver(): Promise<void> {
         status = 400;
       }
       setTimeout(() => {
-        inFlight--;
+        inFlight.delete(request);
         res.writeHead(status).end();
       }, receiver_delay_ms);
     });
@@ -209,6 +216,7 @@ async function client(n: number, stopAt: () => number, acknowledged: string[], p
     const res = await deposit(`wh-${n % 3}`, key, n + step, Date.now() + retry_window_ms);
     if (res?.status === 200) acknowledged.push(key);
     else problems.push(`${key}: ${res === null ? 'no final answer' : `${res.status} ${JSON.stringify(res.body)}`}`);
+    await sleep(deposit_pause_ms);
   }
 }
 
@@ -250,25 +258,33 @@ describe('webhook deliveries through kill -9', () => {
     const acknowledged: string[] = [];
     const problems: string[] = [];
     /** Requests the receiver was answering when each kill landed. */
-    const inFlightAtKill: [string, number][] = [];
+    const inFlightAtKill: [string, number, number][] = [];
+    /** Events whose attempt a killed worker left unanswered, and how many requests the receiver had had then. */
+    const cutByWorkerKill: [string, number][] = [];
     let stopAt = Number.POSITIVE_INFINITY;
+    const startedAt = Date.now();
     const chaos = (async () => {
       await sleep(1_000);
       for (const what of chaos_plan) {
         const deadline = Date.now() + in_flight_wait_ms;
-        while (inFlight === 0 && Date.now() < deadline) await sleep(2);
-        inFlightAtKill.push([what, inFlight]);
+        while (inFlightSinceLastKill().length === 0 && Date.now() < deadline) await sleep(2);
+        const cut = inFlightSinceLastKill();
+        inFlightAtKill.push([what, cut.length, Date.now() - startedAt]);
+        if (what === 'worker') for (const r of cut) if (r.eventId !== null) cutByWorkerKill.push([r.eventId, received.length]);
         if (what === 'worker') {
           await worker.kill();
+          kills++;
           worker.start();
         } else {
           await redis.kill();
+          kills++;
           await redis.start(aof_args);
         }
       }
       stopAt = Date.now() + load_after_chaos_ms;
     })();
     await Promise.all([chaos, ...Array.from({ length: clients }, (_, n) => client(n, () => stopAt, acknowledged, problems))]);
+    const loadMs = Date.now() - startedAt;
     expect(problems).toEqual([]);
     expect(acknowledged.length).toBeGreaterThan(clients * 5);
 
@@ -282,16 +298,20 @@ describe('webhook deliveries through kill -9', () => {
       const made = await db.oneFirst(sql.type(z.object({ n: z.number() }))`SELECT count(*)::int AS n FROM webhook_deliveries WHERE endpoint_id = ${endpointId}`);
       return made === events.length && (await pendingDeliveries()) === 0;
     });
+    const drainMs = Date.now() - startedAt - loadMs;
     const failed = await db.anyFirst(sql.type(z.object({ id: z.string() }))`SELECT id FROM webhook_deliveries WHERE endpoint_id = ${endpointId} AND status <> 'succeeded'`);
     expect(failed).toEqual([]);
     checkReceived(events);
 
     // The kills landed in the middle of deliveries, and retries ran across them.
     expect(inFlightAtKill.filter(([, n]) => n === 0), 'kills with no delivery in flight').toEqual([]);
+    // An attempt cut short by the worker's death is made again, under the same id (BullMQ's stalled check).
+    expect(cutByWorkerKill.length).toBeGreaterThan(0);
+    expect(cutByWorkerKill.filter(([eventId, before]) => !received.slice(before).some((r) => r.eventId === eventId)), 'cut attempts never made again').toEqual([]);
     expect(received.filter((r) => r.status === 500).length).toBeGreaterThan(0);
     expect([...webs, worker].flatMap((p) => p.deaths)).toEqual([]);
     const repeats = received.filter((r) => r.status === 200).length - events.length;
-    console.log(`webhook crash: ${acknowledged.length} deposits, ${received.length} requests (${repeats} repeats under the same id), in flight at the kills ${JSON.stringify(inFlightAtKill)}`);
+    console.log(`webhook crash: ${acknowledged.length} deposits in ${loadMs} ms, delivered ${drainMs} ms later; ${received.length} requests (${repeats} repeats under the same id); [kill, deliveries in flight, ms after the start] ${JSON.stringify(inFlightAtKill)}`);
   }, 60_000);
 
   it('resumes pending deliveries within seconds after Redis restarted empty', async () => {
