@@ -31,6 +31,7 @@ import { createAdminQueries } from '../../src/admin/queries.js';
 import { createDb } from '../../src/db/pool.js';
 import { createKeyQueries } from '../../src/keys/store.js';
 import { testConfig } from '../helpers.js';
+import { ownDatabase } from '../support/own-database.js';
 import { ownRedis, type OwnRedis } from '../support/own-redis.js';
 import { ServiceProcess, sleep } from './processes.js';
 
@@ -126,8 +127,11 @@ beforeAll(async () => {
   redis = await ownRedis('svc-whcrash-');
   await redis.start(aof_args);
   await startReceiver();
+  // A database of its own: the dispatcher fans out every event of its database, and the
+  // workers of the test files beside this one (other schedules) must not take these.
+  const databaseUrl = await ownDatabase('whcrash');
   const masterKey = randomBytes(32).toString('hex');
-  const config = testConfig({ REDIS_URL: redis.url, SVC_MASTER_KEY: masterKey });
+  const config = testConfig({ REDIS_URL: redis.url, SVC_MASTER_KEY: masterKey, DATABASE_URL: databaseUrl });
   db = await createDb(config.DATABASE_URL, 2);
   const admin = createAdminQueries(db);
   const org = await admin.createOrganization('webhook crash test');
@@ -138,7 +142,7 @@ beforeAll(async () => {
     REDIS_URL: redis.url,
     REDIS_PREFIX: config.REDIS_PREFIX,
     QUEUE_PREFIX: config.QUEUE_PREFIX,
-    DATABASE_URL: process.env.TEST_DATABASE_URL,
+    DATABASE_URL: databaseUrl,
     HOST: '127.0.0.1',
     LOG_LEVEL: 'info',
     SWEEP_INTERVAL_MS: '500',
