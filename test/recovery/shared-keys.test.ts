@@ -89,5 +89,9 @@ describe('the shared keys of a Redis that came back empty', () => {
     expect(retryJob!.opts.delay).toBeLessThanOrEqual(10 * 60_000);
     expect(await job(done.id, mine.body.id)).toBeUndefined();
     expect(await job(elsewhere.id, theirs.body.id)).toBeUndefined();
+    // Nothing left pending in the shared database for the stale re-queue of another file's worker.
+    for (const [project, endpoint] of [[p, mine], [other, theirs]] as const) {
+      expect((await svc.call('DELETE', `/v1/webhooks/${endpoint.body.id}`, { key: project.projectKey })).status).toBe(200);
+    }
   });
 });
