@@ -7,7 +7,7 @@ import type { LatencySummary } from '../lib/interleaved.js';
 import type { LoadSummary } from '../lib/load.js';
 import { fmt, machineInfo, markdownTable, type Cell } from '../lib/report.js';
 
-export type ContenderName = 'direct' | 'gateway' | 'bare proxy' | 'bare proxy + access log' | 'Portkey';
+export type ContenderName = 'direct' | 'gateway' | 'gateway + spend controls' | 'bare proxy' | 'bare proxy + access log' | 'Portkey';
 
 /** Where CPU time is counted; `proxy` is the process between the load generator and the mock. */
 export const cpuParts = ['proxy', 'mock', 'worker', 'postgres', 'redis', 'load generator'] as const;
@@ -18,7 +18,7 @@ export type CpuPart = (typeof cpuParts)[number];
  * proxy, and the p50 the gateway adds at one connection over what the bare proxy adds; the
  * others are this bench's own.
  */
-export const targets = { addedP50Ms: 1.5, addedP99Ms: 5, overBareP50Ms: 1.0, vsPortkey: 3, vsBareProxy: 0.65 };
+export const targets = { addedP50Ms: 1.5, addedP99Ms: 5, overBareP50Ms: 1.0, vsPortkey: 3, vsBareProxy: 0.65, withControls: 0.95 };
 
 /** Steal above this share during a measurement gets a warning in the report. */
 export const steal_share_warning = 0.1;
@@ -97,7 +97,7 @@ function combined(all: Measured[], name: ContenderName, stream: boolean) {
 
 export function buildReport(r: ReportInput): { markdown: string; allMet: boolean; billingConsistent: boolean } {
   const s = r.settings;
-  const names: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'bare proxy + access log', 'Portkey'];
+  const names: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'bare proxy', 'bare proxy + access log', 'Portkey'];
   const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
   const checks: { name: string; measured: string; ok: boolean }[] = [];
 
@@ -151,9 +151,15 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     const vsBare = gateway.rps / combined(r.throughput, 'bare proxy', stream).rps;
     checks.push({ name: `gateway req/s >= ${targets.vsPortkey}x Portkey's, ${answerName(stream)}`, measured: fmt.ratio(vsPortkey), ok: vsPortkey >= targets.vsPortkey });
     checks.push({ name: `gateway req/s >= ${targets.vsBareProxy}x the bare proxy's, ${answerName(stream)}`, measured: fmt.ratio(vsBare), ok: vsBare >= targets.vsBareProxy });
+    const withControls = combined(r.throughput, 'gateway + spend controls', stream).rps / gateway.rps;
+    checks.push({
+      name: `gateway req/s with a budget and alert settings on every customer >= ${targets.withControls}x without, ${answerName(stream)}`,
+      measured: fmt.ratio(withControls),
+      ok: withControls >= targets.withControls,
+    });
   }
 
-  const gatewayRuns = r.throughput.filter((m) => m.contender === 'gateway');
+  const gatewayRuns = r.throughput.filter((m) => m.billed !== null);
   const billedInLoad = gatewayRuns.reduce((sum, m) => sum + (m.billed ?? 0), 0);
   const answeredInLoad = gatewayRuns.reduce((sum, m) => sum + m.load.totalWithWarmup - m.load.non2xx, 0);
   const settled = r.usageRecords.settled ?? 0;

@@ -81,6 +81,8 @@ interface Contender {
   /** The model named in the request body. */
   model: string;
   headers(customer: string): Record<string, string>;
+  /** The customers its calls bill, one per request in turn (the gateway's contenders only). */
+  pool?: string[];
   /** The process between the client and the mock; none when the mock is called directly. */
   proc: NodeProcess | null;
 }
@@ -146,6 +148,18 @@ async function main(): Promise<void> {
   });
   const customers = Array.from({ length: settings.customers }, (_, i) => `bench-${i}`);
   for (const c of customers) await callApi(apiUrl, 'POST', '/v1/customers/deposit', projectKey, { customer_id: c, amount: settings.depositCredits });
+  // The same calls on customers with spend controls (issue 20: within 5% of the gateway without
+  // them): a monthly budget and the alert settings, far from what the run spends, so that
+  // every hold and settlement checks them and none fires.
+  const controlled = Array.from({ length: settings.customers }, (_, i) => `bench-controlled-${i}`);
+  for (const c of controlled) {
+    await callApi(apiUrl, 'POST', '/v1/customers/deposit', projectKey, { customer_id: c, amount: settings.depositCredits });
+    await callApi(apiUrl, 'PATCH', `/v1/customers/${c}`, projectKey, {
+      budget: { limit: 100_000_000_000_000, period: 'month' },
+      low_balance_threshold: 1_000,
+      auto_top_up: { below: 1_000, amount: 1_000_000 },
+    });
+  }
 
   const json = { 'content-type': 'application/json' };
   const contenders: Contender[] = [
@@ -156,6 +170,15 @@ async function main(): Promise<void> {
       model: gatewayModel,
       proc: api,
       headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
+      pool: customers,
+    },
+    {
+      name: 'gateway + spend controls',
+      origin: apiUrl,
+      model: gatewayModel,
+      proc: api,
+      headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
+      pool: controlled,
     },
     { name: 'bare proxy', origin: `http://127.0.0.1:${barePort}`, model: upstreamModel, proc: bare, headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }) },
     {
@@ -176,7 +199,7 @@ async function main(): Promise<void> {
   const byName = (name: ContenderName) => contenders.find((c) => c.name === name)!;
 
   console.log('checking every contender answers the mock\'s answer');
-  for (const c of contenders) for (const stream of [false, true]) await verify(c, stream, customers[0]);
+  for (const c of contenders) for (const stream of [false, true]) await verify(c, stream, (c.pool ?? customers)[0]);
 
   const database = new URL(settings.databaseUrl).pathname.slice(1);
   const background: CpuSource[] = [
@@ -192,7 +215,8 @@ async function main(): Promise<void> {
   const measure = async (c: Contender, stream: boolean, round: number): Promise<Measured> => {
     const body = requestBody(c.model, stream);
     let seq = 0;
-    const opsBefore = c.name === 'gateway' ? await billedOps() : 0;
+    const pool = c.pool ?? customers;
+    const opsBefore = c.pool ? await billedOps() : 0;
     const sources = c.proc ? [processCpu('proxy', c.proc.pid), ...background] : background;
     const ticks = machineTicks();
     const { result, cpu, wallS } = await withCpu(sources, () =>
@@ -207,7 +231,7 @@ async function main(): Promise<void> {
             method: 'POST',
             path: '/v1/chat/completions',
             // Every contender gets the same per-request work in the load generator.
-            setupRequest: (req) => ({ ...req, headers: c.headers(customers[seq++ % customers.length]), body }),
+            setupRequest: (req) => ({ ...req, headers: c.headers(pool[seq++ % pool.length]), body }),
           },
         ],
       }),
@@ -215,7 +239,7 @@ async function main(): Promise<void> {
     const steal = stealShare(ticks, machineTicks());
     const load = assertHealthy(result);
     const m: Measured = { contender: c.name, stream, round, load, cpu: { proxy: 0, ...cpu } as Record<CpuPart, number>, wallS, steal, billed: null };
-    if (c.name === 'gateway') {
+    if (c.pool) {
       m.billed = (await billedOps()) - opsBefore;
       const answered = load.totalWithWarmup - load.non2xx;
       // Every answered call was settled before its last byte went out; calls cut off when
@@ -232,7 +256,7 @@ async function main(): Promise<void> {
 
   console.log(`throughput: ${settings.connections} connections, mock without delay`);
   const throughput: Measured[] = [];
-  const order: ContenderName[] = ['direct', 'gateway', 'bare proxy', 'bare proxy + access log', 'Portkey'];
+  const order: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'bare proxy', 'bare proxy + access log', 'Portkey'];
   for (const stream of [false, true]) {
     for (let round = 1; round <= settings.rounds; round++) {
       // Reversed every other round, so that no contender always runs first or last.
@@ -330,7 +354,7 @@ function codeState(): string {
   }
 }
 
-async function callApi(origin: string, method: 'PUT' | 'POST', path: string, key: string, body: unknown): Promise<void> {
+async function callApi(origin: string, method: 'PUT' | 'POST' | 'PATCH', path: string, key: string, body: unknown): Promise<void> {
   const res = await request(`${origin}${path}`, {
     method,
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },

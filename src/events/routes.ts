@@ -11,8 +11,7 @@ import { exactRouter } from '../http/router.js';
 import { onlyQuery, parseWith } from '../http/validate.js';
 import { describeRoute } from '../openapi/registry.js';
 import { listOf } from '../schema/zod.js';
-import { decodeCursor, encodeCursor } from './cursor.js';
-import { event_types, eventSchema, findEventsPage } from './store.js';
+import { event_types, eventSchema, eventsListPage } from './store.js';
 
 const eventsQuery = z.object({
   type: z.enum(event_types).optional(),
@@ -42,16 +41,7 @@ export function eventRoutes(db: DatabasePool): Router {
         async (req, res) => {
           onlyQuery(req, Object.keys(eventsQuery.shape));
           const q = parseWith(eventsQuery, req.query);
-          const rows = await findEventsPage(db, authOf(res).scope.projectId, {
-            type: q.type,
-            customerId: q.customer_id,
-            before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
-            limit: q.limit + 1,
-          });
-          const page = rows.slice(0, q.limit);
-          const last = page[page.length - 1];
-          const hasMore = rows.length > q.limit;
-          res.json({ object: 'list', data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null });
+          res.json(await eventsListPage(db, authOf(res).scope.projectId, q));
         },
       ],
     },

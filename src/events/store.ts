@@ -7,6 +7,7 @@
 import { sql, type CommonQueryMethods } from 'slonik';
 import { z } from 'zod';
 import { timestamp } from '../schema/zod.js';
+import { decodeCursor, encodeCursor } from './cursor.js';
 
 /** The event types of CONTRACT.md section 9. */
 export const event_types = [
@@ -77,7 +78,7 @@ export async function insertEvents(db: CommonQueryMethods, events: readonly Stor
     ON CONFLICT (id) DO NOTHING`);
 }
 
-export interface EventFilter {
+interface EventFilter {
   type?: string;
   customerId?: string;
   /** Keyset position: events strictly older than (createdAtMs, id). */
@@ -86,7 +87,7 @@ export interface EventFilter {
 }
 
 /** A project's events, newest first; test sends are not listed. */
-export async function findEventsPage(db: CommonQueryMethods, projectId: string, f: EventFilter): Promise<StoredEvent[]> {
+async function findEventsPage(db: CommonQueryMethods, projectId: string, f: EventFilter): Promise<StoredEvent[]> {
   const conds = [sql.fragment`project_id = ${projectId}`, sql.fragment`type <> ${test_event_type}`];
   if (f.type !== undefined) conds.push(sql.fragment`type = ${f.type}`);
   if (f.customerId !== undefined) conds.push(sql.fragment`customer_id = ${f.customerId}`);
@@ -95,4 +96,26 @@ export async function findEventsPage(db: CommonQueryMethods, projectId: string, 
     SELECT ${eventColumns} FROM events WHERE ${sql.join(conds, sql.fragment` AND `)}
     ORDER BY created_at DESC, id DESC LIMIT ${f.limit}`);
   return rows.map(eventOfRow);
+}
+
+/** The query of an event listing (`GET /v1/events` and the management operation). */
+export interface EventsQuery {
+  type?: string;
+  customer_id?: string;
+  cursor?: string;
+  limit: number;
+}
+
+/** One page of a project's events as the listings answer it: newest first, with the cursor of the next page. */
+export async function eventsListPage(db: CommonQueryMethods, projectId: string, q: EventsQuery) {
+  const rows = await findEventsPage(db, projectId, {
+    type: q.type,
+    customerId: q.customer_id,
+    before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
+    limit: q.limit + 1,
+  });
+  const page = rows.slice(0, q.limit);
+  const last = page[page.length - 1];
+  const hasMore = rows.length > q.limit;
+  return { object: 'list' as const, data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null };
 }

@@ -7,8 +7,7 @@
  */
 import type { Request } from 'express';
 import { z } from 'zod';
-import { decodeCursor, encodeCursor } from '../../events/cursor.js';
-import { event_types, eventSchema, findEventsPage } from '../../events/store.js';
+import { event_types, eventSchema, eventsListPage } from '../../events/store.js';
 import { onlyQuery, parseWith, strictBody } from '../../http/validate.js';
 import { describeOperation } from '../../openapi/registry.js';
 import { extended, listOf } from '../../schema/zod.js';
@@ -145,16 +144,7 @@ export function webhookOperations(deps: Pick<ManagementDeps, 'config' | 'db' | '
       onlyQuery(req, Object.keys(eventsQuery.shape));
       const q = parseWith(eventsQuery, req.query);
       const project = await projectOr404(req, res);
-      const rows = await findEventsPage(deps.db, project.id, {
-        type: q.type,
-        customerId: q.customer_id,
-        before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
-        limit: q.limit + 1,
-      });
-      const page = rows.slice(0, q.limit);
-      const last = page[page.length - 1];
-      const hasMore = rows.length > q.limit;
-      res.json({ object: 'list', data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null });
+      res.json(await eventsListPage(deps.db, project.id, q));
     }),
   ];
 }

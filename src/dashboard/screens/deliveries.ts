@@ -15,15 +15,9 @@ import { html, withQuery, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
 import { endpointsOf, endpointState, webhooksPath, webhooksScreen } from './webhooks.js';
+import type { AttemptRecord } from '../../webhooks/sender.js';
 
-interface Attempt {
-  at: string;
-  manual: boolean;
-  status_code: number | null;
-  latency_ms: number;
-  response_excerpt: string | null;
-  error: string | null;
-}
+type Attempt = AttemptRecord;
 
 interface Delivery {
   id: string;
