@@ -35,8 +35,8 @@
  *   worker renews the schedule or the dispatcher finds them overdue.
  * On a single Redis that came back empty the repair rebuilt every customer already; the
  * walk then adds what the repair does not write: claims, bindings of refused operations,
- * the schedules, the delivery jobs. Lost expiry jobs are not queued again: the sweeper settles those
- * TTLs through the active index. A customer none of whose entries reached PostgreSQL
+ * the schedules, the delivery jobs. Lost expiry jobs are not queued again: the sweeper
+ * settles those TTLs through the active index. A customer none of whose entries reached PostgreSQL
  * before the loss is not in the walk; its next operation marks it again, and
  * `reconcile --repair` finds it.
  */
