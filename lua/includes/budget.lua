@@ -243,8 +243,9 @@ function Budget.key_views(fields, now)
   local any = false
   for f, v in pairs(fields) do
     local id = string.match(f, '^bud_pk:(.*)$')
-    local limit, period = string.match(v, '^(%d+)|(%a+)$')
-    if id and limit then
+    local limit, period
+    if id then limit, period = string.match(v, '^(%d+)|(%a+)$') end
+    if limit then
       local c = counters(fields['bud_k:' .. id], period, now)
       out[id] = { limit = limit, period = period, spent = N(c.spent), held = N(c.held), resets_at = (c.ends and N(c.ends)) or '' }
       any = true
