@@ -17,7 +17,8 @@
 -- ARGV[14] idempotency_key: the call's Idempotency-Key, '' for none: kept in the record (`ik`) and in the
 --          settlement's entry, so that its claim is archived with the call (the trim)
 --          and found in PostgreSQL afterwards
--- ARGV[15] key_budget: the calling customer-scoped key's budget, 'key id|limit|period', '' for none
+-- ARGV[15] key_budget: the calling key's budget: a customer-scoped key's 'key id|limit|period', a
+--          project key's id (its budget for this customer is in the meta hash), '' for none
 --
 -- Returns {status, JSON {hold, output_tokens, available, budget_remaining, lowered_by_budget},
 -- auto-consumed, TTL entries}; on OK the last counts the balance alerts' events too

@@ -7,11 +7,14 @@
 --   bud_l            the customer budget's limit, credits (PATCH /v1/customers/{id})
 --   bud_p            its period: day, week, month (calendar periods in UTC) or total
 --   bud_c            the customer's counters: 'period|period start ms|spent|held'
---   bud_k:<key id>   a customer-scoped key's counters: 'period|start|spent|held|limit'; the
+--   bud_k:<key id>   a key's counters: 'period|start|spent|held|limit'. A customer-scoped
 --                    key's limit and period come with the call (ARGV: 'id|limit|period'),
 --                    from the key record the API holds in memory; the limit is kept here
 --                    so that a settlement, which may come without the key, can say what
 --                    is left
+--   bud_pk:<key id>  a project key's budget for this customer: 'limit|period' (PATCH
+--                    /v1/customers/{id} `key_budgets`); the call names only the key (ARGV:
+--                    its id), the limit is read here in the same HMGET
 --
 -- Counting: a deduct, a consume and a settled gateway call count as spent at their actual
 -- cost; a freeze and a gateway hold count as held until they end. A record counted as held
@@ -101,14 +104,24 @@ local function encode(c)
 end
 
 -- The budgets a hold or charge answers to, read in one HMGET: the customer's (when set)
--- and the key's (`key_arg` 'id|limit|period', '' for none). A list of scopes, each
--- {scope, limit, period, start, ends, spent, held, field}; empty when no budget applies.
+-- and the calling key's: `key_arg` 'id|limit|period' (a customer-scoped key), a bare key
+-- id (a project key: its budget for this customer, when set, is meta `bud_pk:<id>`), ''
+-- for none. A list of scopes, each {scope, limit, period, start, ends, spent, held,
+-- field}; empty when no budget applies.
 function Budget.load(key_arg, now)
-  local key_id, key_limit, key_period
-  if key_arg ~= nil and key_arg ~= '' then key_id, key_limit, key_period = string.match(key_arg, '^(.*)|(%d+)|(%a+)$') end
+  local key_id, key_limit, key_period, in_meta
+  if key_arg ~= nil and key_arg ~= '' then
+    key_id, key_limit, key_period = string.match(key_arg, '^(.*)|(%d+)|(%a+)$')
+    if not key_id then key_id, in_meta = key_arg, true end
+  end
   local fields = { 'bud_l', 'bud_p', 'bud_c' }
   if key_id then fields[4] = 'bud_k:' .. key_id end
+  if in_meta then fields[5] = 'bud_pk:' .. key_id end
   local r = redis.call('HMGET', budget_meta, unpack(fields))
+  if in_meta then
+    if r[5] then key_limit, key_period = string.match(r[5], '^(%d+)|(%a+)$') end
+    if not key_limit then key_id = nil end
+  end
   local scopes = {}
   if r[1] and r[2] then
     local c = counters(r[3], r[2], now)
@@ -135,11 +148,11 @@ function Budget.room(scopes)
 end
 
 -- The refusal of `requested` credits by scope `c`, as JSON for the error's words and
--- details (src/ledger/budgets.ts).
+-- details (src/ledger/budgets.ts); a key scope names its key (`key_id`).
 function Budget.refusal(c, requested)
   return cjson.encode({
     scope = c.scope, limit = N(c.limit), period = c.period, spent = N(c.spent), held = N(c.held),
-    requested = N(requested), resets_at = (c.ends and N(c.ends)) or '',
+    requested = N(requested), resets_at = (c.ends and N(c.ends)) or '', key_id = c.key_id,
   })
 end
 
@@ -220,4 +233,24 @@ function Budget.view(fields, now)
     limit = fields.bud_l, period = c.period, spent = N(c.spent), held = N(c.held),
     resets_at = (c.ends and N(c.ends)) or '',
   })
+end
+
+-- The project keys' budgets of this customer as GET /v1/customers/{id} shows them, from the
+-- meta fields (`bud_pk:<id>` and the counters `bud_k:<id>`): JSON {key id: {limit, period,
+-- spent, held, resets_at}}, '{}' for none.
+function Budget.key_views(fields, now)
+  local out = {}
+  local any = false
+  for f, v in pairs(fields) do
+    local id = string.match(f, '^bud_pk:(.*)$')
+    local limit, period
+    if id then limit, period = string.match(v, '^(%d+)|(%a+)$') end
+    if limit then
+      local c = counters(fields['bud_k:' .. id], period, now)
+      out[id] = { limit = limit, period = period, spent = N(c.spent), held = N(c.held), resets_at = (c.ends and N(c.ends)) or '' }
+      any = true
+    end
+  end
+  if not any then return '{}' end
+  return cjson.encode(out)
 end

@@ -26,6 +26,7 @@ import { describeRoute } from '../openapi/registry.js';
 import { customerPatchedSchema, customerProfileSchema } from './routes.js';
 import { alertMetaOf, alertSettingsOfMeta, alertSettingsPatchShape, patchAlertSettings, type AlertSettings } from './alerts.js';
 import { budgetSchema } from '../ledger/budgets.js';
+import { key_budgets_max, keyBudgetsPatchSchema, requireLiveProjectKeys, splitKeyBudgets, tooManyKeyBudgets, writeKeyBudgets } from './key-budgets.js';
 import type { DatabasePool } from 'slonik';
 
 const customer_name_chars_max = 256;
@@ -44,7 +45,11 @@ const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifie
  * PATCH /v1/customers/{id}: the profile fields, the alert settings (src/customers/alerts.ts)
  * and the budget (null clears it; docs/API.md, "Budgets").
  */
-const customerUpdateSchema = customerPatchSchema.extend({ ...alertSettingsPatchShape, budget: budgetSchema.nullable().optional() });
+const customerUpdateSchema = customerPatchSchema.extend({
+  ...alertSettingsPatchShape,
+  budget: budgetSchema.nullable().optional(),
+  key_budgets: keyBudgetsPatchSchema.optional(),
+});
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
@@ -83,11 +88,11 @@ describeRoute({
   path: '/v1/customers/:customer_id',
   tag: 'Customers',
   callers: ['project'],
-  summary: "Change a customer's name, email, metadata, alert settings or budget",
+  summary: "Change a customer's name, email, metadata, alert settings or budgets",
   description:
-    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks"). `budget` is `{limit, period}` (credits, `day` | `week` | `month` | `total`): deducts, consumes and gateway calls past it are refused `budget_exceeded` (docs/API.md, "Budgets"). A new limit keeps the period\'s counters; a new period starts them over.',
+    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks"). `budget` is `{limit, period}` (credits, `day` | `week` | `month` | `total`): deducts, consumes and gateway calls past it are refused `budget_exceeded` (docs/API.md, "Budgets"). A new limit keeps the period\'s counters; a new period starts them over. `key_budgets` (`{"<project key id>": {limit, period} | null}`, merged by key id, null removes one) sets budgets for the calls a project key makes for this customer (deducts, freezes, gateway calls); a key id that is not a live project key of this project is refused (400 `invalid_request`, param `key_budgets.<id>`), and so is a customer past ' + `${key_budgets_max}` + ' key budgets (param `key_budgets`).',
   body: customerUpdateSchema.strict(),
-  responses: { 200: { description: 'The profile and the budget', schema: customerPatchedSchema } },
+  responses: { 200: { description: 'The profile and the budgets', schema: customerPatchedSchema } },
   errors: ['customer_not_found'],
 });
 
@@ -108,7 +113,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
       metadata: (view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata)) as Record<string, unknown>,
       ...alertSettingsOfMeta(view.profile.alerts),
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
-      ...(withBudget ? { budget: view.budget } : {}),
+      ...(withBudget ? { budget: view.budget, key_budgets: view.keyBudgets } : {}),
     };
   }
 
@@ -164,13 +169,18 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
     const { scope } = authOf(res);
     const k = deps.ledger.keys(scope, id);
     if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');
+    const keyBudgets = patch.key_budgets === undefined ? undefined : splitKeyBudgets(patch.key_budgets);
+    if (keyBudgets) await requireLiveProjectKeys(deps.db, scope.projectId, keyBudgets);
     await outbox.drain(k.base);
-    const { low_balance_threshold, auto_top_up, ...profile } = patch;
+    const { low_balance_threshold, auto_top_up, key_budgets: _, ...profile } = patch;
     const alerts = low_balance_threshold === undefined && auto_top_up === undefined ? undefined : patchAlertSettings(null, { low_balance_threshold, auto_top_up });
     // Only the keys the request gives: the statement merges them into what is stored.
     const given = alerts && Object.fromEntries(Object.entries(alerts).filter(([k]) => (k === 'low_balance_threshold' ? low_balance_threshold : auto_top_up) !== undefined));
-    const updated = await customers.updateProfile(scope.projectId, id, { ...profile, alerts: given });
+    const updated = await customers.updateProfile(scope.projectId, id, {
+      ...profile, alerts: given, keyBudgets: keyBudgets && { ...keyBudgets, max: key_budgets_max },
+    });
     if (!updated) throw new ApiError('customer_not_found');
+    if ('keyBudgetsOver' in updated) throw tooManyKeyBudgets(updated.keyBudgetsOver);
     const tx = deps.redis.multi();
     if (given) {
       const al = alertMetaOf(updated.alert_settings as AlertSettings | null);
@@ -187,6 +197,7 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
     // The budget's limit and period: the scripts keep its counters (lua/includes/budget.lua).
     if (patch.budget === null) tx.hdel(k.meta, 'bud_l', 'bud_p');
     else if (patch.budget !== undefined) tx.hset(k.meta, 'bud_l', String(patch.budget.limit), 'bud_p', patch.budget.period);
+    if (keyBudgets) writeKeyBudgets(tx, k.meta, keyBudgets);
     await tx.exec();
     res.json(await profileOf(scope, id, true));
   });

@@ -113,9 +113,12 @@ export const customerProfileSchema = z
   })
   .strict();
 const budgetField = budgetStateSchema.nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
-const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField }).openapi('Customer');
-/** What PATCH /v1/customers/{id} answers: the profile and the budget. */
-export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField }).openapi('CustomerPatched');
+const keyBudgetsField = z.record(budgetStateSchema).openapi({
+  description: 'The budgets of project keys for this customer, by key id (docs/API.md, "Budgets"): what calls made with that key for this customer may spend. `{}` when none is set.',
+});
+const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField, key_budgets: keyBudgetsField }).openapi('Customer');
+/** What PATCH /v1/customers/{id} answers: the profile and the budgets. */
+export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField, key_budgets: keyBudgetsField }).openapi('CustomerPatched');
 const balanceSchema = z
   .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
   .strict()
@@ -254,6 +257,7 @@ export function customerRoutes(deps: CustomerReads): Route[] {
       wallets,
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
       budget: view.budget,
+      key_budgets: view.keyBudgets,
     });
   };
 

@@ -265,7 +265,7 @@ export class LedgerService {
     const entryWallet = input.wallets !== null && input.wallets.length === 1 ? input.wallets[0] : '';
     return {
       transactionId: input.transactionId, amount: input.amount, requestHash: hash, walletFilter, entryWallet,
-      businessType: input.businessType ?? '', description: input.description ?? '',
+      businessType: input.businessType ?? '', description: input.description ?? '', keyBudget: input.keyBudget ?? '',
     };
   }
 

@@ -14,6 +14,7 @@ import {
   type StoredTransaction,
 } from '../redis/codec.js';
 import { alertMetaOf, type AlertSettings } from '../customers/alerts.js';
+import { projectKeyBudgetField, projectKeyBudgetValue, type BudgetPeriod } from '../ledger/budgets.js';
 
 /** Meta fields of the auto top-up state, which only Redis keeps (lua/includes/alerts.lua). */
 const top_up_meta_fields = ['tu_o', 'tu_t', 'tu_m', 'tu_s'] as const;
@@ -49,6 +50,8 @@ export interface CustomerRow {
   /** The customer's spending budget (migration 016), rebuilt into the meta hash; its counters are not (docs/ARCHITECTURE.md, "Budgets"). */
   budget_limit?: number | null;
   budget_period?: string | null;
+  /** Project key budgets for this customer (migration 018), {key id: {limit, period}}, rebuilt into the meta hash as `bud_pk:<id>`. */
+  key_budgets?: unknown;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -267,6 +270,9 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   if (customer.budget_limit != null && customer.budget_period != null) {
     meta.bud_l = str(customer.budget_limit);
     meta.bud_p = customer.budget_period;
+  }
+  for (const [keyId, b] of Object.entries((customer.key_budgets ?? {}) as Record<string, { limit: number; period: string }>)) {
+    meta[projectKeyBudgetField(keyId)] = projectKeyBudgetValue({ limit: b.limit, period: b.period as BudgetPeriod });
   }
 
   const src: Record<string, string> = {};
