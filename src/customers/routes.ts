@@ -112,7 +112,8 @@ export const customerProfileSchema = z
     created_at: timestamp,
   })
   .strict();
-const budgetField = budgetStateSchema.nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
+// Inline, not the BudgetState reference: a nullable reference loses its null in the document.
+const budgetField = z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
 const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField }).openapi('Customer');
 /** What PATCH /v1/customers/{id} answers: the profile and the budget. */
 export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField }).openapi('CustomerPatched');

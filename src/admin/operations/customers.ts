@@ -54,7 +54,8 @@ const customerListEntrySchema = z
   .openapi('CustomerListEntry');
 const customerDetailSchema = extended(customerListEntrySchema, {
   sources: z.array(sourceSchema).nullable().openapi({ description: 'Every source, archived ones included.' }),
-  budget: budgetStateSchema.nullable().openapi({ description: 'The customer budget with this period\'s counters (docs/API.md, "Budgets"); null when none is set or Redis does not hold the customer.' }),
+  // Inline, not the BudgetState reference: a nullable reference loses its null in the document.
+  budget: z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'The customer budget with this period\'s counters (docs/API.md, "Budgets"); null when none is set or Redis does not hold the customer.' }),
   ...alertSettingsAnswerShape,
 }).openapi('CustomerDetail');
 const depositDoc = depositSchema.extend({
