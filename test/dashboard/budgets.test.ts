@@ -142,6 +142,21 @@ describe('the management operation', () => {
 });
 
 describe('a key budget', () => {
+  it('is given when a customer key is created in the keys screen; a bad one creates no key', async () => {
+    const keysPath = `/dashboard/projects/${p.projectId}/keys`;
+    const count = async () => (await svc.call('GET', `/v1/admin/projects/${p.projectId}/keys?limit=100`, { key: p.adminKey })).body.data.length as number;
+    const before = await count();
+    const bad = await post(admin, keysPath, { kind: 'customer', customer_id: customer, budget_limit: '0', budget_period: 'day' });
+    expect(bad.status).toBe(400);
+    expect(notice(bad.text)).toMatch(/budget\.limit/);
+    expect(bad.text).toContain('value="0" data-testid="key-budget-limit"');
+    expect(await count()).toBe(before);
+    const made = await post(admin, keysPath, { kind: 'customer', customer_id: customer, budget_limit: '25,000', budget_period: 'day' });
+    expect(made.status).toBe(200);
+    expect(made.text).toMatch(/data-testid="key-budget" data-limit="25000" data-spent="0" data-remaining="25000"/);
+    expect(await count()).toBe(before + 1);
+  });
+
   it('is shown with its spend in the keys screen and set or cleared in its row; a project key has none', async () => {
     const keysPath = `/dashboard/projects/${p.projectId}/keys`;
     const made = await svc.call('POST', `/v1/admin/projects/${p.projectId}/keys`, { key: p.adminKey, body: { type: 'customer', customer_id: customer, name: 'budgeted' } });

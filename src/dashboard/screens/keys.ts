@@ -6,7 +6,7 @@
 import type { Request } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
 import { when } from '../format.js';
-import { list, optional, queryParam, text, utcTime } from '../forms.js';
+import { list, number, optional, queryParam, text, utcTime } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
@@ -113,6 +113,10 @@ ${csrf}
 <p class="muted">Allowed models (none checked: every model)</p>
 ${models.body.data.length === 0 ? html`<p class="muted">This project has no models yet.</p>` : ''}
 ${models.body.data.map((m) => html`<label class="check"><input type="checkbox" name="allowed_models" value="${m.id}"${chosen.has(m.id) ? html` checked` : ''} data-testid="key-model"> ${m.id}</label>`)}
+<label>Budget (credits, optional) <input name="budget_limit" inputmode="numeric" value="${typed ? text(req, 'budget_limit') : ''}" data-testid="key-budget-limit"></label>
+<label>Budget period <select name="budget_period" data-testid="key-budget-period">
+${(['day', 'week', 'month', 'total'] as const).map((p) => html`<option value="${p}"${p === (typed ? text(req, 'budget_period') : 'month') ? html` selected` : ''}>${p}</option>`)}
+</select></label>
 </fieldset>
 <button type="submit" data-testid="key-submit">Create key</button>
 </form>
@@ -141,6 +145,8 @@ function keyCreation(req: Request): Record<string, unknown> {
     if (customer !== undefined) body.customer_id = customer;
     const models = list(req, 'allowed_models');
     if (models.length > 0) body.allowed_models = models;
+    const limit = number(req, 'budget_limit');
+    if (limit !== undefined) body.budget = { limit, period: optional(req, 'budget_period') };
   }
   return body;
 }
