@@ -46,9 +46,11 @@ local auto_consumed = expire_due(now)
 local status, picks, why = begin_draw('freeze', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
--- Spending budgets (includes/budget.lua): refused past one, nothing applied.
+-- Spending budgets (includes/budget.lua): refused past one, nothing applied but the
+-- budget.exceeded event (its first refusal in the period; the caller marks the outbox
+-- dirty after every refusal of this script, src/ledger/service.ts bindingScripts).
 local budget = Budget.load(key_budget, now)
-local over = Budget.check(budget, amount)
+local over = Budget.check(budget, amount, now)
 if over then finalize('t:' .. txid) return { E_BUDGET_EXCEEDED, over, auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_frozen(p.source, p.take) end

@@ -15,6 +15,8 @@
 --   bud_pk:<key id>  a project key's budget for this customer: 'limit|period' (PATCH
 --                    /v1/customers/{id} `key_budgets`); the call names only the key (ARGV:
 --                    its id), the limit is read here in the same HMGET
+--   bud_x, bud_xk:<key id>  the budget.exceeded marks of the customer's and a key's budget
+--                    (Budget.refuse): 'period|period start ms|limit' of the last event
 --
 -- Counting: a deduct, a consume and a settled gateway call count as spent at their actual
 -- cost; a freeze and a gateway hold count as held until they end. A record counted as held
@@ -156,20 +158,34 @@ function Budget.refusal(c, requested)
   })
 end
 
--- The refusal JSON when `amount` more would take a scope past its limit, else nil.
-function Budget.check(scopes, amount)
-  for _, c in ipairs(scopes) do
-    if c.spent + c.held + amount > c.limit then return Budget.refusal(c, amount) end
+-- The refusal of `requested` credits by scope `c` at `now`: its JSON (Budget.refusal), and
+-- its budget.exceeded event (docs/API.md, "Events and webhooks") in the same step, once per
+-- budget per period, so that a tenant is told without being flooded. The scope's mark
+-- (`bud_x`, `bud_xk:<key id>`) holds 'period|period start ms|limit' of the refusal that
+-- fired; a new period, another period or another limit re-arm it. A refused call stores no
+-- record, so its retry is refused again: the mark keeps that from firing twice. Read only
+-- on a refusal's path: a call that fits pays nothing for it. emit_event is
+-- includes/events.lua's, pulled in before this file by includes/customer.lua.
+function Budget.refuse(c, requested, now)
+  local mark = (c.scope == 'customer' and 'bud_x') or ('bud_xk:' .. c.key_id)
+  local armed = c.period .. '|' .. N(c.start) .. '|' .. N(c.limit)
+  if redis.call('HGET', budget_meta, mark) ~= armed then
+    redis.call('HSET', budget_meta, mark, armed)
+    emit_event('budget.exceeded', {
+      scope = c.scope, key_id = c.key_id, budget_credits = N(c.limit), spent_credits = N(c.spent), held_credits = N(c.held),
+      requested_credits = N(requested), period = c.period, resets_at = (c.ends and N(c.ends)) or '',
+    }, now)
   end
-  return nil
+  return Budget.refusal(c, requested)
 end
 
--- HOOK budget.exceeded (emitted once the events slice, lua/includes/events.lua, is merged):
--- what the event needs from a refusal made by Budget.check or Budget.refusal.
-function Budget.exceeded_event(refusal_json)
-  local r = cjson.decode(refusal_json)
-  r.customer_id = budget_customer
-  return r
+-- The refusal JSON when `amount` more would take a scope past its limit (the first such
+-- scope refuses, and may fire its event), else nil.
+function Budget.check(scopes, amount, now)
+  for _, c in ipairs(scopes) do
+    if c.spent + c.held + amount > c.limit then return Budget.refuse(c, amount, now) end
+  end
+  return nil
 end
 
 -- Counts `spent` and `held` credits in every scope, and marks record `tx` (when given) with

@@ -14,42 +14,20 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { strictBody } from '../http/validate.js';
-import { storedJsonObject } from '../schema/json.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
 import type { ProjectScope } from '../ledger/requests.js';
 import { identifierSchema } from '../ledger/schemas.js';
 import { isDeepStrictEqual } from 'node:util';
-import { LedgerOutbox } from '../ledger/outbox.js';
 import { describeRoute } from '../openapi/registry.js';
 import { customerPatchedSchema, customerProfileSchema } from './routes.js';
-import { alertMetaOf, alertSettingsOfMeta, alertSettingsPatchShape, patchAlertSettings, type AlertSettings } from './alerts.js';
-import { budgetSchema } from '../ledger/budgets.js';
-import { key_budgets_max, keyBudgetsPatchSchema, requireLiveProjectKeys, splitKeyBudgets, tooManyKeyBudgets, writeKeyBudgets } from './key-budgets.js';
+import { key_budgets_max } from './key-budgets.js';
+import { CustomerProfiles, customerPatchSchema, customerUpdateSchema } from './patch.js';
 import type { DatabasePool } from 'slonik';
-
-const customer_name_chars_max = 256;
-const customer_email_chars_max = 320;
-
-const customerPatchSchema = z.object({
-  name: z.string().max(customer_name_chars_max).nullable().optional(),
-  email: z.string().max(customer_email_chars_max).email().nullable().optional(),
-  metadata: storedJsonObject.nullable().optional(),
-});
 
 /** POST /v1/customers: the id, and the profile fields. */
 const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
-
-/**
- * PATCH /v1/customers/{id}: the profile fields, the alert settings (src/customers/alerts.ts)
- * and the budget (null clears it; docs/API.md, "Budgets").
- */
-const customerUpdateSchema = customerPatchSchema.extend({
-  ...alertSettingsPatchShape,
-  budget: budgetSchema.nullable().optional(),
-  key_budgets: keyBudgetsPatchSchema.optional(),
-});
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
@@ -99,23 +77,9 @@ describeRoute({
 export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
   const r = exactRouter();
   const customers = createCustomerQueries(deps.db);
-  const outbox = new LedgerOutbox(deps.redis, deps.ledgerQueries, deps.prefix, deps.logger);
+  const profiles = new CustomerProfiles(deps);
 
-  /** The profile as the API answers it, from the Redis copy. */
-  /** The profile as POST answers it; PATCH adds the budget with its period's counters. */
-  async function profileOf(scope: ProjectScope, id: string, withBudget = false) {
-    const view = await deps.ledger.view(scope, id);
-    if (!view) throw new ApiError('customer_not_found');
-    return {
-      id,
-      name: view.profile.name,
-      email: view.profile.email,
-      metadata: (view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata)) as Record<string, unknown>,
-      ...alertSettingsOfMeta(view.profile.alerts),
-      created_at: new Date(Number(view.profile.created_at)).toISOString(),
-      ...(withBudget ? { budget: view.budget, key_budgets: view.keyBudgets } : {}),
-    };
-  }
+  const profileOf = (scope: ProjectScope, id: string) => profiles.profileOf(scope, id);
 
   /**
    * Creates a customer without a deposit: 201 and its profile. An id that exists already
@@ -164,42 +128,8 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
   });
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
-    const id = String(req.params.customer_id);
     const patch = strictBody(req, customerUpdateSchema);
-    const { scope } = authOf(res);
-    const k = deps.ledger.keys(scope, id);
-    if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');
-    const keyBudgets = patch.key_budgets === undefined ? undefined : splitKeyBudgets(patch.key_budgets);
-    if (keyBudgets) await requireLiveProjectKeys(deps.db, scope.projectId, keyBudgets);
-    await outbox.drain(k.base);
-    const { low_balance_threshold, auto_top_up, key_budgets: _, ...profile } = patch;
-    const alerts = low_balance_threshold === undefined && auto_top_up === undefined ? undefined : patchAlertSettings(null, { low_balance_threshold, auto_top_up });
-    // Only the keys the request gives: the statement merges them into what is stored.
-    const given = alerts && Object.fromEntries(Object.entries(alerts).filter(([k]) => (k === 'low_balance_threshold' ? low_balance_threshold : auto_top_up) !== undefined));
-    const updated = await customers.updateProfile(scope.projectId, id, {
-      ...profile, alerts: given, keyBudgets: keyBudgets && { ...keyBudgets, max: key_budgets_max },
-    });
-    if (!updated) throw new ApiError('customer_not_found');
-    if ('keyBudgetsOver' in updated) throw tooManyKeyBudgets(updated.keyBudgetsOver);
-    const tx = deps.redis.multi();
-    if (given) {
-      const al = alertMetaOf(updated.alert_settings as AlertSettings | null);
-      if (al === null) tx.hdel(k.meta, 'al');
-      else tx.hset(k.meta, 'al', al);
-    }
-    for (const field of ['name', 'email'] as const) {
-      const v = patch[field];
-      if (v === null) tx.hdel(k.meta, field);
-      else if (v !== undefined) tx.hset(k.meta, field, v);
-    }
-    if (patch.metadata === null) tx.hdel(k.meta, 'metadata');
-    else if (patch.metadata !== undefined) tx.hset(k.meta, 'metadata', JSON.stringify(patch.metadata));
-    // The budget's limit and period: the scripts keep its counters (lua/includes/budget.lua).
-    if (patch.budget === null) tx.hdel(k.meta, 'bud_l', 'bud_p');
-    else if (patch.budget !== undefined) tx.hset(k.meta, 'bud_l', String(patch.budget.limit), 'bud_p', patch.budget.period);
-    if (keyBudgets) writeKeyBudgets(tx, k.meta, keyBudgets);
-    await tx.exec();
-    res.json(await profileOf(scope, id, true));
+    res.json(await profiles.patch(authOf(res).scope, String(req.params.customer_id), patch));
   });
   return r;
 }

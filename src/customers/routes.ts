@@ -112,7 +112,8 @@ export const customerProfileSchema = z
     created_at: timestamp,
   })
   .strict();
-const budgetField = budgetStateSchema.nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
+// Inline, not the BudgetState reference: a nullable reference loses its null in the document.
+const budgetField = z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
 const keyBudgetsField = z.record(budgetStateSchema).openapi({
   description: 'The budgets of project keys for this customer, by key id (docs/API.md, "Budgets"): what calls made with that key for this customer may spend. `{}` when none is set.',
 });
