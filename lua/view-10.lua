@@ -13,6 +13,7 @@
 -- {E_CUSTOMER_NOT_FOUND, '', count, written}.
 
 --@include customer
+--@include alerts
 
 local listing = ARGV[5] == '1'
 

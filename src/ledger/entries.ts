@@ -81,7 +81,7 @@ export const ledgerEntrySchema = z
   .object({
     id: z.string(),
     customer_id: z.string(),
-    type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']),
+    type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY', 'EXPIRE']),
     transaction_id: z.string(),
     amount: z.number().int().openapi({ description: 'Positive magnitude in credits (0 only for a GATEWAY call that cost nothing).' }),
     returned_amount: z.number().int().nullable().openapi({ description: 'CONSUME and GATEWAY: what the hold did not need; else null.' }),
