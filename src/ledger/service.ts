@@ -231,7 +231,12 @@ export class LedgerService {
   private async depositOp(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
     await this.ready();
     // Before the script: the sweeper finds the source when it expires (workers/sweep.ts).
-    if (input.expiresAtMs !== null) await this.marks.markExpiring(this.keys(scope, input.customerId).base, input.expiresAtMs);
+    // A failure of this mark applied nothing, even when its own reply was lost.
+    if (input.expiresAtMs !== null) {
+      await this.marks.markExpiring(this.keys(scope, input.customerId).base, input.expiresAtMs).catch((err: unknown) => {
+        throw provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+      });
+    }
     const hash = requestHash([
       'deposit', input.amount, input.wallet, input.label, input.startsAtMs, input.expiresAtMs, input.description,
       input.name ?? null, input.email ?? null, input.metadata ?? null,
