@@ -76,11 +76,16 @@ describe('an expiring source with credits left', () => {
 
   it('is expired by the sweeper when nothing touches the customer, once however many sweeps and reads run', async () => {
     const a = await deposit('ex-idle', 800, 30_000);
+    await deposit('ex-idle', 100, null);
     const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'ex-idle');
     expect(Number(await svc.rt.redis.zscore(expiringKeyOf(svc.rt.config.REDIS_PREFIX, k.base), k.base))).toBeGreaterThan(now());
     svc.rt.clock.advance(31_000);
-    // Several sweepers and a read at once: the source dies, and writes its entry, once.
-    await Promise.all([sweepNow(), sweepNow(), call('GET', '/v1/customers/ex-idle'), sweepNow()]);
+    // Several sweepers, a read and a deduct at once: the source dies, and writes its entry, once.
+    const [, , , d] = await Promise.all([
+      sweepNow(), sweepNow(), call('GET', '/v1/customers/ex-idle'),
+      call('POST', '/v1/billing/deduct', { customer_id: 'ex-idle', transaction_id: 'ex-idle-1', amount: 5 }), sweepNow(),
+    ]);
+    expect(d.status).toBe(200);
     await sweepNow();
     const entries = await expireEntries('ex-idle');
     expect(entries).toEqual([expect.objectContaining({ type: 'EXPIRE', transaction_id: a, amount: 800 })]);
@@ -102,6 +107,22 @@ describe('an expiring source with credits left', () => {
     svc.rt.clock.advance(100_000);
     await sweepNow();
     expect((await expireEntries('ex-next')).map((e) => [e.transaction_id, e.amount])).toEqual([[later, 200], [expect.any(String), 100]]);
+  });
+
+  it('a customer whose listing was lost is listed again by the sweep of the active index', async () => {
+    const expiresIn = 60_000;
+    await deposit('ex-heal', 70, expiresIn);
+    const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'ex-heal');
+    const key = expiringKeyOf(svc.rt.config.REDIS_PREFIX, k.base);
+    const listed = await svc.rt.redis.zscore(key, k.base);
+    await svc.rt.redis.zrem(key, k.base);
+    // Once the deposit's active mark is over, the sweeper looks at the customer.
+    svc.rt.clock.advance(active_mark_window_ms + 1_000);
+    await sweepNow();
+    expect(await svc.rt.redis.zscore(key, k.base)).toBe(listed);
+    svc.rt.clock.advance(expiresIn);
+    await sweepNow();
+    expect(await expireEntries('ex-heal')).toEqual([expect.objectContaining({ amount: 70 })]);
   });
 
   it('writes nothing for a source used up before its expiry', async () => {
@@ -148,6 +169,23 @@ describe('an expiring source with credits left', () => {
     expect(await events('ex-empty', 'balance.depleted')).toEqual([expect.objectContaining({ data: expect.objectContaining({ available: 0 }) })]);
     expect(await events('ex-empty', 'balance.low')).toHaveLength(1);
     expect(await expireEntries('ex-empty')).toHaveLength(1);
+  });
+
+  it('a repair keeps an expired source awaiting its entry live, and lists its customer in the expiring index again', async () => {
+    await deposit('ex-rep', 600, 10_000);
+    const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, 'ex-rep');
+    const key = expiringKeyOf(svc.rt.config.REDIS_PREFIX, k.base);
+    svc.rt.clock.advance(11_000);
+    await svc.drained();
+    // Redis forgot the listing and a profile field: the repair rewrites the customer.
+    await svc.rt.redis.zrem(key, k.base);
+    await svc.rt.redis.hset(k.meta, 'name', 'Mallory');
+    const repaired = await reconcileOverApi(svc, p, true);
+    expect(repaired.drift).toEqual(expect.arrayContaining([expect.objectContaining({ customer_id: 'ex-rep', field: 'meta.name' })]));
+    expect(await svc.rt.redis.zcard(k.live)).toBe(1);
+    expect(await svc.rt.redis.zscore(key, k.base)).not.toBeNull();
+    await sweepNow();
+    expect(await expireEntries('ex-rep')).toEqual([expect.objectContaining({ amount: 600 })]);
   });
 
   it('leaves reconcile without drift: the EXPIRE entry is not counted against the source again', async () => {
