@@ -14,6 +14,7 @@
 -- {E_CUSTOMER_NOT_FOUND, '', count, written}.
 
 --@include customer
+--@include alerts
 
 local listing = ARGV[5] == '1'
 

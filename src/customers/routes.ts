@@ -75,7 +75,7 @@ export const ledgerQuery = z.object({
   type: z
     .string()
     .transform((v) => v.toUpperCase())
-    .pipe(z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']))
+    .pipe(z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY', 'EXPIRE']))
     .optional(),
   transaction_id: z.string().min(1).max(256).optional(),
 });

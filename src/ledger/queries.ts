@@ -14,7 +14,7 @@ export const ledgerEntryRow = z.object({
   id: z.string(),
   seq: z.number(),
   customer_id: z.string(),
-  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
+  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'EXPIRE']),
   transaction_id: z.string(),
   amount: z.number(),
   returned_amount: z.number().nullable(),

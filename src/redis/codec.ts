@@ -190,7 +190,7 @@ export function encodeDeposit(d: StoredDeposit): string {
 
 // ---------------------------------------------------------------- outbox entries
 
-const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE', 'EVENT'] as const;
+const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'EXPIRE', 'USAGE', 'EVENT'] as const;
 
 interface DetailRaw {
   account_id: string;

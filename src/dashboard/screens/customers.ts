@@ -60,7 +60,7 @@ interface LedgerEntry {
   created_at: string;
 }
 
-const ledger_types = ['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY'] as const;
+const ledger_types = ['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY', 'EXPIRE'] as const;
 const ledger_page_size = '25';
 const receipts_page_size = '10';
 
