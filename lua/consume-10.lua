@@ -21,6 +21,7 @@
 -- after a TTL consume {consumed_at, due_at} (ms: when it settled, when it was due); '' otherwise.
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local requested = (ARGV[6] ~= '' and tonumber(ARGV[6])) or nil

@@ -9,6 +9,7 @@
 -- ARGV[10] business_type: business type, '' for none
 -- ARGV[11] description: description, '' for none
 -- ARGV[12] admitted: '0' when the plan's limit is reached: replays answer, nothing new applies
+-- ARGV[13] key_budget: the calling key's budget, as gateway_hold-10.lua's key_budget ('' for none)
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
 -- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or
@@ -29,6 +30,7 @@ local entry_wallet = ARGV[9]
 local business_type = ARGV[10]
 local description = ARGV[11]
 local admitted = ARGV[12] ~= '0'
+local key_budget = ARGV[13]
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -36,9 +38,11 @@ local auto_consumed = expire_due(now)
 local status, picks, why = begin_draw('deduct', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
--- Spending budgets (includes/budget.lua): refused past one, nothing applied.
-local budget = Budget.load('', now)
-local over = Budget.check(budget, amount)
+-- Spending budgets (includes/budget.lua): refused past one, nothing applied but the
+-- budget.exceeded event (its first refusal in the period; the caller marks the outbox
+-- dirty after every refusal of this script, src/ledger/service.ts bindingScripts).
+local budget = Budget.load(key_budget, now)
+local over = Budget.check(budget, amount, now)
 if over then finalize('t:' .. txid) return { E_BUDGET_EXCEEDED, over, auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_used(p.source, p.take) end

@@ -20,6 +20,7 @@
 -- amounts are strings, times ms strings.
 
 --@include customer
+--@include alerts
 
 local idem_key = ARGV[5]
 local request_hash = ARGV[6]

@@ -12,6 +12,7 @@
 -- ARGV[12] ttl_kind: 'release', 'consume' or '' for none
 -- ARGV[13] ttl_seconds: TTL, seconds (ignored without a kind)
 -- ARGV[14] admitted: '0' when the plan's limit is reached; read only with ttl_kind 'consume'
+-- ARGV[15] key_budget: the calling key's budget, as gateway_hold-10.lua's key_budget ('' for none)
 --
 -- A freeze whose TTL consumes it is the billable operation itself: the plan counts it
 -- when it is accepted (the caller's reservation, refused here with E_USAGE_LIMIT when not
@@ -37,6 +38,7 @@ local ttl_kind = ARGV[12]
 local ttl_seconds = tonumber(ARGV[13]) or 0
 local plan_counted = ttl_kind == 'consume'
 local admitted = not plan_counted or ARGV[14] ~= '0'
+local key_budget = ARGV[15]
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -44,9 +46,11 @@ local auto_consumed = expire_due(now)
 local status, picks, why = begin_draw('freeze', txid, request_hash, amount, filter, now, admitted)
 if status == REPLAY then return { REPLAY, picks, auto_consumed, ttl_entries_written } end
 if status ~= OK then return { status, why or '', auto_consumed, ttl_entries_written } end
--- Spending budgets (includes/budget.lua): refused past one, nothing applied.
-local budget = Budget.load('', now)
-local over = Budget.check(budget, amount)
+-- Spending budgets (includes/budget.lua): refused past one, nothing applied but the
+-- budget.exceeded event (its first refusal in the period; the caller marks the outbox
+-- dirty after every refusal of this script, src/ledger/service.ts bindingScripts).
+local budget = Budget.load(key_budget, now)
+local over = Budget.check(budget, amount, now)
 if over then finalize('t:' .. txid) return { E_BUDGET_EXCEEDED, over, auto_consumed, ttl_entries_written } end
 
 for _, p in ipairs(picks) do add_frozen(p.source, p.take) end

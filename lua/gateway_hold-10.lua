@@ -17,12 +17,13 @@
 -- ARGV[14] idempotency_key: the call's Idempotency-Key, '' for none: kept in the record (`ik`) and in the
 --          settlement's entry, so that its claim is archived with the call (the trim)
 --          and found in PostgreSQL afterwards
--- ARGV[15] key_budget: the calling customer-scoped key's budget, 'key id|limit|period', '' for none
+-- ARGV[15] key_budget: the calling key's budget: a customer-scoped key's 'key id|limit|period', a
+--          project key's id (its budget for this customer is in the meta hash), '' for none
 --
 -- Returns {status, JSON {hold, output_tokens, available, budget_remaining, lowered_by_budget},
 -- auto-consumed, TTL entries}; on OK the last counts the balance alerts' events too
--- (includes/alerts.lua): the caller marks the outbox dirty when it is > 0, as the hold
--- writes no entry of its own; status OK, REPLAY, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT,
+-- (includes/alerts.lua), on E_BUDGET_EXCEEDED its budget.exceeded event: the caller marks
+-- the outbox dirty when it is > 0, as the hold writes no entry of its own; status OK, REPLAY, E_CUSTOMER_NOT_FOUND, E_INSUFFICIENT,
 -- E_USAGE_LIMIT or E_BUDGET_EXCEEDED (a budget, not the wallet, is what the call cannot fit:
 -- the JSON is Budget.refusal's, includes/budget.lua). `available` is what the hold could
 -- take (the wallet's credits, or less under a budget); budget_remaining what the tightest
@@ -92,7 +93,9 @@ if input_bound + out_cost(out_tokens) > available then
   end
 end
 if refused_tokens ~= nil and by_budget then
-  return { E_BUDGET_EXCEEDED, Budget.refusal(tight, input_bound + out_cost(refused_tokens)), auto_consumed, ttl_entries_written }
+  -- Its budget.exceeded event (the first refusal in the period) counts in the last value:
+  -- the caller marks the outbox dirty for it, as for the balance events of a hold.
+  return { E_BUDGET_EXCEEDED, Budget.refuse(tight, input_bound + out_cost(refused_tokens), now), auto_consumed, ttl_entries_written + ev_count }
 end
 if refused_tokens ~= nil then
   -- What the error's message needs, computed on this path only.

@@ -10,6 +10,7 @@
 -- the hold is missing; nothing changed).
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local usage = ARGV[6]

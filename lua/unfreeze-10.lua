@@ -10,6 +10,7 @@
 -- or {consumed_at, due_at} (ms: when it settled, when it was due) in the second value, for its message; '' otherwise.
 
 --@include customer
+--@include alerts
 
 local txid = ARGV[5]
 local description = ARGV[6]

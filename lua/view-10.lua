@@ -9,10 +9,12 @@
 -- wallets JSON {wallet: {t, u, f}} (sums over the sources active now, strings),
 -- sources (list of JSON, as encode_source; empty without the listing), src_seq,
 -- src_archived ('1' when some sources are only in PostgreSQL), the customer budget (JSON of
--- Budget.view in includes/budget.lua, '' for none)} or
+-- Budget.view in includes/budget.lua, '' for none), the project keys' budgets (JSON of
+-- Budget.key_views, '{}' for none)} or
 -- {E_CUSTOMER_NOT_FOUND, '', count, written}.
 
 --@include customer
+--@include alerts
 
 local listing = ARGV[5] == '1'
 
@@ -63,4 +65,5 @@ local sums = {}
 for w, a in pairs(wallets) do sums[w] = { t = N(a.t), u = N(a.u), f = N(a.f) } end
 -- cjson encodes an empty table as {}, which is what an empty wallet map should be.
 return { OK, profile, auto_consumed, ttl_entries_written, N(now), cjson.encode(sums), sources,
-  fields.src_seq or '0', fields.src_archived or '0', Budget.view(fields, now) }
+  fields.src_seq or '0', fields.src_archived or '0', Budget.view(fields, now),
+  Budget.key_views(fields, now) }

@@ -33,7 +33,7 @@ try {
   for (let i = 0; i < deducts; i += 100) {
     await Promise.all(Array.from({ length: 100 }, (_, j) => scripts.deduct(call(), {
       transactionId: `t-${i + j}`, amount: 1, requestHash: 'hash0123456789abcdef0123456789ab', walletFilter: '', entryWallet: '', businessType: '',
-      description: '', admitted: '1',
+      description: '', admitted: '1', keyBudget: '',
     })));
   }
   const entries = deducts + 1;

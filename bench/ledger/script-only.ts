@@ -72,7 +72,7 @@ export async function runScriptOnly(o: ScriptOnlyOptions): Promise<ScriptOnlyRes
     const n = next++;
     const c = n % customerIds.length;
     const reply = await scripts.deduct(callOn(o.prefix, customerIds[c]), {
-      transactionId: `so-${runTag}-${n}`, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1',
+      transactionId: `so-${runTag}-${n}`, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '',
     });
     if (reply[0] === ScriptStatus.Ok) ops++;
     else failures++;

@@ -99,7 +99,7 @@ export async function runSpentSources(o: SpentSourcesOptions): Promise<SpentSour
   const deductHash = requestHash(['deduct', 1, null, null, null]);
   const deduct = (customerId: string, txid: string) =>
     scripts.deduct(callOn(customerId), {
-      transactionId: txid, amount: 1, requestHash: deductHash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1',
+      transactionId: txid, amount: 1, requestHash: deductHash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '',
     });
 
   // A customer with `spent` spent deposits, its outbox emptied (nothing persists it here).

@@ -80,7 +80,7 @@ const functions = (annotated: string) => annotated.split('\n').filter((l) => /^\
 
 if (!gateway) {
   const hash = requestHash(['deduct', 1, null, null, null]);
-  const args = (txid: string) => ({ transactionId: txid, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1' });
+  const args = (txid: string) => ({ transactionId: txid, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '' });
   const one = async (txid: string) => {
     expect('deduct', bound
       ? await scripts.bound_deduct({ ...callOn(), bucket: bindingKeys(prefix, projectId, 't', txid) } as never, args(txid))

@@ -73,3 +73,7 @@ local function balance_alerts(taken, now)
   if before > 0 and after <= 0 then emit_event('balance.depleted', { available = N(after) }, now) end
   if al.b and after < tonumber(al.b) then request_top_up(al, after, now) end
 end
+
+-- Credits that left by a source's expiry (expire_sources, includes/customer.lua) take from
+-- what is available as an operation does: a script that includes this file alerts on them.
+expiry_alerts = balance_alerts

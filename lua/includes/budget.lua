@@ -7,11 +7,16 @@
 --   bud_l            the customer budget's limit, credits (PATCH /v1/customers/{id})
 --   bud_p            its period: day, week, month (calendar periods in UTC) or total
 --   bud_c            the customer's counters: 'period|period start ms|spent|held'
---   bud_k:<key id>   a customer-scoped key's counters: 'period|start|spent|held|limit'; the
+--   bud_k:<key id>   a key's counters: 'period|start|spent|held|limit'. A customer-scoped
 --                    key's limit and period come with the call (ARGV: 'id|limit|period'),
 --                    from the key record the API holds in memory; the limit is kept here
 --                    so that a settlement, which may come without the key, can say what
 --                    is left
+--   bud_pk:<key id>  a project key's budget for this customer: 'limit|period' (PATCH
+--                    /v1/customers/{id} `key_budgets`); the call names only the key (ARGV:
+--                    its id), the limit is read here in the same HMGET
+--   bud_x, bud_xk:<key id>  the budget.exceeded marks of the customer's and a key's budget
+--                    (Budget.refuse): 'period|period start ms|limit' of the last event
 --
 -- Counting: a deduct, a consume and a settled gateway call count as spent at their actual
 -- cost; a freeze and a gateway hold count as held until they end. A record counted as held
@@ -101,14 +106,24 @@ local function encode(c)
 end
 
 -- The budgets a hold or charge answers to, read in one HMGET: the customer's (when set)
--- and the key's (`key_arg` 'id|limit|period', '' for none). A list of scopes, each
--- {scope, limit, period, start, ends, spent, held, field}; empty when no budget applies.
+-- and the calling key's: `key_arg` 'id|limit|period' (a customer-scoped key), a bare key
+-- id (a project key: its budget for this customer, when set, is meta `bud_pk:<id>`), ''
+-- for none. A list of scopes, each {scope, limit, period, start, ends, spent, held,
+-- field}; empty when no budget applies.
 function Budget.load(key_arg, now)
-  local key_id, key_limit, key_period
-  if key_arg ~= nil and key_arg ~= '' then key_id, key_limit, key_period = string.match(key_arg, '^(.*)|(%d+)|(%a+)$') end
+  local key_id, key_limit, key_period, in_meta
+  if key_arg ~= nil and key_arg ~= '' then
+    key_id, key_limit, key_period = string.match(key_arg, '^(.*)|(%d+)|(%a+)$')
+    if not key_id then key_id, in_meta = key_arg, true end
+  end
   local fields = { 'bud_l', 'bud_p', 'bud_c' }
   if key_id then fields[4] = 'bud_k:' .. key_id end
+  if in_meta then fields[5] = 'bud_pk:' .. key_id end
   local r = redis.call('HMGET', budget_meta, unpack(fields))
+  if in_meta then
+    if r[5] then key_limit, key_period = string.match(r[5], '^(%d+)|(%a+)$') end
+    if not key_limit then key_id = nil end
+  end
   local scopes = {}
   if r[1] and r[2] then
     local c = counters(r[3], r[2], now)
@@ -135,28 +150,42 @@ function Budget.room(scopes)
 end
 
 -- The refusal of `requested` credits by scope `c`, as JSON for the error's words and
--- details (src/ledger/budgets.ts).
+-- details (src/ledger/budgets.ts); a key scope names its key (`key_id`).
 function Budget.refusal(c, requested)
   return cjson.encode({
     scope = c.scope, limit = N(c.limit), period = c.period, spent = N(c.spent), held = N(c.held),
-    requested = N(requested), resets_at = (c.ends and N(c.ends)) or '',
+    requested = N(requested), resets_at = (c.ends and N(c.ends)) or '', key_id = c.key_id,
   })
 end
 
--- The refusal JSON when `amount` more would take a scope past its limit, else nil.
-function Budget.check(scopes, amount)
-  for _, c in ipairs(scopes) do
-    if c.spent + c.held + amount > c.limit then return Budget.refusal(c, amount) end
+-- The refusal of `requested` credits by scope `c` at `now`: its JSON (Budget.refusal), and
+-- its budget.exceeded event (docs/API.md, "Events and webhooks") in the same step, once per
+-- budget per period, so that a tenant is told without being flooded. The scope's mark
+-- (`bud_x`, `bud_xk:<key id>`) holds 'period|period start ms|limit' of the refusal that
+-- fired; a new period, another period or another limit re-arm it. A refused call stores no
+-- record, so its retry is refused again: the mark keeps that from firing twice. Read only
+-- on a refusal's path: a call that fits pays nothing for it. emit_event is
+-- includes/events.lua's, pulled in before this file by includes/customer.lua.
+function Budget.refuse(c, requested, now)
+  local mark = (c.scope == 'customer' and 'bud_x') or ('bud_xk:' .. c.key_id)
+  local armed = c.period .. '|' .. N(c.start) .. '|' .. N(c.limit)
+  if redis.call('HGET', budget_meta, mark) ~= armed then
+    redis.call('HSET', budget_meta, mark, armed)
+    emit_event('budget.exceeded', {
+      scope = c.scope, key_id = c.key_id, budget_credits = N(c.limit), spent_credits = N(c.spent), held_credits = N(c.held),
+      requested_credits = N(requested), period = c.period, resets_at = (c.ends and N(c.ends)) or '',
+    }, now)
   end
-  return nil
+  return Budget.refusal(c, requested)
 end
 
--- HOOK budget.exceeded (emitted once the events slice, lua/includes/events.lua, is merged):
--- what the event needs from a refusal made by Budget.check or Budget.refusal.
-function Budget.exceeded_event(refusal_json)
-  local r = cjson.decode(refusal_json)
-  r.customer_id = budget_customer
-  return r
+-- The refusal JSON when `amount` more would take a scope past its limit (the first such
+-- scope refuses, and may fire its event), else nil.
+function Budget.check(scopes, amount, now)
+  for _, c in ipairs(scopes) do
+    if c.spent + c.held + amount > c.limit then return Budget.refuse(c, amount, now) end
+  end
+  return nil
 end
 
 -- Counts `spent` and `held` credits in every scope, and marks record `tx` (when given) with
@@ -220,4 +249,24 @@ function Budget.view(fields, now)
     limit = fields.bud_l, period = c.period, spent = N(c.spent), held = N(c.held),
     resets_at = (c.ends and N(c.ends)) or '',
   })
+end
+
+-- The project keys' budgets of this customer as GET /v1/customers/{id} shows them, from the
+-- meta fields (`bud_pk:<id>` and the counters `bud_k:<id>`): JSON {key id: {limit, period,
+-- spent, held, resets_at}}, '{}' for none.
+function Budget.key_views(fields, now)
+  local out = {}
+  local any = false
+  for f, v in pairs(fields) do
+    local id = string.match(f, '^bud_pk:(.*)$')
+    local limit, period
+    if id then limit, period = string.match(v, '^(%d+)|(%a+)$') end
+    if limit then
+      local c = counters(fields['bud_k:' .. id], period, now)
+      out[id] = { limit = limit, period = period, spent = N(c.spent), held = N(c.held), resets_at = (c.ends and N(c.ends)) or '' }
+      any = true
+    end
+  end
+  if not any then return '{}' end
+  return cjson.encode(out)
 end

@@ -224,11 +224,28 @@ local function add_frozen(s, delta)
   redis.call('HINCRBY', K_src, s.id .. ':f', N(delta))
 end
 
+-- Writes a source's EXPIRE entry and its source.expired event (set below, once
+-- write_entry exists): see retire.
+local expired_entry
+
+-- balance_alerts (includes/alerts.lua) where the script includes it, else nil: the
+-- alerts of credits that left by expiry (expire_sources).
+local expiry_alerts = nil
+
 -- Moves a dead source from live to dead, recording the meta seq: called after the
 -- script wrote the entries that moved it, so its last entry is at or below that seq. A
--- source spent while active goes on counting in its wallet's totals.
+-- source spent while active goes on counting in its wallet's totals. A source that dies
+-- expired with credits left writes its EXPIRE entry and source.expired event here, before
+-- the seq is recorded: the ZREM makes the death, and so the entry, happen once per source
+-- whichever script (an operation, a read, the sweep's expire) sees it first. Returns the
+-- credits that expired (0 for none).
 local function retire(s, now)
-  if redis.call('ZREM', K_live, live_member(s)) == 0 then return end
+  if redis.call('ZREM', K_live, live_member(s)) == 0 then return 0 end
+  local expired = 0
+  if s.e ~= nil and s.e <= now and s.t - s.u > 0 then
+    expired = s.t - s.u
+    expired_entry(s, expired, now)
+  end
   redis.call('ZADD', K_dead, N(now), s.id)
   redis.call('HSET', K_src, s.id .. ':d', redis.call('HGET', K_meta, 'seq') or '0')
   if is_active(s, now) then
@@ -236,6 +253,7 @@ local function retire(s, now)
     redis.call('HINCRBY', K_meta, 'wu:' .. s.w, N(s.u))
     if s.e then redis.call('ZADD', K_spent, N(s.e), s.id .. '|' .. N(s.t) .. '|' .. N(s.u) .. '|' .. s.w) end
   end
+  return expired
 end
 
 -- Retires the touched sources that are dead now. Every script that changes sources calls
@@ -517,8 +535,53 @@ local function settle_ttl(txid, tx, now)
   return 0
 end
 
--- Settles every freeze whose TTL is due. Returns how many of its auto-consumes the plan
--- counts now (settle_ttl).
+-- The EXPIRE ledger entry of a source that died expired with `amount` credits left
+-- (t - u: nothing is frozen on a dead source), and its source.expired event. The entry
+-- moves nothing: the source stopped counting at its expiry (is_active); the entry says
+-- how much left the balance then. Named as a lazy entry (base.tN): any script may write it.
+expired_entry = function(s, amount, now)
+  local at = N(now)
+  local result = cjson.encode({
+    account_id = s.id, wallet = s.w, label = s.l, amount = N(amount), expires_at = N(s.e), expired_at = at,
+  })
+  local id = write_entry({
+    type = 'EXPIRE', transaction_id = s.id, amount = N(amount), returned_amount = cjson.null, wallet = s.w,
+    details = { { account_id = s.id, credit_type = s.w, amount = N(amount) } },
+    reason = cjson.null, business_type = cjson.null, description = cjson.null, state = 'expired', result = result,
+    x = cjson.null,
+  }, now, true)
+  emit_event('source.expired', {
+    account_id = s.id, wallet = s.w, label = s.l, amount = N(amount), expires_at = N(s.e), entry_id = id,
+  }, now)
+end
+
+-- Retires the live sources that expired by now with nothing frozen (each writes its
+-- EXPIRE entry: retire). The live set is scored by expiry, so they are its front: one
+-- ZRANGEBYSCORE, empty for most calls. A source with credits still frozen stays live
+-- until the freeze ends (the script that ends it retires it). The credits that left the
+-- available balance run the balance alerts where the script includes them.
+local function expire_sources(now)
+  local members = redis.call('ZRANGEBYSCORE', K_live, '-inf', N(now))
+  if #members == 0 then return end
+  local ids = {}
+  for i, m in ipairs(members) do ids[i] = string.match(m, '^%d+:(.*)$') end
+  local taken = 0
+  for _, s in ipairs(load_sources(ids)) do
+    if s and s.f <= 0 then taken = taken + retire(s, now) end
+  end
+  if taken > 0 and expiry_alerts ~= nil then expiry_alerts(taken, now) end
+end
+
+-- When the next live source expires that has not expired by `now` (ms string), '' when
+-- none does (the sweep's due index, workers/sweep.ts).
+local function next_source_expiry(now)
+  local first = redis.call('ZRANGEBYSCORE', K_live, '(' .. N(now), '9007199254740991', 'WITHSCORES', 'LIMIT', 0, 1)
+  return first[2] or ''
+end
+
+-- Settles every freeze whose TTL is due, then retires the sources that expired
+-- (expire_sources). Returns how many of its auto-consumes the plan counts now
+-- (settle_ttl).
 local function expire_due(now)
   local due = redis.call('ZRANGEBYSCORE', K_ttl, '-inf', N(now))
   local auto_consumed = 0
@@ -542,6 +605,7 @@ local function expire_due(now)
     if settled then redis.call('ZREM', K_ttl, txid) end
   end
   settle_sources(now)
+  expire_sources(now)
   return auto_consumed
 end
 

@@ -208,7 +208,8 @@ export const keySchema = z
     revoked_at: timestamp.nullable(),
     last_used_at: timestamp.nullable(),
     created_at: timestamp,
-    budget: budgetStateSchema.nullable().openapi({ description: 'A customer-scoped key\'s spending budget with its counters (docs/API.md, "Budgets"), null when none is set.' }),
+    // Inline, not the BudgetState reference: a nullable reference loses its null in the document.
+    budget: z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'A customer-scoped key\'s spending budget with its counters (docs/API.md, "Budgets"), null when none is set.' }),
   })
   .strict()
   .openapi('Key');

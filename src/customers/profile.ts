@@ -14,37 +14,20 @@ import { z } from 'zod';
 import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { strictBody } from '../http/validate.js';
-import { storedJsonObject } from '../schema/json.js';
 import type { LedgerQueries } from '../ledger/queries.js';
 import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
 import type { ProjectScope } from '../ledger/requests.js';
 import { identifierSchema } from '../ledger/schemas.js';
 import { isDeepStrictEqual } from 'node:util';
-import { LedgerOutbox } from '../ledger/outbox.js';
 import { describeRoute } from '../openapi/registry.js';
 import { customerPatchedSchema, customerProfileSchema } from './routes.js';
-import { alertMetaOf, alertSettingsOfMeta, alertSettingsPatchShape, patchAlertSettings, type AlertSettings } from './alerts.js';
-import { budgetSchema } from '../ledger/budgets.js';
+import { key_budgets_max } from './key-budgets.js';
+import { CustomerProfiles, customerPatchSchema, customerUpdateSchema } from './patch.js';
 import type { DatabasePool } from 'slonik';
-
-const customer_name_chars_max = 256;
-const customer_email_chars_max = 320;
-
-const customerPatchSchema = z.object({
-  name: z.string().max(customer_name_chars_max).nullable().optional(),
-  email: z.string().max(customer_email_chars_max).email().nullable().optional(),
-  metadata: storedJsonObject.nullable().optional(),
-});
 
 /** POST /v1/customers: the id, and the profile fields. */
 const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
-
-/**
- * PATCH /v1/customers/{id}: the profile fields, the alert settings (src/customers/alerts.ts)
- * and the budget (null clears it; docs/API.md, "Budgets").
- */
-const customerUpdateSchema = customerPatchSchema.extend({ ...alertSettingsPatchShape, budget: budgetSchema.nullable().optional() });
 
 type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
 
@@ -83,34 +66,20 @@ describeRoute({
   path: '/v1/customers/:customer_id',
   tag: 'Customers',
   callers: ['project'],
-  summary: "Change a customer's name, email, metadata, alert settings or budget",
+  summary: "Change a customer's name, email, metadata, alert settings or budgets",
   description:
-    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks"). `budget` is `{limit, period}` (credits, `day` | `week` | `month` | `total`): deducts, consumes and gateway calls past it are refused `budget_exceeded` (docs/API.md, "Budgets"). A new limit keeps the period\'s counters; a new period starts them over.',
+    'Any of the fields; null clears one. `low_balance_threshold` and `auto_top_up` drive the `balance.low`, `balance.depleted` and `balance.top_up_requested` events (see "Events and webhooks"). `budget` is `{limit, period}` (credits, `day` | `week` | `month` | `total`): deducts, consumes and gateway calls past it are refused `budget_exceeded` (docs/API.md, "Budgets"). A new limit keeps the period\'s counters; a new period starts them over. `key_budgets` (`{"<project key id>": {limit, period} | null}`, merged by key id, null removes one) sets budgets for the calls a project key makes for this customer (deducts, freezes, gateway calls); a key id that is not a live project key of this project is refused (400 `invalid_request`, param `key_budgets.<id>`), and so is a customer past ' + `${key_budgets_max}` + ' key budgets (param `key_budgets`).',
   body: customerUpdateSchema.strict(),
-  responses: { 200: { description: 'The profile and the budget', schema: customerPatchedSchema } },
+  responses: { 200: { description: 'The profile and the budgets', schema: customerPatchedSchema } },
   errors: ['customer_not_found'],
 });
 
 export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
   const r = exactRouter();
   const customers = createCustomerQueries(deps.db);
-  const outbox = new LedgerOutbox(deps.redis, deps.ledgerQueries, deps.prefix, deps.logger);
+  const profiles = new CustomerProfiles(deps);
 
-  /** The profile as the API answers it, from the Redis copy. */
-  /** The profile as POST answers it; PATCH adds the budget with its period's counters. */
-  async function profileOf(scope: ProjectScope, id: string, withBudget = false) {
-    const view = await deps.ledger.view(scope, id);
-    if (!view) throw new ApiError('customer_not_found');
-    return {
-      id,
-      name: view.profile.name,
-      email: view.profile.email,
-      metadata: (view.profile.metadata === null ? {} : JSON.parse(view.profile.metadata)) as Record<string, unknown>,
-      ...alertSettingsOfMeta(view.profile.alerts),
-      created_at: new Date(Number(view.profile.created_at)).toISOString(),
-      ...(withBudget ? { budget: view.budget } : {}),
-    };
-  }
+  const profileOf = (scope: ProjectScope, id: string) => profiles.profileOf(scope, id);
 
   /**
    * Creates a customer without a deposit: 201 and its profile. An id that exists already
@@ -159,36 +128,8 @@ export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient;
   });
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {
-    const id = String(req.params.customer_id);
     const patch = strictBody(req, customerUpdateSchema);
-    const { scope } = authOf(res);
-    const k = deps.ledger.keys(scope, id);
-    if (!(await deps.redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');
-    await outbox.drain(k.base);
-    const { low_balance_threshold, auto_top_up, ...profile } = patch;
-    const alerts = low_balance_threshold === undefined && auto_top_up === undefined ? undefined : patchAlertSettings(null, { low_balance_threshold, auto_top_up });
-    // Only the keys the request gives: the statement merges them into what is stored.
-    const given = alerts && Object.fromEntries(Object.entries(alerts).filter(([k]) => (k === 'low_balance_threshold' ? low_balance_threshold : auto_top_up) !== undefined));
-    const updated = await customers.updateProfile(scope.projectId, id, { ...profile, alerts: given });
-    if (!updated) throw new ApiError('customer_not_found');
-    const tx = deps.redis.multi();
-    if (given) {
-      const al = alertMetaOf(updated.alert_settings as AlertSettings | null);
-      if (al === null) tx.hdel(k.meta, 'al');
-      else tx.hset(k.meta, 'al', al);
-    }
-    for (const field of ['name', 'email'] as const) {
-      const v = patch[field];
-      if (v === null) tx.hdel(k.meta, field);
-      else if (v !== undefined) tx.hset(k.meta, field, v);
-    }
-    if (patch.metadata === null) tx.hdel(k.meta, 'metadata');
-    else if (patch.metadata !== undefined) tx.hset(k.meta, 'metadata', JSON.stringify(patch.metadata));
-    // The budget's limit and period: the scripts keep its counters (lua/includes/budget.lua).
-    if (patch.budget === null) tx.hdel(k.meta, 'bud_l', 'bud_p');
-    else if (patch.budget !== undefined) tx.hset(k.meta, 'bud_l', String(patch.budget.limit), 'bud_p', patch.budget.period);
-    await tx.exec();
-    res.json(await profileOf(scope, id, true));
+    res.json(await profiles.patch(authOf(res).scope, String(req.params.customer_id), patch));
   });
   return r;
 }

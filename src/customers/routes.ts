@@ -75,7 +75,7 @@ export const ledgerQuery = z.object({
   type: z
     .string()
     .transform((v) => v.toUpperCase())
-    .pipe(z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']))
+    .pipe(z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY', 'EXPIRE']))
     .optional(),
   transaction_id: z.string().min(1).max(256).optional(),
 });
@@ -112,10 +112,14 @@ export const customerProfileSchema = z
     created_at: timestamp,
   })
   .strict();
-const budgetField = budgetStateSchema.nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
-const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField }).openapi('Customer');
-/** What PATCH /v1/customers/{id} answers: the profile and the budget. */
-export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField }).openapi('CustomerPatched');
+// Inline, not the BudgetState reference: a nullable reference loses its null in the document.
+const budgetField = z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'The customer budget (docs/API.md, "Budgets"), null when none is set.' });
+const keyBudgetsField = z.record(budgetStateSchema).openapi({
+  description: 'The budgets of project keys for this customer, by key id (docs/API.md, "Budgets"): what calls made with that key for this customer may spend. `{}` when none is set.',
+});
+const customerSchema = extended(customerProfileSchema, { wallets: z.record(walletSchema), budget: budgetField, key_budgets: keyBudgetsField }).openapi('Customer');
+/** What PATCH /v1/customers/{id} answers: the profile and the budgets. */
+export const customerPatchedSchema = extended(customerProfileSchema, { budget: budgetField, key_budgets: keyBudgetsField }).openapi('CustomerPatched');
 const balanceSchema = z
   .object({ customer_id: z.string(), ...amountsShape, wallets: z.record(walletAmountsSchema), as_of: timestamp })
   .strict()
@@ -254,6 +258,7 @@ export function customerRoutes(deps: CustomerReads): Route[] {
       wallets,
       created_at: new Date(Number(view.profile.created_at)).toISOString(),
       budget: view.budget,
+      key_budgets: view.keyBudgets,
     });
   };
 

@@ -20,10 +20,9 @@ export interface CallBudget {
   lowered: boolean;
 }
 
-/** The hold script's ARGV for the calling key's budget: only a customer-scoped key has one. */
+/** The hold script's ARGV for the calling key's budget: a customer-scoped key's own, a project key's for this customer. */
 export function keyBudgetOf(key: KeyRecord): string {
-  if (key.type !== 'customer' || key.budget_limit === null || key.budget_period === null) return '';
-  return keyBudgetArg(key.id, { limit: key.budget_limit, period: key.budget_period });
+  return keyBudgetArg(key);
 }
 
 /** The budgets of a hold's answer (lua/gateway_hold-10.lua), null when none applied. */

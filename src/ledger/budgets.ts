@@ -63,7 +63,25 @@ export function customerBudgetOf(raw: string | undefined): BudgetState | null {
   return stateOf(Number(b.limit), b.period, Number(b.spent), Number(b.held), b.resets_at === '' ? null : Number(b.resets_at));
 }
 
-/** The meta field holding a customer-scoped key's counters (lua/includes/budget.lua). */
+/** The project keys' budgets of the view script's answer (Budget.key_views in Lua), by key id. */
+export function projectKeyBudgetsOf(raw: string | undefined): Record<string, BudgetState> {
+  const out: Record<string, BudgetState> = {};
+  if (!raw) return out;
+  const all = JSON.parse(raw) as Record<string, { limit: string; period: BudgetPeriod; spent: string; held: string; resets_at: string }>;
+  for (const id of Object.keys(all).sort()) {
+    const b = all[id];
+    out[id] = stateOf(Number(b.limit), b.period, Number(b.spent), Number(b.held), b.resets_at === '' ? null : Number(b.resets_at));
+  }
+  return out;
+}
+
+/** The meta field holding a project key's budget for the customer, 'limit|period' (lua/includes/budget.lua). */
+export const projectKeyBudgetField = (keyId: string) => `bud_pk:${keyId}`;
+
+/** The meta field value of a project key's budget for the customer. */
+export const projectKeyBudgetValue = (b: Budget) => `${b.limit}|${b.period}`;
+
+/** The meta field holding a key's counters (lua/includes/budget.lua). */
 export const keyCountersField = (keyId: string) => `bud_k:${keyId}`;
 
 /**
@@ -83,9 +101,25 @@ export function keyBudgetOf(budget: Budget, counters: string | null, nowMs: numb
   return stateOf(budget.limit, budget.period, spent, held, end);
 }
 
-/** The ARGV by which a customer-scoped key's budget travels to the hold script ('' for none). */
-export function keyBudgetArg(keyId: string, budget: Budget | null): string {
-  return budget === null ? '' : `${keyId}|${budget.limit}|${budget.period}`;
+/** What of the calling key the budget ARGV needs (a KeyRecord, src/keys/store.ts). */
+interface CallingKey {
+  id: string;
+  type: string;
+  budget_limit: number | null;
+  budget_period: BudgetPeriod | null;
+}
+
+/**
+ * The ARGV `key_budget` of the scripts that hold or charge (deduct, freeze, gateway hold;
+ * lua/includes/budget.lua Budget.load): a customer-scoped key's own budget
+ * ('id|limit|period', '' for none); a project key's id, whose budget for the customer, if
+ * the customer's settings set one (`key_budgets`), the script reads from the customer's
+ * meta hash in the same HMGET.
+ */
+export function keyBudgetArg(key: CallingKey): string {
+  if (key.type === 'project') return key.id;
+  if (key.type !== 'customer' || key.budget_limit === null || key.budget_period === null) return '';
+  return `${key.id}|${key.budget_limit}|${key.budget_period}`;
 }
 
 /**
@@ -93,7 +127,7 @@ export function keyBudgetArg(keyId: string, budget: Budget | null): string {
  * on the gateway, type bad_request either way. Nothing was applied.
  */
 export function budgetRefusal(raw: string, status: 400 | 402): ApiError {
-  const r = JSON.parse(raw) as { scope: 'customer' | 'key'; limit: string; period: BudgetPeriod; spent: string; held: string; requested: string; resets_at: string };
+  const r = JSON.parse(raw) as { scope: 'customer' | 'key'; limit: string; period: BudgetPeriod; spent: string; held: string; requested: string; resets_at: string; key_id?: string };
   const resetsAt = iso(r.resets_at === '' ? null : Number(r.resets_at));
   const limit = Number(r.limit);
   const spent = Number(r.spent);
@@ -108,7 +142,10 @@ export function budgetRefusal(raw: string, status: 400 | 402): ApiError {
       `budget exceeded: ${requested} credits would take ${whose} budget of ${limit} credits ${per} past its limit: ` +
       `${spent} spent and ${held} held so far, ${Math.max(0, limit - spent - held)} left; ${when}. Nothing was applied.`,
     extra: {
-      details: { scope: r.scope, budget_credits: limit, spent_credits: spent, held_credits: held, requested_credits: requested, resets_at: resetsAt },
+      details: {
+        scope: r.scope, ...(r.key_id === undefined ? {} : { key_id: r.key_id }),
+        budget_credits: limit, spent_credits: spent, held_credits: held, requested_credits: requested, resets_at: resetsAt,
+      },
     },
   });
 }

@@ -81,9 +81,9 @@ export const ledgerEntrySchema = z
   .object({
     id: z.string(),
     customer_id: z.string(),
-    type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY']),
-    transaction_id: z.string(),
-    amount: z.number().int().openapi({ description: 'Positive magnitude in credits (0 only for a GATEWAY call that cost nothing).' }),
+    type: z.enum(['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY', 'EXPIRE']),
+    transaction_id: z.string().openapi({ description: "The operation's transaction id; EXPIRE: the expired source's id (account_id)." }),
+    amount: z.number().int().openapi({ description: 'Positive magnitude in credits (0 only for a GATEWAY call that cost nothing); EXPIRE: the credits that left with the source.' }),
     returned_amount: z.number().int().nullable().openapi({ description: 'CONSUME and GATEWAY: what the hold did not need; else null.' }),
     wallet: z.string().nullable().openapi({ description: 'The wallet drawn from; null when a draw spans several.' }),
     details: z.array(detailItemSchema),

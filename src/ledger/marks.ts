@@ -4,7 +4,7 @@
  * sweeper, workers/sweep.ts). Kept per process by LedgerService (src/ledger/service.ts).
  */
 import type { RedisClient } from '../redis/client.js';
-import { activeKeyOf, dirty_shards, dirtyKey, shardOf } from '../redis/keys.js';
+import { activeKeyOf, dirty_shards, dirtyKey, expiringKeyOf, shardOf } from '../redis/keys.js';
 import type { Clock } from './clock.js';
 
 /**
@@ -57,6 +57,17 @@ export class OutboxMarks {
   flushDirty(): void {
     for (const [n, bases] of this.dirty) this.redis.sadd(dirtyKey(this.prefix, n), ...bases).catch(() => undefined);
     this.dirty.clear();
+  }
+
+  /**
+   * Makes sure the sweeper looks at the customer by `atMs`, when a source it is about to
+   * get expires (the expiring index, src/redis/keys.ts): awaited before the deposit's
+   * script, so a process that dies after the script leaves no source the sweeper cannot
+   * find. ZADD LT: an earlier expiry already listed keeps its place. One command, for
+   * deposits with `expires_at` only (not the hot path).
+   */
+  async markExpiring(base: string, atMs: number): Promise<void> {
+    await this.redis.zadd(expiringKeyOf(this.prefix, base), 'LT', atMs, base);
   }
 
   /**

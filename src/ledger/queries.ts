@@ -14,7 +14,7 @@ export const ledgerEntryRow = z.object({
   id: z.string(),
   seq: z.number(),
   customer_id: z.string(),
-  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY']),
+  type: z.enum(['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'EXPIRE']),
   transaction_id: z.string(),
   amount: z.number(),
   returned_amount: z.number().nullable(),
@@ -224,6 +224,8 @@ export interface ProfilePatch {
   alerts?: Record<string, unknown>;
   /** The customer budget (src/ledger/budgets.ts); null clears it. */
   budget?: { limit: number; period: string } | null;
+  /** Project key budgets to merge into `key_budgets` (set) and to remove from it, by key id; at most `max` after it. */
+  keyBudgets?: { set: Record<string, { limit: number; period: string }>; remove: string[]; max: number };
 }
 
 const customerProfileRow = z.object({
@@ -252,9 +254,12 @@ export function createCustomerQueries(pool: DatabasePool) {
     },
     /**
      * Applies a PATCH in one statement; the alert settings as stored after it (null for
-     * none), or false when the customer row does not exist (yet).
+     * none), false when the customer row does not exist (yet), or the number of key
+     * budgets the patch would have left when that is above `keyBudgets.max` (nothing
+     * changed). The cap is checked in the statement, on the row it locks: concurrent
+     * PATCHes cannot pass it together.
      */
-    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<{ alert_settings: unknown } | false> {
+    async updateProfile(projectId: string, customerId: string, p: ProfilePatch): Promise<{ alert_settings: unknown } | false | { keyBudgetsOver: number }> {
       const sets = [sql.fragment`id = id`];
       if (p.name !== undefined) sets.push(sql.fragment`name = ${p.name}`);
       if (p.email !== undefined) sets.push(sql.fragment`email = ${p.email}`);
@@ -264,10 +269,19 @@ export function createCustomerQueries(pool: DatabasePool) {
       if (p.budget !== undefined) {
         sets.push(sql.fragment`budget_limit = ${p.budget?.limit ?? null}, budget_period = ${p.budget?.period ?? null}`);
       }
+      const kb = p.keyBudgets;
+      // Merged by key id in the statement, as the alert settings; removals after it.
+      const merged = kb && sql.fragment`(COALESCE(key_budgets, '{}'::jsonb) || ${sql.jsonb(kb.set as never)}) - ${sql.array(kb.remove, 'text')}`;
+      if (merged) sets.push(sql.fragment`key_budgets = ${merged}`);
+      const capped = merged ? sql.fragment` AND (SELECT count(*) FROM jsonb_object_keys(${merged})) <= ${kb.max}` : sql.fragment``;
       const row = await pool.maybeOne(sql.type(z.object({ alert_settings: z.unknown() }))`
-        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}
+        UPDATE customers SET ${sql.join(sets, sql.fragment`, `)} WHERE project_id = ${projectId} AND id = ${customerId}${capped}
         RETURNING alert_settings`);
-      return row ? { alert_settings: row.alert_settings ?? null } : false;
+      if (row) return { alert_settings: row.alert_settings ?? null };
+      if (!merged) return false;
+      const n = await pool.maybeOneFirst(sql.type(z.object({ n: z.number() }))`
+        SELECT (SELECT count(*) FROM jsonb_object_keys(${merged}))::int8 AS n FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+      return n === null ? false : { keyBudgetsOver: n };
     },
   };
 }

@@ -33,6 +33,11 @@ export interface DrawInput {
   walletField?: 'wallet' | 'credit_types';
   businessType: string | null;
   description: string | null;
+  /**
+   * The calling key's budget as the scripts take it (keyBudgetArg, src/ledger/budgets.ts):
+   * a project key's budget for this customer counts the operation; absent or '' for none.
+   */
+  keyBudget?: string;
 }
 
 /** Consume and unfreeze: the transaction, and its customer when the caller names it. */

@@ -6,6 +6,7 @@ import { everyFieldError } from '../errors/fields.js';
 import { jsonBody, onlyFields, onlyQuery, parseWith } from '../http/validate.js';
 import { ApiError } from '../errors/catalogue.js';
 import { sendJson } from '../http/respond.js';
+import { keyBudgetArg } from './budgets.js';
 import { describeRoute, type DocumentedError, type RouteDoc } from '../openapi/registry.js';
 import {
   consumeBody,
@@ -217,13 +218,13 @@ export function ledgerRoutes(ledger: LedgerService): Route[] {
   });
 
   post('/v1/billing/deduct', async (req, res) => {
-    const { variant, scope } = authOf(res);
-    send(res, await ledger.deduct(scope, readInput(req, 'deduct', variant, readDraw)));
+    const { variant, scope, key } = authOf(res);
+    send(res, await ledger.deduct(scope, { ...readInput(req, 'deduct', variant, readDraw), keyBudget: keyBudgetArg(key) }));
   });
 
   post('/v1/billing/freeze', async (req, res) => {
-    const { variant, scope } = authOf(res);
-    send(res, await ledger.freeze(scope, readInput(req, 'freeze', variant, readFreeze)));
+    const { variant, scope, key } = authOf(res);
+    send(res, await ledger.freeze(scope, { ...readInput(req, 'freeze', variant, readFreeze), keyBudget: keyBudgetArg(key) }));
   });
 
   post('/v1/billing/consume', async (req, res) => {

@@ -230,6 +230,13 @@ export class LedgerService {
 
   private async depositOp(scope: ProjectScope, input: DepositInput): Promise<OpResult> {
     await this.ready();
+    // Before the script: the sweeper finds the source when it expires (workers/sweep.ts).
+    // A failure of this mark applied nothing, even when its own reply was lost.
+    if (input.expiresAtMs !== null) {
+      await this.marks.markExpiring(this.keys(scope, input.customerId).base, input.expiresAtMs).catch((err: unknown) => {
+        throw provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+      });
+    }
     const hash = requestHash([
       'deposit', input.amount, input.wallet, input.label, input.startsAtMs, input.expiresAtMs, input.description,
       input.name ?? null, input.email ?? null, input.metadata ?? null,
@@ -265,7 +272,7 @@ export class LedgerService {
     const entryWallet = input.wallets !== null && input.wallets.length === 1 ? input.wallets[0] : '';
     return {
       transactionId: input.transactionId, amount: input.amount, requestHash: hash, walletFilter, entryWallet,
-      businessType: input.businessType ?? '', description: input.description ?? '',
+      businessType: input.businessType ?? '', description: input.description ?? '', keyBudget: input.keyBudget ?? '',
     };
   }
 
@@ -431,15 +438,17 @@ export class LedgerService {
     return err;
   }
 
-  /** Settles due TTL freezes of one customer (the expire worker): how many auto-consumes
-   * (billable) and how many TTL entries (each freeze settled) it wrote.
+  /** Settles due TTL freezes of one customer and retires its expired sources (the expire
+   * worker, the sweeper): how many auto-consumes (billable) and entries (each freeze
+   * settled, each EXPIRE) it wrote, and when its next source expires (null for none).
    */
-  async expire(scope: ProjectScope, customerId: string): Promise<{ autoConsumed: number; settled: number }> {
+  async expire(scope: ProjectScope, customerId: string): Promise<{ autoConsumed: number; settled: number; nextSourceExpiryMs: number | null }> {
     const metrics = this.hooks.metrics;
     try {
       const reply = await this.run('expire', scope, customerId, {});
       metrics?.ledgerDone('expire', false);
-      return { autoConsumed: reply[2], settled: reply[3] };
+      const next = reply[4];
+      return { autoConsumed: reply[2], settled: reply[3], nextSourceExpiryMs: typeof next === 'string' && next !== '' ? Number(next) : null };
     } catch (err) {
       metrics?.ledgerFailed('expire', err);
       throw err;

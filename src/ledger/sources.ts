@@ -50,10 +50,23 @@ export interface SourceLayout {
 }
 
 /**
+ * Whether a source that is dead by now would still wait in `live` for its EXPIRE entry:
+ * it expired with credits left, the ledger holds no EXPIRE for it (`expired`), and Redis
+ * holds it live, so the next script that looks writes the entry (retire in
+ * lua/includes/customer.lua). A source Redis no longer holds live is laid out dead as
+ * before (one that expired before EXPIRE entries existed stays without one).
+ */
+function awaitsExpireEntry(st: SourceState, nowMs: number, expired: Record<string, number>, redis: { present: ReadonlySet<string>; deadAt: Record<string, number> }): boolean {
+  return st.expiresAtMs !== null && st.expiresAtMs <= nowMs && st.total - st.used > 0 && expired[st.id] === undefined
+    && redis.present.has(st.id) && redis.deadAt[st.id] === undefined;
+}
+
+/**
  * Lays out a customer's sources (folded from its ledger) as the scripts keep them at
  * `nowMs`. A dead source is kept in Redis when Redis still holds it (with its death time
  * and seq) or when an entry that moved it is not in PostgreSQL yet (`persistedSeq` is
- * PostgreSQL's last seq); otherwise it counts as archived.
+ * PostgreSQL's last seq); otherwise it counts as archived. `expired` lists the sources
+ * whose EXPIRE entry the ledger holds (FoldedCustomer.expired).
  */
 export function sourceLayout(
   sources: Iterable<StoredSource>,
@@ -61,6 +74,7 @@ export function sourceLayout(
   nowMs: number,
   persistedSeq: number,
   redis: { present: ReadonlySet<string>; deadAt: Record<string, number>; died: Record<string, string>; archived: boolean },
+  expired: Record<string, number> = {},
 ): SourceLayout {
   const out: SourceLayout = { src: {}, live: {}, dead: {}, spent: {}, meta: {}, archived: [] };
   let total = 0;
@@ -72,7 +86,7 @@ export function sourceLayout(
     total += st.total;
     counter(`wt:${s.w}`, 0);
     counter(`wu:${s.w}`, 0);
-    if (!isDead(st, nowMs)) {
+    if (!isDead(st, nowMs) || awaitsExpireEntry(st, nowMs, expired, redis)) {
       Object.assign(out.src, sourceFields(s));
       out.live[liveMember(s)] = liveScore(s);
       continue;

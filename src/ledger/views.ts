@@ -5,7 +5,7 @@
  */
 import { ScriptStatus, type ScriptReply } from '../redis/scripts.js';
 import { decodeSource, type SourceState } from '../redis/codec.js';
-import { customerBudgetOf, type BudgetState } from './budgets.js';
+import { customerBudgetOf, projectKeyBudgetsOf, type BudgetState } from './budgets.js';
 
 /** A wallet's sums over the sources active now. */
 interface WalletSums {
@@ -28,6 +28,8 @@ export interface CustomerView {
   autoConsumed: number;
   /** The customer budget with this period's counters, null when none is set. */
   budget: BudgetState | null;
+  /** The project keys' budgets for this customer (`key_budgets`), by key id; {} for none. */
+  keyBudgets: Record<string, BudgetState>;
 }
 
 /** The view script's reply as a CustomerView; null when the customer is absent. */
@@ -40,5 +42,5 @@ export function customerViewOf(reply: ScriptReply): CustomerView | null {
   for (const [name, a] of Object.entries(sums)) wallets[name] = { total: Number(a.t), used: Number(a.u), frozen: Number(a.f) };
   const sources = (reply[6] as string[]).map(decodeSource).sort((a, b) => a.seq - b.seq);
   return { profile, nowMs, wallets, sources, srcSeq: Number(reply[7]), archived: reply[8] === '1', autoConsumed: reply[2],
-    budget: customerBudgetOf(reply[9] as string | undefined) };
+    budget: customerBudgetOf(reply[9] as string | undefined), keyBudgets: projectKeyBudgetsOf(reply[10] as string | undefined) };
 }

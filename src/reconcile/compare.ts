@@ -182,7 +182,7 @@ export function layoutOf(expected: FoldedCustomer, snap: Snapshot, nowMs: number
   const deadAt: Record<string, number> = {};
   for (const [id, at] of Object.entries(snap.dead)) deadAt[id] = Number(at);
   const sources = Object.values(expected.src).map(parseStoredSource);
-  return sourceLayout(sources, expected.srcLastSeq, nowMs, persistedSeq, { present, deadAt, died, archived: snap.meta.src_archived === '1' });
+  return sourceLayout(sources, expected.srcLastSeq, nowMs, persistedSeq, { present, deadAt, died, archived: snap.meta.src_archived === '1' }, expected.expired);
 }
 
 /** The sources of a src hash (or of a layout's src fields) as whole sources, by id. */

@@ -14,11 +14,12 @@ import {
   type StoredTransaction,
 } from '../redis/codec.js';
 import { alertMetaOf, type AlertSettings } from '../customers/alerts.js';
+import { projectKeyBudgetField, projectKeyBudgetValue, type BudgetPeriod } from '../ledger/budgets.js';
 
 /** Meta fields of the auto top-up state, which only Redis keeps (lua/includes/alerts.lua). */
 const top_up_meta_fields = ['tu_o', 'tu_t', 'tu_m', 'tu_s'] as const;
 
-type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
+type EntryType = 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY' | 'EXPIRE';
 
 /** A ledger_entries row (the columns the fold needs). */
 export interface EntryRow {
@@ -49,6 +50,8 @@ export interface CustomerRow {
   /** The customer's spending budget (migration 016), rebuilt into the meta hash; its counters are not (docs/ARCHITECTURE.md, "Budgets"). */
   budget_limit?: number | null;
   budget_period?: string | null;
+  /** Project key budgets for this customer (migration 018), {key id: {limit, period}}, rebuilt into the meta hash as `bud_pk:<id>`. */
+  key_budgets?: unknown;
 }
 
 /** The Redis state of one customer: hash fields and values exactly as the scripts store them. */
@@ -62,6 +65,12 @@ export interface FoldedCustomer {
   dep: Record<string, string>;
   /** Pending TTL freezes: transaction id -> due time (ms). */
   ttl: Record<string, number>;
+  /**
+   * Sources whose EXPIRE entry the ledger holds (id -> credits expired). A source that
+   * expired with credits left and is not listed here has yet to write its entry: it stays
+   * live where Redis still holds it live (src/ledger/sources.ts, sourceLayout).
+   */
+  expired: Record<string, number>;
 }
 
 /** Entries that do not fold: a gap in the ledger or an entry kind this fold does not know. */
@@ -113,6 +122,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   const txs = new Map<string, StoredTransaction>();
   const dep: Record<string, string> = {};
   const ttl: Record<string, number> = {};
+  const expired: Record<string, number> = {};
   let seq = 0;
   let srcSeq = 0;
 
@@ -250,6 +260,17 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
         txs.set(e.transaction_id, record);
         break;
       }
+      case 'EXPIRE': {
+        // retire in lua/includes/customer.lua: the source died expired with these credits
+        // left. Its used and frozen stay as they were (the expiry itself takes it out of
+        // every balance), so the entry is not counted against them a second time.
+        const s = source(e, e.transaction_id);
+        const left = Number(s.t) - Number(s.u) - Number(s.f);
+        if (expired[s.id] !== undefined) anomaly(`EXPIRE entry seq ${e.seq} expires source ${s.id} again`);
+        else if (left !== e.amount && !opts.recordsOnly) anomaly(`EXPIRE entry seq ${e.seq} expires ${e.amount} credits of source ${s.id}, which had ${left} left`);
+        expired[s.id] = e.amount;
+        break;
+      }
       default:
         throw new FoldError(`entry seq ${e.seq}: entries of type ${e.type} do not fold into Redis state`);
     }
@@ -268,6 +289,9 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
     meta.bud_l = str(customer.budget_limit);
     meta.bud_p = customer.budget_period;
   }
+  for (const [keyId, b] of Object.entries((customer.key_budgets ?? {}) as Record<string, { limit: number; period: string }>)) {
+    meta[projectKeyBudgetField(keyId)] = projectKeyBudgetValue({ limit: b.limit, period: b.period as BudgetPeriod });
+  }
 
   const src: Record<string, string> = {};
   for (const s of sources.values()) {
@@ -277,7 +301,7 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
   }
   const tx: Record<string, string> = {};
   for (const [id, t] of txs) tx[id] = encodeTransaction(t);
-  return { meta, src, srcLastSeq, tx, dep, ttl };
+  return { meta, src, srcLastSeq, tx, dep, ttl, expired };
 }
 
 /**
@@ -294,7 +318,10 @@ export function foldCustomer(customer: CustomerRow, entries: readonly EntryRow[]
  * A settled call that cost something is not carried: the ledger must hold it.
  */
 export function withRedisOnlyState(folded: FoldedCustomer, redis: { meta: Record<string, string>; tx: Record<string, string> }): FoldedCustomer {
-  const out: FoldedCustomer = { meta: { ...folded.meta }, src: { ...folded.src }, srcLastSeq: folded.srcLastSeq, tx: { ...folded.tx }, dep: folded.dep, ttl: { ...folded.ttl } };
+  const out: FoldedCustomer = {
+    meta: { ...folded.meta }, src: { ...folded.src }, srcLastSeq: folded.srcLastSeq, tx: { ...folded.tx }, dep: folded.dep, ttl: { ...folded.ttl },
+    expired: folded.expired,
+  };
   // The open auto top-up request and the month's requested credits (lua/includes/alerts.lua).
   for (const f of top_up_meta_fields) if (redis.meta[f] !== undefined) out.meta[f] = redis.meta[f];
   const redisSeq = Number(redis.meta.seq ?? 0);

@@ -18,6 +18,7 @@ const customerRow = z.object({
   alert_settings: z.unknown(),
   budget_limit: z.number().nullable(),
   budget_period: z.string().nullable(),
+  key_budgets: z.unknown(),
 });
 
 const entryRow = ledgerEntryRow.pick({ id: true, seq: true, type: true, transaction_id: true, amount: true, wallet: true, details: true, reason: true, business_type: true, result: true, extra: true, created_at: true });
@@ -44,7 +45,7 @@ export function createReconcileQueries(pool: DatabasePool) {
     },
     async customer(projectId: string, customerId: string): Promise<CustomerRow | null> {
       const row = await pool.maybeOne(sql.type(customerRow)`
-        SELECT name, email, metadata, created_at, alert_settings, budget_limit, budget_period FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
+        SELECT name, email, metadata, created_at, alert_settings, budget_limit, budget_period, key_budgets FROM customers WHERE project_id = ${projectId} AND id = ${customerId}`);
       return row && { ...row, metadata: row.metadata };
     },
     async entries(projectId: string, customerId: string): Promise<IdentifiedEntry[]> {

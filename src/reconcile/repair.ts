@@ -12,9 +12,9 @@ import { claimId, type Bindings } from '../ledger/bindings.js';
 import { queueExpiry, type LedgerJobData } from '../ledger/expiry.js';
 import type { Clock } from '../ledger/clock.js';
 import type { SourceLayout } from '../ledger/sources.js';
-import { parseTransaction, type OutboxEntry } from '../redis/codec.js';
+import { parseStoredSource, parseTransaction, type OutboxEntry } from '../redis/codec.js';
 import type { RedisClient } from '../redis/client.js';
-import { activeKey, activeKeyOf, bindingKeys, dirty_shards, type CustomerKeys } from '../redis/keys.js';
+import { activeKey, activeKeyOf, bindingKeys, dirty_shards, expiringKeyOf, type CustomerKeys } from '../redis/keys.js';
 import type { FoldedCustomer } from './fold.js';
 import type { IdentifiedEntry, RecordIds } from './compare.js';
 import { customer_page_size, type DriftItem } from './report.js';
@@ -148,4 +148,7 @@ export async function repairOutsideKeys(
   // keeps its window.
   const firstDue = Math.min(...Object.values(folded.ttl));
   if (Number.isFinite(firstDue)) await ctx.redis.zadd(activeKeyOf(ctx.prefix, base), 'GT', firstDue, base);
+  // The sweeper's listing of the next source expiry without its EXPIRE entry (workers/sweep.ts).
+  const firstExpiry = Math.min(...Object.values(folded.src).map(parseStoredSource).filter((s) => s.e !== '' && folded.expired[s.id] === undefined).map((s) => Number(s.e)));
+  if (Number.isFinite(firstExpiry)) await ctx.redis.zadd(expiringKeyOf(ctx.prefix, base), 'LT', firstExpiry, base);
 }

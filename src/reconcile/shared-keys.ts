@@ -50,7 +50,7 @@ import { scheduleSweeps, type LedgerJobData } from '../ledger/expiry.js';
 import { parseTransaction } from '../redis/codec.js';
 import type { RedisClient } from '../redis/client.js';
 import type { RecoveryScope } from '../redis/generation.js';
-import { activeKeyOf, bindingKeys, customerKeys, dirtyKeyOf, trimDueKeyOf, type BindingKind } from '../redis/keys.js';
+import { activeKeyOf, bindingKeys, customerKeys, dirtyKeyOf, expiringKeyOf, trimDueKeyOf, type BindingKind } from '../redis/keys.js';
 import { registerScripts } from '../redis/scripts.js';
 import { requeuePending } from '../webhooks/dispatch.js';
 import { scheduleDispatch, type WebhookJobData } from '../webhooks/queue.js';
@@ -106,8 +106,9 @@ export async function restoreSharedKeys(rt: SharedKeysRuntime, scope: RecoverySc
 async function restoreCustomer(rt: SharedKeysRuntime, scope: RecoveryScope, c: Customer): Promise<void> {
   const prefix = rt.config.REDIS_PREFIX;
   const k = customerKeys(prefix, c.project_id, c.id);
-  const [tx, dep, fin, arch, outboxLength, firstTtl] = await Promise.all([
+  const [tx, dep, fin, arch, outboxLength, firstTtl, firstExpiry] = await Promise.all([
     rt.redis.hgetall(k.tx), rt.redis.hkeys(k.dep), rt.redis.zrange(k.fin, 0, -1), rt.redis.zrange(k.arch, 0, -1), rt.redis.xlen(k.outbox), rt.redis.zrange(k.ttl, 0, 0, 'WITHSCORES'),
+    rt.redis.zrangebyscore(k.live, '-inf', '9007199254740991', 'WITHSCORES', 'LIMIT', 0, 1),
   ]);
   const boundAt = Date.now();
   const writes = recordBindings(c.id, tx, new Set(dep), fin, new Set(arch))
@@ -119,6 +120,7 @@ async function restoreCustomer(rt: SharedKeysRuntime, scope: RecoveryScope, c: C
   const ttlDue = firstTtl.length === 2 ? Number(firstTtl[1]) : null;
   if (outboxLength > 0 && scope.holds(dirtyKeyOf(prefix, k.base))) writes.push(rt.redis.sadd(dirtyKeyOf(prefix, k.base), k.base));
   if ((outboxLength > 0 || ttlDue !== null) && scope.holds(activeKeyOf(prefix, k.base))) writes.push(rt.redis.zadd(activeKeyOf(prefix, k.base), 'GT', ttlDue ?? now, k.base));
+  if (firstExpiry.length === 2 && scope.holds(expiringKeyOf(prefix, k.base))) writes.push(rt.redis.zadd(expiringKeyOf(prefix, k.base), 'LT', firstExpiry[1], k.base));
   if (fin.length + arch.length > 0 && scope.holds(trimDueKeyOf(prefix, k.base))) writes.push(rt.redis.zadd(trimDueKeyOf(prefix, k.base), 'LT', Date.now(), k.base));
   await Promise.all(writes);
 }

@@ -190,7 +190,7 @@ export function encodeDeposit(d: StoredDeposit): string {
 
 // ---------------------------------------------------------------- outbox entries
 
-const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'USAGE', 'EVENT'] as const;
+const outboxEntryTypes = ['DEPOSIT', 'DEDUCT', 'FREEZE', 'CONSUME', 'UNFREEZE', 'GATEWAY', 'EXPIRE', 'USAGE', 'EVENT'] as const;
 
 interface DetailRaw {
   account_id: string;
@@ -296,9 +296,10 @@ export interface OutboxEvent {
  */
 const event_amount_fields: ReadonlySet<string> = new Set([
   'amount', 'wallet_total', 'available', 'threshold', 'below', 'monthly_limit', 'requested_this_month', 'cost', 'charged', 'uncovered', 'consumed_amount', 'returned_amount',
+  'budget_credits', 'spent_credits', 'held_credits', 'requested_credits',
 ]);
 /** Data fields that the scripts write as ms strings ('' for none) and events answer as ISO 8601 or null. */
-const event_time_fields: ReadonlySet<string> = new Set(['starts_at', 'expires_at', 'open_until']);
+const event_time_fields: ReadonlySet<string> = new Set(['starts_at', 'expires_at', 'open_until', 'resets_at']);
 
 /**
  * The event an EVENT entry carries (emit_event in lua/includes/events.lua): `state` is

@@ -140,6 +140,21 @@ export function activeKeyOf(prefix: string, base: string): string {
   return activeKey(prefix, shardOf(base, dirty_shards));
 }
 
+/**
+ * zset, sharded as the dirty marks: customer key base -> when its next source expires (ms,
+ * service clock). A deposit with `expires_at` adds it (ZADD LT) before its script
+ * (OutboxMarks.markExpiring); the sweeper runs the expire script of the members due, which
+ * writes the EXPIRE entries, and moves each to its next expiry or removes it
+ * (workers/sweep.ts). Not written by the deposit script: it is in another slot.
+ */
+export function expiringKey(prefix: string, shard: number): string {
+  return `${prefix}expiring:{${shard}}`;
+}
+
+export function expiringKeyOf(prefix: string, base: string): string {
+  return expiringKey(prefix, shardOf(base, dirty_shards));
+}
+
 /** Parses project and customer back out of a customer base (for the sweeper). */
 export function parseCustomerBase(prefix: string, base: string): { projectId: string; customerId: string } | null {
   const head = `${prefix}c:{`;

@@ -304,8 +304,10 @@ export const customer_script_args = {
     'idempotencyKey', 'requestHash', 'amount', 'wallet', 'label', 'startsAtMs', 'expiresAtMs', 'name', 'email', 'metadata', 'description',
     'sourceId',
   ],
-  deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted'],
-  freeze: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds', 'admitted'],
+  deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted', 'keyBudget'],
+  freeze: [
+    'transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds', 'admitted', 'keyBudget',
+  ],
   consume: ['transactionId', 'amount', 'description', 'admitted'],
   unfreeze: ['transactionId', 'description'],
   expire: [],

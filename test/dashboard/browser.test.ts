@@ -2,6 +2,7 @@
  * The dashboard in a real browser (Debian's chromium through playwright-core), with the
  * stable test hooks: sign in, create a key and use it on the API, revoke it in the page and
  * see the API refuse it within 1 s, open a customer and find the balance the API reports,
+ * set its budget and see a deduct past it refused,
  * add a webhook endpoint on a receiver that verifies signatures, see a test delivery succeed,
  * a failing one, and its replay succeed, and, as a viewer, try a change and see it refused. Each screen is photographed on the
  * way (support.ts: screenshotDir). One browser and one page for the whole file.
@@ -171,6 +172,21 @@ describe('the dashboard as the owner', () => {
     await page.getByTestId('notice-ok').waitFor();
     expect((await balanceWith(org.p.projectKey)).body.available).toBe(before + 2_500_000);
     expect(Number(await page.getByTestId('customer-available').textContent())).toBe(before + 2_500_000);
+  });
+
+  it('sets a budget on the customer page, which then shows its spend; a deduct past it is refused', async () => {
+    await page.getByTestId('budget-limit').fill('1000000');
+    await page.getByTestId('budget-period').selectOption('month');
+    await page.getByTestId('budget-submit').click();
+    await page.getByTestId('notice-ok').filter({ hasText: 'Set the budget' }).waitFor();
+    expect(await page.getByTestId('customer-budget').getAttribute('data-limit')).toBe('1000000');
+    const deduct = (id: string, amount: number) =>
+      svc.call('POST', '/v1/billing/deduct', { key: org.p.projectKey, body: { customer_id: org.customerId, transaction_id: id, amount } });
+    expect((await deduct('budget-ok', 600_000)).status).toBe(200);
+    expectError(await deduct('budget-over', 500_000), 400, 'budget_exceeded');
+    await page.reload();
+    expect(await page.getByTestId('customer-budget').getAttribute('data-spent')).toBe('600000');
+    expect(await page.getByTestId('customer-budget').getAttribute('data-remaining')).toBe('400000');
   });
 
   it('shows the other screens', async () => {

@@ -3,7 +3,8 @@
  * a hold counts as held until it ends, a released hold gives it back; the remaining budget
  * in a header (whole) or a trailer (streamed); the output limit lowered to fit the budget
  * and said so; 402 budget_exceeded; customer-scoped key budgets set on POST and PATCH of
- * the key, shown in the listing and enforced for calls with that key.
+ * the key, shown in the listing and enforced for calls with that key; a project key's
+ * budget for one customer (`key_budgets`), enforced for that key's calls for that customer.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
@@ -158,5 +159,46 @@ describe('key budgets', () => {
     expectError(unknown, 404, 'not_found');
     const invalid = await env.svc.call('PATCH', `${keysPath()}/${project.id}`, { key: env.p.adminKey, body: { budget: { limit: -1, period: 'day' } } });
     expectError(invalid, 400, 'invalid_request');
+  });
+});
+
+describe('project key budgets for one customer', () => {
+  it("are enforced for the gateway calls that project key makes for that customer; the header says the tightest; other keys and customers are not limited", async () => {
+    // The free plan allows two keys per project; this test makes more.
+    expect((await env.svc.call('PUT', '/v1/admin/organization/plan', { key: env.p.adminKey, body: { plan: 'pro_500k' } })).status).toBe(200);
+    const made = await env.svc.call('POST', `/v1/admin/projects/${env.p.projectId}/keys`, { key: env.p.adminKey, body: { type: 'project' } });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const key = made.body.key as string;
+    const keyId = made.body.id as string;
+    await env.fund('pkb1', 1_000_000);
+    await env.fund('pkb2', 1_000_000);
+    const set = await env.svc.call('PATCH', '/v1/customers/pkb1', {
+      key: env.p.projectKey, body: { budget: { limit: 500_000, period: 'month' }, key_budgets: { [keyId]: { limit: 40_000, period: 'day' } } },
+    });
+    expect(set.status, JSON.stringify(set.body)).toBe(200);
+
+    const ok = await chat('pkb1', { max_tokens: 20, messages: ask({ output_tokens: 5 }) }, key);
+    expect(ok.status, ok.text).toBe(200);
+    const cost = Number(ok.headers['x-service-cost-credits']);
+    // Under both budgets: what is left is the key's, the smaller.
+    expect(ok.headers['x-service-budget-remaining-credits']).toBe(String(40_000 - cost));
+    const view = (await env.svc.call('GET', '/v1/customers/pkb1', { key: env.p.projectKey })).body;
+    expect(view.key_budgets[keyId]).toMatchObject({ limit: 40_000, spent: cost, held: 0, remaining: 40_000 - cost });
+    expect(view.budget).toMatchObject({ spent: cost });
+
+    // Lowered below what it spent: the key's next call for pkb1 is refused, naming the key.
+    expect((await env.svc.call('PATCH', '/v1/customers/pkb1', { key: env.p.projectKey, body: { key_budgets: { [keyId]: { limit: cost + 10, period: 'day' } } } })).status).toBe(200);
+    const refused = await chat('pkb1', { max_tokens: 20, messages: ask({ output_tokens: 5 }) }, key);
+    expectError({ status: refused.status, body: refused.json() }, 402, 'budget_exceeded', {
+      message: /this key's budget/,
+      fields: { details: expect.objectContaining({ scope: 'key', key_id: keyId, budget_credits: cost + 10, spent_credits: cost }) },
+    });
+    // The project's other key for pkb1, and this key for another customer, are not limited by it.
+    const other = await chat('pkb1', { max_tokens: 20, messages: ask({ output_tokens: 5 }) });
+    expect(other.status).toBe(200);
+    expect(other.headers['x-service-budget-remaining-credits']).toBe(String(500_000 - cost - Number(other.headers['x-service-cost-credits'])));
+    const elsewhere = await chat('pkb2', { max_tokens: 20, messages: ask({ output_tokens: 5 }) }, key);
+    expect(elsewhere.status).toBe(200);
+    expect(elsewhere.headers['x-service-budget-remaining-credits']).toBeUndefined();
   });
 });

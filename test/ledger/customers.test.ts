@@ -78,7 +78,7 @@ describe.each(['A', 'B'] as const)('customer reads, variant %s', (v) => {
 
       const res = await c.get(`/v1/customers/${id}`);
       expect(res.status).toBe(200);
-      expect(sortedKeys(res.body)).toEqual(['auto_top_up', 'budget', 'created_at', 'email', 'id', 'low_balance_threshold', 'metadata', 'name', 'wallets']);
+      expect(sortedKeys(res.body)).toEqual(['auto_top_up', 'budget', 'created_at', 'email', 'id', 'key_budgets', 'low_balance_threshold', 'metadata', 'name', 'wallets']);
       expect(res.body).toMatchObject({ id, name: 'Ada', email: 'ada@example.com', metadata: { plan: 'x' }, created_at: expect.stringMatching(isoPattern) });
       expect(Math.abs(Date.parse(res.body.created_at) - Date.now())).toBeLessThan(10_000);
       expect(sortedKeys(res.body.wallets)).toEqual([W, 'promo'].sort());

@@ -998,7 +998,8 @@ class Scenario {
     if (pages.some((e) => e.customer_id !== id)) this.fail(`${id}: the ledger lists another customer's entry`);
     const observed = pages.map((e) => {
       const n = this.normalize(e) as ModelEntry & Record<string, unknown>;
-      const txid = e.type === 'DEPOSIT' ? (this.recordIds.get(e.transaction_id) ?? `unknown record ${e.transaction_id}`) : e.transaction_id;
+      const txid = e.type === 'DEPOSIT' ? (this.recordIds.get(e.transaction_id) ?? `unknown record ${e.transaction_id}`)
+        : e.type === 'EXPIRE' ? (this.sourceIds.get(e.transaction_id) ?? `unknown source ${e.transaction_id}`) : e.transaction_id;
       return stableJson({
         type: n.type, transaction_id: txid, amount: n.amount, returned_amount: n.returned_amount, wallet: n.wallet, details: n.details,
         reason: n.reason, business_type: n.business_type, description: n.description,

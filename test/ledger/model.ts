@@ -92,7 +92,7 @@ export interface Detail {
 
 /** The fields of a ledger entry the model predicts (ids and created_at are the service's). */
 export interface ModelEntry {
-  type: 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY';
+  type: 'DEPOSIT' | 'DEDUCT' | 'FREEZE' | 'CONSUME' | 'UNFREEZE' | 'GATEWAY' | 'EXPIRE';
   transaction_id: string;
   amount: number;
   returned_amount: number | null;
@@ -113,6 +113,8 @@ interface Source {
   frozen: number;
   startsAt: number | null;
   expiresAt: number | null;
+  /** Died expired (its EXPIRE entry written when credits were left). */
+  expired?: boolean;
 }
 
 interface Tx {
@@ -481,6 +483,7 @@ export class LedgerModel {
       type: 'CONSUME', transaction_id: txid, amount, returned_amount: returned, wallet: tx.wallet, details,
       reason: null, business_type: tx.businessType, description: text(body, 'description'),
     });
+    this.expireSources(c);
     return { status: 200, body: { ...tx.consumeResult, is_idempotent_replay: false } };
   }
 
@@ -499,6 +502,7 @@ export class LedgerModel {
       type: 'UNFREEZE', transaction_id: txid, amount: tx.amount, returned_amount: null, wallet: tx.wallet, details: tx.holds,
       reason: null, business_type: tx.businessType, description: text(body, 'description'),
     });
+    this.expireSources(c);
     return { status: 200, body: { ...tx.unfreezeResult, is_idempotent_replay: false } };
   }
 
@@ -542,6 +546,25 @@ export class LedgerModel {
         description: null,
       });
     }
+    this.expireSources(c);
+  }
+
+  /**
+   * Sources that expired with nothing frozen die, and write an EXPIRE entry with the
+   * credits left (retire in lua/includes/customer.lua): at the start of every script, and
+   * at its end for a source whose last freeze or hold it ended. Once per source.
+   */
+  private expireSources(c: Customer): void {
+    for (const s of c.sources) {
+      if (s.expired || s.expiresAt === null || s.expiresAt > this.state.now || s.frozen > 0) continue;
+      s.expired = true;
+      const left = s.total - s.used;
+      if (left <= 0) continue;
+      c.entries.push({
+        type: 'EXPIRE', transaction_id: s.id, amount: left, returned_amount: null, wallet: s.wallet,
+        details: [{ account_id: s.id, credit_type: s.wallet, amount: left }], reason: null, business_type: null, description: null,
+      });
+    }
   }
 
   settleAllDue(): void {
@@ -571,7 +594,7 @@ export class LedgerModel {
     }
     return {
       status: 200,
-      body: { id: customerId, name: null, email: null, metadata: {}, low_balance_threshold: null, auto_top_up: null, wallets, created_at: approx(c.createdAt), budget: null },
+      body: { id: customerId, name: null, email: null, metadata: {}, low_balance_threshold: null, auto_top_up: null, wallets, created_at: approx(c.createdAt), budget: null, key_budgets: {} },
     };
   }
 
@@ -705,6 +728,7 @@ export class LedgerModel {
       type: 'GATEWAY', transaction_id: txid, amount: charged, returned_amount: held - fromHold, wallet, details,
       reason: null, business_type: 'TOKEN_USAGE', description: model,
     });
+    this.expireSources(c);
     return { status: 'ok', body: tx.result };
   }
 
@@ -719,6 +743,7 @@ export class LedgerModel {
     for (const h of tx.holds) c.sources.find((x) => x.id === h.account_id)!.frozen -= h.amount;
     tx.state = 'released';
     tx.settledBy = 'api';
+    this.expireSources(c);
     return { status: 'ok' };
   }
 

@@ -2,7 +2,7 @@
  * Budgets and reconcile (docs/ARCHITECTURE.md, "Budgets"): the budget marks on records and
  * the counters are Redis-only bookkeeping, not drift; a customer rebuilt from PostgreSQL
  * gets its budget's limit and period back, its counters start over (the documented gap),
- * and the budget is enforced again at once.
+ * and the budget is enforced again at once; project key budgets (`key_budgets`) alike.
  */
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
@@ -44,5 +44,34 @@ describe('budgets through reconcile', () => {
     expect(await budget()).toMatchObject({ spent: 0, held: 0 });
     expect((await post('/v1/billing/deduct', { customer_id: id, transaction_id: newTx(), amount: 10_000 })).status).toBe(200);
     expectError(await post('/v1/billing/deduct', { customer_id: id, transaction_id: newTx(), amount: 1 }), 400, 'budget_exceeded');
+  });
+});
+
+describe('project key budgets through reconcile', () => {
+  it('report no drift, and a rebuild from PostgreSQL keeps their limits, enforced again at once', async () => {
+    expect((await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'pro_500k' } })).status).toBe(200);
+    const made = await svc.call('POST', `/v1/admin/projects/${p.projectId}/keys`, { key: p.adminKey, body: { type: 'project' } });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const key = made.body.key as string;
+    const keyId = made.body.id as string;
+    const id = `rk_${randomBytes(5).toString('hex')}`;
+    expect((await post('/v1/customers/deposit', { customer_id: id, amount: 100_000 })).status).toBe(200);
+    expect((await svc.call('PATCH', `/v1/customers/${id}`, { key: p.projectKey, body: { key_budgets: { [keyId]: { limit: 5_000, period: 'total' } } } })).status).toBe(200);
+    const byKey = (body: Record<string, unknown>) => svc.call('POST', '/v1/billing/deduct', { key, body });
+    expect((await byKey({ customer_id: id, transaction_id: newTx(), amount: 3_000 })).status).toBe(200);
+    const keyBudgets = async () => (await svc.call('GET', `/v1/customers/${id}`, { key: p.projectKey })).body.key_budgets;
+    expect((await keyBudgets())[keyId]).toMatchObject({ spent: 3_000, remaining: 2_000 });
+
+    await svc.drained();
+    expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
+
+    const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id);
+    await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent, k.fin);
+    const repaired = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+    expect(repaired.errors).toEqual([]);
+    expect(await keyBudgets()).toEqual({ [keyId]: { limit: 5_000, period: 'total', spent: 0, held: 0, remaining: 5_000, resets_at: null } });
+    expect((await byKey({ customer_id: id, transaction_id: newTx(), amount: 5_000 })).status).toBe(200);
+    const refused = await byKey({ customer_id: id, transaction_id: newTx(), amount: 1 });
+    expectError(refused, 400, 'budget_exceeded', { fields: { details: expect.objectContaining({ scope: 'key', key_id: keyId }) } });
   });
 });

@@ -1,10 +1,15 @@
 /**
  * The management operations on a project's customers: list them with their balances,
- * read one with its sources, read its ledger, deposit credits to it.
+ * read one with its sources, budget and alert settings, change those (PATCH, as
+ * PATCH /v1/customers/{id} does: src/customers/patch.ts), read its ledger, deposit
+ * credits to it.
  */
 import type { Request } from 'express';
 import { z } from 'zod';
-import { allSources, ledgerPage, ledgerPageSchema, ledgerQuery, sourceSchema, walletAmountsSchema, walletsOf } from '../../customers/routes.js';
+import { allSources, customerPatchedSchema, ledgerPage, ledgerPageSchema, ledgerQuery, sourceSchema, walletAmountsSchema, walletsOf } from '../../customers/routes.js';
+import { alertSettingsAnswerShape, alertSettingsOfMeta } from '../../customers/alerts.js';
+import { CustomerProfiles, customerUpdateSchema } from '../../customers/patch.js';
+import { budgetStateSchema } from '../../ledger/budgets.js';
 import { ApiError } from '../../errors/catalogue.js';
 import { jsonBody, onlyQuery, parseWith, strictBody } from '../../http/validate.js';
 import { amount_credits_max, creditsToUsd, readAmount } from '../../ledger/amounts.js';
@@ -47,8 +52,12 @@ const customerListEntrySchema = z
   })
   .strict()
   .openapi('CustomerListEntry');
-const customerDetailSchema = extended(customerListEntrySchema, { sources: z.array(sourceSchema).nullable().openapi({ description: 'Every source, archived ones included.' }) })
-  .openapi('CustomerDetail');
+const customerDetailSchema = extended(customerListEntrySchema, {
+  sources: z.array(sourceSchema).nullable().openapi({ description: 'Every source, archived ones included.' }),
+  // Inline, not the BudgetState reference: a nullable reference loses its null in the document.
+  budget: z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'The customer budget with this period\'s counters (docs/API.md, "Budgets"); null when none is set or Redis does not hold the customer.' }),
+  ...alertSettingsAnswerShape,
+}).openapi('CustomerDetail');
 const depositDoc = depositSchema.extend({
   amount: z.number().int().min(1).max(amount_credits_max).openapi({ description: 'Integer credits, whatever the contract variant.' }),
   wallet: walletNameSchema.optional().openapi({ description: "Default: the project's default wallet (`credits` for contract B, `default` for A)." }),
@@ -74,6 +83,18 @@ describeOperation({
   summary: 'A customer, with its balance and sources',
   responses: ok('The customer', customerDetailSchema),
   errors: [projectParams, 'customer_not_found'],
+});
+describeOperation({
+  method: 'PATCH',
+  path: '/projects/:project_id/customers/:customer_id',
+  role: 'admin',
+  tag: 'Customers',
+  summary: "Change a customer's profile, alert settings or budget",
+  description:
+    'As `PATCH /v1/customers/{id}`: any of the fields, null clears one; `budget` is `{limit, period}` (docs/API.md, "Budgets"), `low_balance_threshold` and `auto_top_up` the balance alert settings. A bad field is 400 and changes nothing.',
+  body: customerUpdateSchema.strict(),
+  responses: ok('The profile and the budget', customerPatchedSchema),
+  errors: [projectParams, 'customer_not_found', 'project_deactivated'],
 });
 describeOperation({
   method: 'GET',
@@ -104,7 +125,7 @@ function customerIdParam(req: Request): string {
   return id;
 }
 
-interface CustomerDeps extends Pick<ManagementDeps, 'ledger' | 'ledgerQueries' | 'redis'> {
+interface CustomerDeps extends Pick<ManagementDeps, 'config' | 'db' | 'ledger' | 'ledgerQueries' | 'logger' | 'redis'> {
   listings: Pick<ListingQueries, 'customers' | 'customer'>;
   projects: ProjectLookup;
 }
@@ -113,6 +134,7 @@ export function customerOperations(deps: CustomerDeps): Operation[] {
   const { listings } = deps;
   const { projectOr404, writableProject } = deps.projects;
   const customerReads = { ledger: deps.ledger, redis: deps.redis, queries: deps.ledgerQueries };
+  const profiles = new CustomerProfiles({ ...deps, prefix: deps.config.REDIS_PREFIX });
 
   /** A listed customer with its balance now, read from Redis (null when Redis does not hold it). */
   async function customerEntry(project: ProjectRow, c: CustomerListRow) {
@@ -151,7 +173,13 @@ export function customerOperations(deps: CustomerDeps): Operation[] {
       // Every source with its window, archived ones included, as the customer's own profile lists them.
       const view = await deps.ledger.view(scopeOf(project), customer.id, true);
       const sources = view === null ? null : Object.values(walletsOf(view, await allSources(customerReads, scopeOf(project), customer.id, view)).wallets).flatMap((w) => w.sources);
-      res.json({ ...(await customerEntry(project, customer)), sources });
+      res.json({ ...(await customerEntry(project, customer)), sources, budget: view?.budget ?? null, ...alertSettingsOfMeta(view?.profile.alerts) });
+    }),
+
+    operation('PATCH', '/projects/:project_id/customers/:customer_id', 'admin', async (req, res) => {
+      const project = await writableProject(req, res);
+      const patch = strictBody(req, customerUpdateSchema);
+      res.json(await profiles.patch(scopeOf(project), String(req.params.customer_id), patch));
     }),
 
     operation('GET', '/projects/:project_id/customers/:customer_id/ledger', 'viewer', async (req, res) => {

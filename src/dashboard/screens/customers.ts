@@ -1,7 +1,7 @@
 /**
  * Customers: search and list with balances; a customer's page with wallets, sources and
- * their windows, the ledger (type filter, cursor pages), receipts and a deposit form; a
- * receipt's page.
+ * their windows, the budget and balance alerts with their forms (screens/budgets.ts), the
+ * ledger (type filter, cursor pages), receipts and a deposit form; a receipt's page.
  */
 import type { Request } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
@@ -11,6 +11,7 @@ import { html, pagePath, withQuery, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
 import { usageTable, type UsageRecord } from './usage.js';
+import { alertsPanel, alertsPatch, budgetNotice, budgetPatch, customerBudgetPanel, type AlertsView, type BudgetView } from './budgets.js';
 
 interface Amounts {
   total: number;
@@ -28,6 +29,14 @@ interface CustomerEntry {
   wallets: Record<string, Amounts> | null;
   sources?: SourceEntry[] | null;
 }
+
+/** The customer's page reads its budget and alert settings too. */
+interface CustomerDetail extends CustomerEntry, AlertsView {
+  budget: BudgetView | null;
+}
+
+/** Which form of the customer's page a POST was: a refused one is shown again with what was typed. */
+type CustomerForm = 'deposit' | 'budget' | 'alerts';
 
 interface SourceEntry extends Amounts {
   account_id: string;
@@ -51,7 +60,7 @@ interface LedgerEntry {
   created_at: string;
 }
 
-const ledger_types = ['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY'] as const;
+const ledger_types = ['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GATEWAY', 'EXPIRE'] as const;
 const ledger_page_size = '25';
 const receipts_page_size = '10';
 
@@ -121,14 +130,14 @@ ${entries.map(
 </table>`;
 }
 
-async function customerScreen(ctx: PageContext, req: Request, projectId: string, customerId: string, notice: Notice = null): Promise<Html> {
+async function customerScreen(ctx: PageContext, req: Request, projectId: string, customerId: string, notice: Notice = null, form: CustomerForm = 'deposit'): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
   const params = { project_id: project.id, customer_id: customerId };
   const type = queryParam(req, 'type');
   const cursor = queryParam(req, 'cursor');
   const receiptsCursor = queryParam(req, 'receipts_cursor');
   const [customer, ledger, receipts] = await Promise.all([
-    ctx.api<CustomerEntry>('GET', '/projects/:project_id/customers/:customer_id', { params }).then((a) => a.body),
+    ctx.api<CustomerDetail>('GET', '/projects/:project_id/customers/:customer_id', { params }).then((a) => a.body),
     ctx.api<List<LedgerEntry>>('GET', '/projects/:project_id/customers/:customer_id/ledger', { params, query: { type, cursor, limit: ledger_page_size } }).then((a) => a.body),
     ctx.api<List<UsageRecord>>('GET', '/projects/:project_id/usage', {
       params: { project_id: project.id },
@@ -136,7 +145,9 @@ async function customerScreen(ctx: PageContext, req: Request, projectId: string,
     }).then((a) => a.body),
   ]);
   const path = pagePath('projects', project.id, 'customers', customerId);
-  const failedDeposit = notice?.kind === 'error' && req.method === 'POST';
+  const failed = notice?.kind === 'error' && req.method === 'POST';
+  const failedDeposit = failed && form === 'deposit';
+  const csrf = csrfField(ctx.session);
   const balance = customer.balance ?? { total: 0, used: 0, frozen: 0, available: 0 };
   const body = html`${noticeOf(notice)}
 <p><a href="${pagePath('projects', project.id, 'customers')}">← All customers</a></p>
@@ -163,9 +174,11 @@ ${Object.entries(customer.wallets ?? {}).map(
 </table>
 <h2>Sources</h2>
 ${customer.sources && customer.sources.length > 0 ? sourcesTable(customer.sources) : html`<p class="muted">No sources.</p>`}
+${customerBudgetPanel(req, pagePath('projects', project.id, 'customers', customerId, 'budget'), csrf, customer.budget, failed && form === 'budget')}
+${alertsPanel(req, pagePath('projects', project.id, 'customers', customerId, 'alerts'), csrf, customer, failed && form === 'alerts')}
 <h2>Deposit</h2>
 <form method="post" action="${pagePath('projects', project.id, 'customers', customerId, 'deposits')}" class="form" data-testid="deposit-form">
-${csrfField(ctx.session)}
+${csrf}
 <label>Amount (credits; 1,000,000 = $1) <input name="amount" inputmode="numeric" required value="${failedDeposit ? text(req, 'amount') : ''}" data-testid="deposit-amount"></label>
 <label>Wallet (optional) <input name="wallet" maxlength="64" value="${failedDeposit ? text(req, 'wallet') : ''}" placeholder="${project.contract === 'A' ? 'default' : 'credits'}"></label>
 <label>Source label (optional) <input name="source" maxlength="128" value="${failedDeposit ? text(req, 'source') : ''}"></label>
@@ -255,6 +268,26 @@ export function customerRoutes(pages: PageRouter): void {
       pagePath('projects', params.project_id, 'customers', params.customer_id),
     );
   });
+
+  // The budget form (its Clear button too) and the alerts form: PATCH of the customer.
+  const settings: [CustomerForm, (req: Request) => Record<string, unknown>, (c: CustomerDetail) => string][] = [
+    ['budget', budgetPatch, (c) => budgetNotice(c.budget, 'the customer')],
+    ['alerts', alertsPatch, () => 'Saved the balance alerts'],
+  ];
+  for (const [form, patch, said] of settings) {
+    pages.post(`/dashboard/projects/:project_id/customers/:customer_id/${form}`, async (req, res, ctx) => {
+      const params = { project_id: String(req.params.project_id), customer_id: String(req.params.customer_id) };
+      await answerAction(
+        res,
+        async () => {
+          const { body } = await ctx.api<CustomerDetail>('PATCH', '/projects/:project_id/customers/:customer_id', { params, body: patch(req) });
+          return { kind: 'ok', message: said(body) };
+        },
+        (notice) => customerScreen(ctx, req, params.project_id, params.customer_id, notice, form),
+        pagePath('projects', params.project_id, 'customers', params.customer_id),
+      );
+    });
+  }
 
   pages.get('/dashboard/projects/:project_id/receipts/:transaction_id', async (req, res, ctx) => {
     sendPage(res, await receiptScreen(ctx, String(req.params.project_id), String(req.params.transaction_id)));

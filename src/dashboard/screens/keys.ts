@@ -1,14 +1,16 @@
 /**
  * Keys: the project's keys by prefix, a form for a project or customer key whose secret is
- * shown once, and revocation confirmed by a second click.
+ * shown once, revocation confirmed by a second click, and a customer-scoped key's budget
+ * with its spend, set or cleared in its row (screens/budgets.ts).
  */
 import type { Request } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
 import { when } from '../format.js';
-import { list, optional, queryParam, text, utcTime } from '../forms.js';
+import { list, number, optional, queryParam, text, utcTime } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
+import { budgetNotice, budgetPatch, budgetSummary, keyBudgetForm, type BudgetView } from './budgets.js';
 
 interface KeyEntry {
   id: string;
@@ -21,6 +23,7 @@ interface KeyEntry {
   revoked_at: string | null;
   last_used_at: string | null;
   created_at: string;
+  budget: BudgetView | null;
 }
 
 /** How many characters of a key its row names it by (data-key-prefix): the stored prefix has at least these. */
@@ -40,6 +43,19 @@ interface KeysView {
   confirmRevoke?: string | null;
   /** The creation form stays open with what was typed, after a refusal. */
   formOpen?: boolean;
+  /** The key whose budget form is open (its row's Budget link, or a refused POST of it). */
+  editBudget?: string | null;
+  /** The budget form was posted and refused: it shows what was typed. */
+  budgetTyped?: boolean;
+}
+
+/** The row under a key's that holds its budget form. */
+function budgetRow(req: Request, projectId: string, k: KeyEntry, csrf: Html, typed: boolean): Html {
+  const keysPath = pagePath('projects', projectId, 'keys');
+  return html`<tr data-testid="key-budget-row"><td colspan="9">
+<p>Budget of <code>${k.prefix}…</code> (customer ${k.customer_id ?? ''}): its gateway calls stop at it; the customer's own budget applies too.</p>
+${keyBudgetForm(req, pagePath('projects', projectId, 'keys', k.id, 'budget'), keysPath, csrf, k.budget, typed)}
+</td></tr>`;
 }
 
 function keyRow(projectId: string, k: KeyEntry, confirming: boolean, csrf: Html): Html {
@@ -50,7 +66,7 @@ function keyRow(projectId: string, k: KeyEntry, confirming: boolean, csrf: Html)
       ? html`<span class="muted">revoked ${when(k.revoked_at)}</span>`
       : confirming
         ? html`<form method="post" action="${revokePath}" class="inline">${csrf}<button type="submit" class="danger" data-testid="key-revoke-confirm">Confirm: revoke ${k.prefix}</button> <a href="${pagePath('projects', projectId, 'keys')}">Cancel</a></form>`
-        : html`<a href="${revokePath}" class="button" data-testid="key-revoke">Revoke</a>`;
+        : html`${k.type === 'customer' ? html`<a href="${pagePath('projects', projectId, 'keys', k.id, 'budget')}" class="button" data-testid="key-budget-edit">Budget</a> ` : ''}<a href="${revokePath}" class="button" data-testid="key-revoke">Revoke</a>`;
   return html`<tr data-testid="key-row" data-key-prefix="${k.prefix.slice(0, key_prefix_chars)}" data-key-status="${s}">
 <td><code>${k.prefix}…</code>${k.name ? html`<br><span class="muted">${k.name}</span>` : ''}</td>
 <td>${k.type}</td>
@@ -58,6 +74,7 @@ function keyRow(projectId: string, k: KeyEntry, confirming: boolean, csrf: Html)
 <td>${k.allowed_models === null ? html`<span class="muted">all</span>` : k.allowed_models.join(', ')}</td>
 <td>${when(k.expires_at)}</td>
 <td data-testid="key-last-used">${when(k.last_used_at)}</td>
+<td>${k.type === 'customer' ? budgetSummary(k.budget) : '—'}</td>
 <td><span class="status ${s}" data-testid="key-status">${s}</span></td>
 <td>${action}</td>
 </tr>`;
@@ -96,14 +113,18 @@ ${csrf}
 <p class="muted">Allowed models (none checked: every model)</p>
 ${models.body.data.length === 0 ? html`<p class="muted">This project has no models yet.</p>` : ''}
 ${models.body.data.map((m) => html`<label class="check"><input type="checkbox" name="allowed_models" value="${m.id}"${chosen.has(m.id) ? html` checked` : ''} data-testid="key-model"> ${m.id}</label>`)}
+<label>Budget (credits, optional) <input name="budget_limit" inputmode="numeric" value="${typed ? text(req, 'budget_limit') : ''}" data-testid="key-budget-limit"></label>
+<label>Budget period <select name="budget_period" data-testid="key-budget-period">
+${(['day', 'week', 'month', 'total'] as const).map((p) => html`<option value="${p}"${p === (typed ? text(req, 'budget_period') : 'month') ? html` selected` : ''}>${p}</option>`)}
+</select></label>
 </fieldset>
 <button type="submit" data-testid="key-submit">Create key</button>
 </form>
 </details>
 <table class="list" data-testid="key-list">
-<thead><tr><th>Prefix</th><th>Kind</th><th>Customer</th><th>Allowed models</th><th>Expires</th><th>Last used</th><th>Status</th><th></th></tr></thead>
+<thead><tr><th>Prefix</th><th>Kind</th><th>Customer</th><th>Allowed models</th><th>Expires</th><th>Last used</th><th>Budget</th><th>Status</th><th></th></tr></thead>
 <tbody>
-${keys.body.data.map((k) => keyRow(project.id, k, v.confirmRevoke === k.id, csrf))}
+${keys.body.data.map((k) => html`${keyRow(project.id, k, v.confirmRevoke === k.id, csrf)}${v.editBudget === k.id && k.type === 'customer' ? budgetRow(req, project.id, k, csrf, v.budgetTyped === true) : ''}`)}
 </tbody>
 </table>
 ${keys.body.data.length === 0 ? html`<p class="muted">No keys yet.</p>` : ''}
@@ -124,6 +145,8 @@ function keyCreation(req: Request): Record<string, unknown> {
     if (customer !== undefined) body.customer_id = customer;
     const models = list(req, 'allowed_models');
     if (models.length > 0) body.allowed_models = models;
+    const limit = number(req, 'budget_limit');
+    if (limit !== undefined) body.budget = { limit, period: optional(req, 'budget_period') };
   }
   return body;
 }
@@ -146,6 +169,25 @@ export function keyRoutes(pages: PageRouter): void {
         return { kind: 'ok', message: `Created ${body.type} key ${body.prefix}…` };
       },
       (notice, failed) => keysScreen(ctx, req, projectId, { notice, created, formOpen: failed }),
+      keysPath(req),
+    );
+  });
+
+  // A customer-scoped key's budget: the row's Budget link opens its form; the form sets it, its Clear button clears it.
+  pages.get('/dashboard/projects/:project_id/keys/:key_id/budget', async (req, res, ctx) => {
+    res.setHeader('HX-Push-Url', keysPath(req));
+    sendPage(res, await keysScreen(ctx, req, String(req.params.project_id), { editBudget: String(req.params.key_id) }));
+  });
+
+  pages.post('/dashboard/projects/:project_id/keys/:key_id/budget', async (req, res, ctx) => {
+    const params = { project_id: String(req.params.project_id), key_id: String(req.params.key_id) };
+    await answerAction(
+      res,
+      async () => {
+        const { body } = await ctx.api<KeyEntry>('PATCH', '/projects/:project_id/keys/:key_id', { params, body: budgetPatch(req) });
+        return { kind: 'ok', message: budgetNotice(body.budget, `key ${body.prefix}…`) };
+      },
+      (notice, failed) => keysScreen(ctx, req, params.project_id, { notice, editBudget: failed ? params.key_id : null, budgetTyped: failed }),
       keysPath(req),
     );
   });
