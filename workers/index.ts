@@ -24,6 +24,8 @@ import { workerMetrics } from '../src/metrics/worker.js';
 import { serveMetrics, type MetricsServer } from '../src/metrics/stores.js';
 import { webhookProcessor } from '../src/webhooks/processor.js';
 import { scheduleDispatch, webhookBackoff, webhookQueueName, type WebhookJobData } from '../src/webhooks/queue.js';
+import { fanOutEvents } from '../src/webhooks/dispatch.js';
+import { EventPush } from '../src/webhooks/push.js';
 import { WebhookSender } from '../src/webhooks/sender.js';
 
 export interface Workers {
@@ -92,6 +94,9 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   // The persist loop writes plain ledger entries with COPY on a connection of its own.
   const writer = new CopyEntryWriter(config.DATABASE_URL, rt.ledgerQueries, logger);
   const measured = workerMetrics(rt.metrics);
+  // The events a persist pass committed go to webhook endpoints at once, on this worker's
+  // queue; the dispatcher's poll is the safety net (src/webhooks/dispatch.ts).
+  const push = new EventPush((ids) => fanOutEvents(rt.db, rt.webhookQueue, ids), logger);
   const persist = new PersistLoop(rt.redis, rt.ledgerQueries, config.REDIS_PREFIX, config.PERSIST_IDLE_MS, logger, {
     isReady: () => rt.generation.verified,
     recordProjects: projectRecorder(rt),
@@ -105,6 +110,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     },
     persisted: (bases) => rt.retention.persisted(bases),
     passDone: (entries, seconds, failed) => measured.passDone(entries, seconds, failed),
+    eventsPersisted: (ids) => push.add(ids),
   }, writer, config.PERSIST_IDLE_MAX_MS);
   persist.start();
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
@@ -187,6 +193,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     sender,
     retryScheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS,
     staleGraceMs: 2 * config.WEBHOOK_STALLED_MS,
+    graceMs: config.WEBHOOK_DISPATCH_GRACE_MS,
     disableRule: { failedDeliveries: config.WEBHOOK_DISABLE_FAILED_DELIVERIES, failingMs: config.WEBHOOK_DISABLE_FAILING_MS },
     logger,
   }), {
@@ -255,7 +262,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
           clearTimeout(timer);
           if (!closed) logger.warn({ waitedMs: worker_close_wait_ms }, 'the queue workers did not close in time (their Redis connection is reconnecting); stopping without them');
         })();
-        await Promise.all([queueClosed, persist.stop(), trim.stop(), metricsServer?.close()]);
+        await Promise.all([queueClosed, persist.stop().then(() => push.idle()), trim.stop(), metricsServer?.close()]);
         // The COPY connection once the persist loop has ended.
         await writer.close();
         await sender.close();

@@ -76,6 +76,12 @@ export interface PersistHooks extends OutboxHooks {
    * a failure (the worker's metrics, src/metrics/worker.ts).
    */
   passDone?(entries: number, seconds: number, failedCustomers: number): void;
+  /**
+   * A pass committed these events: the worker fans them out to webhook endpoints (the
+   * push, src/webhooks/push.ts). Must not throw nor wait: the batch is committed whatever
+   * becomes of the push. Not called for a pass without events.
+   */
+  eventsPersisted?(eventIds: string[]): void;
 }
 
 /** Members grouped by the key they go to, each once, in first-seen order. */
@@ -187,6 +193,7 @@ export class PersistLoop {
       throw err;
     }
     this.hooks.passDone?.(r.moved, (performance.now() - started) / 1000, r.failed.length);
+    if (r.events.length > 0) this.hooks.eventsPersisted?.(r.events);
     // A pass that wrote nothing pauses as a whole (run); one that wrote others gives its
     // failed customers back after the same pause, without holding up the rest.
     const allFailed = r.failed.length > 0 && r.persisted.length === 0;

@@ -171,8 +171,17 @@ const schema = z.object({
     .transform((v) => v.split(',').map(Number)),
   /** How long one webhook attempt may take before it counts as failed (a timeout). */
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(1).default(10_000),
-  /** How often the workers look for events to fan out to webhook endpoints. */
-  WEBHOOK_DISPATCH_INTERVAL_MS: z.coerce.number().int().min(10).default(1_000),
+  /**
+   * How often the workers poll for events that the persist worker did not fan out to
+   * webhook endpoints itself (killed between its commit and its push, a push that failed):
+   * the push's safety net (src/webhooks/dispatch.ts).
+   */
+  WEBHOOK_DISPATCH_INTERVAL_MS: z.coerce.number().int().min(10).default(5_000),
+  /**
+   * How old an event not fanned out must be before the poll takes it: until then it is
+   * left to the push of the worker that persisted it (with that worker's queue and config).
+   */
+  WEBHOOK_DISPATCH_GRACE_MS: z.coerce.number().int().min(0).default(10_000),
   /**
    * The lock of a webhook job (BullMQ's lockDuration; the stalled-job check runs as often):
    * a delivery in progress in a worker killed meanwhile is attempted again by another

@@ -73,6 +73,13 @@ export interface PersistResult {
   failed: string[];
   /** Entries parked in the quarantine table (src/ledger/quarantine.ts), trimmed with the rest. */
   quarantined: number;
+  /** The ids of the events among the entries written (a parked one too: the fan-out finds no row for it). */
+  events: string[];
+}
+
+/** Adds the ids of a batch's events (EVENT entries) to `out`. */
+function collectEvents(b: OutboxBatch, out: string[]): void {
+  for (const e of b.entries) if (e.type === 'EVENT') out.push(e.id);
 }
 
 /**
@@ -149,7 +156,7 @@ export class LedgerOutbox {
    */
   async persist(bases: string[], countPerCustomer = outbox_read_count_max): Promise<PersistResult> {
     const count = Math.min(countPerCustomer, outbox_read_count_max);
-    const result: PersistResult = { moved: 0, persisted: [], full: [], failed: [], quarantined: 0 };
+    const result: PersistResult = { moved: 0, persisted: [], full: [], failed: [], quarantined: 0, events: [] };
     if (bases.length === 0) return result;
     // One round trip: the connection pipelines concurrent commands.
     const streams = await Promise.all(bases.map((base) => this.redis.xrange(customerKeysFromBase(base).outbox, '-', '+', 'COUNT', count)));
@@ -187,6 +194,7 @@ export class LedgerOutbox {
       return;
     }
     for (const b of batches) {
+      collectEvents(b, result.events);
       result.persisted.push(b.base);
       if (b.ids.length === count) result.full.push(b.base);
       result.moved += b.ids.length;
@@ -208,6 +216,7 @@ export class LedgerOutbox {
     try {
       const parked = await this.persistBatch(b, err);
       result.quarantined += parked;
+      collectEvents(b, result.events);
       result.moved += b.ids.length;
       result.persisted.push(b.base);
       if (b.ids.length === count) result.full.push(b.base);

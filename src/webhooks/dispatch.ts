@@ -1,13 +1,21 @@
 /**
- * Fan-out: the dispatcher finds events not yet fanned out, makes one delivery per
- * endpoint of the project that wants the event (enabled, the type among its `events`,
- * created no later than the event), queues each delivery's job, and only then marks the
- * events fanned out. Every step may run again: the delivery ids derive from the event
- * and endpoint ids (a second insert makes nothing), a job id is its delivery's id (a
- * second add adds nothing) and a delivery already finished is not queued. A crash
- * between steps leaves the events unmarked, and the next pass finishes them.
+ * Fan-out: events are fanned out by the persist worker that has just committed them (the
+ * push, fanOutEvents through src/webhooks/push.ts), and by the dispatcher's poll
+ * (dispatchEvents) for those the push missed: a worker killed between its commit and its
+ * push, a push that failed. The poll only takes events older than a grace
+ * (WEBHOOK_DISPATCH_GRACE_MS), so that it leaves fresh events to the worker that wrote
+ * them, and to that worker's queue and config (several deployments, or test services,
+ * sharing one database).
  *
- * Each pass also queues again the pending deliveries whose attempt is overdue by the
+ * Fanning out events makes one delivery per endpoint of the project that wants the event
+ * (enabled, the type among its `events`, created no later than the event), queues each
+ * delivery's job, and only then marks the events fanned out. Every step may run again: the
+ * delivery ids derive from the event and endpoint ids (a second insert makes nothing), a
+ * job id is its delivery's id (a second add adds nothing) and a delivery already finished
+ * is not queued. A crash between steps leaves the events unmarked, and the poll finishes
+ * them.
+ *
+ * Each poll also queues again the pending deliveries whose attempt is overdue by the
  * stale grace (twice WEBHOOK_STALLED_MS): by then a job of a killed worker ran again or,
  * stalled twice, was dropped by BullMQ; or the job was lost with Redis. Queueing one whose
  * job still exists adds nothing. A Redis that came back empty does not wait for this: its
@@ -41,23 +49,36 @@ export async function fanOut(db: CommonQueryMethods, eventIds: readonly string[]
 }
 
 /**
- * One pass of the dispatcher; answers how many events it fanned out. `staleGraceMs`: how
- * long past its due time a pending delivery waits before its job counts as lost.
+ * Fans out these events: their deliveries, their jobs on `queue`, then the mark. The
+ * persist worker's push, for the events it has just committed; the poll's pass too.
  */
-export async function dispatchEvents(db: DatabasePool, queue: Queue<WebhookJobData>, staleGraceMs: number): Promise<number> {
+export async function fanOutEvents(db: DatabasePool, queue: Queue<WebhookJobData>, eventIds: readonly string[]): Promise<void> {
+  if (eventIds.length === 0) return;
+  const ids = sql.array([...eventIds], 'text');
+  await fanOut(db, eventIds);
+  const pending = await db.any(sql.type(idRow)`SELECT id FROM webhook_deliveries WHERE event_id = ANY(${ids}) AND status = 'pending'`);
+  await queueDeliveries(queue, pending.map((d) => d.id));
+  await db.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ANY(${ids}) AND fanned_out_at IS NULL`);
+}
+
+export interface DispatchTimes {
+  /** How old an event not fanned out must be before the poll takes it (left to the push until then). */
+  graceMs: number;
+  /** How long past its due time a pending delivery waits before its job counts as lost. */
+  staleGraceMs: number;
+}
+
+/** One pass of the dispatcher's poll, the push's safety net; answers how many events it fanned out. */
+export async function dispatchEvents(db: DatabasePool, queue: Queue<WebhookJobData>, times: DispatchTimes): Promise<number> {
   const events = await db.any(sql.type(idRow)`
-    SELECT id FROM events WHERE fanned_out_at IS NULL ORDER BY created_at LIMIT ${dispatch_batch}`);
+    SELECT id FROM events
+    WHERE fanned_out_at IS NULL AND created_at < now() - ${sql.interval({ seconds: times.graceMs / 1000 })}
+    ORDER BY created_at LIMIT ${dispatch_batch}`);
   const ids = events.map((e) => e.id);
-  if (ids.length > 0) {
-    await fanOut(db, ids);
-    const pending = await db.any(sql.type(idRow)`
-      SELECT id FROM webhook_deliveries WHERE event_id = ANY(${sql.array(ids, 'text')}) AND status = 'pending'`);
-    await queueDeliveries(queue, pending.map((d) => d.id));
-    await db.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ANY(${sql.array(ids, 'text')}) AND fanned_out_at IS NULL`);
-  }
+  await fanOutEvents(db, queue, ids);
   const stale = await db.any(sql.type(idRow)`
     SELECT id FROM webhook_deliveries
-    WHERE status = 'pending' AND next_attempt_at < now() - ${sql.interval({ seconds: staleGraceMs / 1000 })}
+    WHERE status = 'pending' AND next_attempt_at < now() - ${sql.interval({ seconds: times.staleGraceMs / 1000 })}
     ORDER BY next_attempt_at LIMIT ${dispatch_batch}`);
   await queueDeliveries(queue, stale.map((d) => d.id));
   return ids.length;

@@ -1,5 +1,5 @@
 /**
- * The webhooks queue's processor (workers/index.ts runs it): the dispatcher's pass, and
+ * The webhooks queue's processor (workers/index.ts runs it): the dispatcher's poll, and
  * one attempt of a delivery. A scheduled attempt that fails is recorded, then retried
  * after the schedule's next delay (RetryLater); after the last one the delivery is marked
  * failed, and the endpoint disabled when it keeps failing (DisableRule). A replay is one
@@ -26,13 +26,15 @@ export interface WebhookWorkerDeps {
   retryScheduleMs: readonly number[];
   /** How long past its due time a pending delivery waits before the dispatcher queues it again. */
   staleGraceMs: number;
+  /** How old an event not fanned out must be before the dispatcher's poll takes it (WEBHOOK_DISPATCH_GRACE_MS). */
+  graceMs: number;
   disableRule: DisableRule;
   logger: Logger;
 }
 
 export function webhookProcessor(deps: WebhookWorkerDeps): (job: Job<WebhookJobData>) => Promise<unknown> {
   return async (job) => {
-    if (job.name === dispatch_job) return dispatchEvents(deps.db, deps.queue, deps.staleGraceMs);
+    if (job.name === dispatch_job) return dispatchEvents(deps.db, deps.queue, { graceMs: deps.graceMs, staleGraceMs: deps.staleGraceMs });
     if (job.name === deliver_job) return deliver(deps, job.data as DeliverJob);
     throw new Error(`unknown job ${job.name}`);
   };

@@ -154,6 +154,8 @@ beforeAll(async () => {
     // 18 s of retries: deliveries of a receiver that is down outlast an empty restart.
     WEBHOOK_RETRY_SCHEDULE_MS: Array.from({ length: 60 }, () => '300').join(','),
     WEBHOOK_DISPATCH_INTERVAL_MS: '200',
+    // A worker killed between its commit and its push: the poll takes the events after this.
+    WEBHOOK_DISPATCH_GRACE_MS: '1000',
     WEBHOOK_STALLED_MS: '2000',
     WEBHOOK_TIMEOUT_MS: '3000',
   };

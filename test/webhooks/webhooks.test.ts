@@ -3,14 +3,17 @@
  * receiver on loopback that verifies every signature with `standardwebhooks`: CRUD and
  * validation, delivery, retry then success under the same webhook-id, a timeout, failure
  * after the (shortened) schedule, the disable rule, replay, the test event, the SSRF
- * refusals, and fan-out run twice or cut short between its steps, or its job lost.
+ * refusals, and fan-out run twice or cut short between its steps, or its job lost; the
+ * push (an event persisted by a service's worker is fanned out by it, not by another
+ * service on the same database) and the poll, its safety net, which takes only events
+ * older than WEBHOOK_DISPATCH_GRACE_MS.
  */
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertEvents, type StoredEvent } from '../../src/events/store.js';
 import { newId } from '../../src/ids.js';
 import { deliveryIdOf } from '../../src/webhooks/deliveries.js';
-import { dispatchEvents, fanOut } from '../../src/webhooks/dispatch.js';
+import { dispatchEvents, fanOut, fanOutEvents } from '../../src/webhooks/dispatch.js';
 import { webhookUrlRefusal, WebhookSender } from '../../src/webhooks/sender.js';
 import { startTestService, waitFor, type Json, type TestProject, type TestService } from '../helpers.js';
 import { startReceiver, type Receiver } from './receiver.js';
@@ -52,6 +55,12 @@ async function endpoint(p: TestProject, path: string, replies: (number | 'hang')
 
 function event(p: TestProject, type: StoredEvent['type'] = 'deposit.created', data: Record<string, unknown> = { customer_id: 'alice', amount: 100 }): StoredEvent {
   return { id: newId('evt'), type, created_at: new Date().toISOString(), project_id: p.projectId, data };
+}
+
+/** Stores events and fans them out as the persist worker does once it has committed them (the push). */
+async function stored(...events: StoredEvent[]): Promise<void> {
+  await insertEvents(svc.rt.db, events);
+  await fanOutEvents(svc.rt.db, svc.rt.webhookQueue, events.map((e) => e.id));
 }
 
 async function deliveries(p: TestProject, endpointId: string): Promise<Json[]> {
@@ -155,7 +164,7 @@ describe('deliveries', () => {
     const all = await endpoint(p, '/all', [200]);
     const low = await endpoint(p, '/low', [200], { events: ['balance.low'] });
     const e = event(p);
-    await insertEvents(svc.rt.db, [e]);
+    await stored(e);
     const d = await finished(p, all.id, e.id);
     expect(d).toMatchObject({ id: deliveryIdOf(e.id, all.id), event_type: 'deposit.created', status: 'succeeded', next_attempt_at: null });
     expect(d.attempts).toHaveLength(1);
@@ -175,7 +184,7 @@ describe('deliveries', () => {
     const flaky = await endpoint(p, '/flaky', [500, 200]);
     const slow = await endpoint(p, '/slow', ['hang', 200]);
     const e = event(p);
-    await insertEvents(svc.rt.db, [e]);
+    await stored(e);
     const d = await finished(p, flaky.id, e.id);
     expect(d.status).toBe('succeeded');
     expect(d.attempts.map((a: Json) => a.status_code)).toEqual([500, 200]);
@@ -190,7 +199,7 @@ describe('deliveries', () => {
     const p = await svc.project();
     const down = await endpoint(p, '/down', [503]);
     const [e1, e2] = [event(p), event(p, 'balance.low', { customer_id: 'bob', available: 5 })];
-    await insertEvents(svc.rt.db, [e1]);
+    await stored(e1);
     const d1 = await finished(p, down.id, e1.id);
     // The first attempt and the schedule's two retries.
     expect(d1).toMatchObject({ status: 'failed', next_attempt_at: null });
@@ -198,15 +207,14 @@ describe('deliveries', () => {
     let listed = (await svc.call('GET', '/v1/webhooks', { key: p.projectKey })).body.data[0];
     expect(listed.enabled).toBe(true);
 
-    await insertEvents(svc.rt.db, [e2]);
+    await stored(e2);
     await finished(p, down.id, e2.id);
     listed = (await svc.call('GET', '/v1/webhooks', { key: p.projectKey })).body.data[0];
     expect(listed).toMatchObject({ enabled: false, disabled_reason: 'its last 2 deliveries failed every retry' });
     expect(Date.parse(listed.disabled_at)).toBeGreaterThan(0);
 
     const e3 = event(p);
-    await insertEvents(svc.rt.db, [e3]);
-    await waitFor(async () => (await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000)) === 0, 5_000, 'e3 fanned out');
+    await stored(e3);
     expect((await deliveries(p, down.id)).map((d) => d.event_id)).not.toContain(e3.id);
 
     // Replay: one attempt more of the same event, manual, and it succeeds.
@@ -257,16 +265,15 @@ describe('fan-out', () => {
       await insertEvents(tx, [e]);
       await fanOut(tx, [e.id]);
     });
-    await Promise.all([dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000), dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000)]);
-    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000);
+    await Promise.all([fanOutEvents(svc.rt.db, svc.rt.webhookQueue, [e.id]), fanOutEvents(svc.rt.db, svc.rt.webhookQueue, [e.id])]);
+    await fanOutEvents(svc.rt.db, svc.rt.webhookQueue, [e.id]);
     for (const w of [a, b]) {
       const d = await finished(p, w.id, e.id);
       expect(d).toMatchObject({ id: deliveryIdOf(e.id, w.id), status: 'succeeded' });
       expect(await deliveries(p, w.id)).toHaveLength(1);
     }
     // The same event stored again (the persist worker copying it twice) changes nothing.
-    await insertEvents(svc.rt.db, [e]);
-    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000);
+    await stored(e);
     await new Promise((r) => setTimeout(r, 300));
     expect(receiver.on('/fan-a').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
     expect(receiver.on('/fan-b').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
@@ -283,8 +290,64 @@ describe('fan-out', () => {
       await tx.query(sql.unsafe`UPDATE events SET fanned_out_at = now() WHERE id = ${e.id}`);
       await tx.query(sql.unsafe`UPDATE webhook_deliveries SET next_attempt_at = now() - interval '2 minutes' WHERE event_id = ${e.id}`);
     });
-    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, 60_000);
+    await dispatchEvents(svc.rt.db, svc.rt.webhookQueue, { graceMs: 60_000, staleGraceMs: 60_000 });
     expect(await finished(p, w.id, e.id)).toMatchObject({ id: deliveryIdOf(e.id, w.id), status: 'succeeded' });
     expect(receiver.on('/lost').map((r) => r.headers['webhook-id'])).toEqual([e.id]);
+  });
+});
+
+describe('push and poll', () => {
+  it('an event persisted by service A is fanned out by A\'s worker at once, not by B\'s on the same database', async () => {
+    // A polls once a minute: only its push delivers within seconds. B polls every 50 ms and
+    // retries after 30 s: had B taken the event (within its grace) the retry would not come in time.
+    const [a, b] = await Promise.all([
+      startTestService({ workers: true, config: { WEBHOOK_DISPATCH_INTERVAL_MS: 60_000, WEBHOOK_RETRY_SCHEDULE_MS: [100] } }),
+      startTestService({ workers: true, config: { WEBHOOK_DISPATCH_INTERVAL_MS: 50, WEBHOOK_RETRY_SCHEDULE_MS: [30_000] } }),
+    ]);
+    try {
+      expect(a.rt.config.QUEUE_PREFIX).not.toBe(b.rt.config.QUEUE_PREFIX);
+      const p = await a.project();
+      const created = await a.call('POST', '/v1/webhooks', { key: p.projectKey, body: { url: `${receiver.url}/push`, events: ['deposit.created'] } });
+      expect(created.status).toBe(201);
+      receiver.expect('/push', created.body.secret, [500, 200]);
+      const started = Date.now();
+      const r = await a.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'pushed', amount: 100, wallet: 'credits', idempotency_key: 'push-1' } });
+      expect(r.status).toBe(200);
+      const d = await waitFor(async () => {
+        const list = await a.call('GET', `/v1/webhooks/${created.body.id}/deliveries`, { key: p.projectKey });
+        return list.body.data.find((x: Json) => x.status !== 'pending');
+      }, 8_000, 'the delivery of the deposit');
+      expect(Date.now() - started).toBeLessThan(8_000);
+      expect(d).toMatchObject({ event_type: 'deposit.created', status: 'succeeded' });
+      expect(d.attempts.map((x: Json) => x.status_code)).toEqual([500, 200]);
+      const got = receiver.on('/push');
+      expect(got.map((x) => x.event.data.idempotency_key)).toEqual(['push-1', 'push-1']);
+      expect(got[1].headers['webhook-id']).toBe(d.event_id);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('the poll fans out an event whose push never came once it is older than the grace, and leaves a fresh one', async () => {
+    const p = await svc.project();
+    const w = await endpoint(p, '/poll', [200, 200]);
+    // The endpoint existed before both events (it gets only later events).
+    await svc.rt.db.query(sql.unsafe`UPDATE webhook_endpoints SET created_at = now() - interval '10 minutes' WHERE id = ${w.id}`);
+    const graceMs = svc.rt.config.WEBHOOK_DISPATCH_GRACE_MS;
+    const old = { ...event(p), created_at: new Date(Date.now() - graceMs - 60_000).toISOString() };
+    const fresh = event(p);
+    // Committed by a persist worker killed before its push.
+    await insertEvents(svc.rt.db, [old, fresh]);
+    expect(await finished(p, w.id, old.id)).toMatchObject({ id: deliveryIdOf(old.id, w.id), status: 'succeeded' });
+    // Many polls later (every 50 ms), the fresh one is still left to its push.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(Date.now() - Date.parse(fresh.created_at)).toBeLessThan(graceMs);
+    const unfanned = await svc.rt.db.oneFirst(sql.unsafe`SELECT fanned_out_at IS NULL FROM events WHERE id = ${fresh.id}`);
+    expect(unfanned).toBe(true);
+    expect((await deliveries(p, w.id)).map((d) => d.event_id)).toEqual([old.id]);
+    // Its push, late, delivers it.
+    await fanOutEvents(svc.rt.db, svc.rt.webhookQueue, [fresh.id]);
+    expect((await finished(p, w.id, fresh.id)).status).toBe('succeeded');
+    expect(receiver.on('/poll').map((r) => r.headers['webhook-id'])).toEqual([old.id, fresh.id]);
   });
 });
