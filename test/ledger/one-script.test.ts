@@ -183,8 +183,12 @@ describe.skipIf(clustered)('one script per money operation on a single Redis', (
     const replayed = await commandsOf(() => deduct('a1', 'a1-d1', 30));
     expect(replayed.result).toEqual({ ...ded, replay: true });
     // The bound script first (archived: nothing written), then bind, restore, bind again
-    // (bindings.ts), and the deduct script, which finds the restored record.
-    expect(replayed.commands.filter((c) => c.startsWith('script '))).toEqual([
+    // (bindings.ts), and the deduct script, which finds the restored record. A script sent
+    // again because its reply was late (src/ledger/outcome.ts, seen on a loaded machine)
+    // shows twice in a row: counted once here, as the result and the balance below show
+    // it applied nothing.
+    const scripts = replayed.commands.filter((c) => c.startsWith('script '));
+    expect(scripts.filter((c, i) => c !== scripts[i - 1])).toEqual([
       'script bound_deduct', 'script bind', 'script restore', 'script bind', 'script deduct',
     ]);
 
