@@ -45,50 +45,33 @@ export async function sweep(
   let settled = 0;
   let expired = 0;
   let released = 0;
-  for (let shard = 0; shard < dirty_shards; shard++) {
-    const key = activeKey(prefix, shard);
-    // Members that stay due (their outbox has entries) keep their place: the next page starts after them.
-    let offset = 0;
-    for (let page = 0; page < sweep_pages_per_shard_max; page++) {
-      const flat = await redis.zrangebyscore(key, '-inf', nowMs, 'WITHSCORES', 'LIMIT', offset, sweep_page_size);
-      const due: [string, string][] = [];
-      for (let i = 0; i < flat.length; i += 2) due.push([flat[i], flat[i + 1]]);
-      for (let i = 0; i < due.length; i += sweep_concurrency) {
-        await Promise.all(
-          due.slice(i, i + sweep_concurrency).map(async ([base, score]) => {
-            const k = customerKeysFromBase(base);
-            const [length, first, source] = await Promise.all([
-              redis.xlen(k.outbox), redis.zrange(k.ttl, 0, 0, 'WITHSCORES'),
-              redis.zrangebyscore(k.live, '-inf', finite_score_max, 'WITHSCORES', 'LIMIT', 0, 1),
-            ]);
-            if (source.length === 2) await redis.zadd(expiringKeyOf(prefix, base), 'LT', source[1], base);
-            const ttlDueMs = first.length === 2 ? Number(first[1]) : null;
-            if (ttlDueMs !== null && ttlDueMs <= nowMs) {
-              const ids = parseCustomerBase(prefix, base);
-              // The organization is only needed for plan accounting; the sweeper settles late.
-              if (ids) settled += (await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId)).settled;
-              expired++;
-            }
-            if (length > 0) {
-              await redis.sadd(dirtyKeyOf(prefix, base), base);
-              outboxes++;
-              offset++;
-              return;
-            }
-            if (ttlDueMs !== null && ttlDueMs <= nowMs) {
-              // Settled just now: its entry is in the outbox, looked at next sweep.
-              offset++;
-              return;
-            }
-            // Unless an API process marked it again meanwhile (lua/trim_due-1.lua: set or remove if unchanged).
-            const changed = await scripts.runOther<number>('trim_due', [key], [base, score, ttlDueMs === null ? '' : ttlDueMs]);
-            if (changed === 1 && ttlDueMs === null) released++;
-          }),
-        );
-      }
-      if (due.length < sweep_page_size) break;
+  // Members that stay due (their outbox has entries) keep their place: the next page starts after them.
+  await walkDue(redis, (shard) => activeKey(prefix, shard), nowMs, async (key, base, score) => {
+    const k = customerKeysFromBase(base);
+    const [length, first, source] = await Promise.all([
+      redis.xlen(k.outbox), redis.zrange(k.ttl, 0, 0, 'WITHSCORES'),
+      redis.zrangebyscore(k.live, '-inf', finite_score_max, 'WITHSCORES', 'LIMIT', 0, 1),
+    ]);
+    if (source.length === 2) await redis.zadd(expiringKeyOf(prefix, base), 'LT', source[1], base);
+    const ttlDueMs = first.length === 2 ? Number(first[1]) : null;
+    if (ttlDueMs !== null && ttlDueMs <= nowMs) {
+      const ids = parseCustomerBase(prefix, base);
+      // The organization is only needed for plan accounting; the sweeper settles late.
+      if (ids) settled += (await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId)).settled;
+      expired++;
     }
-  }
+    if (length > 0) {
+      await redis.sadd(dirtyKeyOf(prefix, base), base);
+      outboxes++;
+      return true;
+    }
+    // Settled just now: its entry is in the outbox, looked at next sweep.
+    if (ttlDueMs !== null && ttlDueMs <= nowMs) return true;
+    // Unless an API process marked it again meanwhile (lua/trim_due-1.lua: set or remove if unchanged).
+    const changed = await scripts.runOther<number>('trim_due', [key], [base, score, ttlDueMs === null ? '' : ttlDueMs]);
+    if (changed === 1 && ttlDueMs === null) released++;
+    return false;
+  });
   return { outboxes, expired, released, settled, expiring };
 }
 
@@ -101,27 +84,39 @@ export async function sweep(
  */
 async function sweepExpiring(redis: RedisClient, scripts: Scripts, prefix: string, ledger: LedgerService, nowMs: number): Promise<number> {
   let looked = 0;
+  // Members a deposit moved meanwhile keep their place: the next page starts after them.
+  await walkDue(redis, (shard) => expiringKey(prefix, shard), nowMs, async (key, base, score) => {
+    looked++;
+    const ids = parseCustomerBase(prefix, base);
+    const next = ids ? (await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId)).nextSourceExpiryMs : null;
+    const changed = await scripts.runOther<number>('trim_due', [key], [base, score, next === null ? '' : next]);
+    return changed !== 1;
+  });
+  return looked;
+}
+
+/**
+ * Walks the members of each shard's due index (a zset scored by when a member is due) that
+ * are due at `nowMs`, a page at a time, `sweep_concurrency` at once. `visit` answers whether
+ * the member stays in the index: one that stays keeps its place, so the next page starts
+ * after it.
+ */
+async function walkDue(
+  redis: RedisClient, keyOf: (shard: number) => string, nowMs: number,
+  visit: (key: string, base: string, score: string) => Promise<boolean>,
+): Promise<void> {
   for (let shard = 0; shard < dirty_shards; shard++) {
-    const key = expiringKey(prefix, shard);
-    // Members a deposit moved meanwhile keep their place: the next page starts after them.
+    const key = keyOf(shard);
     let offset = 0;
     for (let page = 0; page < sweep_pages_per_shard_max; page++) {
       const flat = await redis.zrangebyscore(key, '-inf', nowMs, 'WITHSCORES', 'LIMIT', offset, sweep_page_size);
       const due: [string, string][] = [];
       for (let i = 0; i < flat.length; i += 2) due.push([flat[i], flat[i + 1]]);
       for (let i = 0; i < due.length; i += sweep_concurrency) {
-        await Promise.all(
-          due.slice(i, i + sweep_concurrency).map(async ([base, score]) => {
-            looked++;
-            const ids = parseCustomerBase(prefix, base);
-            const next = ids ? (await ledger.expire({ projectId: ids.projectId, organizationId: '' }, ids.customerId)).nextSourceExpiryMs : null;
-            const changed = await scripts.runOther<number>('trim_due', [key], [base, score, next === null ? '' : next]);
-            if (changed !== 1) offset++;
-          }),
-        );
+        const stays = await Promise.all(due.slice(i, i + sweep_concurrency).map(([base, score]) => visit(key, base, score)));
+        offset += stays.filter(Boolean).length;
       }
       if (due.length < sweep_page_size) break;
     }
   }
-  return looked;
 }
