@@ -4,21 +4,12 @@
  * deposit; balance.depleted; balance.top_up_requested with one open request per customer,
  * closed by the deposit naming it or after an hour, within the monthly limit.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { customerKeys } from '../../src/redis/keys.js';
-import { reconcileOverApi, startTestService, type Json, type TestProject, type TestService } from '../helpers.js';
+import { reconcileOverApi, type Json } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project();
-});
-
-afterAll(async () => {
-  await svc?.close();
-});
+useTestService({ workers: true });
 
 const call = (method: string, path: string, body?: unknown) => svc.call(method, path, { key: p.projectKey, body });
 

@@ -4,24 +4,15 @@
  * worker in the transaction of the ledger entries, listed by GET /v1/events; a persist
  * pass repeated writes it once; the ledger readers and reconcile ignore it.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sql } from 'slonik';
 import { z } from 'zod';
 import { parseOutboxEntry } from '../../src/redis/codec.js';
 import { customerKeys } from '../../src/redis/keys.js';
-import { reconcileOverApi, startTestService, waitFor, type Json, type TestProject, type TestService } from '../helpers.js';
+import { reconcileOverApi, waitFor, type Json } from '../helpers.js';
+import { p, svc, useTestService } from '../support/service.js';
 
-let svc: TestService;
-let p: TestProject;
-
-beforeAll(async () => {
-  svc = await startTestService({ workers: true });
-  p = await svc.project();
-});
-
-afterAll(async () => {
-  await svc?.close();
-});
+useTestService({ workers: true });
 
 const deposit = (body: Record<string, unknown>) => svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body });
 

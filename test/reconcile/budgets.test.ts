@@ -16,6 +16,14 @@ useTestService({ workers: true });
 const post = (path: string, body: Record<string, unknown>) => svc.call('POST', path, { key: p.projectKey, body });
 const newTx = () => `tx_${randomBytes(6).toString('hex')}`;
 
+/** Redis loses the customer's keys; the repair rebuilds them from PostgreSQL, without errors. */
+async function loseAndRepair(id: string): Promise<void> {
+  const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id);
+  await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent, k.fin);
+  const repaired = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
+  expect(repaired.errors).toEqual([]);
+}
+
 describe('budgets through reconcile', () => {
   it('report no drift for budgeted records, and a rebuild restores the limit with fresh counters', async () => {
     const id = `rb_${randomBytes(5).toString('hex')}`;
@@ -34,10 +42,7 @@ describe('budgets through reconcile', () => {
     expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
 
     // Redis loses the customer: the repair rebuilds it from PostgreSQL.
-    const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id);
-    await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent, k.fin);
-    const repaired = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
-    expect(repaired.errors).toEqual([]);
+    await loseAndRepair(id);
     expect(await budget()).toEqual({ limit: 10_000, period: 'total', spent: 0, held: 0, remaining: 10_000, resets_at: null });
     // The open freeze is still open; its end gives back nothing the fresh counters did not hold.
     expect((await post('/v1/billing/unfreeze', { transaction_id: open })).status).toBe(200);
@@ -65,10 +70,7 @@ describe('project key budgets through reconcile', () => {
     await svc.drained();
     expect(await reconcile(svc.rt, { projectId: p.projectId, repair: false })).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
 
-    const k = customerKeys(svc.rt.config.REDIS_PREFIX, p.projectId, id);
-    await svc.rt.redis.del(k.meta, k.src, k.tx, k.dep, k.ttl, k.live, k.dead, k.spent, k.fin);
-    const repaired = await reconcile(svc.rt, { projectId: p.projectId, repair: true });
-    expect(repaired.errors).toEqual([]);
+    await loseAndRepair(id);
     expect(await keyBudgets()).toEqual({ [keyId]: { limit: 5_000, period: 'total', spent: 0, held: 0, remaining: 5_000, resets_at: null } });
     expect((await byKey({ customer_id: id, transaction_id: newTx(), amount: 5_000 })).status).toBe(200);
     const refused = await byKey({ customer_id: id, transaction_id: newTx(), amount: 1 });
