@@ -14,7 +14,7 @@ import {
 } from '../redis/scripts.js';
 import type { Clock } from './clock.js';
 import { newId } from '../ids.js';
-import { CommandNotSentError, provesNothingSent } from '../redis/sent.js';
+import { beforeSent } from '../redis/sent.js';
 import { Bindings, type Archive, type Binding } from './bindings.js';
 import type { LedgerOperation, Metrics } from '../metrics/metrics.js';
 import type { DepositInput, DrawInput, FreezeInput, ProjectScope, SettleInput } from './requests.js';
@@ -167,7 +167,7 @@ export class LedgerService {
       await (marked ? Promise.all([this.ready(), marked]) : this.ready());
     } catch (err) {
       // The script was not sent: a lost reply of the active mark leaves nothing applied.
-      throw provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+      throw beforeSent(err);
     }
     const call = () => script({ keys: scriptKeys(k), clockOffsetMs: this.clock.offsetMs(), projectId: scope.projectId, customerId, entryIdBase: newId('le') });
     let reply: ScriptReply;
@@ -234,7 +234,7 @@ export class LedgerService {
     // A failure of this mark applied nothing, even when its own reply was lost.
     if (input.expiresAtMs !== null) {
       await this.marks.markExpiring(this.keys(scope, input.customerId).base, input.expiresAtMs).catch((err: unknown) => {
-        throw provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+        throw beforeSent(err);
       });
     }
     const hash = requestHash([

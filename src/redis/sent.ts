@@ -47,6 +47,15 @@ export function afterApplied(err: unknown): unknown {
 }
 
 /**
+ * The error to answer with when `err` ends a request in a step taken before its command
+ * was sent (a mark, the generation check): whatever that step's own outcome, the command
+ * was not sent, so an Error becomes a CommandNotSentError ("nothing was applied").
+ */
+export function beforeSent(err: unknown): unknown {
+  return provesNothingSent(err) || !(err instanceof Error) ? err : new CommandNotSentError(err);
+}
+
+/**
  * True when `err` proves that the command it ended never reached Redis: a command never
  * written, or a 503 refused before sending (the Redis generation guard). Any other error
  * leaves the command's outcome unknown.
