@@ -77,9 +77,12 @@ export interface PersistResult {
   events: string[];
 }
 
-/** Adds the ids of a batch's events (EVENT entries) to `out`. */
-function collectEvents(b: OutboxBatch, out: string[]): void {
-  for (const e of b.entries) if (e.type === 'EVENT') out.push(e.id);
+/** Counts a batch written (and trimmed) into `result`: its customer, its entries, its events. */
+function countWritten(b: OutboxBatch, count: number, result: PersistResult): void {
+  for (const e of b.entries) if (e.type === 'EVENT') result.events.push(e.id);
+  result.persisted.push(b.base);
+  if (b.ids.length === count) result.full.push(b.base);
+  result.moved += b.ids.length;
 }
 
 /**
@@ -193,12 +196,7 @@ export class LedgerOutbox {
       for (const b of batches) result.failed.push(b.base);
       return;
     }
-    for (const b of batches) {
-      collectEvents(b, result.events);
-      result.persisted.push(b.base);
-      if (b.ids.length === count) result.full.push(b.base);
-      result.moved += b.ids.length;
-    }
+    for (const b of batches) countWritten(b, count, result);
   }
 
   /**
@@ -216,10 +214,7 @@ export class LedgerOutbox {
     try {
       const parked = await this.persistBatch(b, err);
       result.quarantined += parked;
-      collectEvents(b, result.events);
-      result.moved += b.ids.length;
-      result.persisted.push(b.base);
-      if (b.ids.length === count) result.full.push(b.base);
+      countWritten(b, count, result);
     } catch (err) {
       if (isSeqClash(err)) return this.repairOrSetAside(b.base, err);
       this.logger.error({ err, customer: b.base }, 'persisting a customer failed; will retry');
