@@ -19,10 +19,31 @@
  * with the variables of ExampleEnv set from the live service, in a directory of its own
  * that every example shares (a cookie jar, `-c cookies.txt`, lasts from one example to
  * the next); its answer is the status line, the headers when the command prints them
- * (`-i`), then the body. A `ts` command is a complete TypeScript program run with tsx,
- * with the same environment; its answer (a `text` block) is what it prints. Examples run
- * in document order, one file after the other, against one service: later examples see
- * what earlier ones did.
+ * (`-i`), then the body.
+ *
+ * A program is written the way a reader runs it: the file to save it as, the program, one
+ * line of prose, then a `sh` block of its `npm install` line (none when it imports only
+ * Node's own modules) and, last, the command that runs it; its answer (a `text` block) is
+ * what it prints:
+ *
+ *     <!-- example: openai-chat -->
+ *     Save as `openai-chat.mjs`:
+ *     ```js
+ *     import OpenAI from 'openai';
+ *     ...
+ *     ```
+ *     Install its package and run it:
+ *     ```sh
+ *     npm install openai@6
+ *     node openai-chat.mjs
+ *     ```
+ *     ```text
+ *     answer: tok1 tok2 ...
+ *     ```
+ *
+ * test/docs/programs.ts checks what that says and runs it so, in a folder outside the
+ * project. Examples run in document order, one file after the other, against one
+ * service: later examples see what earlier ones did.
  *
  * `scripts/docs-examples.ts` writes the answer blocks from a real run; the test
  * (examples.test.ts) runs them again and compares: the same status, header names, JSON
@@ -31,8 +52,6 @@
  * ids, timestamps and amounts, are not compared).
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -40,9 +59,12 @@ const run = promisify(execFile);
 export interface Example {
   name: string;
   file: string;
-  /** `bash` (one curl command) or `ts` (a program). */
-  lang: 'bash' | 'ts';
+  /** `bash` (one curl command), or the language of a program (`js`, `ts`). */
+  lang: 'bash' | 'js' | 'ts';
+  /** The curl command, or the program's source. */
   command: string;
+  /** How a reader runs a program (null for a curl command). */
+  program: ProgramSteps | null;
   /** The answer block's text as the docs show it (null: none yet). */
   answer: string | null;
   /** Character offsets of the answer block (fences included) in the file, or where one goes. */
@@ -50,20 +72,40 @@ export interface Example {
   answerEnd: number;
 }
 
-const exampleRe = /<!-- example: ([a-z0-9][a-z0-9-]*) -->\n```(bash|ts)\n([\s\S]*?)\n```\n(?:```(?:http|text)\n([\s\S]*?)\n```\n)?/g;
+/** What the docs tell a reader to do with a program: save it as `file`, run `install`, then `run`. */
+export interface ProgramSteps {
+  file: string;
+  /** The `npm install ...` lines of its `sh` block (none: it imports only Node's modules). */
+  install: string[];
+  /** The last line of its `sh` block: the command that runs it. */
+  run: string;
+}
+
+const exampleRe = new RegExp(
+  [
+    /<!-- example: ([a-z0-9][a-z0-9-]*) -->\n/.source,
+    // A curl command, or a program: `Save as`, its block, one line of prose, its sh block.
+    /(?:```(bash)\n([\s\S]*?)\n```\n|Save as `([^`\n]+)`:\n```(js|ts)\n([\s\S]*?)\n```\n[^`\n][^\n]*\n```sh\n([\s\S]*?)\n```\n)/.source,
+    /(```(?:http|text)\n([\s\S]*?)\n```\n)?/.source,
+  ].join(''),
+  'g',
+);
 
 export function parseExamples(file: string, markdown: string): Example[] {
   const out: Example[] = [];
   for (const m of markdown.matchAll(exampleRe)) {
-    const commandEnd = m.index + m[0].indexOf('\n```\n', m[0].indexOf('```' + m[2])) + 5;
+    const [, name, bash, curl, programFile, programLang, source, steps, answerBlock, answer] = m;
+    const end = m.index + m[0].length;
+    const lines = steps?.split('\n') ?? [];
     out.push({
-      name: m[1],
+      name,
       file,
-      lang: m[2] as 'bash' | 'ts',
-      command: m[3],
-      answer: m[4] ?? null,
-      answerStart: commandEnd,
-      answerEnd: m.index + m[0].length,
+      lang: (bash ?? programLang) as Example['lang'],
+      command: curl ?? source,
+      program: programFile === undefined ? null : { file: programFile, install: lines.slice(0, -1), run: lines.at(-1)! },
+      answer: answer ?? null,
+      answerStart: end - (answerBlock?.length ?? 0),
+      answerEnd: end,
     });
   }
   return out;
@@ -76,7 +118,7 @@ export function writeAnswers(markdown: string, examples: Example[], answers: Map
   for (const ex of examples) {
     const a = answers.get(ex.name);
     if (a === undefined) continue;
-    out += markdown.slice(at, ex.answerStart) + '```' + (ex.lang === 'bash' ? 'http' : 'text') + '\n' + a + '\n```\n';
+    out += markdown.slice(at, ex.answerStart) + '```' + (ex.program ? 'text' : 'http') + '\n' + a + '\n```\n';
     at = ex.answerEnd;
   }
   return out + markdown.slice(at);
@@ -122,20 +164,10 @@ const reasons: Record<number, string> = {
 /** Headers that change on every run and say nothing about the API: left out of the answers. */
 const noise_headers = new Set(['date', 'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'etag', 'x-ratelimit-remaining']);
 
-/** Runs one example and returns its answer block's text; `cwd` is the directory curl commands run in. */
-export async function runExample(ex: Example, env: ExampleEnv, repoRoot: string, cwd: string = repoRoot): Promise<string> {
+/** Runs one curl example and returns its answer block's text; `cwd` is the directory it runs in (test/docs/programs.ts runs the programs). */
+export async function runCurlExample(ex: Example, env: ExampleEnv, cwd: string): Promise<string> {
+  if (ex.program) throw new Error(`example ${ex.name}: a program, run by test/docs/programs.ts`);
   const childEnv = { ...process.env, ...env };
-  if (ex.lang === 'ts') {
-    const dir = mkdtempSync(join(repoRoot, '.docs-example-'));
-    try {
-      const path = join(dir, `${ex.name}.ts`);
-      writeFileSync(path, ex.command);
-      const { stdout } = await run(join(repoRoot, 'node_modules/.bin/tsx'), [path], { env: childEnv, cwd: repoRoot, timeout: 60_000 });
-      return stdout.replace(/\n+$/, '');
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  }
   if ((ex.command.match(/\bcurl\b/g) ?? []).length !== 1) throw new Error(`example ${ex.name}: one curl command per example`);
   // The function prints the status to stderr, whatever options the command uses and
   // wherever its output goes (a pipe to grep).
@@ -264,7 +296,7 @@ function parseJson(b: string): { ok: true; value: unknown } | { ok: false } {
 
 /** The differences between the documented answer and the live one, in words (empty: none). */
 export function compareAnswers(ex: Example, documented: string, live: string): string[] {
-  if (ex.lang === 'ts') {
+  if (ex.program) {
     const d = documented.split('\n').map(lineShape);
     const l = live.split('\n').map(lineShape);
     return JSON.stringify(d) === JSON.stringify(l) ? [] : [`printed lines differ:\n  docs: ${d.join(' | ')}\n  live: ${l.join(' | ')}`];
@@ -293,18 +325,23 @@ export function compareAnswers(ex: Example, documented: string, live: string): s
 const curl_command = /(?:^|[\s`$(|;&])curl\s+(?:-|\$|https?:\/\/|["'])/;
 const sdk_program = /\bfrom\s+['"](?:openai|@anthropic-ai\/sdk)['"]|\brequire\(\s*['"](?:openai|@anthropic-ai\/sdk)['"]|\bnew\s+(?:OpenAI|Anthropic)\s*\(/;
 const program_fence = /^```(?:ts|typescript|tsx|js|javascript|mjs)\s*$/;
+const save_as = /^Save as `/;
+/** A block marked `<!-- fragment -->`: code for this repository's own tests, not a program a reader runs. */
+const fragmentRe = /<!-- fragment -->\n```[^\n]*\n[\s\S]*?\n```\n/g;
 
 /**
  * The lines of a Markdown page that hold a curl command or a program outside an
  * executable example (1-based line numbers): a command there would be run by nobody.
- * A program is a fenced `ts`/`js` block, or a line importing or constructing an SDK client.
+ * A program is a fenced `ts`/`js` block, a `Save as` line, or a line importing or
+ * constructing an SDK client; a block marked `<!-- fragment -->` is none.
  */
 export function commandsOutsideExamples(markdown: string): { line: number; text: string }[] {
-  // Blank the examples (command and answer blocks), keeping their lines so that numbers stay right.
-  const rest = markdown.replace(exampleRe, (m) => m.replace(/[^\n]/g, ''));
+  // Blank the examples (command and answer blocks) and fragments, keeping their lines so that numbers stay right.
+  const blank = (m: string) => m.replace(/[^\n]/g, '');
+  const rest = markdown.replace(exampleRe, blank).replace(fragmentRe, blank);
   const out: { line: number; text: string }[] = [];
   rest.split('\n').forEach((text, i) => {
-    if (curl_command.test(text) || sdk_program.test(text) || program_fence.test(text)) out.push({ line: i + 1, text });
+    if (curl_command.test(text) || sdk_program.test(text) || program_fence.test(text) || save_as.test(text)) out.push({ line: i + 1, text });
   });
   return out;
 }

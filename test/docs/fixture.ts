@@ -5,11 +5,13 @@
  * days old, so that its first billing period has closed into an invoice for the invoice
  * examples (docs/API.md, "Invoices", says so). The demo customer's deposit wrote the
  * events example's event; a receiver on loopback takes the webhook examples' deliveries.
+ * The programs run in a folder of their own outside the project (test/docs/programs.ts),
+ * where their packages are installed while the service starts.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -18,7 +20,8 @@ import { Invoicing } from '../../src/billing/invoices.js';
 import { bootstrapDemo } from '../../src/bootstrap.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { startTestService, waitFor, type TestService } from '../helpers.js';
-import { runExample, type Example, type ExampleEnv } from './examples.js';
+import { parseExamples, runCurlExample, type Example, type ExampleEnv } from './examples.js';
+import { ProgramFolder } from './programs.js';
 
 export const doc_files = ['docs/API.md', 'docs/GUIDE.md'];
 
@@ -26,14 +29,20 @@ export interface DocsFixture {
   svc: TestService;
   mock: MockUpstream;
   env: ExampleEnv;
+  /** Where the programs are installed and run. */
+  programs: ProgramFolder;
   /** Runs one example, once the workers have persisted what came before (usage lists read PostgreSQL). */
   run(ex: Example): Promise<string>;
   close(): Promise<void>;
 }
 
 export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
-  const mock = await startMockUpstream({ port: 0 });
-  const svc = await startTestService({ workers: true, config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
+  const programs = doc_files.flatMap((f) => parseExamples(f, readFileSync(join(repoRoot, f), 'utf8'))).filter((ex) => ex.program);
+  const [folder, mock, svc] = await Promise.all([
+    ProgramFolder.create(programs, repoRoot),
+    startMockUpstream({ port: 0 }),
+    startTestService({ workers: true, config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } }),
+  ]);
   const demo = await bootstrapDemo(svc.rt, mock.url);
   await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '40 days', next_invoice_at = NULL WHERE id = ${demo.organization_id}`);
   await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(demo.organization_id, Date.now());
@@ -68,9 +77,10 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
     svc,
     mock,
     env,
+    programs: folder,
     async run(ex) {
       await svc.drained();
-      const answer = await runExample(ex, env, repoRoot, workDir);
+      const answer = ex.program ? await folder.run(ex, env) : await runCurlExample(ex, env, workDir);
       const created = answer.startsWith('HTTP/1.1 201');
       // $TRANSACTION_ID: the last gateway call's, for the receipt examples.
       const tx = /^X-Service-Transaction-Id: (\S+)$/im.exec(answer);
@@ -123,6 +133,7 @@ export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
       receiver.closeAllConnections();
       await new Promise((resolve) => receiver.close(resolve));
       rmSync(workDir, { recursive: true, force: true });
+      folder.close();
     },
   };
 }
