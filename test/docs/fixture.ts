@@ -38,11 +38,16 @@ export interface DocsFixture {
 
 export async function startDocsFixture(repoRoot: string): Promise<DocsFixture> {
   const programs = doc_files.flatMap((f) => parseExamples(f, readFileSync(join(repoRoot, f), 'utf8'))).filter((ex) => ex.program);
-  const [folder, mock, svc] = await Promise.all([
-    ProgramFolder.create(programs, repoRoot),
-    startMockUpstream({ port: 0 }),
-    startTestService({ workers: true, config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } }),
-  ]);
+  // The install runs while the service starts; a failed install stops the service again.
+  const installing = ProgramFolder.create(programs, repoRoot);
+  installing.catch(() => {}); // awaited below, once the service has started
+  const mock = await startMockUpstream({ port: 0 });
+  const svc = await startTestService({ workers: true, config: { SVC_MASTER_KEY: randomBytes(32).toString('hex') } });
+  const folder = await installing.catch(async (err: unknown) => {
+    await svc.close();
+    await mock.close();
+    throw err;
+  });
   const demo = await bootstrapDemo(svc.rt, mock.url);
   await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '40 days', next_invoice_at = NULL WHERE id = ${demo.organization_id}`);
   await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(demo.organization_id, Date.now());
