@@ -2,7 +2,8 @@
  * Operator events (src/webhooks/operator.ts) against a real service and a receiver that
  * verifies every signature with standardwebhooks' Webhook.verify: an upgrade is delivered
  * as exactly one `plan.changed`, a period's close as exactly one `invoice.created` however
- * often the close runs, a failed attempt is retried under the same `webhook-id`, and a
+ * often the close runs, a failed attempt is retried under the same `webhook-id`, one
+ * committed but never queued (its writer killed) is queued by the dispatcher's poll, and a
  * service without an operator endpoint records nothing.
  */
 import { randomBytes } from 'node:crypto';
@@ -23,7 +24,14 @@ beforeAll(async () => {
   receiver.expect('/operator', secret, [200]);
   svc = await startTestService({
     workers: true,
-    config: { OPERATOR_WEBHOOK_URL: `${receiver.url}/operator`, OPERATOR_WEBHOOK_SECRET: secret, WEBHOOK_RETRY_SCHEDULE_MS: [100, 100] },
+    config: {
+      OPERATOR_WEBHOOK_URL: `${receiver.url}/operator`,
+      OPERATOR_WEBHOOK_SECRET: secret,
+      WEBHOOK_RETRY_SCHEDULE_MS: [100, 100],
+      // The poll runs often and counts a pending event overdue after 2 s (twice this).
+      WEBHOOK_DISPATCH_INTERVAL_MS: 100,
+      WEBHOOK_STALLED_MS: 1_000,
+    },
   });
 });
 
@@ -138,6 +146,23 @@ describe('operator events', () => {
     } finally {
       receiver.reply('/operator', [200]);
     }
+  });
+});
+
+describe('an operator event whose writer died before queueing it', () => {
+  it('is queued by the dispatcher\'s poll once overdue, and delivered once', async () => {
+    const p = await freshOrg();
+    const id = `evt_pchg_${randomBytes(8).toString('hex')}`;
+    // Committed, as by a PUT whose process stopped before `committed`: no job.
+    await svc.rt.operatorEvents.record(svc.rt.db, { id, type: 'plan.changed', organizationId: p.organizationId, atMs: now(), data: { change: 'upgrade' } });
+    const [got] = await waitFor(() => {
+      const r = receivedFor(p.organizationId, 'plan.changed');
+      return r.length > 0 ? r : null;
+    }, 15_000, 'the poll\'s delivery');
+    expect(got.event.id).toBe(id);
+    await waitFor(async () => (await eventStatus(id))?.status === 'succeeded', 5_000, 'the event marked delivered');
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect(receivedFor(p.organizationId, 'plan.changed')).toHaveLength(1);
   });
 });
 
