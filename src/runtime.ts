@@ -34,6 +34,7 @@ import { Metrics } from './metrics/metrics.js';
 import { ledgerQueueName, type LedgerJobData } from './ledger/expiry.js';
 import { createEndpointQueries, type EndpointQueries } from './webhooks/endpoints.js';
 import { createWebhookQueue, type WebhookJobData } from './webhooks/queue.js';
+import { OperatorEvents, operatorTargetOf } from './webhooks/operator.js';
 
 export interface Runtime {
   config: Config;
@@ -62,6 +63,8 @@ export interface Runtime {
   webhookQueue: Queue<WebhookJobData>;
   /** A project's webhook endpoints, their secrets sealed with the master key. */
   webhookEndpoints: EndpointQueries;
+  /** Where plan changes and invoice closes record the operator's events (OPERATOR_WEBHOOK_URL). */
+  operatorEvents: OperatorEvents;
   /** Every BullMQ queue of the service, for what reports on all of them (/v1/admin/queues, svc_queue_jobs). */
   queues: readonly Queue[];
   modelQueries: ModelQueries;
@@ -180,7 +183,8 @@ export async function createRuntime(config: Config, logger = createLogger(config
   });
   // Every script call checks the guard right before it is sent.
   const scripts = generation.guardScripts(registerScripts(redis, config.ARCHIVE_GRACE_MS));
-  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, () => generation.ready());
+  const operatorEvents = new OperatorEvents(webhookQueue, operatorTargetOf(config), logger);
+  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, operatorEvents, () => generation.ready());
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     metrics,
     outcomeWaitMs: config.OUTCOME_WAIT_MS,
@@ -239,6 +243,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     reconcileQueue,
     webhookQueue,
     webhookEndpoints: createEndpointQueries(db, masterKey),
+    operatorEvents,
     queues: [ledgerQueue, reconcileQueue, webhookQueue],
     modelQueries,
     models,

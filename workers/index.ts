@@ -27,6 +27,7 @@ import { scheduleDispatch, webhookBackoff, webhookQueueName, type WebhookJobData
 import { fanOutEvents } from '../src/webhooks/dispatch.js';
 import { EventPush } from '../src/webhooks/push.js';
 import { WebhookSender } from '../src/webhooks/sender.js';
+import { operatorTargetOf } from '../src/webhooks/operator.js';
 
 export interface Workers {
   persist: PersistLoop;
@@ -116,7 +117,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();
 
-  const invoicing = new Invoicing(rt.db, rt.redis, config.REDIS_PREFIX, config.INVOICE_GRACE_SECONDS * 1000, logger);
+  const invoicing = new Invoicing(rt.db, rt.redis, config.REDIS_PREFIX, config.INVOICE_GRACE_SECONDS * 1000, logger, rt.operatorEvents);
 
   // When the worker last showed that it runs: a job started or ended, or the queue found empty.
   let lastSeenAt = Date.now();
@@ -186,6 +187,9 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   reconcileWorker.on('failed', (job, err) => logger.error({ err, job: job?.id }, 'reconcile job failed'));
   reconcileWorker.on('error', throttled((err) => logger.error({ err }, 'reconcile worker error')));
   const sender = new WebhookSender({ timeoutMs: config.WEBHOOK_TIMEOUT_MS, allowPrivate: config.UPSTREAM_ALLOW_PRIVATE });
+  // The operator's own endpoint may be on its private network: its URL is configuration, not a caller's.
+  const operatorTarget = operatorTargetOf(config);
+  const operator = operatorTarget === null ? null : { target: operatorTarget, sender: new WebhookSender({ timeoutMs: config.WEBHOOK_TIMEOUT_MS, allowPrivate: true }) };
   const webhookWorker = new Worker<WebhookJobData>(webhookQueueName, webhookProcessor({
     db: rt.db,
     endpoints: rt.webhookEndpoints,
@@ -195,6 +199,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     staleGraceMs: 2 * config.WEBHOOK_STALLED_MS,
     graceMs: config.WEBHOOK_DISPATCH_GRACE_MS,
     disableRule: { failedDeliveries: config.WEBHOOK_DISABLE_FAILED_DELIVERIES, failingMs: config.WEBHOOK_DISABLE_FAILING_MS },
+    operator,
     logger,
   }), {
     connection: rt.queueConnection(),
@@ -266,6 +271,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
         // The COPY connection once the persist loop has ended.
         await writer.close();
         await sender.close();
+        await operator?.sender.close();
       })();
       return stopping;
     },

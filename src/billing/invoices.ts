@@ -13,11 +13,16 @@
  * Operations are counted from PostgreSQL's ledger, the record. A period is closed only
  * once the ledger has all of it: after the grace, and when no outbox the dirty marks
  * point at holds an entry of the organization's projects from before the period's end.
+ *
+ * The closing transaction also records the `invoice.created` operator event
+ * (src/webhooks/operator.ts), so that the operator's payment system hears of each invoice
+ * exactly once. The upcoming invoice (`upcoming`) is the open period composed the same
+ * way, as it stands: nothing is written.
  */
 import type { Logger } from 'pino';
-import { sql, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
+import { sql, type CommonQueryMethods, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
 import { z } from 'zod';
-import { timestamp } from '../schema/zod.js';
+import { extended, timestamp } from '../schema/zod.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from '../admin/queries.js';
 import { newId } from '../ids.js';
 import { parseOutboxEntry } from '../redis/codec.js';
@@ -26,6 +31,7 @@ import { customerKeysFromBase, dirty_shards, dirtyKey, parseCustomerBase } from 
 import { countBillableEntries } from '../plans/billable.js';
 import { periodAt, planIds, plans, type PlanId } from '../plans/catalogue.js';
 import { effectivePlan } from '../plans/organizations.js';
+import type { OperatorEvents } from '../webhooks/operator.js';
 import { centsToUsd, overageCents, overageOps, overageRateCentsPer10k, priceCents } from './proration.js';
 
 const planId = z.enum(planIds);
@@ -74,7 +80,10 @@ const invoiceColumns = sql.fragment`id, organization_id, period_start, period_en
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function invoiceEntry(r: InvoiceRow) {
+/** An invoice not closed yet (the upcoming one): no id; `created_at` the time it was composed. */
+type UpcomingInvoiceRow = Omit<InvoiceRow, 'id'> & { id: null };
+
+export function invoiceEntry(r: InvoiceRow | UpcomingInvoiceRow) {
   return {
     id: r.id,
     organization_id: r.organization_id,
@@ -163,12 +172,17 @@ export interface CloseResult {
 }
 
 export class Invoicing {
+  /**
+   * `events`: where the close records `invoice.created` (the workers' runtime passes its
+   * own); none: no event is recorded (a reader of invoices that closes nothing).
+   */
   constructor(
     private readonly db: DatabasePool,
     private readonly redis: RedisClient,
     private readonly prefix: string,
     private readonly graceMs: number,
     private readonly logger: Logger,
+    private readonly events: OperatorEvents | null = null,
   ) {}
 
   /** Closes every due period of every organization (the worker job). */
@@ -218,33 +232,76 @@ export class Invoicing {
         return result;
       }
       const period = { startMs: periodAt(org.created_at, endMs - 1).startMs, endMs };
-      if (await this.db.transaction((tx) => this.close(tx, organizationId, period))) result.closed++;
+      const closed = await this.db.transaction((tx) => this.close(tx, organizationId, period));
+      if (!closed.written) continue;
+      result.closed++;
+      await this.events?.committed([closed.eventId]);
     }
   }
 
   /**
-   * Writes the period's invoice and moves next_invoice_at past it, unless another run did
-   * so first (then nothing is written). True when this run wrote the invoice.
+   * Writes the period's invoice and its `invoice.created` event and moves next_invoice_at
+   * past it, unless another run did so first (then nothing is written). `written`: this
+   * run wrote the invoice; `eventId`: the event to queue once committed (null: none).
    */
-  private async close(tx: DatabaseTransactionConnection, organizationId: string, period: { startMs: number; endMs: number }): Promise<boolean> {
+  private async close(
+    tx: DatabaseTransactionConnection,
+    organizationId: string,
+    period: { startMs: number; endMs: number },
+  ): Promise<{ written: boolean; eventId: string | null }> {
     const org = await tx.one(sql.type(orgRow)`
       SELECT id, plan, pending_plan, pending_from, created_at, next_invoice_at FROM organizations WHERE id = ${organizationId} FOR UPDATE`);
-    if (org.next_invoice_at !== null && org.next_invoice_at !== period.endMs) return false;
-    const changes = await tx.any(sql.type(changeRow)`
-      SELECT kind, from_plan, to_plan, effective_at, remaining_ms, charge_cents FROM plan_changes
-      WHERE organization_id = ${organizationId} AND cancelled_at IS NULL ORDER BY effective_at, requested_at`);
-    const operations = await countBillableEntries(tx, organizationId, period);
-    const inv = composeInvoice(org, changes, period, operations);
-    const written = await tx.query(sql.unsafe`
+    if (org.next_invoice_at !== null && org.next_invoice_at !== period.endMs) return { written: false, eventId: null };
+    const { inv, operations } = await this.compose(tx, org, period);
+    const written = await tx.maybeOne(sql.type(invoiceRow)`
       INSERT INTO invoices (id, organization_id, period_start, period_end, plan, included_ops, operations_used, overage_ops,
                             overage_rate_cents_per_10k, lines, total_cents)
       VALUES (${newId('inv')}, ${organizationId}, ${sql.timestamp(new Date(period.startMs))}, ${sql.timestamp(new Date(period.endMs))},
               ${inv.plan}, ${inv.includedOps}, ${operations}, ${inv.overage}, ${inv.rate}, ${sql.jsonb(inv.lines as never)}, ${inv.totalCents})
-      ON CONFLICT (organization_id, period_start) DO NOTHING`);
+      ON CONFLICT (organization_id, period_start) DO NOTHING
+      RETURNING ${invoiceColumns}`);
     await tx.query(sql.unsafe`
       UPDATE organizations SET next_invoice_at = ${sql.timestamp(new Date(periodAt(org.created_at, period.endMs).endMs))}
       WHERE id = ${organizationId}`);
-    return written.rowCount === 1;
+    // Only the run that wrote the invoice records its event: a second close writes neither.
+    if (written === null) return { written: false, eventId: null };
+    const event = { id: `evt_${written.id}`, type: 'invoice.created' as const, organizationId, atMs: written.created_at, data: invoiceEntry(written) };
+    return { written: true, eventId: (await this.events?.record(tx, event)) ?? null };
+  }
+
+  /** The period's invoice, composed from its plan changes and its billable operations in the ledger. */
+  private async compose(db: CommonQueryMethods, org: OrgRow, period: { startMs: number; endMs: number }) {
+    const changes = await db.any(sql.type(changeRow)`
+      SELECT kind, from_plan, to_plan, effective_at, remaining_ms, charge_cents FROM plan_changes
+      WHERE organization_id = ${org.id} AND cancelled_at IS NULL ORDER BY effective_at, requested_at`);
+    const operations = await countBillableEntries(db, org.id, period);
+    return { inv: composeInvoice(org, changes, period, operations), operations };
+  }
+
+  /**
+   * The invoice of the period open at `nowMs`, as it stands (GET /v1/admin/invoices/upcoming):
+   * the lines its close would write now (the plan, this period's pro-rated upgrades, the
+   * overage of the operations the ledger holds so far), without an id. Nothing is written.
+   */
+  async upcoming(organizationId: string, nowMs: number): Promise<UpcomingInvoiceRow> {
+    const org = await this.db.one(sql.type(orgRow)`
+      SELECT id, plan, pending_plan, pending_from, created_at, next_invoice_at FROM organizations WHERE id = ${organizationId}`);
+    const period = periodAt(org.created_at, nowMs);
+    const { inv, operations } = await this.compose(this.db, org, period);
+    return {
+      id: null,
+      organization_id: organizationId,
+      period_start: period.startMs,
+      period_end: period.endMs,
+      plan: inv.plan,
+      included_ops: inv.includedOps,
+      operations_used: operations,
+      overage_ops: inv.overage,
+      overage_rate_cents_per_10k: inv.rate,
+      lines: inv.lines,
+      total_cents: inv.totalCents,
+      created_at: nowMs,
+    };
   }
 
   /**
@@ -334,3 +391,9 @@ export const invoiceSchema = z
   })
   .strict()
   .openapi('Invoice');
+
+// The documented answer of GET /invoices/upcoming: an invoice not closed yet.
+export const upcomingInvoiceSchema = extended(invoiceSchema, {
+  id: z.null().openapi({ description: 'null: the period is still open; its invoice gets an id when it closes.' }),
+  created_at: timestamp.openapi({ description: 'When this answer was composed.' }),
+}).openapi('UpcomingInvoice');

@@ -196,6 +196,13 @@ const schema = z.object({
    */
   WEBHOOK_DISABLE_FAILED_DELIVERIES: z.coerce.number().int().min(1).default(5),
   WEBHOOK_DISABLE_FAILING_MS: z.coerce.number().int().min(0).default(5 * 24 * 3_600_000),
+  /**
+   * The operator's endpoint for organization-level events (`plan.changed`,
+   * `invoice.created`: src/webhooks/operator.ts), signed with OPERATOR_WEBHOOK_SECRET
+   * (`whsec_...`, required with the URL). Unset: no operator event is recorded.
+   */
+  OPERATOR_WEBHOOK_URL: z.preprocess((v) => (v === '' ? undefined : v), z.string().url().optional()),
+  OPERATOR_WEBHOOK_SECRET: z.preprocess((v) => (v === '' ? undefined : v), z.string().startsWith('whsec_').optional()),
 });
 
 export type Config = z.infer<typeof schema>;

@@ -18,7 +18,8 @@ import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
-import { quotePlanChange, type PlanQuote } from '../billing/proration.js';
+import { quoteEntry, quotePlanChange, type PlanQuote } from '../billing/proration.js';
+import type { OperatorEvents } from '../webhooks/operator.js';
 import { hardLimitOf, limitsOf, periodAt, planIds, plans, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 import { countBillableEntries } from './billable.js';
@@ -82,6 +83,8 @@ export class PlanService {
     private readonly prefix: string,
     private readonly clock: Clock,
     private readonly logger: Logger,
+    /** Where a change records its `plan.changed` operator event (src/webhooks/operator.ts). */
+    private readonly events: OperatorEvents,
     /**
      * Resolves once the Redis generation guard lets scripts through (503 after its wait):
      * reads that run a script wait for it as money operations do, instead of answering
@@ -329,19 +332,21 @@ export class PlanService {
    * period's invoice; a downgrade from the next period. Either replaces a downgrade still
    * waiting. The organization row is locked for the whole change, so two concurrent
    * upgrades charge the difference once each from the plan the other left, never twice
-   * from the same one.
+   * from the same one. The same transaction records the `plan.changed` operator event
+   * (src/webhooks/operator.ts), queued for delivery once committed.
    */
   async setPlan(orgId: string, plan: PlanId): Promise<PlanQuote> {
     const now = this.nowMs();
     const at = sql.timestamp(new Date(now));
-    const quote = await this.db.transaction(async (tx) => {
+    const { quote, eventId } = await this.db.transaction(async (tx) => {
       const org = await tx.one(sql.type(orgRow)`
         SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
       const current = effectivePlan(org, now);
       const q = quotePlanChange(current, plan, periodAt(org.created_at, now), now);
-      await tx.query(sql.unsafe`
+      const [replaced = null] = await tx.anyFirst(sql.type(z.object({ to_plan: z.enum(planIds) }))`
         UPDATE plan_changes SET cancelled_at = ${at}
-        WHERE organization_id = ${orgId} AND kind = 'downgrade' AND cancelled_at IS NULL AND effective_at > ${at}`);
+        WHERE organization_id = ${orgId} AND kind = 'downgrade' AND cancelled_at IS NULL AND effective_at > ${at}
+        RETURNING to_plan`);
       if (q.change === 'downgrade') {
         await tx.query(sql.unsafe`
           UPDATE organizations SET plan = ${current}, pending_plan = ${plan}, pending_from = ${sql.timestamp(new Date(q.period_end_ms))}
@@ -349,14 +354,27 @@ export class PlanService {
       } else {
         await tx.query(sql.unsafe`UPDATE organizations SET plan = ${plan}, pending_plan = NULL, pending_from = NULL WHERE id = ${orgId}`);
       }
-      if (q.change !== 'none') {
+      const changeId = q.change === 'none' ? null : newId('pchg');
+      if (changeId !== null) {
         await tx.query(sql.unsafe`
           INSERT INTO plan_changes (id, organization_id, kind, from_plan, to_plan, requested_at, effective_at, period_start, period_end, remaining_ms, charge_cents)
-          VALUES (${newId('pchg')}, ${orgId}, ${q.change}, ${current}, ${plan}, ${at}, ${sql.timestamp(new Date(q.effective_at_ms))},
+          VALUES (${changeId}, ${orgId}, ${q.change}, ${current}, ${plan}, ${at}, ${sql.timestamp(new Date(q.effective_at_ms))},
                   ${sql.timestamp(new Date(q.period_start_ms))}, ${sql.timestamp(new Date(q.period_end_ms))}, ${q.remaining_ms}, ${q.prorated_charge_cents})`);
       }
-      return q;
+      // The operator hears of a change, and of a pending downgrade given up (a change back to the plan in force).
+      const event =
+        changeId === null && replaced === null
+          ? null
+          : await this.events.record(tx, {
+              id: `evt_${changeId ?? newId('pchg')}`,
+              type: 'plan.changed',
+              organizationId: orgId,
+              atMs: now,
+              data: { plan_change_id: changeId, ...quoteEntry(q), replaced_pending_plan: replaced },
+            });
+      return { quote: q, eventId: event };
     });
+    await this.events.committed([eventId]);
     await this.writePlanHash(await this.loadOrg(orgId), this.keys(orgId, quote.period_start_ms).plan);
     return quote;
   }

@@ -134,19 +134,22 @@ export async function findDeliveryWork(
 
 /**
  * Appends an attempt to the log and sets what follows from it: `status` (null: unchanged),
- * and when the next scheduled attempt is due (null: none; omitted: unchanged).
+ * and when the next scheduled attempt is due (null: none; omitted: unchanged). `table`:
+ * where the delivery is, a project's webhook delivery or an operator event (which carries
+ * its one delivery, src/webhooks/operator.ts).
  */
 export async function recordAttempt(
   db: CommonQueryMethods,
   id: string,
   attempt: AttemptRecord,
   next: { status: DeliveryStatus | null; nextAttemptAt?: Date | null },
+  table: 'webhook_deliveries' | 'operator_events' = 'webhook_deliveries',
 ): Promise<void> {
   const finished = next.status === 'succeeded' || next.status === 'failed';
   const nextAttemptAt =
     next.nextAttemptAt === undefined ? sql.fragment`next_attempt_at` : next.nextAttemptAt === null ? null : sql.timestamp(next.nextAttemptAt);
   await db.query(sql.unsafe`
-    UPDATE webhook_deliveries SET
+    UPDATE ${sql.identifier([table])} SET
       attempts = attempts || ${sql.jsonb([attempt] as never)},
       status = COALESCE(${next.status}, status),
       next_attempt_at = ${nextAttemptAt},

@@ -14,8 +14,9 @@ import { test_event_type } from '../events/store.js';
 import { failUnattempted, findDeliveryWork, recordAttempt } from './deliveries.js';
 import { dispatchEvents } from './dispatch.js';
 import { disableWhenFailing, type DisableRule, type EndpointQueries } from './endpoints.js';
-import { deliver_job, dispatch_job, RetryLater, type DeliverJob, type WebhookJobData } from './queue.js';
-import { succeeded, type WebhookSender } from './sender.js';
+import { deliverOperatorEvent, requeueStaleOperatorEvents, type OperatorDelivery } from './operator.js';
+import { deliver_job, dispatch_job, operator_deliver_job, RetryLater, type DeliverJob, type OperatorDeliverJob, type WebhookJobData } from './queue.js';
+import { nextScheduledAttempt, succeeded, type WebhookSender } from './sender.js';
 
 export interface WebhookWorkerDeps {
   db: DatabasePool;
@@ -29,13 +30,23 @@ export interface WebhookWorkerDeps {
   /** How old an event not fanned out must be before the dispatcher's poll takes it (WEBHOOK_DISPATCH_GRACE_MS). */
   graceMs: number;
   disableRule: DisableRule;
+  /** The operator's endpoint and its sender; null when none is configured (src/webhooks/operator.ts). */
+  operator: OperatorDelivery | null;
   logger: Logger;
 }
 
+/** Overdue operator events one poll queues again. */
+const operator_requeue_batch = 200;
+
 export function webhookProcessor(deps: WebhookWorkerDeps): (job: Job<WebhookJobData>) => Promise<unknown> {
   return async (job) => {
-    if (job.name === dispatch_job) return dispatchEvents(deps.db, deps.queue, { graceMs: deps.graceMs, staleGraceMs: deps.staleGraceMs });
+    if (job.name === dispatch_job) {
+      const fannedOut = await dispatchEvents(deps.db, deps.queue, { graceMs: deps.graceMs, staleGraceMs: deps.staleGraceMs });
+      if (deps.operator !== null) await requeueStaleOperatorEvents(deps.db, deps.queue, deps.staleGraceMs, operator_requeue_batch);
+      return fannedOut;
+    }
     if (job.name === deliver_job) return deliver(deps, job.data as DeliverJob);
+    if (job.name === operator_deliver_job) return deliverOperatorEvent(deps.db, deps.operator, deps.retryScheduleMs, job.data as OperatorDeliverJob);
     throw new Error(`unknown job ${job.name}`);
   };
 }
@@ -64,9 +75,7 @@ async function deliver(deps: WebhookWorkerDeps, job: DeliverJob): Promise<Outcom
     await recordAttempt(db, job.deliveryId, attempt, { status: null });
     return 'replayed';
   }
-  // This attempt's number among the scheduled ones: the first, then one per retry.
-  const scheduled = work.attempts.filter((a) => !a.manual).length + 1;
-  const delayMs = deps.retryScheduleMs[scheduled - 1];
+  const { scheduled, delayMs } = nextScheduledAttempt(work.attempts, deps.retryScheduleMs);
   if (delayMs === undefined) {
     await recordAttempt(db, job.deliveryId, attempt, { status: 'failed', nextAttemptAt: null });
     if (await disableWhenFailing(db, work.endpointId, deps.disableRule)) {

@@ -1,6 +1,6 @@
 /**
- * The `webhooks` BullMQ queue: the dispatcher's schedule (`dispatch`, no data) and one
- * `deliver` job per delivery, whose job id is the delivery id, so that queueing it again
+ * The `webhooks` BullMQ queue: the dispatcher's schedule (`dispatch`, no data), one
+ * `deliver` job per delivery and one `operator-deliver` job per operator event, whose job id is the delivery id, so that queueing it again
  * while it exists adds nothing. A delivery's retries are that job's BullMQ attempts: the
  * processor records each attempt and throws RetryLater with the delay the schedule
  * gives, which webhookBackoff hands to BullMQ. A replay is a job of its own.
@@ -11,6 +11,8 @@ import type { RedisClient } from '../redis/client.js';
 export const webhookQueueName = 'webhooks';
 export const dispatch_job = 'dispatch';
 export const deliver_job = 'deliver';
+/** One operator event's delivery (src/webhooks/operator.ts). */
+export const operator_deliver_job = 'operator-deliver';
 
 export interface DeliverJob {
   deliveryId: string;
@@ -18,8 +20,12 @@ export interface DeliverJob {
   manual: boolean;
 }
 
-/** A job of the webhooks queue: a delivery, or the dispatcher's pass (no data). */
-export type WebhookJobData = DeliverJob | Record<string, never>;
+export interface OperatorDeliverJob {
+  eventId: string;
+}
+
+/** A job of the webhooks queue: a delivery, an operator event's delivery, or the dispatcher's pass (no data). */
+export type WebhookJobData = DeliverJob | OperatorDeliverJob | Record<string, never>;
 
 /**
  * BullMQ attempts of a delivery job: the schedule's attempts, and room for passes that
@@ -62,6 +68,12 @@ export async function queueDeliveries(queue: Queue<WebhookJobData>, deliveryIds:
 export async function queueDeliveriesAt(queue: Queue<WebhookJobData>, deliveries: readonly { id: string; delayMs: number }[]): Promise<void> {
   if (deliveries.length === 0) return;
   await queue.addBulk(deliveries.map(({ id, delayMs }) => ({ name: deliver_job, data: { deliveryId: id, manual: false }, opts: { ...deliverOptions, jobId: id, delay: delayMs } })));
+}
+
+/** Queues the scheduled attempts of these operator events; job id `operator-<event id>`, so one that has its job gets no other. */
+export async function queueOperatorEvents(queue: Queue<WebhookJobData>, eventIds: readonly string[]): Promise<void> {
+  if (eventIds.length === 0) return;
+  await queue.addBulk(eventIds.map((eventId) => ({ name: operator_deliver_job, data: { eventId }, opts: { ...deliverOptions, jobId: `operator-${eventId}` } })));
 }
 
 /** Queues a replay: one attempt of the delivery now; `n` (its attempts so far) makes the job id its own. */

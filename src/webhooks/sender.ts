@@ -38,6 +38,16 @@ export function succeeded(a: AttemptRecord): boolean {
 }
 
 /**
+ * What follows a failed scheduled attempt, given the attempts logged before it: its number
+ * among the scheduled ones (the first, then one per retry), and the delay before the next
+ * (undefined: it was the last, the delivery has failed).
+ */
+export function nextScheduledAttempt(before: readonly AttemptRecord[], retryScheduleMs: readonly number[]): { scheduled: number; delayMs: number | undefined } {
+  const scheduled = before.filter((a) => !a.manual).length + 1;
+  return { scheduled, delayMs: retryScheduleMs[scheduled - 1] };
+}
+
+/**
  * Why webhooks may not go to this URL (a private address, or a name that resolves to one
  * now), or null; checked when an endpoint's URL is set.
  */
@@ -62,7 +72,8 @@ export class WebhookSender {
     });
   }
 
-  async send(target: DeliveryTarget, event: StoredEvent, manual: boolean): Promise<AttemptRecord> {
+  /** One attempt: `event` (a project's or an operator event) is the body, its id the `webhook-id`. */
+  async send(target: DeliveryTarget, event: Pick<StoredEvent, 'id'>, manual: boolean): Promise<AttemptRecord> {
     const started = Date.now();
     const record = (r: Omit<AttemptRecord, 'at' | 'manual' | 'latency_ms'>): AttemptRecord => ({
       at: new Date(started).toISOString(),

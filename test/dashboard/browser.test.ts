@@ -210,7 +210,6 @@ describe('the dashboard as the owner', () => {
     await page.getByTestId('plan-quote').waitFor();
     expect(await page.getByTestId('plan-charge').textContent()).toMatch(/^\$\d+\.\d{2}$/);
     expect(await page.getByTestId('invoice-row').count()).toBe(2);
-    await shoot('billing');
 
     await open('nav-team', '/dashboard/team');
     expect(await page.getByTestId('member-row').count()).toBe(2);

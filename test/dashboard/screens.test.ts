@@ -134,8 +134,11 @@ describe('plan', () => {
     const preview = (await svc.call('GET', '/v1/admin/organization/plan/preview?plan=pro_2m', { key: org.p.adminKey })).body;
     expect(up.text).toContain(`data-testid="plan-charge">$${preview.prorated_charge_usd}<`);
     const done = await post('/dashboard/billing/plan', { plan: 'pro_2m' });
-    expect([done.status, notice(done.text)]).toEqual([200, expect.stringMatching(/^Upgraded to pro_2m; charged \$\d+\.\d{2} for the rest of the period$/)]);
+    expect([done.status, notice(done.text)]).toEqual([200, expect.stringMatching(/^Upgraded to pro_2m; charged \$(\d+\.\d{2}) for the rest of the period, on the upcoming invoice below \(billed when the period closes on .+\)$/)]);
     expect((await admin('/organization')).plan).toBe('pro_2m');
+    // The charge is on the upcoming invoice the answer shows.
+    const charged = /charged \$(\d+\.\d{2})/.exec(notice(done.text)!)![1];
+    expect(done.text).toMatch(new RegExp(`data-testid="upcoming-line" data-line-type="upgrade"><td>upgrade pro_500k -&gt; pro_2m[^<]*</td><td>\\$${charged.replace('.', '\\.')}</td>`));
   });
 });
 

@@ -6,7 +6,7 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { sql } from 'slonik';
 import { expect } from 'vitest';
 import { Invoicing } from '../../src/billing/invoices.js';
@@ -85,6 +85,15 @@ export async function seedOrganization(svc: TestService, mock: MockUpstream): Pr
   await svc.drained();
   await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(p.organizationId, Date.now());
   return { p, owner, viewer, customerId, modelId };
+}
+
+/** Signs in through the sign-in form in the browser, landing on the overview. */
+export async function browserSignIn(page: Page, baseUrl: string, email: string, password: string): Promise<void> {
+  await page.goto(`${baseUrl}/dashboard`);
+  await page.getByTestId('login-email').fill(email);
+  await page.getByTestId('login-password').fill(password);
+  await page.getByTestId('login-submit').click();
+  await page.waitForURL(`${baseUrl}/dashboard/overview`);
 }
 
 export interface PageSession {

@@ -311,6 +311,7 @@ async function exercise(): Promise<void> {
   await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '75 days', next_invoice_at = NULL WHERE id = ${p.organizationId}`);
   await new Invoicing(svc.rt.db, svc.rt.redis, svc.rt.config.REDIS_PREFIX, 0, svc.rt.logger).closeOrganization(p.organizationId, Date.now());
   const [inv] = await both(s, p, 'GET', '/invoices', '/invoices');
+  await both(s, p, 'GET', '/invoices/upcoming', '/invoices/upcoming');
   await both(s, p, 'GET', '/invoices/{invoice_id}', `/invoices/${inv.body.data?.[0]?.id ?? 'none'}`);
   await both(s, p, 'GET', '/invoices/{invoice_id}', '/invoices/inv_none');
 

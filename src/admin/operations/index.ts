@@ -50,7 +50,7 @@ export function managementOperations(deps: ManagementDeps): Operation[] {
     ...usageOperations({ ...deps, listings, projects }),
     ...webhookOperations({ ...deps, projects }),
     ...memberOperations({ ...deps, members }),
-    ...invoiceOperations({ invoices }),
+    ...invoiceOperations({ invoices, nowMs: () => deps.plans.nowMs() }),
     ...systemOperations(deps),
   ];
 }

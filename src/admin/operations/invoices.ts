@@ -1,22 +1,39 @@
 /**
- * The management operations on the organization's invoices: list them, read one.
+ * The management operations on the organization's invoices: list them, read the upcoming
+ * one (the open period as it stands), read one.
  */
 import { ApiError } from '../../errors/catalogue.js';
 import { onlyQuery } from '../../http/validate.js';
-import { invoiceEntry, invoiceSchema, type Invoicing } from '../../billing/invoices.js';
+import { invoiceEntry, invoiceSchema, upcomingInvoiceSchema, type Invoicing } from '../../billing/invoices.js';
 import { describeOperation } from '../../openapi/registry.js';
 import { listOf } from '../../schema/zod.js';
 import { listQuery, ok, operation, orgOf, pageRequest, sendList, type Operation } from './shared.js';
 
 describeOperation({ method: 'GET', path: '/invoices', role: 'viewer', tag: 'Organization', summary: "The organization's invoices", query: listQuery, responses: ok('A page of invoices', listOf(invoiceSchema)) });
+describeOperation({
+  method: 'GET',
+  path: '/invoices/upcoming',
+  role: 'viewer',
+  tag: 'Organization',
+  summary: 'The upcoming invoice',
+  description: "The open period's invoice as it stands: the plan, this period's pro-rated upgrades, the operations so far and their overage. No id until the period closes.",
+  responses: ok('The upcoming invoice', upcomingInvoiceSchema),
+});
 describeOperation({ method: 'GET', path: '/invoices/:invoice_id', role: 'viewer', tag: 'Organization', summary: 'An invoice', responses: ok('The invoice', invoiceSchema), errors: ['not_found'] });
 
-export function invoiceOperations(deps: { invoices: Invoicing }): Operation[] {
+/** `nowMs`: the service clock (PlanService.nowMs), which places the open period. */
+export function invoiceOperations(deps: { invoices: Invoicing; nowMs: () => number }): Operation[] {
   const { invoices } = deps;
 
   return [
     operation('GET', '/invoices', 'viewer', async (req, res) => {
       sendList(res, await invoices.list(orgOf(res), pageRequest(req)), invoiceEntry);
+    }),
+
+    // Before /invoices/:invoice_id, which would take `upcoming` for an id.
+    operation('GET', '/invoices/upcoming', 'viewer', async (req, res) => {
+      onlyQuery(req);
+      res.json(invoiceEntry(await invoices.upcoming(orgOf(res), deps.nowMs())));
     }),
 
     operation('GET', '/invoices/:invoice_id', 'viewer', async (req, res) => {

@@ -1,6 +1,7 @@
 /**
  * Plan and invoices: the plan, the overage so far, a plan change whose pro-rated charge is
- * shown before the owner confirms, and the invoices of closed periods.
+ * shown before the owner confirms, the upcoming invoice (the open period as it stands,
+ * where an upgrade's charge shows at once) and the invoices of closed periods.
  */
 import type { Request } from 'express';
 import { planIds, plans, type PlanId } from '../../plans/catalogue.js';
@@ -27,7 +28,8 @@ interface Quote {
 }
 
 interface Invoice {
-  id: string;
+  /** null: the upcoming invoice, not closed yet. */
+  id: string | null;
   period_start: string;
   period_end: string;
   plan: string;
@@ -53,7 +55,7 @@ function quoteBox(ctx: PageContext, q: Quote): Html {
   const what =
     q.change === 'upgrade'
       ? html`Upgrading to <strong>${q.plan}</strong> takes effect now, with its allowance.
-${q.custom_price ? html`Enterprise has a custom price: nothing is charged here.` : html`The price difference for the rest of this period is charged now: <strong data-testid="plan-charge">$${q.prorated_charge_usd}</strong> (${cents(q.price_difference_cents)} × ${count(Math.round(q.remaining_ms / 60_000))} of ${count(Math.round(q.period_ms / 60_000))} minutes left).`}`
+${q.custom_price ? html`Enterprise has a custom price: nothing is charged here.` : html`The price difference for the rest of this period is charged now: <strong data-testid="plan-charge">$${q.prorated_charge_usd}</strong> (${cents(q.price_difference_cents)} × ${count(Math.round(q.remaining_ms / 60_000))} of ${count(Math.round(q.period_ms / 60_000))} minutes left), as a line of the upcoming invoice, billed when the period closes on ${when(q.period_end)}.`}`
       : html`Downgrading to <strong>${q.plan}</strong> takes effect at the end of this period, on ${when(q.effective_at)}. Nothing is charged now.`;
   return html`<div class="quote" data-testid="plan-quote">
 <p>${what}</p>
@@ -84,11 +86,26 @@ ${invoices.map(
 </table>`;
 }
 
+/** The open period's invoice as it stands: its lines and total so far. */
+function upcomingBox(i: Invoice): Html {
+  return html`<article class="card" data-testid="upcoming-invoice">
+<h2>Upcoming invoice</h2>
+<p class="muted">This period, ${day(i.period_start)} to ${day(i.period_end)}, so far; billed when it closes.</p>
+<table class="list">
+<tbody>
+${i.lines.map((l) => html`<tr data-testid="upcoming-line" data-line-type="${l.type}"><td>${l.description}</td><td>$${l.amount_usd}</td></tr>`)}
+<tr><td><strong>Total so far</strong></td><td><strong data-testid="upcoming-total">$${i.total_usd}</strong></td></tr>
+</tbody>
+</table>
+</article>`;
+}
+
 async function billingScreen(ctx: PageContext, req: Request, notice: Notice = null): Promise<Html> {
   const target = req.method === 'GET' ? queryParam(req, 'plan') : undefined;
   const cursor = queryParam(req, 'cursor');
-  const [org, invoices, quote] = await Promise.all([
+  const [org, upcoming, invoices, quote] = await Promise.all([
     ctx.api<OrganizationEntry>('GET', '/organization').then((a) => a.body),
+    ctx.api<Invoice>('GET', '/invoices/upcoming').then((a) => a.body),
     ctx.api<List<Invoice>>('GET', '/invoices', { query: { cursor } }).then((a) => a.body),
     target === undefined ? null : ctx.api<Quote>('GET', '/organization/plan/preview', { query: { plan: target } }).then((a) => a.body),
   ]);
@@ -115,6 +132,7 @@ ${planIds.map((id) => html`<option value="${id}"${id === (target ?? org.plan) ? 
 <button type="submit" data-testid="plan-preview">Preview the change</button>
 </form>
 ${quote ? quoteBox(ctx, quote) : ''}
+${upcomingBox(upcoming)}
 <h2>Invoices</h2>
 ${invoiceTable(invoices.data)}
 ${invoices.data.length === 0 ? html`<p class="muted">No closed period yet.</p>` : ''}
@@ -133,7 +151,7 @@ export function billingRoutes(pages: PageRouter): void {
         const c = body.change;
         const message =
           c.change === 'upgrade'
-            ? `Upgraded to ${c.plan}; charged $${c.prorated_charge_usd} for the rest of the period`
+            ? `Upgraded to ${c.plan}; charged $${c.prorated_charge_usd} for the rest of the period, on the upcoming invoice below (billed when the period closes on ${when(c.period_end)})`
             : c.change === 'downgrade'
               ? `${c.plan} starts on ${when(c.effective_at)}`
               : `${c.plan} is the plan already in force`;

@@ -1,0 +1,72 @@
+/**
+ * The billing screen in a real browser: the owner previews an upgrade, confirms it in the
+ * page, and sees at once the confirmation saying where the charge goes and the upgrade's
+ * line, with that charge, on the upcoming invoice (its total too). The screen is
+ * photographed as `billing` (support.ts: screenshotDir).
+ */
+import { join } from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { browserSignIn, launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { svc, useTestService } from '../support/service.js';
+
+let mock: MockUpstream;
+let browser: Browser;
+let page: Page;
+let org: Seeded;
+const problems: string[] = [];
+
+useTestService({ workers: true, variants: [] });
+beforeAll(async () => {
+  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
+  org = await seedOrganization(svc, mock);
+  page = await (await browser.newContext({ viewport: { width: 1280, height: 860 } })).newPage();
+  page.setDefaultTimeout(10_000);
+  // A script error or a CSP violation (an inline script or style the page should not have).
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await mock?.close();
+});
+
+describe('the billing screen', () => {
+  it('shows an upgrade made in the page on the upcoming invoice at once', async () => {
+    await browserSignIn(page, svc.url, org.owner.email, org.owner.password);
+    await page.getByTestId('nav-billing').click();
+    await page.waitForURL('**/dashboard/billing');
+    // The seeded organization upgraded to pro_500k this period: that line is there already.
+    await page.getByTestId('upcoming-invoice').waitFor();
+    expect(await page.locator('[data-testid="upcoming-line"][data-line-type="upgrade"]').count()).toBe(1);
+    const totalBefore = await page.getByTestId('upcoming-total').textContent();
+
+    await page.getByTestId('plan-select').selectOption('pro_2m');
+    await page.getByTestId('plan-preview').click();
+    await page.getByTestId('plan-quote').waitFor();
+    const charge = (await page.getByTestId('plan-charge').textContent())!;
+    expect(charge).toMatch(/^\$\d+\.\d{2}$/);
+    expect(await page.getByTestId('plan-quote').textContent()).toContain('as a line of the upcoming invoice');
+    await page.getByTestId('plan-confirm').click();
+
+    const ok = await page.getByTestId('notice-ok').textContent();
+    expect(ok).toMatch(/^Upgraded to pro_2m; charged \$\d+\.\d{2} for the rest of the period, on the upcoming invoice below/);
+    const charged = /charged (\$\d+\.\d{2})/.exec(ok!)![1];
+    const upgrades = page.locator('[data-testid="upcoming-line"][data-line-type="upgrade"]');
+    expect(await upgrades.count()).toBe(2);
+    const line = (await upgrades.nth(1).textContent())!;
+    expect(line).toContain('upgrade pro_500k -> pro_2m');
+    expect(line).toContain(charged);
+    // The API's upcoming invoice says the same.
+    const api = (await svc.call('GET', '/v1/admin/invoices/upcoming', { key: org.p.adminKey })).body;
+    expect(`$${api.total_usd}`).toBe(await page.getByTestId('upcoming-total').textContent());
+    expect(await page.getByTestId('upcoming-total').textContent()).not.toBe(totalBefore);
+    expect(`$${api.lines.find((l: { to_plan?: string }) => l.to_plan === 'pro_2m').amount_usd}`).toBe(charged);
+    await page.screenshot({ path: join(screenshotDir(), 'billing.png'), fullPage: true });
+    expect(problems).toEqual([]);
+  });
+});
