@@ -9,14 +9,24 @@ import type { Config } from './config/index.js';
 import type { Runtime } from './runtime.js';
 
 /**
- * A new organization with its admin key and its first owner member (a password made
- * here), and where that owner signs in.
+ * The owner's email when none is given: one of the organization's own. Sign-in without an
+ * organization checks at most sign_in_candidates_max memberships of an email, so one
+ * address shared by every bootstrap on a database would, past that many, have to name
+ * its organization to sign in.
  */
-export async function bootstrapOrganization(rt: Runtime, name: string, ownerEmail: string, opts: { demoAllowance?: boolean } = {}) {
+function defaultOwnerEmail(organizationId: string): string {
+  return `owner+${organizationId.replace(/^org_/, '')}@example.com`;
+}
+
+/**
+ * A new organization with its admin key and its first owner member (a password made
+ * here; the email `ownerEmail`, else defaultOwnerEmail's), and where that owner signs in.
+ */
+export async function bootstrapOrganization(rt: Runtime, name: string, ownerEmail: string | null, opts: { demoAllowance?: boolean } = {}) {
   const admin = createAdminQueries(rt.db);
   const org = await admin.createOrganization(name, opts);
   const { secret } = await rt.keyQueries.insertKey({ organizationId: org.id, projectId: null, type: 'admin', name: 'bootstrap' });
-  const owner = await createOwner(rt, org.id, ownerEmail);
+  const owner = await createOwner(rt, org.id, ownerEmail ?? defaultOwnerEmail(org.id));
   return { organization_id: org.id, admin_key: secret, owner, dashboard_url: dashboardUrl(rt.config) };
 }
 

@@ -17,7 +17,7 @@ import { exactRouter } from '../http/router.js';
 import { strictBody } from '../http/validate.js';
 import { hashPassword, password_chars_max, password_chars_min, verifyPassword } from '../members/passwords.js';
 import { matchingMemberships, sessionAuth, sessionIdHash, sessionOf, SessionStore, SignInLimiter, type Session } from '../members/sessions.js';
-import { createMemberQueries, memberEntry, memberSchema, type MemberQueries, type SignInCandidate } from '../members/store.js';
+import { createMemberQueries, memberEntry, memberSchema, sign_in_candidates_max, type MemberQueries, type SignInCandidate } from '../members/store.js';
 import { admin_prefix, dashboard_api_prefix, describeRoute } from '../openapi/registry.js';
 import { extended, timestamp } from '../schema/zod.js';
 import type { DatabasePool } from 'slonik';
@@ -76,7 +76,7 @@ describeRoute({
   callers: ['public'],
   summary: 'Sign in to the dashboard',
   description:
-    'Sets the session cookie (`svc_session`, Path=/dashboard, HttpOnly, SameSite=Strict). An email that is a member of several organizations signs in to the one `organization_id` names, else to the oldest membership the password opens. The body must be JSON.',
+    `Sets the session cookie (\`svc_session\`, Path=/dashboard, HttpOnly, SameSite=Strict). An email that is a member of several organizations signs in to the one \`organization_id\` names, else to the oldest membership the password opens. Without \`organization_id\` at most the oldest ${sign_in_candidates_max} memberships of the email are checked: when none opens and the email has more, the answer is 401 \`organization_required\` (param \`organization_id\`), whatever the password; send it again naming the organization. The body must be JSON.`,
   body: signInSchema.strict(),
   responses: {
     201: {
@@ -85,7 +85,7 @@ describeRoute({
       headers: { 'Set-Cookie': { description: 'The session cookie.', required: true } },
     },
   },
-  errors: ['invalid_credentials', 'rate_limited', 'invalid_json', 'invalid_request', 'payload_too_large'],
+  errors: ['invalid_credentials', 'organization_required', 'rate_limited', 'invalid_json', 'invalid_request', 'payload_too_large'],
 });
 describeRoute({ ...sessionDoc, method: 'GET', path: `${dashboard_api_prefix}/session`, callers: ['session'], summary: 'The signed-in member, organization and CSRF token', responses: { 200: { description: 'The session', schema: sessionSchema } } });
 describeRoute({
@@ -129,7 +129,7 @@ export function clientAddress(req: Request): string {
 export interface DashboardSessions {
   store: SessionStore;
   members: MemberQueries;
-  /** Signs in within the limit, or throws rate_limited or invalid_credentials. */
+  /** Signs in within the limit, or throws rate_limited, invalid_credentials or organization_required. */
   signIn(email: string, password: string, organizationId: string | null, ip: string): Promise<{ session: Session; others: SignInCandidate[] }>;
 }
 
@@ -153,9 +153,10 @@ export function dashboardSessions(rt: { config: Config; db: DatabasePool; redis:
     async signIn(email, password, organizationId, ip) {
       await limiter.take(email, ip);
       const found = await matchingMemberships(members, email, password, organizationId);
-      if (!found) throw new ApiError('invalid_credentials');
+      // A refusal keeps its limiter point: asking for the organization checked passwords too.
+      if (found.opened === null) throw found.organizationRequired ? new ApiError('organization_required', { param: 'organization_id' }) : new ApiError('invalid_credentials');
       await limiter.succeeded(email, ip);
-      const { password_hash: _hash, organization_name, ...member } = found.member;
+      const { password_hash: _hash, organization_name, ...member } = found.opened;
       return { session: await store.create(member, organization_name), others: found.others };
     },
   };

@@ -28,7 +28,11 @@ const schema = z.object({
    */
   REDIS_CLUSTER: bool.optional(),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/svc'),
-  /** Prefix of every Redis key this process touches; tests give each file its own. */
+  /**
+   * Prefix of every Redis key this process names (the queues' aside: QUEUE_PREFIX), put
+   * before the key's own name as it is, with no separator added: the default ends with its
+   * own (`svc:c:{P:C}:meta`). Tests give each file its own.
+   */
   REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_:.-]*$/).default('svc:'),
   /**
    * Prefix of the BullMQ queues (a Redis key prefix too). On a Redis Cluster BullMQ needs
@@ -206,6 +210,9 @@ const schema = z.object({
 });
 
 export type Config = z.infer<typeof schema>;
+
+/** Every environment variable the configuration reads (README.md, "Configuration", lists them). */
+export const config_variables = Object.keys(schema.shape) as (keyof Config)[];
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<Config> = {}): Config {
   const parsed = schema.safeParse(env);

@@ -125,7 +125,26 @@ export function errorNotice(err: ApiError): Notice {
   return { kind: 'error', message: err.message };
 }
 
-export function signInPage(o: { formToken: string; email?: string; error?: string | null }): Html {
+export interface SignInForm {
+  formToken: string;
+  email?: string;
+  /** The organization to sign in to: with one, or when asked for, the form has its field. */
+  organizationId?: string;
+  /** The last attempt was answered organization_required: the field is asked for and focused. */
+  askOrganization?: boolean;
+  error?: string | null;
+}
+
+/**
+ * The sign-in screen. Its organization field shows only when needed (an email in more
+ * organizations than a sign-in checks without one) or when the link names one; it comes
+ * before the password, which the member types again.
+ */
+export function signInPage(o: SignInForm): Html {
+  const ask = o.askOrganization === true;
+  const organizationField = ask || o.organizationId !== undefined
+    ? html`<label>Organization id <input type="text" name="organization_id" autocomplete="organization" spellcheck="false" placeholder="org_..." value="${o.organizationId ?? ''}"${ask ? html` required autofocus` : ''} data-testid="login-organization"></label>`
+    : '';
   return html`<!doctype html>
 <html lang="en">
 <head>
@@ -134,10 +153,11 @@ ${head('Sign in')}
 <body class="signin">
 <main>
 <h1>Sign in</h1>
-${o.error ? html`<p class="notice error" role="alert" data-testid="notice-error">${o.error}</p>` : ''}
+${o.error ? html`<p class="notice ${ask ? 'info' : 'error'}" role="alert" data-testid="${ask ? 'notice-organization' : 'notice-error'}">${o.error}</p>` : ''}
 <form method="post" action="/dashboard/sign-in">
 <input type="hidden" name="_csrf" value="${o.formToken}">
 <label>Email <input type="email" name="email" autocomplete="username" required value="${o.email ?? ''}" data-testid="login-email"></label>
+${organizationField}
 <label>Password <input type="password" name="password" autocomplete="current-password" required data-testid="login-password"></label>
 <button type="submit" data-testid="login-submit">Sign in</button>
 </form>

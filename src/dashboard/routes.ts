@@ -4,7 +4,8 @@
  * in-process as the signed-in member (./operations.ts), so a screen can show or change
  * exactly what /dashboard/api would let that member read or change.
  *
- * - Sign-in is a form posting email and password; it shares the session store, the
+ * - Sign-in is a form posting email and password (and the organization when asked for:
+ *   an email in more organizations than a sign-in checks without one); it shares the session store, the
  *   password check and the sign-in limit with POST /dashboard/api/session. A
  *   cross-site form cannot sign a victim in to another account: the form carries a token
  *   that must match a SameSite=Strict cookie set with the form.
@@ -24,6 +25,7 @@ import { clientAddress, type DashboardSessions } from '../admin/routes.js';
 import { ApiError } from '../errors/catalogue.js';
 import { exactRouter } from '../http/router.js';
 import { csrf_header, session_cookie_path, sessionAuth, sessionOf } from '../members/sessions.js';
+import { sign_in_candidates_max } from '../members/store.js';
 import type { HealthDeps } from '../health.js';
 import { assetRoutes } from './assets.js';
 import { projectsOf, type PageContext } from './context.js';
@@ -103,7 +105,7 @@ export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops:
   r.get('/dashboard/sign-in', (req, res) => {
     const formToken = randomBytes(32).toString('base64url');
     res.append('Set-Cookie', cookie(signin_cookie, formToken, secure));
-    sendPage(res, signInPage({ formToken, email: queryParam(req, 'email') }));
+    sendPage(res, signInPage({ formToken, email: queryParam(req, 'email'), organizationId: queryParam(req, 'organization_id') }));
   });
 
   r.post('/dashboard/sign-in', forms, async (req, res) => {
@@ -112,16 +114,21 @@ export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops:
     const formToken = randomBytes(32).toString('base64url');
     res.append('Set-Cookie', cookie(signin_cookie, formToken, secure));
     const email = text(req, 'email');
+    const organizationId = optional(req, 'organization_id');
     try {
       if (expected === null || sent === '' || !sameText(sent, expected)) throw new ApiError('csrf_token_invalid', { message: 'the sign-in form expired or came from another site: sign in again' });
-      const { session } = await sessions.signIn(email, text(req, 'password'), optional(req, 'organization_id') ?? null, clientAddress(req));
+      const { session } = await sessions.signIn(email, text(req, 'password'), organizationId ?? null, clientAddress(req));
       res.append('Set-Cookie', store.cookie(session.token));
       res.append('Set-Cookie', cookie(signin_cookie, null, secure));
       res.redirect(303, '/dashboard/overview');
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
       if (err.headers) res.set(err.headers);
-      sendPage(res, signInPage({ formToken, email, error: err.message }), err.status);
+      if (err.code === 'organization_required') {
+        const error = `This email is a member of more than ${sign_in_candidates_max} organizations: enter the id of the one to sign in to (org_..., printed by npm run bootstrap) and the password again.`;
+        return sendPage(res, signInPage({ formToken, email, organizationId, askOrganization: true, error }), err.status);
+      }
+      sendPage(res, signInPage({ formToken, email, organizationId, error: err.message }), err.status);
     }
   });
 

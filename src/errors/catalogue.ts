@@ -24,6 +24,7 @@ export const errorCatalogue = {
   model_not_allowed: { status: 403, message: 'model is not allowed for this key' },
   plan_limit_reached: { status: 403, message: 'the plan limit is reached; upgrade the plan' },
   invalid_credentials: { status: 401, message: 'email or password is incorrect' },
+  organization_required: { status: 401, message: 'this email is a member of more organizations than a sign-in checks without one: name the organization (organization_id) and sign in again' },
   not_signed_in: { status: 401, message: 'sign in first: no valid session' },
   csrf_token_invalid: { status: 403, message: 'missing or wrong X-CSRF-Token header: send the csrf_token of GET /dashboard/api/session' },
 

@@ -1,6 +1,6 @@
 /**
- * The cursor of the event and webhook listings: the last item's time and id, opaque to
- * the caller (base64url JSON), as the usage listing's.
+ * The cursor of the listings paged by time and id (events, webhook deliveries, usage
+ * records, receipts): the last item's time and id, opaque to the caller (base64url JSON).
  */
 import { ApiError } from '../errors/catalogue.js';
 

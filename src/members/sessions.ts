@@ -220,27 +220,38 @@ export class SignInLimiter {
   }
 }
 
+/** What a sign-in's password opens: a membership (and the others it opens too), or why none. */
+export type SignInMatch =
+  | { opened: SignInCandidate; others: SignInCandidate[] }
+  | { opened: null; organizationRequired: boolean };
+
 /**
  * The membership `password` opens among an email's memberships (several organizations
  * may have the same email, each with its own password): the one of `organizationId`
  * when given, else the oldest that matches, with the other matching ones so that the
  * dashboard can offer to switch. Every candidate's password is checked, and one hash
  * when there is none, so the time taken does not tell whether the email is known.
+ *
+ * Without an organization at most sign_in_candidates_max memberships are checked (a
+ * bound on scrypt work per attempt). When none of them opens and the email has more,
+ * the answer is `organizationRequired`: the password may open one past the bound, which
+ * only naming it can tell. That answer says that the email holds more memberships than
+ * the bound whatever the password, as the time of checking that many already does; an
+ * unknown email and one with fewer memberships answer alike, as before.
  */
 export async function matchingMemberships(
   members: MemberQueries,
   email: string,
   password: string,
   organizationId: string | null,
-): Promise<{ member: SignInCandidate; others: SignInCandidate[] } | null> {
-  const candidates = await members.signInCandidates(email, organizationId);
+): Promise<SignInMatch> {
+  const { candidates, more } = await members.signInCandidates(email, organizationId);
   if (candidates.length === 0) {
     await verifyPassword(password, unknown_member_hash);
-    return null;
+    return { opened: null, organizationRequired: more };
   }
   const verdicts = await Promise.all(candidates.map((c) => verifyPassword(password, c.password_hash)));
   const matching = candidates.filter((_, i) => verdicts[i]);
-  if (matching.length === 0) return null;
-  return { member: matching[0], others: matching.slice(1) };
+  if (matching.length === 0) return { opened: null, organizationRequired: more };
+  return { opened: matching[0], others: matching.slice(1) };
 }
-

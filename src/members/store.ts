@@ -147,18 +147,20 @@ export function createMemberQueries(pool: DatabasePool) {
       return pool.maybeOneFirst(sql.type(z.object({ password_hash: z.string() }))`SELECT password_hash FROM members WHERE id = ${memberId}`);
     },
 
-    /** The memberships of an email in any organization, oldest first. */
     /**
+     * The memberships of an email in any organization, oldest first, at most
+     * sign_in_candidates_max; `more` says that the email has others past them.
      * `organizationId` narrows before the limit: an email that is a member of more than
      * sign_in_candidates_max organizations still signs in to the one it names.
      */
-    signInCandidates(email: string, organizationId: string | null = null): Promise<readonly SignInCandidate[]> {
+    async signInCandidates(email: string, organizationId: string | null = null): Promise<{ candidates: readonly SignInCandidate[]; more: boolean }> {
       const inOrganization = organizationId === null ? sql.fragment`` : sql.fragment`AND m.organization_id = ${organizationId}`;
-      return pool.any(sql.type(signInCandidate)`
+      const rows = await pool.any(sql.type(signInCandidate)`
         SELECT m.id, m.organization_id, m.email, m.role, m.created_at, m.updated_at, m.password_hash, o.name AS organization_name
         FROM members m JOIN organizations o ON o.id = m.organization_id
         WHERE lower(m.email) = lower(${email}) ${inOrganization}
-        ORDER BY m.created_at, m.id LIMIT ${sign_in_candidates_max}`);
+        ORDER BY m.created_at, m.id LIMIT ${sign_in_candidates_max + 1}`);
+      return { candidates: rows.slice(0, sign_in_candidates_max), more: rows.length > sign_in_candidates_max };
     },
   };
 }

@@ -38,6 +38,8 @@ export interface UsageFilter {
   model?: string;
   fromMs?: number;
   toMs?: number;
+  /** Only the calls that have a receipt: every one but the failed. */
+  receiptsOnly?: boolean;
   /** Keyset position: rows strictly older than (createdAtMs, id). */
   before?: { createdAtMs: number; id: string };
   limit: number;
@@ -89,6 +91,7 @@ export function createUsageQueries(pool: DatabasePool) {
       if (f.customerId !== undefined) conds.push(sql.fragment`customer_id = ${f.customerId}`);
       if (f.traceId !== undefined) conds.push(sql.fragment`trace_id = ${f.traceId}`);
       if (f.model !== undefined) conds.push(sql.fragment`model = ${f.model}`);
+      if (f.receiptsOnly === true) conds.push(sql.fragment`status <> 'failed'`);
       if (f.fromMs !== undefined) conds.push(sql.fragment`created_at >= ${sql.timestamp(new Date(f.fromMs))}`);
       if (f.toMs !== undefined) conds.push(sql.fragment`created_at < ${sql.timestamp(new Date(f.toMs))}`);
       if (f.before) conds.push(sql.fragment`(created_at, id) < (${sql.timestamp(new Date(f.before.createdAtMs))}, ${f.before.id})`);

@@ -1,5 +1,7 @@
 /**
- * GET /v1/usage and GET /v1/billing/receipts/{transaction_id}. A customer-scoped key sees
+ * GET /v1/usage, GET /v1/billing/receipts and GET /v1/billing/receipts/{transaction_id}
+ * (the receipts are the usage records of calls that did not fail, with what billing them
+ * took: prices, hold, detail items, balance after). A customer-scoped key sees
  * only its own customer's calls. A receipt is readable as soon as its call answered: until
  * the workers copy it to PostgreSQL it is read from the customer's outbox.
  */
@@ -20,6 +22,7 @@ import { page_size_default, page_size_max } from '../customers/routes.js';
 import { receipt, receipt_not_found_message, receiptSchema, usageRecordResponseSchema, type UsageQueries } from './queries.js';
 import { describeRoute } from '../openapi/registry.js';
 import { listOf } from '../schema/zod.js';
+import { decodeCursor, encodeCursor } from '../events/cursor.js';
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
 
@@ -35,6 +38,12 @@ export const usageQuery = z.object({
 
 export const usagePageSchema = listOf(usageRecordResponseSchema);
 
+const receiptsQuery = z.object({
+  customer_id: z.string().min(1).max(256).optional(),
+  limit: z.coerce.number().int().min(1).max(page_size_max).default(page_size_default),
+  cursor: z.string().max(300).optional(),
+});
+
 describeRoute({
   method: 'GET',
   path: '/v1/usage',
@@ -48,6 +57,18 @@ describeRoute({
 });
 describeRoute({
   method: 'GET',
+  path: '/v1/billing/receipts',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'Receipts of gateway calls',
+  description:
+    "Newest first, cursor-paged. A project key lists every receipt of the project, or of `customer_id` when given (one that never had a call: an empty list); a customer-scoped key lists its own customer's (another `customer_id` is 404 `customer_not_found`). Receipts appear here once the workers persisted them; `GET /v1/billing/receipts/{transaction_id}` reads one at once.",
+  query: receiptsQuery,
+  responses: { 200: { description: 'A page of receipts', schema: listOf(receiptSchema) } },
+  errors: ['customer_not_found'],
+});
+describeRoute({
+  method: 'GET',
   path: '/v1/billing/receipts/:transaction_id',
   tag: 'Gateway',
   callers: ['project', 'customer'],
@@ -57,18 +78,12 @@ describeRoute({
   errors: ['not_found'],
 });
 
-function encodeCursor(createdAt: string, id: string): string {
-  return Buffer.from(JSON.stringify({ t: Date.parse(createdAt), i: id })).toString('base64url');
-}
-
-function decodeCursor(cursor: string): { createdAtMs: number; id: string } {
-  try {
-    const v = JSON.parse(Buffer.from(cursor, 'base64url').toString()) as { t?: unknown; i?: unknown };
-    if (typeof v.t === 'number' && typeof v.i === 'string') return { createdAtMs: v.t, id: v.i };
-  } catch {
-    // fall through
-  }
-  throw new ApiError('invalid_request', { param: 'cursor', message: 'cursor is not one this API returned' });
+/** A page of rows fetched one past `limit` (newest first), as a list answer with the next page's cursor. */
+function listPage<Row, Item extends { created_at: string; id: string }>(rows: readonly Row[], limit: number, item: (row: Row) => Item) {
+  const page = rows.slice(0, limit).map(item);
+  const hasMore = rows.length > limit;
+  const last = page[page.length - 1];
+  return { object: 'list' as const, data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null };
 }
 
 /** One page of a project's usage records, newest first: GET /v1/usage and the management API's usage search. */
@@ -82,13 +97,21 @@ export async function usagePage(usage: UsageQueries, projectId: string, q: z.inf
     before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
     limit: q.limit + 1,
   });
-  const page = rows.slice(0, q.limit).map((row) => {
+  return listPage(rows, q.limit, (row) => {
     const { prices: _p, reserved_credits: _r, returned_credits: _t, details: _d, balance_after_credits: _b, ...record } = receipt(row);
     return record;
   });
-  const hasMore = rows.length > q.limit;
-  const last = page[page.length - 1];
-  return { object: 'list' as const, data: page, has_more: hasMore, next_cursor: hasMore ? encodeCursor(last.created_at, last.id) : null };
+}
+
+/** One page of a project's receipts (of one customer, when given), newest first: GET /v1/billing/receipts. */
+async function receiptsPage(usage: UsageQueries, projectId: string, q: z.infer<typeof receiptsQuery>) {
+  const rows = await usage.findPage(projectId, {
+    customerId: q.customer_id,
+    receiptsOnly: true,
+    before: q.cursor === undefined ? undefined : decodeCursor(q.cursor),
+    limit: q.limit + 1,
+  });
+  return listPage(rows, q.limit, receipt);
 }
 
 type ReceiptDeps = { usage: UsageQueries; ledger: LedgerService; redis: RedisClient };
@@ -131,6 +154,17 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
       q.customer_id = key.customer_id!;
     }
     res.json(await usagePage(deps.usage, scope.projectId, q));
+  });
+
+  r.get('/v1/billing/receipts', readers, async (req, res) => {
+    const { key, scope } = authOf(res);
+    onlyQuery(req, Object.keys(receiptsQuery.shape));
+    const q = parseWith(receiptsQuery, req.query);
+    if (key.type === 'customer') {
+      if (q.customer_id !== undefined && q.customer_id !== key.customer_id) throw new ApiError('customer_not_found');
+      q.customer_id = key.customer_id!;
+    }
+    res.json(await receiptsPage(deps.usage, scope.projectId, q));
   });
 
   r.get('/v1/billing/receipts/:transaction_id', readers, async (req, res) => {

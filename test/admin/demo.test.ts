@@ -2,7 +2,7 @@
  * The demo that `npm start` makes stays on the Free plan with the demo allowance, so that
  * every feature can be tried at once: customer and project keys beside the demo's own
  * two, more projects, a team. An organization made by `npm run bootstrap` keeps Free's
- * limits.
+ * limits, and without --owner-email gets an owner email of its own.
  */
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
@@ -63,7 +63,7 @@ describe('the demo organization', () => {
   });
 
   it('an organization without the allowance keeps Free limits: a third key is refused with the limit', async () => {
-    const org = await bootstrapOrganization(svc.rt, 'plain', 'plain@example.com');
+    const org = await bootstrapOrganization(svc.rt, 'plain', null);
     expect((await svc.call('GET', '/v1/admin/organization', { key: org.admin_key })).body).toMatchObject({
       demo_allowance: false,
       limits: { projects_max: 1, keys_per_project_max: 2, members_max: 1 },
@@ -79,10 +79,23 @@ describe('the demo organization', () => {
   });
 });
 
+describe('npm run bootstrap', () => {
+  it("without an owner email, makes one of the organization's own, which signs in without naming it", async () => {
+    const [a, b] = [await bootstrapOrganization(svc.rt, 'first', null), await bootstrapOrganization(svc.rt, 'second', null)];
+    expect(a.owner.email).not.toBe(b.owner.email);
+    for (const org of [a, b]) {
+      expect(org.owner.email).toBe(`owner+${org.organization_id.replace(/^org_/, '')}@example.com`);
+      const signedIn = await svc.call('POST', '/dashboard/api/session', { body: { email: org.owner.email, password: org.owner.password } });
+      expect(signedIn.status, JSON.stringify(signedIn.body)).toBe(201);
+      expect(signedIn.body.organization.id).toBe(org.organization_id);
+    }
+  });
+});
+
 describe('a demo made before the allowance existed', () => {
   it("gets it from the migration, recognised by the demo's name and owner; other organizations do not", async () => {
     const old = await bootstrapOrganization(svc.rt, 'Demo organization', demo_owner_email);
-    const lookalike = await bootstrapOrganization(svc.rt, 'Demo organization', 'someone@example.com');
+    const lookalike = await bootstrapOrganization(svc.rt, 'Demo organization', null);
     demoOrganizations.push(old.organization_id);
     const migration = readFileSync(new URL('../../migrations/010_demo_allowance_deactivation.sql', import.meta.url), 'utf8');
     const update = /UPDATE organizations[\s\S]*?;/.exec(migration)![0];

@@ -82,6 +82,33 @@ describe('sign-in', () => {
     const last = orgs[orgs.length - 1];
     const named = await signIn(svc, email, password, { organization_id: last.organizationId });
     expect(named.body.organization.id).toBe(last.organizationId);
+    // Without an organization the oldest ones are checked, and the password opens the first.
+    expect((await signIn(svc, email, password)).body.organization.id).toBe(orgs[0].organizationId);
+  });
+
+  it('an email in more organizations than sign-in checks, none of them opened, is asked for the organization', async () => {
+    const email = `crowded-${p.organizationId.slice(-6).toLowerCase()}@example.com`;
+    const orgs: TestProject[] = [];
+    // A password of each organization's own: the newest one's is past the checked ones.
+    for (let i = 0; i <= sign_in_candidates_max; i++) {
+      const q = await svc.project();
+      expect((await svc.call('POST', '/v1/admin/members', { key: q.adminKey, body: { email, role: 'owner', password: `password number ${i}` } })).status).toBe(201);
+      orgs.push(q);
+    }
+    const newest = orgs[sign_in_candidates_max];
+    const asked = await signInRaw(svc, email, `password number ${sign_in_candidates_max}`);
+    expectError(asked, 401, 'organization_required', { param: 'organization_id' });
+    expect(asked.headers.get('set-cookie')).toBeNull();
+    // Whatever the password: the answer cannot tell a right one past the bound from a wrong one.
+    expectError(await signInRaw(svc, email, 'a wrong password'), 401, 'organization_required');
+    const named = await signIn(svc, email, `password number ${sign_in_candidates_max}`, { organization_id: newest.organizationId });
+    expect(named.body.organization.id).toBe(newest.organizationId);
+    // A password that one of the checked memberships opens signs in as before.
+    expect((await signIn(svc, email, 'password number 3')).body.organization.id).toBe(orgs[3].organizationId);
+    // An unknown email, and an email at the bound with a wrong password, are refused as before.
+    expectError(await signInRaw(svc, `nobody-${email}`, 'a wrong password'), 401, 'invalid_credentials');
+    await svc.rt.db.query(sql.unsafe`DELETE FROM members WHERE lower(email) = ${email} AND organization_id = ${newest.organizationId}`);
+    expectError(await signInRaw(svc, email, 'a wrong password'), 401, 'invalid_credentials');
   });
 });
 

@@ -206,6 +206,10 @@ async function exercise(): Promise<void> {
   await call('GET', '/v1/billing/receipts/{transaction_id}', '/v1/billing/receipts/none', { key: p.projectKey });
   await svc.drained();
   await call('GET', '/v1/billing/receipts/{transaction_id}', `/v1/billing/receipts/${tx}`, { key: aliceKey });
+  await call('GET', '/v1/billing/receipts', '/v1/billing/receipts?limit=1', { key: p.projectKey });
+  await call('GET', '/v1/billing/receipts', '/v1/billing/receipts', { key: aliceKey });
+  await call('GET', '/v1/billing/receipts', '/v1/billing/receipts?cursor=nope', { key: p.projectKey });
+  await call('GET', '/v1/billing/receipts', '/v1/billing/receipts?customer_id=poor', { key: aliceKey });
   await call('GET', '/v1/usage', '/v1/usage?limit=1', { key: p.projectKey });
   await call('GET', '/v1/usage', '/v1/usage', { key: aliceKey });
   await call('GET', '/v1/usage', '/v1/usage?customer=alice', { key: p.projectKey });
