@@ -180,7 +180,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   });
   // Every script call checks the guard right before it is sent.
   const scripts = generation.guardScripts(registerScripts(redis, config.ARCHIVE_GRACE_MS));
-  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, () => generation.ready());
+  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, () => generation.ready(), config.PLANS);
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     metrics,
     outcomeWaitMs: config.OUTCOME_WAIT_MS,

@@ -13,6 +13,8 @@
  * Operations are counted from PostgreSQL's ledger, the record. A period is closed only
  * once the ledger has all of it: after the grace, and when no outbox the dirty marks
  * point at holds an entry of the organization's projects from before the period's end.
+ *
+ * Under PLANS=off (a single-tenant install) nothing is closed: there are no invoices.
  */
 import type { Logger } from 'pino';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
@@ -169,11 +171,14 @@ export class Invoicing {
     private readonly prefix: string,
     private readonly graceMs: number,
     private readonly logger: Logger,
+    /** PLANS: `off` closes nothing. */
+    private readonly plans: 'on' | 'off' = 'on',
   ) {}
 
   /** Closes every due period of every organization (the worker job). */
   async closeDue(nowMs: number): Promise<CloseResult> {
     const result: CloseResult = { closed: 0, postponed: 0 };
+    if (this.plans === 'off') return result;
     const seen = new Set<string>();
     // Read once per run: an entry written after the run started is later than any end
     // due now, so it cannot hold a due period back.
@@ -200,6 +205,7 @@ export class Invoicing {
    */
   async closeOrganization(organizationId: string, nowMs: number, pending?: Map<string, number>): Promise<CloseResult> {
     const result: CloseResult = { closed: 0, postponed: 0 };
+    if (this.plans === 'off') return result;
     for (;;) {
       const org = await this.db.one(sql.type(orgRow)`
         SELECT id, plan, pending_plan, pending_from, created_at, next_invoice_at FROM organizations WHERE id = ${organizationId}`);
