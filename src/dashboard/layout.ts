@@ -2,7 +2,7 @@
 import { ApiError } from '../errors/catalogue.js';
 import type { Session } from '../members/sessions.js';
 import type { Limits, PlanId } from '../plans/catalogue.js';
-import { count } from './format.js';
+import { limitText } from './format.js';
 import { html, pagePath, type Html } from './html.js';
 
 export const asset_path = '/dashboard/assets';
@@ -99,11 +99,6 @@ ${p.all.map((o) => html`<option value="${o.id}"${o.id === p.current.id ? html` s
 </select></label>
 <noscript><button type="submit">Open</button></noscript>
 </form>`;
-}
-
-/** A limit in words: `5 members`, `any number of members`. */
-export function limitText(max: number | null, one: string, many: string): string {
-  return max === null ? `any number of ${many}` : `${count(max)} ${max === 1 ? one : many}`;
 }
 
 /**

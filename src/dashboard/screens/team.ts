@@ -5,10 +5,10 @@
 import type { Request } from 'express';
 import { roles } from '../../members/store.js';
 import { pager, type List, type PageContext } from '../context.js';
-import { when } from '../format.js';
+import { limitText, when } from '../format.js';
 import { optional, queryParam, text } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
-import { csrfField, limitText, noticeOf, shell, type Notice, type Standing } from '../layout.js';
+import { csrfField, noticeOf, shell, type Notice, type Standing } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
 
 interface MemberEntry {
