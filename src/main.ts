@@ -13,7 +13,7 @@ import { listen } from './server.js';
 // eslint-disable-next-line no-restricted-imports -- npm start runs the API and the workers in one process: the one place of src/ that starts them
 import { startWorkers } from '../workers/index.js';
 import { startMockUpstream } from './gateway/mock/server.js';
-import { demo_allowance } from './plans/catalogue.js';
+import { limitText } from './dashboard/format.js';
 import { stopOnSignals, WebDrain } from './shutdown.js';
 
 const credentialsFile = '.demo-credentials.json';
@@ -44,11 +44,13 @@ const workers = await startWorkers(rt, { serveMetrics: false });
 
 if (demo) {
   const u = server.url;
+  // The plan in force now: an owner (or the operator) may have changed it since the demo was made.
+  const now = await rt.plans.standing(demo.organization_id);
   console.log(`
 Service running at ${u}
 
 Demo organization ${demo.organization_id}, project ${demo.project_id} (kept in ${credentialsFile})
-  on the Free plan with the demo allowance: up to ${demo_allowance.projectsMax} projects, ${demo_allowance.keysPerProjectMax} keys per project, ${demo_allowance.membersMax} members
+  ${config.PLANS === 'off' ? 'plans are off (PLANS=off): nothing is limited' : `on the ${now.plan === 'free' ? 'Free' : now.plan} plan with the demo allowance: ${limitText(now.limits.projectsMax, 'project', 'projects')}, ${limitText(now.limits.keysPerProjectMax, 'key', 'keys')} per project, ${limitText(now.limits.membersMax, 'member', 'members')}`}
   admin key     ${demo.admin_key}
   project key   ${demo.project_key}
   customer key  ${demo.customer_key}  (bound to ${demo.customer_id})

@@ -184,7 +184,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
   // Every script call checks the guard right before it is sent.
   const scripts = generation.guardScripts(registerScripts(redis, config.ARCHIVE_GRACE_MS));
   const operatorEvents = new OperatorEvents(webhookQueue, operatorTargetOf(config), logger);
-  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, operatorEvents, () => generation.ready());
+  const plans = new PlanService(redis, scripts, db, config.REDIS_PREFIX, clock, logger, operatorEvents, () => generation.ready(), config.PLANS);
   const ledger = new LedgerService(redis, scripts, config.REDIS_PREFIX, clock, {
     metrics,
     outcomeWaitMs: config.OUTCOME_WAIT_MS,

@@ -117,7 +117,7 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   const trim = new TrimLoop(rt.retention, logger, () => rt.generation.verified);
   trim.start();
 
-  const invoicing = new Invoicing(rt.db, rt.redis, config.REDIS_PREFIX, config.INVOICE_GRACE_SECONDS * 1000, logger, rt.operatorEvents);
+  const invoicing = new Invoicing(rt.db, rt.redis, config.REDIS_PREFIX, config.INVOICE_GRACE_SECONDS * 1000, logger, rt.operatorEvents, config.PLANS);
 
   // When the worker last showed that it runs: a job started or ended, or the queue found empty.
   let lastSeenAt = Date.now();
@@ -223,8 +223,9 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
     dispatchSchedule().catch((err: unknown) => logger.error({ err }, 'the webhook dispatch schedule was not renewed'));
   }, dispatch_schedule_renew_ms);
   // Finds every organization whose period is due, however many workers run: each
-  // invoice is unique per organization and period (src/billing/invoices.ts).
-  if (config.INVOICE_INTERVAL_MS > 0) {
+  // invoice is unique per organization and period (src/billing/invoices.ts). None under
+  // PLANS=off, which has no invoices.
+  if (config.INVOICE_INTERVAL_MS > 0 && config.PLANS === 'on') {
     await rt.ledgerQueue.upsertJobScheduler(close_periods_job, { every: config.INVOICE_INTERVAL_MS }, {
       name: close_periods_job,
       data: {},

@@ -18,6 +18,7 @@
  * (src/webhooks/operator.ts), so that the operator's payment system hears of each invoice
  * exactly once. The upcoming invoice (`upcoming`) is the open period composed the same
  * way, as it stands: nothing is written.
+ * Under PLANS=off (a single-tenant install) nothing is closed: there are no invoices.
  */
 import type { Logger } from 'pino';
 import { sql, type CommonQueryMethods, type DatabasePool, type DatabaseTransactionConnection } from 'slonik';
@@ -183,11 +184,14 @@ export class Invoicing {
     private readonly graceMs: number,
     private readonly logger: Logger,
     private readonly events: OperatorEvents | null = null,
+    /** PLANS: `off` closes nothing. */
+    private readonly plans: 'on' | 'off' = 'on',
   ) {}
 
   /** Closes every due period of every organization (the worker job). */
   async closeDue(nowMs: number): Promise<CloseResult> {
     const result: CloseResult = { closed: 0, postponed: 0 };
+    if (this.plans === 'off') return result;
     const seen = new Set<string>();
     // Read once per run: an entry written after the run started is later than any end
     // due now, so it cannot hold a due period back.
@@ -214,6 +218,7 @@ export class Invoicing {
    */
   async closeOrganization(organizationId: string, nowMs: number, pending?: Map<string, number>): Promise<CloseResult> {
     const result: CloseResult = { closed: 0, postponed: 0 };
+    if (this.plans === 'off') return result;
     for (;;) {
       const org = await this.db.one(sql.type(orgRow)`
         SELECT id, plan, pending_plan, pending_from, created_at, next_invoice_at FROM organizations WHERE id = ${organizationId}`);

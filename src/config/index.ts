@@ -124,6 +124,13 @@ const schema = z.object({
     return value;
   }),
   /**
+   * `on`: the plans of src/plans/catalogue.ts are the operator's accounting of the
+   * organizations of a hosted, multi-tenant install (plan limits, 429 past the Free
+   * allowance, invoices). `off`: a single-tenant install, with no plan limits, no invoices
+   * and no plan screens (docs/OPERATIONS.md, "Plans").
+   */
+  PLANS: z.enum(['on', 'off']).default('on'),
+  /**
    * How often the workers look for billing periods to close into invoices; 0 schedules
    * nothing (the tests, which move their clocks by months, run the job themselves).
    */

@@ -1,14 +1,14 @@
-/** What every screen gets: the signed-in session, the operations as its member, the runtime. */
+/** What every screen gets: the signed-in session with its organization's standing, the operations as its member, the runtime. */
 import type { Session } from '../members/sessions.js';
 import type { HealthDeps } from '../health.js';
 import { html, withQuery, type Html } from './html.js';
-import type { ProjectChoice } from './layout.js';
+import type { ProjectChoice, Standing } from './layout.js';
 import type { Operations } from './operations.js';
 
 export interface PageContext {
   /** What the overview's health summary reads. */
   rt: HealthDeps;
-  session: Session;
+  session: Session & { standing: Standing };
   api: Operations;
 }
 

@@ -8,6 +8,11 @@ export function count(n: number): string {
   return grouping.format(n);
 }
 
+/** A limit in words: `5 members`, `any number of members` (null: unlimited). */
+export function limitText(max: number | null, one: string, many: string): string {
+  return max === null ? `any number of ${many}` : `${count(max)} ${max === 1 ? one : many}`;
+}
+
 /** An integer of credits and its exact USD value (1 USD = 10^6 credits). */
 export function usd(credits: number): string {
   const [whole, fraction = ''] = creditsToUsd(credits).split('.');

@@ -1,6 +1,8 @@
-/** The page's shell: head, navigation, project picker and notices; the sign-in screen. */
+/** The page's shell: head, navigation, project picker, the demo banner and notices; the sign-in screen. */
 import { ApiError } from '../errors/catalogue.js';
 import type { Session } from '../members/sessions.js';
+import type { Limits, PlanId } from '../plans/catalogue.js';
+import { limitText } from './format.js';
 import { html, pagePath, type Html } from './html.js';
 
 export const asset_path = '/dashboard/assets';
@@ -47,6 +49,9 @@ const nav: [Screen, string][] = [
   ['queues', 'Queues'],
 ];
 
+/** Screens of the plans, gone under PLANS=off (a single-tenant install). */
+const plan_screens: readonly Screen[] = ['billing'];
+
 /** Screens only an owner may open (GET /queues needs the owner role): the others do not see the link. */
 const owner_screens: readonly Screen[] = ['queues'];
 
@@ -58,8 +63,22 @@ export interface ProjectChoice {
   all: readonly { id: string; name: string }[];
 }
 
+/**
+ * The organization's plan as every page reads it (PlanService.standing), so that the
+ * banner and the team's limit say the plan in force now; `plans` is the install's PLANS.
+ */
+export interface Standing {
+  plans: 'on' | 'off';
+  plan: PlanId;
+  demoAllowance: boolean;
+  limits: Limits;
+}
+
+/** A session with its organization's standing, once the page has read it. */
+export type PageSession = Session & { standing?: Standing };
+
 export interface ShellInput {
-  session: Session;
+  session: PageSession;
   title: string;
   screen: Screen;
   body: Html;
@@ -82,8 +101,21 @@ ${p.all.map((o) => html`<option value="${o.id}"${o.id === p.current.id ? html` s
 </form>`;
 }
 
+/**
+ * The demo organization's banner (`npm start`): the plan in force now, and what the demo
+ * allowance lets it have; under PLANS=off no plan, since there is none.
+ */
+function demoBanner(standing: Standing | undefined): Html {
+  if (!standing?.demoAllowance) return html``;
+  if (standing.plans === 'off') return html`<p class="notice info" data-testid="demo-banner">Demo organization: try anything here.</p>`;
+  const l = standing.limits;
+  return html`<p class="notice info" data-testid="demo-banner">Demo organization, on the <strong data-testid="demo-plan">${standing.plan}</strong> plan with the demo allowance:
+${limitText(l.projectsMax, 'project', 'projects')}, ${limitText(l.keysPerProjectMax, 'key', 'keys')} per project, ${limitText(l.membersMax, 'member', 'members')}.</p>`;
+}
+
 export function shell(s: ShellInput): Html {
-  const { member } = s.session;
+  const { member, standing } = s.session;
+  const shown = (screen: Screen) => (member.role === 'owner' || !owner_screens.includes(screen)) && (standing?.plans !== 'off' || !plan_screens.includes(screen));
   // hx-headers: every htmx request carries the CSRF token too; boosted forms also send it as a field.
   const headers = JSON.stringify({ 'X-CSRF-Token': s.session.csrfToken });
   return html`<!doctype html>
@@ -95,7 +127,7 @@ ${head(s.title)}
 <header class="top">
 <strong class="brand">${s.session.organizationName}</strong>
 <nav>
-${nav.filter(([screen]) => member.role === 'owner' || !owner_screens.includes(screen)).map(([screen, label]) => html`<a href="${pagePath(screen)}" data-testid="nav-${screen}"${screen === s.screen ? html` aria-current="page"` : ''}>${label}</a>`)}
+${nav.filter(([screen]) => shown(screen)).map(([screen, label]) => html`<a href="${pagePath(screen)}" data-testid="nav-${screen}"${screen === s.screen ? html` aria-current="page"` : ''}>${label}</a>`)}
 </nav>
 <form class="who" method="post" action="/dashboard/sign-out" hx-boost="false">
 ${csrfField(s.session)}
@@ -104,6 +136,7 @@ ${csrfField(s.session)}
 </form>
 </header>
 <main id="main">
+${demoBanner(standing)}
 ${s.project ? projectPicker(s.screen, s.project) : ''}
 <h1>${s.title}</h1>
 ${member.role === 'viewer' ? html`<p class="notice info">You are a viewer: you can read everything, and every change is refused.</p>` : ''}
@@ -167,7 +200,7 @@ ${organizationField}
 }
 
 /** A screen that could not be shown: the API's message (a 404 of another organization's project reads as any 404). */
-export function errorPage(session: Session | null, err: ApiError): Html {
+export function errorPage(session: PageSession | null, err: ApiError): Html {
   const body = html`<p class="notice error" role="alert" data-testid="notice-error">${err.message}</p><p><a href="/dashboard/overview">Back to the overview</a></p>`;
   if (session === null) return html`<!doctype html><html lang="en"><head>${head('Error')}</head><body><main><h1>Error</h1>${body}</main></body></html>`;
   return shell({ session, title: err.status === 404 ? 'Not found' : 'Error', screen: 'overview', body });

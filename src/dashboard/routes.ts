@@ -27,11 +27,12 @@ import { exactRouter } from '../http/router.js';
 import { csrf_header, session_cookie_path, sessionAuth, sessionOf } from '../members/sessions.js';
 import { sign_in_candidates_max } from '../members/store.js';
 import type { HealthDeps } from '../health.js';
+import type { PlanService } from '../plans/service.js';
 import { assetRoutes } from './assets.js';
 import { projectsOf, type PageContext } from './context.js';
 import { optional, queryParam, text } from './forms.js';
 import { pagePath } from './html.js';
-import { errorPage, project_screens, signInPage, type Screen } from './layout.js';
+import { errorPage, project_screens, signInPage, type Screen, type Standing } from './layout.js';
 import { sendPage, type PageHandler, type PageRouter } from './respond.js';
 import { operationsOf } from './operations.js';
 import { billingRoutes } from './screens/billing.js';
@@ -80,7 +81,10 @@ function sameText(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops: readonly Operation[]): Router {
+/** What the pages read beside the operations: the health summary, and the plan of the organization now. */
+export type PageDeps = HealthDeps & { plans: Pick<PlanService, 'standing' | 'mode'> };
+
+export function dashboardPages(rt: PageDeps, sessions: DashboardSessions, ops: readonly Operation[]): Router {
   const { store } = sessions;
   const secure = rt.config.SESSION_COOKIE_SECURE ?? rt.config.NODE_ENV === 'production';
   const operationsFor = operationsOf(ops);
@@ -138,8 +142,14 @@ export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops:
     res.redirect(303, '/dashboard/sign-in');
   });
 
-  const contextOf = (res: Response): PageContext => ({ rt, session: sessionOf(res), api: operationsFor(actorOf(res)) });
-  const page = (handler: PageHandler): RequestHandler => async (req, res) => handler(req, res, contextOf(res));
+  /** The session and its organization's standing, read per page (kept for the error page too). */
+  const contextOf = async (res: Response): Promise<PageContext> => {
+    const session = sessionOf(res);
+    const standing: Standing = { plans: rt.plans.mode, ...(await rt.plans.standing(session.member.organization_id)) };
+    res.locals.standing = standing;
+    return { rt, session: { ...session, standing }, api: operationsFor(actorOf(res)) };
+  };
+  const page = (handler: PageHandler): RequestHandler => async (req, res) => handler(req, res, await contextOf(res));
   const pages: PageRouter = {
     get: (path, handler) => r.get(path, authenticate, page(handler)),
     post: (path, handler) => r.post(path, forms, authenticate, page(handler)),
@@ -183,7 +193,8 @@ export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops:
   webhookRoutes(pages);
   deliveryRoutes(pages);
   eventRoutes(pages);
-  billingRoutes(pages);
+  // Under PLANS=off there is no plan screen: /dashboard/billing is a 404 page.
+  if (rt.plans.mode === 'on') billingRoutes(pages);
   teamRoutes(pages);
   queueRoutes(pages);
 
@@ -202,7 +213,7 @@ export function dashboardPages(rt: HealthDeps, sessions: DashboardSessions, ops:
       return res.redirect(303, '/dashboard/sign-in');
     }
     if (err.headers) res.set(err.headers);
-    const session = res.locals.session ? sessionOf(res) : null;
+    const session = res.locals.session ? { ...sessionOf(res), standing: res.locals.standing as Standing | undefined } : null;
     // The API's message names its header; a form sends the token as a field.
     const shown = err.code === 'csrf_token_invalid' ? new ApiError('csrf_token_invalid', { message: csrf_page_message }) : err;
     sendPage(res, errorPage(session, shown), err.status);

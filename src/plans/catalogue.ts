@@ -48,6 +48,9 @@ export interface Limits {
   membersMax: number | null;
 }
 
+/** No limit on anything (PLANS=off). */
+export const unlimited: Limits = { projectsMax: null, keysPerProjectMax: null, membersMax: null };
+
 /** The larger of two limits; null is unlimited. */
 const larger = (a: number | null, b: number | null): number | null => (a === null || b === null ? null : Math.max(a, b));
 

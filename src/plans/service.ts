@@ -8,6 +8,12 @@
  * (pending, lua/plan_reserve-3.lua) and commits it once applied, so an operation in
  * flight never refuses one that fits. The counter is seeded from PostgreSQL's ledger when
  * absent (a new period, or a Redis rebuilt from PostgreSQL), so the count survives Redis.
+ *
+ * With PLANS=off (a single-tenant install) operations are still counted, but nothing
+ * limits them: the reserve and lease scripts read a hard limit of 0 (none), from a plan
+ * hash of its own (`...:plan:off`, so that a hash written with the plans on is never
+ * read), and every organization may have any number of projects, keys and members. The
+ * plan and invoice endpoints answer 404 (src/plans/policy.ts).
  */
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
@@ -20,10 +26,11 @@ import type { Clock } from '../ledger/clock.js';
 import { scriptApi, type ScriptApi, type Scripts } from '../redis/scripts.js';
 import { quoteEntry, quotePlanChange, type PlanQuote } from '../billing/proration.js';
 import type { OperatorEvents } from '../webhooks/operator.js';
-import { hardLimitOf, limitsOf, periodAt, planIds, plans, type Limits, type PlanId } from './catalogue.js';
+import { hardLimitOf, limitsOf, periodAt, planIds, plans, unlimited, type Limits, type PlanId } from './catalogue.js';
 import { PlanLeases, type PeriodKeys, type PlanTicket } from './leases.js';
 import { countBillableEntries } from './billable.js';
 import { effectivePlan, orgRow, type OrgRow } from './organizations.js';
+import { refuseOwnerChange, type PlanChanger } from './policy.js';
 
 export type { PlanTicket } from './leases.js';
 
@@ -91,6 +98,8 @@ export class PlanService {
      * 503 at once in the moments after a start or a reconnect.
      */
     private readonly ready: () => Promise<void> = async () => undefined,
+    /** PLANS: `off` counts operations but limits nothing (see the top of this file). */
+    readonly mode: 'on' | 'off' = 'on',
   ) {
     this.api = scriptApi(scripts);
     this.leases = new PlanLeases(
@@ -111,7 +120,7 @@ export class PlanService {
 
   private keys(orgId: string, periodStartMs: number) {
     const tag = `${this.prefix}o:{${encodeURIComponent(orgId)}}`;
-    return { plan: `${tag}:plan`, counter: `${tag}:ops:${periodStartMs}`, pending: `${tag}:ops:${periodStartMs}:pending` };
+    return { plan: this.mode === 'on' ? `${tag}:plan` : `${tag}:plan:off`, counter: `${tag}:ops:${periodStartMs}`, pending: `${tag}:ops:${periodStartMs}:pending` };
   }
 
   private loadOrg(orgId: string): Promise<OrgRow> {
@@ -196,8 +205,8 @@ export class PlanService {
   }
 
   private async writePlanHash(org: OrgRow, key: string): Promise<void> {
-    const tx = this.redis.multi().del(key).hset(key, 'limit', hardLimitOf(org.plan));
-    if (org.pending_plan !== null && org.pending_from !== null) {
+    const tx = this.redis.multi().del(key).hset(key, 'limit', this.mode === 'on' ? hardLimitOf(org.plan) : 0);
+    if (this.mode === 'on' && org.pending_plan !== null && org.pending_from !== null) {
       tx.hset(key, 'pending_limit', hardLimitOf(org.pending_plan), 'pending_from', org.pending_from);
     }
     await tx.exec();
@@ -319,11 +328,16 @@ export class PlanService {
     }
   }
 
-  /** What changing to `plan` would do now (the preview endpoint): nothing is written. */
-  async previewPlan(orgId: string, plan: PlanId): Promise<PlanQuote> {
+  /**
+   * What changing to `plan` would do now (the preview endpoint): nothing is written. An
+   * owner's preview of a change only the operator may make is refused as the change is.
+   */
+  async previewPlan(orgId: string, plan: PlanId, by: PlanChanger = 'owner'): Promise<PlanQuote> {
     const now = this.nowMs();
     const org = await this.loadOrg(orgId);
-    return quotePlanChange(effectivePlan(org, now), plan, periodAt(org.created_at, now), now);
+    const current = effectivePlan(org, now);
+    refuseOwnerChange(by, current, plan);
+    return quotePlanChange(current, plan, periodAt(org.created_at, now), now);
   }
 
   /**
@@ -334,14 +348,17 @@ export class PlanService {
    * upgrades charge the difference once each from the plan the other left, never twice
    * from the same one. The same transaction records the `plan.changed` operator event
    * (src/webhooks/operator.ts), queued for delivery once committed.
+   * from the same one. An owner may not move to Enterprise (403 permission_denied,
+   * nothing changed): the operator does, `by` 'operator'.
    */
-  async setPlan(orgId: string, plan: PlanId): Promise<PlanQuote> {
+  async setPlan(orgId: string, plan: PlanId, by: PlanChanger = 'owner'): Promise<PlanQuote> {
     const now = this.nowMs();
     const at = sql.timestamp(new Date(now));
     const { quote, eventId } = await this.db.transaction(async (tx) => {
       const org = await tx.one(sql.type(orgRow)`
         SELECT id, name, plan, pending_plan, pending_from, demo_allowance, created_at FROM organizations WHERE id = ${orgId} FOR UPDATE`);
       const current = effectivePlan(org, now);
+      refuseOwnerChange(by, current, plan);
       const q = quotePlanChange(current, plan, periodAt(org.created_at, now), now);
       const [replaced = null] = await tx.anyFirst(sql.type(z.object({ to_plan: z.enum(planIds) }))`
         UPDATE plan_changes SET cancelled_at = ${at}
@@ -450,11 +467,21 @@ export class PlanService {
 
   /**
    * Projects, keys and members the organization may have now (403 plan_limit_reached
-   * beyond): its plan's, raised by the demo allowance when it has one.
+   * beyond): its plan's, raised by the demo allowance when it has one; none under
+   * PLANS=off.
    */
   async limitsOf(orgId: string): Promise<Limits> {
+    return (await this.standing(orgId)).limits;
+  }
+
+  /**
+   * The plan in force now, whether the demo allowance raises its limits, and the limits
+   * (see limitsOf): what the dashboard's banner and team screen say, read per page.
+   */
+  async standing(orgId: string): Promise<{ plan: PlanId; demoAllowance: boolean; limits: Limits }> {
     const org = await this.loadOrg(orgId);
-    return limitsOf(effectivePlan(org, this.nowMs()), org.demo_allowance);
+    const plan = effectivePlan(org, this.nowMs());
+    return { plan, demoAllowance: org.demo_allowance, limits: this.mode === 'on' ? limitsOf(plan, org.demo_allowance) : unlimited };
   }
 }
 

@@ -9,14 +9,18 @@ import { sql } from 'slonik';
 import { z } from 'zod';
 import { bootstrapDemo, demo_owner_email } from '../../src/bootstrap.js';
 import { verifyPassword } from '../../src/members/passwords.js';
+import type { PlanId } from '../../src/plans/catalogue.js';
 import type { TestProject } from '../helpers.js';
 import { addMember, dash, signIn, signInRaw } from './dashboard-support.js';
 import { expectError } from '../support/errors.js';
+import { operatorSetsPlan } from '../support/plans.js';
 import { svc, useTestService } from '../support/service.js';
 
 useTestService({ variants: [] });
 
-const setPlan = async (p: TestProject, plan: string) => {
+/** The plan as the owner sets it; Enterprise as the operator does (an owner may not). */
+const setPlan = async (p: TestProject, plan: PlanId) => {
+  if (plan === 'enterprise') return operatorSetsPlan(svc, p.organizationId, plan);
   const r = await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan } });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
 };

@@ -10,6 +10,7 @@ import { sql } from 'slonik';
 import { Invoicing } from '../../src/billing/invoices.js';
 import type { ApiResponse, TestProject } from '../helpers.js';
 import { addMember, dash, signIn, type SignedIn } from './dashboard-support.js';
+import { operatorSetsPlan } from '../support/plans.js';
 import { svc, useTestService } from '../support/service.js';
 
 let a: TestProject;
@@ -21,7 +22,7 @@ async function organization(): Promise<TestProject> {
   const p = await svc.project();
   // Started 70 days ago: it has closed periods to invoice.
   await svc.rt.db.query(sql.unsafe`UPDATE organizations SET created_at = now() - interval '70 days' WHERE id = ${p.organizationId}`);
-  expect((await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'enterprise' } })).status).toBe(200);
+  await operatorSetsPlan(svc, p.organizationId, 'enterprise');
   expect((await svc.call('POST', '/v1/customers/deposit', { key: p.projectKey, body: { customer_id: 'shared-id', amount: 1_000, name: 'Same Name' } })).status).toBe(200);
   expect((await svc.call('POST', '/v1/billing/deduct', { key: p.projectKey, body: { customer_id: 'shared-id', transaction_id: 't1', amount: 10 } })).status).toBe(200);
   const model = await svc.call('PUT', `/v1/admin/projects/${p.projectId}/models/m1`, {
@@ -124,7 +125,7 @@ describe.each(callers)('organization A through its %s', (_name, call) => {
     }
     // Organization-level changes are A's own.
     expect((await call('PUT', '/organization/plan', { plan: 'pro_2m' })).body.id).toBe(a.organizationId);
-    await call('PUT', '/organization/plan', { plan: 'enterprise' });
+    await call('PUT', '/organization/plan', { plan: 'pro_50m' });
     expect(await stateOfB()).toEqual(before);
   });
 });

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestProject, type TestService } from '../helpers.js';
 import { addMember, signIn, signInRaw } from './dashboard-support.js';
 import { expectError } from '../support/errors.js';
+import { operatorSetsPlan } from '../support/plans.js';
 
 let svc: TestService;
 let second: TestService;
@@ -21,7 +22,7 @@ beforeAll(async () => {
   // A second API process on the same Redis prefix: the budgets are one.
   second = await startTestService({ config: { ...config, REDIS_PREFIX: svc.rt.config.REDIS_PREFIX } });
   p = await svc.project();
-  await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'enterprise' } });
+  await operatorSetsPlan(svc, p.organizationId, 'enterprise');
 });
 afterAll(async () => {
   await second?.close();
@@ -75,7 +76,7 @@ describe('the sign-in limit across organizations and behind a proxy', () => {
     own = await startTestService({ config: { SIGNIN_EMAIL_ATTEMPTS: 3, SIGNIN_IP_ATTEMPTS: 4, SIGNIN_WINDOW_SECONDS: 60, TRUST_PROXY: 'loopback' } });
     q = await own.project();
     other = await own.project();
-    for (const t of [q, other]) await own.call('PUT', '/v1/admin/organization/plan', { key: t.adminKey, body: { plan: 'enterprise' } });
+    for (const t of [q, other]) await operatorSetsPlan(own, t.organizationId, 'enterprise');
   });
   afterAll(async () => {
     await own?.close();

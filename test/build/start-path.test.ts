@@ -162,7 +162,7 @@ describe('the start path runs the build with node', () => {
       expect(statSync(join(root, sourceOf(compiled))).isFile(), compiled).toBe(true);
     }
     // Every script that runs the service or its commands: none through tsx.
-    for (const name of ['start', 'web', 'worker', 'migrate', 'bootstrap', 'reconcile', 'quarantine', 'openapi', 'mock-upstream']) {
+    for (const name of ['start', 'web', 'worker', 'migrate', 'bootstrap', 'reconcile', 'quarantine', 'plan', 'openapi', 'mock-upstream']) {
       expect(pkg.scripts[name], name).toContain('node scripts/build-if-stale.mjs && node dist/');
       expect(pkg.scripts[name], name).not.toMatch(/\btsx\b/);
     }

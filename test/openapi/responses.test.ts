@@ -20,6 +20,7 @@ import { openApiDocument } from '../../src/openapi/routes.js';
 import { startTestService, waitFor, type ApiResponse, type Json, type TestProject, type TestService } from '../helpers.js';
 import { ownDatabase } from '../support/own-database.js';
 import { addMember, signIn, type SignedIn } from '../admin/dashboard-support.js';
+import { operatorSetsPlan } from '../support/plans.js';
 
 interface Answer {
   method: string;
@@ -97,7 +98,9 @@ async function exercise(): Promise<void> {
   await call('GET', '/dashboard/api/session', '/dashboard/api/session', { headers: { cookie: s.cookie } });
   await both(s, p, 'GET', '/organization/plan/preview', '/organization/plan/preview?plan=pro_2m');
   await call('PUT', '/v1/admin/organization/plan', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'pro_2m' } });
-  await call('PUT', '/dashboard/api/organization/plan', '/dashboard/api/organization/plan', { body: { plan: 'enterprise' }, headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  await call('PUT', '/dashboard/api/organization/plan', '/dashboard/api/organization/plan', { body: { plan: 'pro_50m' }, headers: { cookie: s.cookie, 'x-csrf-token': s.csrf } });
+  // Enterprise is the operator's to set (an owner's PUT is 403).
+  await operatorSetsPlan(svc, p.organizationId, 'enterprise');
   await both(s, p, 'GET', '/organization', '/organization');
 
   // Models, for the gateway.

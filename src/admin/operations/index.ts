@@ -39,7 +39,7 @@ export function managementOperations(deps: ManagementDeps): Operation[] {
   const projectChanged = projectChangeNotice(deps);
   const keys = new KeyAdmin(deps.db, deps.redis, deps.config.REDIS_PREFIX, deps.plans, deps.keyCache);
   const members = createMemberQueries(deps.db);
-  const invoices = new Invoicing(deps.db, deps.redis, deps.config.REDIS_PREFIX, deps.config.INVOICE_GRACE_SECONDS * 1000, deps.logger);
+  const invoices = new Invoicing(deps.db, deps.redis, deps.config.REDIS_PREFIX, deps.config.INVOICE_GRACE_SECONDS * 1000, deps.logger, null, deps.config.PLANS);
 
   return [
     ...organizationOperations(deps),
@@ -50,7 +50,7 @@ export function managementOperations(deps: ManagementDeps): Operation[] {
     ...usageOperations({ ...deps, listings, projects }),
     ...webhookOperations({ ...deps, projects }),
     ...memberOperations({ ...deps, members }),
-    ...invoiceOperations({ invoices, nowMs: () => deps.plans.nowMs() }),
+    ...invoiceOperations({ invoices, nowMs: () => deps.plans.nowMs(), plans: deps.config.PLANS }),
     ...systemOperations(deps),
   ];
 }

@@ -1,10 +1,12 @@
 /**
  * Plan and invoices: the plan, the overage so far, a plan change whose pro-rated charge is
- * shown before the owner confirms, the upcoming invoice (the open period as it stands,
- * where an upgrade's charge shows at once) and the invoices of closed periods.
+ * shown before the owner confirms (Enterprise is not offered: the operator sets it), the
+ * upcoming invoice (the open period as it stands, where an upgrade's charge shows at once)
+ * and the invoices of closed periods. Not served under PLANS=off.
  */
 import type { Request } from 'express';
 import { planIds, plans, type PlanId } from '../../plans/catalogue.js';
+import { operator_only_plans } from '../../plans/policy.js';
 import { pager, type List, type PageContext } from '../context.js';
 import { cents, count, day, when } from '../format.js';
 import { queryParam, text } from '../forms.js';
@@ -127,10 +129,11 @@ ${allowance(org)}
 <h2>Change plan</h2>
 <form method="get" action="/dashboard/billing" class="search">
 <label>Plan <select name="plan" data-testid="plan-select">
-${planIds.map((id) => html`<option value="${id}"${id === (target ?? org.plan) ? html` selected` : ''}>${planLabel(id)}</option>`)}
+${planIds.filter((id) => !operator_only_plans.includes(id) || id === org.plan).map((id) => html`<option value="${id}"${id === (target ?? org.plan) ? html` selected` : ''}>${planLabel(id)}</option>`)}
 </select></label>
 <button type="submit" data-testid="plan-preview">Preview the change</button>
 </form>
+${org.plan === 'enterprise' ? '' : html`<p class="muted" data-testid="enterprise-note">Enterprise (a custom contract, no allowance to count against) is set by the operator of this service: contact them.</p>`}
 ${quote ? quoteBox(ctx, quote) : ''}
 ${upcomingBox(upcoming)}
 <h2>Invoices</h2>

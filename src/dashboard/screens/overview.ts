@@ -1,4 +1,7 @@
-/** Overview: the plan, this period's operations against the allowance, credits per day, the service's health. */
+/**
+ * Overview: the plan, this period's operations against the allowance (neither under
+ * PLANS=off), credits per day, the service's health.
+ */
 import { health } from '../../health.js';
 import { barChart, lastDays } from '../chart.js';
 import type { PageContext } from '../context.js';
@@ -49,16 +52,10 @@ ${org.hard_limit ? html`<p class="muted">At the allowance, further billable oper
 ${org.overage_ops > 0 ? html`<p>Overage so far: ${count(org.overage_ops)} operations, $${org.overage_cost_usd.toFixed(2)}</p>` : ''}`;
 }
 
-export async function overviewScreen(ctx: PageContext): Promise<Html> {
-  const [org, usage, h] = await Promise.all([
-    ctx.api<OrganizationEntry>('GET', '/organization').then((a) => a.body),
-    creditsChart(ctx, 'usage-chart'),
-    health(ctx.rt),
-  ]);
-  const queue = h.body.checks.queue as { status: string; outbox_lag_ms?: number; dirty_customers?: number; worker_heartbeat_age_ms?: number | null };
-  const spent = usage.days.reduce((a, d) => a + d.credits, 0);
-  const body = html`<section class="cards">
-<article class="card">
+/** The plan and the period's operations, two cards (the plan endpoint answers 404 under PLANS=off: none). */
+function planCards(org: OrganizationEntry | null): Html {
+  if (org === null) return html``;
+  return html`<article class="card">
 <h2>Plan</h2>
 <p class="big" data-testid="plan">${org.plan}</p>
 <p class="muted">Period ${day(org.period_start)} to ${day(org.period_end)}</p>
@@ -67,7 +64,19 @@ ${org.pending_plan ? html`<p>Changes to ${org.pending_plan} on ${when(org.pendin
 <article class="card">
 <h2>Operations this period</h2>
 ${allowance(org)}
-</article>
+</article>`;
+}
+
+export async function overviewScreen(ctx: PageContext): Promise<Html> {
+  const [org, usage, h] = await Promise.all([
+    ctx.session.standing.plans === 'off' ? null : ctx.api<OrganizationEntry>('GET', '/organization').then((a) => a.body),
+    creditsChart(ctx, 'usage-chart'),
+    health(ctx.rt),
+  ]);
+  const queue = h.body.checks.queue as { status: string; outbox_lag_ms?: number; dirty_customers?: number; worker_heartbeat_age_ms?: number | null };
+  const spent = usage.days.reduce((a, d) => a + d.credits, 0);
+  const body = html`<section class="cards">
+${planCards(org)}
 <article class="card">
 <h2>Health</h2>
 <p class="big"><span class="status ${h.body.status}" data-testid="health-status">${h.body.status}</span></p>

@@ -1,11 +1,14 @@
-/** Team: the organization's members, an invitation form, role changes and removals. */
+/**
+ * Team: the organization's members, an invitation form, role changes and removals, and the
+ * member limit of the plan in force now (none under PLANS=off).
+ */
 import type { Request } from 'express';
 import { roles } from '../../members/store.js';
 import { pager, type List, type PageContext } from '../context.js';
-import { when } from '../format.js';
+import { limitText, when } from '../format.js';
 import { optional, queryParam, text } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
-import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
+import { csrfField, noticeOf, shell, type Notice, type Standing } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
 
 interface MemberEntry {
@@ -13,6 +16,12 @@ interface MemberEntry {
   email: string;
   role: (typeof roles)[number];
   created_at: string;
+}
+
+/** The member limit in words: the plan's, raised by the demo allowance where it applies; nothing without plans. */
+function memberLimit(s: Standing): Html {
+  if (s.plans === 'off') return html``;
+  return html`<p class="muted" data-testid="member-limit">The ${s.plan} plan${s.demoAllowance ? ' with the demo allowance' : ''} allows ${limitText(s.limits.membersMax, 'member', 'members')} (owners included).</p>`;
 }
 
 async function teamScreen(ctx: PageContext, req: Request, o: { notice?: Notice; password?: { email: string; password: string } | null } = {}): Promise<Html> {
@@ -49,7 +58,7 @@ ${csrf}
 <label>Password (optional: leave empty and one is made and shown once) <input type="password" name="password" autocomplete="new-password"></label>
 <button type="submit" data-testid="invite-submit">Invite</button>
 </form>
-<p class="muted">The plan limits the team: Free 1 member, Pro up to 5, Enterprise unlimited.</p>`;
+${memberLimit(ctx.session.standing)}`;
   return shell({ session: ctx.session, title: 'Team', screen: 'team', body });
 }
 
