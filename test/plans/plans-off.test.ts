@@ -47,6 +47,7 @@ describe('PLANS=off', () => {
       ['GET', '/v1/admin/organization/plan/preview?plan=pro_500k'],
       ['PUT', '/v1/admin/organization/plan', { plan: 'pro_500k' }],
       ['GET', '/v1/admin/invoices'],
+      ['GET', '/v1/admin/invoices/upcoming'],
       ['GET', '/v1/admin/invoices/inv_unknown'],
     ];
     for (const [method, path, body] of calls) {
