@@ -45,24 +45,23 @@ export function number(req: Request, name: string): number | string | undefined 
   return Number.isFinite(n) && writtenExactly(v, n) ? n : v;
 }
 
-/** A time as the forms take it, in UTC: `YYYY-MM-DD`, or with `HH:MM` (after a space or a T), seconds optional. */
-const utcFieldTime = /^(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}(?::\d{2})?))?$/;
+const localDateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/;
 
-/** The pattern attribute of a field utcTime reads (ISO 8601 with its zone is accepted too, and checked by the API). */
+/**
+ * The pattern attribute of a time field typed as text: a day, or a day and a time after a
+ * space or a T (seconds optional), which the API reads as UTC; or ISO 8601 with its zone.
+ */
 export const utc_time_pattern = String.raw`\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2})?)?|\d{4}-\d{2}-\d{2}T.+(Z|[+\-]\d{2}:\d{2})`;
 
 /**
- * A time field read as UTC (the form says so, whatever the browser's time zone), as the
- * API's ISO 8601: a day alone is its midnight. Any other text (ISO 8601 with its own zone)
- * goes on as it is, for the API to take or refuse with its message.
+ * A time field, read as UTC (the form says so) as the API's ISO 8601: a datetime-local
+ * value gets its seconds and Z; other text goes on as it is, and the API reads a time
+ * without a zone as UTC, or refuses the text with its message.
  */
 export function utcTime(req: Request, name: string): string | undefined {
   const v = text(req, name);
   if (v === '') return undefined;
-  const m = utcFieldTime.exec(v);
-  if (m === null) return v;
-  const time = m[2] ?? '00:00';
-  return `${m[1]}T${time.length === 5 ? `${time}:00` : time}Z`;
+  return localDateTime.test(v) ? `${v}:00Z` : v;
 }
 
 /** A query parameter as one string, or undefined. */

@@ -242,7 +242,12 @@ describe('keys', () => {
     expect(await customerFields.isVisible()).toBe(true);
     await shoot(page, 'keys-create-customer');
     await page.getByTestId('key-customer').fill(org.customerId);
-    await page.getByTestId('key-expires').fill('2099-01-31 23:30');
+    // The field says what it takes before anything is sent.
+    const expires = page.getByTestId('key-expires');
+    await expires.fill('next friday');
+    expect(await expires.evaluate((i: HTMLInputElement) => i.validity.patternMismatch)).toBe(true);
+    await expires.fill('2099-01-31 23:30');
+    expect(await expires.evaluate((i: HTMLInputElement) => i.validity.valid)).toBe(true);
     await page.getByTestId('key-submit').click();
     const secret = (await page.getByTestId('key-secret').textContent())!;
     const row = page.locator(`[data-testid="key-row"][data-key-prefix="${secret.slice(0, 16)}"]`);
