@@ -40,3 +40,14 @@ document.addEventListener('change', (event) => {
   const select = event.target.closest('select[data-autosubmit]');
   if (select && select.form) select.form.requestSubmit();
 });
+
+// On a phone the navigation is a row that scrolls sideways: the current screen's link is
+// brought into it, on a load and after htmx swapped a screen in.
+function showCurrentLink() {
+  const current = document.querySelector('.top nav [aria-current="page"]');
+  const nav = current && current.parentElement;
+  if (!nav || nav.scrollWidth <= nav.clientWidth) return;
+  nav.scrollLeft = current.offsetLeft - nav.offsetLeft - (nav.clientWidth - current.offsetWidth) / 2;
+}
+document.addEventListener('DOMContentLoaded', showCurrentLink);
+document.addEventListener('htmx:afterSettle', showCurrentLink);

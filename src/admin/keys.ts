@@ -10,6 +10,7 @@ import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import { displayPrefix, generateSecret, hashSecret } from '../keys/secrets.js';
 import { publishKeyChange, type KeyCache } from '../keys/store.js';
+import type { KeyUsage } from '../keys/usage.js';
 import type { PlanService } from '../plans/service.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 import { budgetStateSchema, keyBudgetOf, keyCountersField, type Budget } from '../ledger/budgets.js';
@@ -80,6 +81,8 @@ export class KeyAdmin {
     private readonly plans: Pick<PlanService, 'limitsOf'>,
     /** This process's key cache: dropped from directly, without waiting for its own message. */
     private readonly cache: Pick<KeyCache, 'forget'>,
+    /** This process's noted key uses, written before a list is read. */
+    private readonly usage: Pick<KeyUsage, 'flush'>,
   ) {}
 
   /**
@@ -137,7 +140,13 @@ export class KeyAdmin {
     }
   }
 
+  /**
+   * A page of the project's keys. The uses this process noted and has not written yet are
+   * written first (one UPDATE, when there are any): a key used here shows its last use at
+   * once, not up to KEY_LAST_USED_FLUSH_MS later. Other processes' uses come with their flush.
+   */
   async list(projectId: string, page: PageRequest): Promise<Page<ProjectKeyRow>> {
+    await this.usage.flush();
     const k = keysetOrder(page);
     const rows = await this.db.any(sql.type(projectKeyRow)`
       SELECT ${keyColumns} FROM api_keys WHERE project_id = ${projectId} AND ${k.where} ${k.orderLimit}`);

@@ -1,6 +1,8 @@
 /**
  * Bar charts as inline SVG made on the server: no chart library, no script, and the CSP
- * allows them as they are (presentation attributes, no inline style).
+ * allows them as they are (presentation attributes, no inline style). The SVG stretches
+ * to its box (preserveAspectRatio="none"), which would stretch text too: its labels (the
+ * first and last day, the largest value) are HTML around it, in the page's font.
  */
 import { count } from './format.js';
 import { html, type Html } from './html.js';
@@ -13,7 +15,7 @@ export interface Bar {
 
 const width = 720;
 const height = 200;
-const pad = { top: 12, right: 8, bottom: 24, left: 8 };
+const pad = { top: 4, right: 8, bottom: 4, left: 8 };
 
 /** Every day of the `days` days ending today (UTC), with the values given and 0 elsewhere. */
 export function lastDays(values: ReadonlyMap<string, number>, days: number, nowMs = Date.now()): Bar[] {
@@ -42,14 +44,13 @@ export function barChart(o: { testid: string; title: string; bars: readonly Bar[
   const last = o.bars[o.bars.length - 1]?.label ?? '';
   const total = o.bars.reduce((a, b) => a + b.value, 0);
   return html`<figure class="chart">
+<div class="ticks" aria-hidden="true"><span>max ${format(max === 1 && total === 0 ? 0 : max)}</span></div>
 <svg data-testid="${o.testid}" role="img" viewBox="0 0 ${width} ${height}" preserveAspectRatio="none" aria-label="${o.title}: ${format(total)} in total">
 <title>${o.title}</title>
 <line class="axis" x1="${pad.left}" y1="${pad.top + plotH}" x2="${width - pad.right}" y2="${pad.top + plotH}"></line>
 ${rects}
-<text class="tick" x="${pad.left}" y="${height - 6}">${first}</text>
-<text class="tick" x="${width - pad.right}" y="${height - 6}" text-anchor="end">${last}</text>
-<text class="tick" x="${pad.left}" y="${pad.top - 2}">max ${format(max === 1 && total === 0 ? 0 : max)}</text>
 </svg>
+<div class="ticks" aria-hidden="true"><span>${first}</span><span>${last}</span></div>
 <figcaption>${o.title}: ${format(total)} over ${o.bars.length} days</figcaption>
 </figure>`;
 }

@@ -47,7 +47,17 @@ export function number(req: Request, name: string): number | string | undefined 
 
 const localDateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/;
 
-/** A datetime-local field, read as UTC (the form says so), as the API's ISO 8601. */
+/**
+ * The pattern attribute of a time field typed as text: a day, or a day and a time after a
+ * space or a T (seconds optional), which the API reads as UTC; or ISO 8601 with its zone.
+ */
+export const utc_time_pattern = String.raw`\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2})?)?|\d{4}-\d{2}-\d{2}T.+(Z|[+\-]\d{2}:\d{2})`;
+
+/**
+ * A time field, read as UTC (the form says so) as the API's ISO 8601: a datetime-local
+ * value gets its seconds and Z; other text goes on as it is, and the API reads a time
+ * without a zone as UTC, or refuses the text with its message.
+ */
 export function utcTime(req: Request, name: string): string | undefined {
   const v = text(req, name);
   if (v === '') return undefined;

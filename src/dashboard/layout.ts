@@ -80,7 +80,8 @@ export type PageSession = Session & { standing?: Standing };
 export interface ShellInput {
   session: PageSession;
   title: string;
-  screen: Screen;
+  /** The screen whose link is marked current; null for a page of none (an error page). */
+  screen: Screen | null;
   body: Html;
   /** The project a project-scoped screen shows, with the others to pick from. */
   project?: ProjectChoice;
@@ -125,19 +126,19 @@ ${head(s.title)}
 </head>
 <body hx-boost="true" hx-headers="${headers}">
 <header class="top">
-<strong class="brand">${s.session.organizationName}</strong>
-<nav>
+<strong class="brand" title="${s.session.organizationName}">${s.session.organizationName}</strong>
+<nav aria-label="Screens">
 ${nav.filter(([screen]) => shown(screen)).map(([screen, label]) => html`<a href="${pagePath(screen)}" data-testid="nav-${screen}"${screen === s.screen ? html` aria-current="page"` : ''}>${label}</a>`)}
 </nav>
 <form class="who" method="post" action="/dashboard/sign-out" hx-boost="false">
 ${csrfField(s.session)}
-<span data-testid="signed-in-as">${member.email} (${member.role})</span>
+<span data-testid="signed-in-as" title="${member.email} (${member.role})">${member.email} (${member.role})</span>
 <button type="submit" data-testid="sign-out">Sign out</button>
 </form>
 </header>
 <main id="main">
 ${demoBanner(standing)}
-${s.project ? projectPicker(s.screen, s.project) : ''}
+${s.project && s.screen ? projectPicker(s.screen, s.project) : ''}
 <h1>${s.title}</h1>
 ${member.role === 'viewer' ? html`<p class="notice info">You are a viewer: you can read everything, and every change is refused.</p>` : ''}
 ${s.body}
@@ -199,9 +200,13 @@ ${organizationField}
 </html>`;
 }
 
-/** A screen that could not be shown: the API's message (a 404 of another organization's project reads as any 404). */
+/**
+ * A screen that could not be shown: the API's message (a 404 of another organization's
+ * project reads as any 404), inside the navigation when a member is signed in.
+ */
 export function errorPage(session: PageSession | null, err: ApiError): Html {
   const body = html`<p class="notice error" role="alert" data-testid="notice-error">${err.message}</p><p><a href="/dashboard/overview">Back to the overview</a></p>`;
-  if (session === null) return html`<!doctype html><html lang="en"><head>${head('Error')}</head><body><main><h1>Error</h1>${body}</main></body></html>`;
-  return shell({ session, title: err.status === 404 ? 'Not found' : 'Error', screen: 'overview', body });
+  const title = err.status === 404 ? 'Not found' : err.status === 403 ? 'Not allowed' : 'Error';
+  if (session === null) return html`<!doctype html><html lang="en"><head>${head(title)}</head><body><main><h1>${title}</h1>${body}</main></body></html>`;
+  return shell({ session, title, screen: null, body });
 }

@@ -17,6 +17,7 @@
  *   script or style anywhere on the page.
  */
 import { pageSecurity } from '../http/page-security.js';
+import { apiErrorOf } from '../http/errors.js';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { actorOf } from '../admin/actor.js';
@@ -28,6 +29,8 @@ import { csrf_header, session_cookie_path, sessionAuth, sessionOf } from '../mem
 import { sign_in_candidates_max } from '../members/store.js';
 import type { HealthDeps } from '../health.js';
 import type { PlanService } from '../plans/service.js';
+import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.js';
 import { assetRoutes } from './assets.js';
 import { projectsOf, type PageContext } from './context.js';
 import { optional, queryParam, text } from './forms.js';
@@ -81,10 +84,18 @@ function sameText(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-/** What the pages read beside the operations: the health summary, and the plan of the organization now. */
-export type PageDeps = HealthDeps & { plans: Pick<PlanService, 'standing' | 'mode'> };
+/** An address of the dashboard's JSON API (req.path under the /dashboard mount). */
+function isApiPath(req: Request): boolean {
+  return req.path === '/api' || req.path.startsWith('/api/');
+}
 
-export function dashboardPages(rt: PageDeps, sessions: DashboardSessions, ops: readonly Operation[]): Router {
+/**
+ * What the pages need of the runtime beside the operations: the overview's health summary,
+ * the plan of the organization now, and where a screen's failure is logged and counted.
+ */
+export type PageRuntime = HealthDeps & { plans: Pick<PlanService, 'standing' | 'mode'>; logger: Logger; metrics: Metrics };
+
+export function dashboardPages(rt: PageRuntime, sessions: DashboardSessions, ops: readonly Operation[]): Router {
   const { store } = sessions;
   const secure = rt.config.SESSION_COOKIE_SECURE ?? rt.config.NODE_ENV === 'production';
   const operationsFor = operationsOf(ops);
@@ -198,14 +209,28 @@ export function dashboardPages(rt: PageDeps, sessions: DashboardSessions, ops: r
   teamRoutes(pages);
   queueRoutes(pages);
 
-  // Any other page is a 404 page; unknown /dashboard/api paths stay the API's (JSON) 404.
-  r.use('/dashboard', (req, _res, next) => {
-    if (req.path === '/api' || req.path.startsWith('/api/')) return next();
+  // Any other page is a 404 page, in the navigation of a member signed in (none is
+  // needed); unknown /dashboard/api paths stay the API's (JSON) 404.
+  r.use('/dashboard', async (req, res, next) => {
+    if (isApiPath(req)) return next();
+    await sessionIfAny(req, res);
     throw new ApiError('not_found', { message: `no page at ${req.originalUrl.split('?')[0]}` });
   });
 
-  r.use('/dashboard', ((err, req, res, next) => {
-    if (!(err instanceof ApiError) || res.headersSent) return next(err);
+  /** Puts the member's session on res.locals when the request has a valid one; never refuses. */
+  async function sessionIfAny(req: Request, res: Response): Promise<void> {
+    try {
+      await authenticate(req, res, () => undefined);
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+    }
+  }
+
+  // Every failure of a screen is a page: the API's refusals with their message, anything
+  // else as apiErrorOf makes it (a 500 logged), all inside the navigation when signed in.
+  r.use('/dashboard', ((thrown, req, res, next) => {
+    if (res.headersSent || isApiPath(req)) return next(thrown);
+    const err = apiErrorOf(thrown, req, rt.logger, rt.metrics);
     if (err.code === 'not_signed_in') {
       if (err.status === 401 && req.headers.cookie?.includes('svc_session=')) res.append('Set-Cookie', store.cookie(null));
       // htmx follows HX-Redirect with a full load; a plain request follows the 303.

@@ -1,5 +1,5 @@
 /** The one error middleware: catalogue errors as the contract's body, the rest as 500. */
-import type { ErrorRequestHandler, RequestHandler } from 'express';
+import type { ErrorRequestHandler, Request, RequestHandler } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
 import { pathOf } from './access-log.js';
@@ -61,36 +61,39 @@ function tooLarge(err: { limit?: number; length?: number }): ApiError {
 
 
 /**
- * The error middleware; `logger` gets the failures of our own (a 5xx), with the request's
- * method and path, and `metrics` counts the requests a store failure answered 503.
+ * What the client is told of an error: an ApiError as it is, Express's and body-parser's
+ * refusals as theirs, a store failure as 503 (or outcome_unknown), anything else as 500.
+ * `logger` gets the failures of our own (a 5xx), with the request's method and path, and
+ * `metrics` counts the requests a store failure answered 503.
  */
+export function apiErrorOf(err: unknown, req: Request, logger?: Logger, metrics?: Metrics): ApiError {
+  const backend = backendFailure(err);
+  if (err instanceof ApiError) {
+    // The 503s raised as ApiErrors: the Redis generation guard's (src/redis/generation.ts:
+    // Redis is away, or back and not yet checked against PostgreSQL), and a gateway call's outcome_unknown.
+    if (err.code === 'service_unavailable' || err.code === 'outcome_unknown') metrics?.redisErrors.inc({ kind: 'request' });
+    return err;
+  }
+  if ((err as { type?: string }).type === 'entity.too.large') return tooLarge(err as { limit?: number; length?: number });
+  if ((err as { type?: string }).type === 'entity.parse.failed') return new ApiError('invalid_json');
+  // What Express and body-parser refuse before a route runs: a malformed path
+  // encoding, an unsupported Content-Encoding or charset, an aborted body.
+  if (isClientHttpError(err)) return new ApiError('invalid_request', { message: (err as Error).message });
+  if (backend !== null) {
+    logger?.error({ err, method: req.method, path: pathOf(req) }, 'backing service unavailable');
+    (failedStore(err) === 'postgres' ? metrics?.postgresErrors : metrics?.redisErrors)?.inc({ kind: 'request' });
+    // A read changes nothing: whatever became of its command, nothing was applied.
+    const read = req.method === 'GET' || req.method === 'HEAD';
+    return new ApiError(backend === 'unknown' && !read ? 'outcome_unknown' : 'service_unavailable');
+  }
+  logger?.error({ err, method: req.method, path: pathOf(req) }, 'unhandled error');
+  return new ApiError('server_error');
+}
+
+/** The error middleware: apiErrorOf's answer as the contract's body. */
 export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHandler {
   return (err, req, res, _next) => {
-    let apiError: ApiError;
-    const backend = backendFailure(err);
-    if (err instanceof ApiError) {
-      apiError = err;
-      // The 503s raised as ApiErrors: the Redis generation guard's (src/redis/generation.ts:
-      // Redis is away, or back and not yet checked against PostgreSQL), and a gateway call's outcome_unknown.
-      if (err.code === 'service_unavailable' || err.code === 'outcome_unknown') metrics?.redisErrors.inc({ kind: 'request' });
-    } else if ((err as { type?: string }).type === 'entity.too.large') {
-      apiError = tooLarge(err as { limit?: number; length?: number });
-    } else if ((err as { type?: string }).type === 'entity.parse.failed') {
-      apiError = new ApiError('invalid_json');
-    } else if (isClientHttpError(err)) {
-      // What Express and body-parser refuse before a route runs: a malformed path
-      // encoding, an unsupported Content-Encoding or charset, an aborted body.
-      apiError = new ApiError('invalid_request', { message: (err as Error).message });
-    } else if (backend !== null) {
-      logger?.error({ err, method: req.method, path: pathOf(req) }, 'backing service unavailable');
-      (failedStore(err) === 'postgres' ? metrics?.postgresErrors : metrics?.redisErrors)?.inc({ kind: 'request' });
-      // A read changes nothing: whatever became of its command, nothing was applied.
-      const read = req.method === 'GET' || req.method === 'HEAD';
-      apiError = new ApiError(backend === 'unknown' && !read ? 'outcome_unknown' : 'service_unavailable');
-    } else {
-      logger?.error({ err, method: req.method, path: pathOf(req) }, 'unhandled error');
-      apiError = new ApiError('server_error');
-    }
+    const apiError = apiErrorOf(err, req, logger, metrics);
     if (res.headersSent) {
       res.end();
       return;

@@ -256,7 +256,7 @@ describe('reconcile', () => {
     await svc.rt.redis.hset(meta(), 'name', 'Tampered <b>');
     const checked = await post(path(), {});
     expect(checked.status).toBe(200);
-    expect(notice(checked.text)).toMatch(/^(Check started|A check of this project was already running); this page follows it$/);
+    expect(notice(checked.text)).toMatch(/^(Check started|A check of this project was already under way); this page follows it$/);
     const check = await finishedPanel(checked);
     expect(check.panel).toContain('data-testid="reconcile-outcome"><strong>Checked 2 customers: 1 with drift</strong>');
     expect(check.panel).toContain('data-testid="customers-checked">2<');
@@ -271,7 +271,7 @@ describe('reconcile', () => {
     const asked = await pageCall(svc, owner, 'GET', `${path()}/repair`);
     expect(asked.text).toContain('data-testid="reconcile-repair-confirm"');
     const repaired = await post(`${path()}/repair`, {});
-    expect(notice(repaired.text)).toMatch(/^(Repair started|A repair of this project was already running); this page follows it$/);
+    expect(notice(repaired.text)).toMatch(/^(Repair started|A repair of this project was already under way); this page follows it$/);
     const repair = await finishedPanel(repaired);
     expect(repair.panel).toContain('<strong>Repaired 1 of 1 customers with drift</strong>');
     expect(await svc.rt.redis.hget(meta(), 'name')).toBe('Globex');

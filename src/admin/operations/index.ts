@@ -37,7 +37,7 @@ export function managementOperations(deps: ManagementDeps): Operation[] {
   const listings = createListingQueries(deps.db);
   const projects = projectLookup(admin);
   const projectChanged = projectChangeNotice(deps);
-  const keys = new KeyAdmin(deps.db, deps.redis, deps.config.REDIS_PREFIX, deps.plans, deps.keyCache);
+  const keys = new KeyAdmin(deps.db, deps.redis, deps.config.REDIS_PREFIX, deps.plans, deps.keyCache, deps.keyUsage);
   const members = createMemberQueries(deps.db);
   const invoices = new Invoicing(deps.db, deps.redis, deps.config.REDIS_PREFIX, deps.config.INVOICE_GRACE_SECONDS * 1000, deps.logger, null, deps.config.PLANS);
 

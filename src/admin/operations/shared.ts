@@ -17,6 +17,7 @@ import type { Role } from '../../members/store.js';
 import type { Config } from '../../config/index.js';
 import type { RedisClient } from '../../redis/client.js';
 import type { KeyCache } from '../../keys/store.js';
+import type { KeyUsage } from '../../keys/usage.js';
 import type { LedgerService } from '../../ledger/service.js';
 import type { LedgerQueries } from '../../ledger/queries.js';
 import type { ModelCache } from '../../gateway/models.js';
@@ -53,6 +54,7 @@ export interface ManagementDeps {
   db: DatabasePool;
   redis: RedisClient;
   keyCache: KeyCache;
+  keyUsage: KeyUsage;
   ledger: LedgerService;
   ledgerQueries: LedgerQueries;
   modelQueries: ModelQueries;

@@ -1,12 +1,13 @@
 /**
  * Keys: the project's keys by prefix, a form for a project or customer key whose secret is
- * shown once, revocation confirmed by a second click, and a customer-scoped key's budget
- * with its spend, set or cleared in its row (screens/budgets.ts).
+ * shown once (the customer fields show for a customer key only; the expiry is typed in
+ * UTC), revocation confirmed by a second click, and a customer-scoped key's budget with
+ * its spend, set or cleared in its row (screens/budgets.ts).
  */
 import type { Request } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
 import { when } from '../format.js';
-import { list, number, optional, queryParam, text, utcTime } from '../forms.js';
+import { list, number, optional, queryParam, text, utc_time_pattern, utcTime } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
@@ -53,7 +54,7 @@ interface KeysView {
 function budgetRow(req: Request, projectId: string, k: KeyEntry, csrf: Html, typed: boolean): Html {
   const keysPath = pagePath('projects', projectId, 'keys');
   return html`<tr data-testid="key-budget-row"><td colspan="9">
-<p>Budget of <code>${k.prefix}…</code> (customer ${k.customer_id ?? ''}): its gateway calls stop at it; the customer's own budget applies too.</p>
+<p>Budget of <code class="nowrap">${k.prefix}…</code> (customer ${k.customer_id ?? ''}): its gateway calls stop at it; the customer's own budget applies too.</p>
 ${keyBudgetForm(req, pagePath('projects', projectId, 'keys', k.id, 'budget'), keysPath, csrf, k.budget, typed)}
 </td></tr>`;
 }
@@ -68,12 +69,12 @@ function keyRow(projectId: string, k: KeyEntry, confirming: boolean, csrf: Html)
         ? html`<form method="post" action="${revokePath}" class="inline">${csrf}<button type="submit" class="danger" data-testid="key-revoke-confirm">Confirm: revoke ${k.prefix}</button> <a href="${pagePath('projects', projectId, 'keys')}">Cancel</a></form>`
         : html`${k.type === 'customer' ? html`<a href="${pagePath('projects', projectId, 'keys', k.id, 'budget')}" class="button" data-testid="key-budget-edit">Budget</a> ` : ''}<a href="${revokePath}" class="button" data-testid="key-revoke">Revoke</a>`;
   return html`<tr data-testid="key-row" data-key-prefix="${k.prefix.slice(0, key_prefix_chars)}" data-key-status="${s}">
-<td><code>${k.prefix}…</code>${k.name ? html`<br><span class="muted">${k.name}</span>` : ''}</td>
+<td><code class="nowrap">${k.prefix}…</code>${k.name ? html`<br><span class="muted">${k.name}</span>` : ''}</td>
 <td>${k.type}</td>
 <td>${k.customer_id ?? '—'}</td>
 <td>${k.allowed_models === null ? html`<span class="muted">all</span>` : k.allowed_models.join(', ')}</td>
 <td>${when(k.expires_at)}</td>
-<td data-testid="key-last-used">${when(k.last_used_at)}</td>
+<td data-testid="key-last-used" data-at="${k.last_used_at ?? ''}">${when(k.last_used_at)}</td>
 <td>${k.type === 'customer' ? budgetSummary(k.budget) : '—'}</td>
 <td><span class="status ${s}" data-testid="key-status">${s}</span></td>
 <td>${action}</td>
@@ -95,7 +96,7 @@ async function keysScreen(ctx: PageContext, req: Request, projectId: string, v: 
   const chosen = new Set(typed ? list(req, 'allowed_models') : []);
   const body = html`${noticeOf(v.notice ?? null)}
 ${v.created ? html`<section class="secret" data-testid="key-created">
-<p>New key <code>${v.created.prefix}…</code>. Copy its secret now: it is shown this once and never stored.</p>
+<p>New key <code class="nowrap">${v.created.prefix}…</code>. Copy its secret now: it is shown this once and never stored.</p>
 <p><code id="new-key-secret" data-testid="key-secret">${v.created.secret}</code> <button type="button" data-copy="new-key-secret" data-testid="key-copy">Copy</button></p>
 </section>` : ''}
 <details class="form"${v.formOpen ? html` open` : ''}>
@@ -107,8 +108,10 @@ ${csrf}
 <option value="customer"${kind === 'customer' ? html` selected` : ''}>customer</option>
 </select></label>
 <label>Name <input name="name" maxlength="128" value="${typed ? text(req, 'name') : ''}" data-testid="key-name"></label>
-<label>Expires (UTC, optional) <input type="datetime-local" name="expires_at" value="${typed ? text(req, 'expires_at') : ''}" data-testid="key-expires"></label>
-<fieldset><legend>Customer keys only</legend>
+<label>Expires (optional; a time in UTC, not your local time)
+<span class="utc-field"><input name="expires_at" placeholder="YYYY-MM-DD HH:MM" pattern="${utc_time_pattern}" title="a day and a time in UTC: YYYY-MM-DD HH:MM" value="${typed ? text(req, 'expires_at') : ''}" data-testid="key-expires"> UTC</span>
+<span class="muted">Now: ${when(new Date().toISOString())}</span></label>
+<fieldset class="customer-only" data-testid="key-customer-fields"><legend>Customer keys only</legend>
 <label>Customer id <input name="customer_id" maxlength="256" value="${typed ? text(req, 'customer_id') : ''}" data-testid="key-customer"></label>
 <p class="muted">Allowed models (none checked: every model)</p>
 ${models.body.data.length === 0 ? html`<p class="muted">This project has no models yet.</p>` : ''}

@@ -140,7 +140,7 @@ async function reconcileScreen(ctx: PageContext, projectId: string, v: Reconcile
     ? ''
     : v.confirmRepair
       ? html`<form method="post" action="${path}/repair" class="inline">${csrf}<button type="submit" class="danger" data-testid="reconcile-repair-confirm">Confirm: rewrite Redis from the ledger</button> <a href="${path}">Cancel</a></form>`
-      : html`<a href="${path}/repair" class="button" data-testid="reconcile-repair">Repair</a>`;
+      : html`<a href="${path}/repair" class="button danger" data-testid="reconcile-repair">Repair…</a>`;
   const quarantined = await ctx.rt.ledgerQueries.quarantine(ctx.rt.config.REDIS_PREFIX).openCount(project.id);
   const body = html`${noticeOf(v.notice ?? null)}
 ${quarantined === 0 ? '' : html`<p class="notice error" data-testid="quarantined-now"><strong>${count(quarantined)}</strong> ledger entries of this project were refused by PostgreSQL and sit in quarantine: each is a hole in the ledger until an operator repairs and releases it (<code>npm run quarantine -- list</code>, docs/OPERATIONS.md). A check lists them; a repair leaves their customers alone.</p>`}
@@ -156,10 +156,16 @@ async function readJob(ctx: PageContext, projectId: string, jobId: string): Prom
   return (await ctx.api<ReconcileJobEntry>('GET', '/projects/:project_id/reconcile/:job_id', { params: { project_id: projectId, job_id: jobId } })).body;
 }
 
-/** Starts the operation as the member (a check, or a repair) and reads the job it queued. */
-async function start(ctx: PageContext, projectId: string, repair: boolean): Promise<ReconcileJobEntry> {
+/**
+ * Starts the operation as the member (a check, or a repair) and reads the job it answered:
+ * a new one, or the one of the same kind already queued or running (`queuedBefore`),
+ * which was created before this call. A new job may already be running, or finished.
+ */
+async function start(ctx: PageContext, projectId: string, repair: boolean): Promise<{ job: ReconcileJobEntry; queuedBefore: boolean }> {
+  const calledAt = Date.now();
   const started = (await ctx.api<{ id: string }>('POST', '/projects/:project_id/reconcile', { params: { project_id: projectId }, body: { repair } })).body;
-  return readJob(ctx, projectId, started.id);
+  const job = await readJob(ctx, projectId, started.id);
+  return { job, queuedBefore: job.created_at !== null && Date.parse(job.created_at) < calledAt };
 }
 
 export function reconcileRoutes(pages: PageRouter): void {
@@ -183,10 +189,12 @@ export function reconcileRoutes(pages: PageRouter): void {
     await answerAction(
       res,
       async () => {
-        job = await start(ctx, projectId, repair);
+        const started = await start(ctx, projectId, repair);
+        job = started.job;
+        // A job of the same kind already under way is answered instead of a new one. The
+        // notice says which; the job's panel says where it is (queued, running, finished).
         const kind = repair ? 'repair' : 'check';
-        // A job of the same kind already under way is answered instead of a new one.
-        return { kind: 'ok', message: job.status === 'running' ? `A ${kind} of this project was already running; this page follows it` : `${repair ? 'Repair' : 'Check'} started; this page follows it` };
+        return { kind: 'ok', message: started.queuedBefore ? `A ${kind} of this project was already under way; this page follows it` : `${repair ? 'Repair' : 'Check'} started; this page follows it` };
       },
       (notice) => reconcileScreen(ctx, projectId, { notice, job }),
       // The job's own address, so that a reload follows it.

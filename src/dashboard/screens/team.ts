@@ -1,8 +1,11 @@
 /**
- * Team: the organization's members, an invitation form, role changes and removals, and the
- * member limit of the plan in force now (none under PLANS=off).
+ * Team: the organization's members, an invitation form (a refused one keeps what was
+ * typed, and says what is wrong in words), role changes, removals confirmed by a second
+ * click, and the member limit of the plan in force now (none under PLANS=off).
  */
 import type { Request } from 'express';
+import { ApiError } from '../../errors/catalogue.js';
+import { password_chars_max, password_chars_min } from '../../members/passwords.js';
 import { roles } from '../../members/store.js';
 import { pager, type List, type PageContext } from '../context.js';
 import { limitText, when } from '../format.js';
@@ -24,11 +27,38 @@ function memberLimit(s: Standing): Html {
   return html`<p class="muted" data-testid="member-limit">The ${s.plan} plan${s.demoAllowance ? ' with the demo allowance' : ''} allows ${limitText(s.limits.membersMax, 'member', 'members')} (owners included).</p>`;
 }
 
-async function teamScreen(ctx: PageContext, req: Request, o: { notice?: Notice; password?: { email: string; password: string } | null } = {}): Promise<Html> {
+interface TeamView {
+  notice?: Notice;
+  /** A new member's generated password, shown this once. */
+  password?: { email: string; password: string } | null;
+  /** The member whose removal waits for the second click. */
+  confirmRemove?: string | null;
+  /** The invitation was refused: its form shows the email and role typed (never the password). */
+  inviteTyped?: boolean;
+}
+
+/** A refused invitation in words, for the person who typed it; the API's own message when it already reads so. */
+function inviteRefusal(err: ApiError, email: string): ApiError {
+  const say = (message: string) => new ApiError(err.code, { status: err.status, message });
+  if (err.code === 'email_taken') return say(`${email} is already a member of this organization`);
+  if (err.param === 'email') return say(email === '' ? "Type the new member's email address" : `"${email}" is not an email address: write it as name@example.com`);
+  if (err.param === 'password') return say(`The password needs ${password_chars_min} to ${password_chars_max} characters; or leave it empty, and one is made and shown once`);
+  if (err.param === 'role') return say(`Choose a role: ${roles.join(', ')}`);
+  return err;
+}
+
+function removeCell(m: MemberEntry, confirming: boolean, csrf: Html): Html {
+  if (!confirming) return html`<a href="${pagePath('team', m.id, 'remove')}" class="button danger" data-testid="member-remove">Remove</a>`;
+  return html`<form method="post" action="${pagePath('team', m.id, 'remove')}" class="inline">${csrf}<button type="submit" class="danger" data-testid="member-remove-confirm">Confirm: remove ${m.email}</button> <a href="/dashboard/team" data-testid="member-remove-cancel">Cancel</a></form>`;
+}
+
+async function teamScreen(ctx: PageContext, req: Request, o: TeamView = {}): Promise<Html> {
   const cursor = queryParam(req, 'cursor');
   const { body: members } = await ctx.api<List<MemberEntry>>('GET', '/members', { query: { cursor } });
   const csrf = csrfField(ctx.session);
   const me = ctx.session.member.id;
+  const typed = o.inviteTyped === true;
+  const role = typed ? text(req, 'role') : 'viewer';
   const body = html`${noticeOf(o.notice ?? null)}
 ${o.password ? html`<section class="secret" data-testid="member-created">
 <p>${o.password.email} signs in with this password, shown this once:</p>
@@ -44,7 +74,7 @@ ${members.data.map(
 <select name="role" data-testid="member-role">${roles.map((r) => html`<option value="${r}"${r === m.role ? html` selected` : ''}>${r}</option>`)}</select>
 <button type="submit" data-testid="member-role-save">Change role</button></form></td>
 <td>${when(m.created_at)}</td>
-<td><form method="post" action="${pagePath('team', m.id, 'remove')}" class="inline">${csrf}<button type="submit" class="danger" data-testid="member-remove">Remove</button></form></td>
+<td>${removeCell(m, o.confirmRemove === m.id, csrf)}</td>
 </tr>`,
 )}
 </tbody>
@@ -53,8 +83,8 @@ ${pager('/dashboard/team', {}, members, cursor !== undefined)}
 <h2>Invite a member</h2>
 <form method="post" action="/dashboard/team" class="form">
 ${csrf}
-<label>Email <input type="email" name="email" required maxlength="320" data-testid="invite-email"></label>
-<label>Role <select name="role" data-testid="invite-role">${roles.map((r) => html`<option value="${r}"${r === 'viewer' ? html` selected` : ''}>${r}</option>`)}</select></label>
+<label>Email <input type="email" name="email" required maxlength="320" value="${typed ? text(req, 'email') : ''}" data-testid="invite-email"></label>
+<label>Role <select name="role" data-testid="invite-role">${roles.map((r) => html`<option value="${r}"${r === role ? html` selected` : ''}>${r}</option>`)}</select></label>
 <label>Password (optional: leave empty and one is made and shown once) <input type="password" name="password" autocomplete="new-password"></label>
 <button type="submit" data-testid="invite-submit">Invite</button>
 </form>
@@ -71,13 +101,18 @@ export function teamRoutes(pages: PageRouter): void {
       res,
       async () => {
         const chosen = optional(req, 'password');
-        const { body } = await ctx.api<MemberEntry & { password?: string }>('POST', '/members', {
-          body: { email: text(req, 'email'), role: text(req, 'role'), ...(chosen === undefined ? {} : { password: chosen }) },
-        });
+        const email = text(req, 'email');
+        const { body } = await ctx
+          .api<MemberEntry & { password?: string }>('POST', '/members', {
+            body: { email, role: text(req, 'role'), ...(chosen === undefined ? {} : { password: chosen }) },
+          })
+          .catch((err: unknown) => {
+            throw err instanceof ApiError ? inviteRefusal(err, email) : err;
+          });
         if (body.password !== undefined) password = { email: body.email, password: body.password };
         return { kind: 'ok', message: `Invited ${body.email} as ${body.role}` };
       },
-      (notice) => teamScreen(ctx, req, { notice, password }),
+      (notice, failed) => teamScreen(ctx, req, { notice, password, inviteTyped: failed }),
       '/dashboard/team',
     );
   });
@@ -92,6 +127,12 @@ export function teamRoutes(pages: PageRouter): void {
       (notice) => teamScreen(ctx, req, { notice }),
       '/dashboard/team',
     );
+  });
+
+  // The first click on Remove: the same screen, with that row asking for the second click.
+  pages.get('/dashboard/team/:member_id/remove', async (req, res, ctx) => {
+    res.setHeader('HX-Push-Url', '/dashboard/team');
+    sendPage(res, await teamScreen(ctx, req, { confirmRemove: String(req.params.member_id) }));
   });
 
   pages.post('/dashboard/team/:member_id/remove', async (req, res, ctx) => {
