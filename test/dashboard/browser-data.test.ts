@@ -13,7 +13,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { csvFileName } from '../../src/dashboard/screens/usage.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { launchChromium, pageCall, pageSignIn, screenshotDir, seedOrganization, type Seeded } from './support.js';
 import { svc, useTestService } from '../support/service.js';
 
 let mock: MockUpstream;
@@ -134,6 +134,15 @@ describe('customers', () => {
     await page.getByTestId('deposit-submit').click();
     await page.getByTestId('notice-ok').filter({ hasText: 'Deposited 109 credits ($0.000109)' }).waitFor();
     await shoot('customer-created');
+  });
+
+  it('refuses a viewer\'s new customer with the API\'s message, creating nothing', async () => {
+    const viewer = await pageSignIn(svc, org.viewer.email, org.viewer.password);
+    const r = await pageCall(svc, viewer, 'POST', `/dashboard/projects/${org.p.projectId}/customers`, { _csrf: viewer.csrf, customer_id: 'hooli', name: 'Hooli' });
+    expect(r.status).toBe(403);
+    expect(r.text).toContain('this needs the admin role or higher; you are a viewer');
+    expect(r.text).toContain('value="hooli"');
+    expect((await svc.call('GET', '/v1/customers/hooli', { key: org.p.projectKey })).status).toBe(404);
   });
 
   it('lists the customers with thousands separators', async () => {
