@@ -96,6 +96,7 @@ export interface UsageTotalsFilter {
   projectId: string | null;
   customerId: string | null;
   model: string | null;
+  traceId: string | null;
   fromMs: number | null;
   toMs: number | null;
   groupBy: readonly UsageDimension[];
@@ -143,6 +144,7 @@ export function createListingQueries(pool: DatabasePool) {
       if (f.projectId !== null) conds.push(sql.fragment`u.project_id = ${f.projectId}`);
       if (f.customerId !== null) conds.push(sql.fragment`u.customer_id = ${f.customerId}`);
       if (f.model !== null) conds.push(sql.fragment`u.model = ${f.model}`);
+      if (f.traceId !== null) conds.push(sql.fragment`u.trace_id = ${f.traceId}`);
       if (f.fromMs !== null) conds.push(sql.fragment`u.created_at >= ${sql.timestamp(new Date(f.fromMs))}`);
       if (f.toMs !== null) conds.push(sql.fragment`u.created_at < ${sql.timestamp(new Date(f.toMs))}`);
       const columns = usage_dimensions.map((d) =>

@@ -10,38 +10,15 @@ import type { Router } from 'express';
 import { exactRouter } from '../http/router.js';
 import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
-import { z } from 'zod';
-import { ApiError } from '../errors/catalogue.js';
 import { authOf, requireKeyType } from '../http/auth.js';
 import { strictBody } from '../http/validate.js';
 import type { LedgerQueries } from '../ledger/queries.js';
-import { createCustomerQueries } from '../ledger/queries.js';
 import type { LedgerService } from '../ledger/service.js';
-import type { ProjectScope } from '../ledger/requests.js';
-import { identifierSchema } from '../ledger/schemas.js';
-import { isDeepStrictEqual } from 'node:util';
 import { describeRoute } from '../openapi/registry.js';
 import { customerPatchedSchema, customerProfileSchema } from './routes.js';
 import { key_budgets_max } from './key-budgets.js';
-import { CustomerProfiles, customerPatchSchema, customerUpdateSchema } from './patch.js';
+import { CustomerProfiles, customerCreateSchema, customerUpdateSchema } from './patch.js';
 import type { DatabasePool } from 'slonik';
-
-/** POST /v1/customers: the id, and the profile fields. */
-const customerCreateSchema = customerPatchSchema.extend({ customer_id: identifierSchema });
-
-type Profile = { name: string | null; email: string | null; metadata: Record<string, unknown> | null };
-
-/** Metadata as a profile answers it: none and `{}` are the same. */
-const metadataOf = (m: Record<string, unknown> | null | undefined) => (m == null ? {} : m);
-
-/** The first field the request gives that the stored profile has otherwise, or null. */
-function differingField(given: z.infer<typeof customerPatchSchema>, stored: Profile): 'name' | 'email' | 'metadata' | null {
-  for (const f of ['name', 'email'] as const) {
-    if (given[f] !== undefined && given[f] !== stored[f]) return f;
-  }
-  if (given.metadata !== undefined && !isDeepStrictEqual(metadataOf(given.metadata), metadataOf(stored.metadata))) return 'metadata';
-  return null;
-}
 
 const profileDoc = customerProfileSchema.openapi('CustomerProfile');
 
@@ -76,55 +53,12 @@ describeRoute({
 
 export function profileRoutes(deps: { ledger: LedgerService; redis: RedisClient; db: DatabasePool; ledgerQueries: LedgerQueries; prefix: string; logger: Logger }): Router {
   const r = exactRouter();
-  const customers = createCustomerQueries(deps.db);
   const profiles = new CustomerProfiles(deps);
 
-  const profileOf = (scope: ProjectScope, id: string) => profiles.profileOf(scope, id);
-
-  /**
-   * Creates a customer without a deposit: 201 and its profile. An id that exists already
-   * (made by a deposit or an earlier POST) is answered 200 with the profile as it is when
-   * every field the request gives matches it (a retried creation is safe), else 409
-   * customer_exists naming the first field that differs: nothing is changed (PATCH does).
-   */
+  /** Creates a customer without a deposit: 201 and its profile, or 200 for a retried creation (CustomerProfiles.create). */
   r.post('/v1/customers', requireKeyType('project'), async (req, res) => {
-    const body = strictBody(req, customerCreateSchema);
-    const { scope } = authOf(res);
-    const id = body.customer_id;
-    await deps.ledger.ready();
-    const k = deps.ledger.keys(scope, id);
-    const existing = async () => {
-      const p = await profileOf(scope, id);
-      const differs = differingField(body, p);
-      if (differs !== null) {
-        throw new ApiError('customer_exists', {
-          param: differs,
-          message: `customer ${id} already exists with another ${differs}; PATCH /v1/customers/{id} changes it (nothing was changed)`,
-        });
-      }
-      res.status(200).json(p);
-    };
-    if (await deps.redis.hexists(k.meta, 'created_at')) return existing();
-    const stored = await customers.createCustomer(scope.projectId, id, {
-      name: body.name ?? null,
-      email: body.email ?? null,
-      metadata: body.metadata ?? null,
-    });
-    // PostgreSQL's row, new or left by a creation whose Redis write never happened, is
-    // the profile: Redis gets it whole. A deposit that created the customer in Redis
-    // meanwhile keeps its source; its profile gives way to the row (its own insert of the
-    // row does nothing), so the two stores agree.
-    const tx = deps.redis.multi().hset(k.meta, 'created_at', String(stored.row.created_at));
-    for (const field of ['name', 'email'] as const) {
-      const v = stored.row[field];
-      if (v === null) tx.hdel(k.meta, field);
-      else tx.hset(k.meta, field, v);
-    }
-    if (stored.row.metadata === null) tx.hdel(k.meta, 'metadata');
-    else tx.hset(k.meta, 'metadata', JSON.stringify(stored.row.metadata));
-    await tx.exec();
-    if (!stored.created) return existing();
-    res.status(201).json(await profileOf(scope, id));
+    const { created, profile } = await profiles.create(authOf(res).scope, strictBody(req, customerCreateSchema), 'PATCH /v1/customers/{id}');
+    res.status(created ? 201 : 200).json(profile);
   });
 
   r.patch('/v1/customers/:customer_id', requireKeyType('project'), async (req, res) => {

@@ -1,6 +1,9 @@
 /** Reading the page's form fields (application/x-www-form-urlencoded) into the API's JSON values. */
 import type { Request } from 'express';
-import { writtenExactly } from '../ledger/amounts.js';
+import { credits_per_usd } from '../admin/models.js';
+import { ApiError } from '../errors/catalogue.js';
+import { amount_credits_max, toCredits, writtenExactly } from '../ledger/amounts.js';
+import { count, usd } from './format.js';
 
 type Fields = Record<string, unknown>;
 
@@ -43,6 +46,54 @@ export function number(req: Request, name: string): number | string | undefined 
   // A number the text does not write exactly (`100.0000000000000001` would read as 100)
   // goes on as the text, which the API refuses as not a number, as it refuses it in JSON.
   return Number.isFinite(n) && writtenExactly(v, n) ? n : v;
+}
+
+/** The units an amount field may be typed in (a select beside it): credits, or USD. */
+export const amount_units = ['credits', 'usd'] as const;
+export type AmountUnit = (typeof amount_units)[number];
+
+export function unitOf(req: Request, name: string): AmountUnit {
+  return text(req, name) === 'usd' ? 'usd' : 'credits';
+}
+
+/**
+ * An amount field in the unit its select names, as the API's integer credits. Credits go
+ * as `number` reads them (the API speaks about a bad one). USD converts exactly, by
+ * decimal arithmetic on the text typed (never a float product), at 1 USD =
+ * `credits_per_usd` credits; a USD amount that is not a whole number of credits, or
+ * past the API's most, is refused here in words (400 invalid_amount) and nothing is sent.
+ */
+export function creditsAmount(req: Request, name: string, unitName: string): number | string | undefined {
+  const v = number(req, name);
+  if (unitOf(req, unitName) === 'credits' || typeof v !== 'number' || v <= 0) return v;
+  const converted = toCredits(v, 'usd');
+  const typed = text(req, name);
+  if (converted === null) {
+    throw new ApiError('invalid_amount', {
+      param: name,
+      message: `$${typed} is not a whole number of credits (1 USD = ${count(credits_per_usd)} credits, so at most 6 decimal places): nothing was deposited`,
+    });
+  }
+  if (converted > amount_credits_max) {
+    throw new ApiError('invalid_amount', { param: name, message: `$${typed} is more than the most one deposit may add, ${usd(amount_credits_max)}: nothing was deposited` });
+  }
+  return converted;
+}
+
+/**
+ * A field holding a JSON object (a customer's metadata): the object, null when left
+ * empty and `empty` is 'null', undefined when left empty and it is 'absent'. Text that is
+ * not JSON is refused here in words (400 invalid_request); JSON that is not an object
+ * goes on, and the API refuses it with its message.
+ */
+export function jsonField(req: Request, name: string, empty: 'null' | 'absent'): unknown {
+  const v = text(req, name);
+  if (v === '') return empty === 'null' ? null : undefined;
+  try {
+    return JSON.parse(v) as unknown;
+  } catch (err) {
+    throw new ApiError('invalid_request', { param: name, message: `${name} is not valid JSON (${(err as Error).message}): write an object, such as {"plan": "pro"}` });
+  }
 }
 
 const localDateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/;

@@ -54,9 +54,9 @@ describe('customers', () => {
     expect(alice.wallets).toEqual({ credits: { total: 5_000_000, used: 1_250_000, frozen: 0, available: 3_750_000 } });
     // One customer: the listed entry and every source with its window.
     const one = await admin(`/projects/${p.projectId}/customers/alpha-1`);
-    const { sources, budget, low_balance_threshold, auto_top_up, ...entry } = one.body;
+    const { sources, budget, low_balance_threshold, auto_top_up, metadata, ...entry } = one.body;
     expect(entry).toEqual(alice);
-    expect([budget, low_balance_threshold, auto_top_up]).toEqual([null, null, null]);
+    expect([budget, low_balance_threshold, auto_top_up, metadata]).toEqual([null, null, null, {}]);
     expect(sources).toEqual([
       expect.objectContaining({ credit_type: 'credits', total: 5_000_000, used: 1_250_000, frozen: 0, available: 3_750_000, active: true, starts_at: null, expires_at: null }),
     ]);

@@ -152,10 +152,11 @@ describe('the dashboard as the owner', () => {
     await shoot('customers');
     await page.locator(`[data-testid="customer-row"][data-customer-id="${org.customerId}"]`).click();
     await page.waitForURL(`**/customers/${org.customerId}`);
-    const shown = (await page.getByTestId('customer-available').textContent())!;
+    const shown = (await page.getByTestId('customer-available').getAttribute('data-credits'))!;
     expect(shown).toMatch(/^\d+$/);
     const api = await balanceWith(org.p.projectKey);
     expect(Number(shown)).toBe(api.body.available);
+    expect(await page.getByTestId('customer-available').textContent()).toBe(api.body.available.toLocaleString('en-US'));
     expect(await page.getByTestId('source-row').count()).toBe(2);
     expect(await page.getByTestId('ledger-row').count()).toBeGreaterThanOrEqual(5);
     await page.getByTestId('ledger-type').selectOption('DEDUCT');
@@ -171,7 +172,7 @@ describe('the dashboard as the owner', () => {
     await page.getByTestId('deposit-submit').click();
     await page.getByTestId('notice-ok').waitFor();
     expect((await balanceWith(org.p.projectKey)).body.available).toBe(before + 2_500_000);
-    expect(Number(await page.getByTestId('customer-available').textContent())).toBe(before + 2_500_000);
+    expect(Number(await page.getByTestId('customer-available').getAttribute('data-credits'))).toBe(before + 2_500_000);
   });
 
   it('sets a budget on the customer page, which then shows its spend; a deduct past it is refused', async () => {

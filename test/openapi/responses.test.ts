@@ -266,6 +266,8 @@ async function exercise(): Promise<void> {
   await both(s, p, 'POST', '/projects/{project_id}/keys/{key_id}/revoke', `/projects/${P}/keys/${k.body.id}/revoke`);
   await both(s, p, 'POST', '/projects/{project_id}/keys', `/projects/${P}/keys`, { type: 'project', customer_id: 'alice' });
   await both(s, p, 'GET', '/projects/{project_id}/customers', `/projects/${P}/customers?search=ali`);
+  await both(s, p, 'POST', '/projects/{project_id}/customers', `/projects/${P}/customers`, { customer_id: 'gina', name: 'Gina', metadata: { plan: 'trial' } });
+  await both(s, p, 'POST', '/projects/{project_id}/customers', `/projects/${P}/customers`, { customer_id: 'gina', name: 'Gina B.' });
   await both(s, p, 'PATCH', '/projects/{project_id}/customers/{customer_id}', `/projects/${P}/customers/alice`, { budget: { limit: 900_000_000, period: 'month' }, low_balance_threshold: 5 });
   await both(s, p, 'GET', '/projects/{project_id}/customers/{customer_id}', `/projects/${P}/customers/alice`);
   await both(s, p, 'GET', '/projects/{project_id}/customers/{customer_id}/ledger', `/projects/${P}/customers/alice/ledger?type=DEDUCT`);

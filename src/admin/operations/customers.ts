@@ -1,14 +1,14 @@
 /**
  * The management operations on a project's customers: list them with their balances,
- * read one with its sources, budget and alert settings, change those (PATCH, as
- * PATCH /v1/customers/{id} does: src/customers/patch.ts), read its ledger, deposit
- * credits to it.
+ * create one without a deposit (as POST /v1/customers does), read one with its metadata,
+ * sources, budget and alert settings, change those (PATCH, as PATCH /v1/customers/{id}
+ * does: both through src/customers/patch.ts), read its ledger, deposit credits to it.
  */
 import type { Request } from 'express';
 import { z } from 'zod';
-import { allSources, customerPatchedSchema, ledgerPage, ledgerPageSchema, ledgerQuery, sourceSchema, walletAmountsSchema, walletsOf } from '../../customers/routes.js';
+import { allSources, customerPatchedSchema, customerProfileSchema, ledgerPage, ledgerPageSchema, ledgerQuery, sourceSchema, walletAmountsSchema, walletsOf } from '../../customers/routes.js';
 import { alertSettingsAnswerShape, alertSettingsOfMeta } from '../../customers/alerts.js';
-import { CustomerProfiles, customerUpdateSchema } from '../../customers/patch.js';
+import { CustomerProfiles, customerCreateSchema, customerUpdateSchema, storedMetadata } from '../../customers/patch.js';
 import { budgetStateSchema } from '../../ledger/budgets.js';
 import { ApiError } from '../../errors/catalogue.js';
 import { jsonBody, onlyQuery, parseWith, strictBody } from '../../http/validate.js';
@@ -53,6 +53,7 @@ const customerListEntrySchema = z
   .strict()
   .openapi('CustomerListEntry');
 const customerDetailSchema = extended(customerListEntrySchema, {
+  metadata: z.record(z.unknown()).nullable().openapi({ description: '`{}` when none was given; null when Redis does not hold the customer.' }),
   sources: z.array(sourceSchema).nullable().openapi({ description: 'Every source, archived ones included.' }),
   // Inline, not the BudgetState reference: a nullable reference loses its null in the document.
   budget: z.object(budgetStateSchema.shape).strict().nullable().openapi({ description: 'The customer budget with this period\'s counters (docs/API.md, "Budgets"); null when none is set or Redis does not hold the customer.' }),
@@ -74,6 +75,18 @@ describeOperation({
   query: customerListQuery,
   responses: ok('A page of customers', listOf(customerListEntrySchema)),
   errors: [projectParams],
+});
+describeOperation({
+  method: 'POST',
+  path: '/projects/:project_id/customers',
+  role: 'admin',
+  tag: 'Customers',
+  summary: 'Create a customer without a deposit',
+  description:
+    'As `POST /v1/customers`: 201 and the profile; an id that exists already answers 200 with the profile when every field given matches it, else 409 `customer_exists` naming the first field that differs (nothing changed).',
+  body: customerCreateSchema.strict(),
+  responses: { ...created('The customer, created', customerProfileSchema), ...ok('The customer existed already with the same fields', customerProfileSchema) },
+  errors: [projectParams, 'customer_exists', 'project_deactivated'],
 });
 describeOperation({
   method: 'GET',
@@ -165,6 +178,12 @@ export function customerOperations(deps: CustomerDeps): Operation[] {
       res.json({ object: 'list', data, has_more: page.next !== null, next_cursor: page.next && encodeCursor(page.next) });
     }),
 
+    operation('POST', '/projects/:project_id/customers', 'admin', async (req, res) => {
+      const project = await writableProject(req, res);
+      const { created: made, profile } = await profiles.create(scopeOf(project), strictBody(req, customerCreateSchema), 'PATCH /projects/{id}/customers/{customer}');
+      res.status(made ? 201 : 200).json(profile);
+    }),
+
     operation('GET', '/projects/:project_id/customers/:customer_id', 'viewer', async (req, res) => {
       onlyQuery(req);
       const project = await projectOr404(req, res);
@@ -173,7 +192,7 @@ export function customerOperations(deps: CustomerDeps): Operation[] {
       // Every source with its window, archived ones included, as the customer's own profile lists them.
       const view = await deps.ledger.view(scopeOf(project), customer.id, true);
       const sources = view === null ? null : Object.values(walletsOf(view, await allSources(customerReads, scopeOf(project), customer.id, view)).wallets).flatMap((w) => w.sources);
-      res.json({ ...(await customerEntry(project, customer)), sources, budget: view?.budget ?? null, ...alertSettingsOfMeta(view?.profile.alerts) });
+      res.json({ ...(await customerEntry(project, customer)), metadata: view === null ? null : storedMetadata(view.profile.metadata), sources, budget: view?.budget ?? null, ...alertSettingsOfMeta(view?.profile.alerts) });
     }),
 
     operation('PATCH', '/projects/:project_id/customers/:customer_id', 'admin', async (req, res) => {

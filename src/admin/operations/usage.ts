@@ -35,6 +35,7 @@ const usageTotalsQuery = z.object({
   project_id: z.string().min(1).max(256).optional(),
   customer_id: identifierSchema.optional(),
   model: modelIdSchema.optional(),
+  trace_id: z.string().min(1).max(256).optional(),
   from: isoTime.optional(),
   to: isoTime.optional(),
   group_by: z
@@ -143,7 +144,7 @@ describeOperation({
   tag: 'Gateway',
   summary: 'Gateway usage and cost totals, grouped',
   description:
-    "The organization's gateway calls summed per group of `group_by`: a comma-separated list of `day`, `project`, `customer` and `model` (all four when omitted; empty for one total). Groups are sorted by day (newest first), then project, customer and model. `from` (inclusive) and `to` (exclusive) bound the calls' times; `project_id`, `customer_id` and `model` filter. 404 `not_found` for a project of another organization.",
+    "The organization's gateway calls summed per group of `group_by`: a comma-separated list of `day`, `project`, `customer` and `model` (all four when omitted; empty for one total). Groups are sorted by day (newest first), then project, customer and model. `from` (inclusive) and `to` (exclusive) bound the calls' times; `project_id`, `customer_id`, `model` and `trace_id` filter. 404 `not_found` for a project of another organization.",
   query: usageTotalsQuery.extend({
     group_by: z.string().max(64).optional().openapi({ description: 'Comma-separated: `day`, `project`, `customer`, `model`. Default: all four; empty: one total.' }),
   }),
@@ -223,6 +224,7 @@ export function usageOperations(deps: UsageDeps): Operation[] {
         projectId: project?.id ?? null,
         customerId: q.customer_id ?? null,
         model: q.model ?? null,
+        traceId: q.trace_id ?? null,
         fromMs,
         toMs,
         groupBy: q.group_by,

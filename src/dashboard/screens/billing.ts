@@ -8,7 +8,7 @@ import type { Request } from 'express';
 import { planIds, plans, type PlanId } from '../../plans/catalogue.js';
 import { operator_only_plans } from '../../plans/policy.js';
 import { pager, type List, type PageContext } from '../context.js';
-import { cents, count, day, when } from '../format.js';
+import { cents, count, day, dollars, usd, when } from '../format.js';
 import { queryParam, text } from '../forms.js';
 import { html, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
@@ -48,7 +48,7 @@ interface Invoice {
 function planLabel(id: string): string {
   const p = plans[id as PlanId];
   if (!p) return id;
-  const price = p.priceMicroUsd === null ? 'custom price' : `$${p.priceMicroUsd / 1_000_000}/month`;
+  const price = p.priceMicroUsd === null ? 'custom price' : `${usd(p.priceMicroUsd)}/month`;
   return `${id} (${p.includedOps === null ? 'custom allowance' : `${count(p.includedOps)} ops`}, ${price})`;
 }
 
@@ -57,7 +57,7 @@ function quoteBox(ctx: PageContext, q: Quote): Html {
   const what =
     q.change === 'upgrade'
       ? html`Upgrading to <strong>${q.plan}</strong> takes effect now, with its allowance.
-${q.custom_price ? html`Enterprise has a custom price: nothing is charged here.` : html`The price difference for the rest of this period is charged now: <strong data-testid="plan-charge">$${q.prorated_charge_usd}</strong> (${cents(q.price_difference_cents)} × ${count(Math.round(q.remaining_ms / 60_000))} of ${count(Math.round(q.period_ms / 60_000))} minutes left), as a line of the upcoming invoice, billed when the period closes on ${when(q.period_end)}.`}`
+${q.custom_price ? html`Enterprise has a custom price: nothing is charged here.` : html`The price difference for the rest of this period is charged now: <strong data-testid="plan-charge">${dollars(q.prorated_charge_usd)}</strong> (${cents(q.price_difference_cents)} × ${count(Math.round(q.remaining_ms / 60_000))} of ${count(Math.round(q.period_ms / 60_000))} minutes left), as a line of the upcoming invoice, billed when the period closes on ${when(q.period_end)}.`}`
       : html`Downgrading to <strong>${q.plan}</strong> takes effect at the end of this period, on ${when(q.effective_at)}. Nothing is charged now.`;
   return html`<div class="quote" data-testid="plan-quote">
 <p>${what}</p>
@@ -80,8 +80,8 @@ ${invoices.map(
 <td>${i.plan}</td>
 <td>${count(i.operations_used)} / ${i.included_ops === null ? 'custom' : count(i.included_ops)}</td>
 <td>${count(i.overage_ops)} ops at ${cents(i.overage_rate_cents_per_10k)} per 10k</td>
-<td>${i.lines.map((l) => html`<div>${l.description}: $${l.amount_usd}</div>`)}</td>
-<td><strong>$${i.total_usd}</strong></td>
+<td>${i.lines.map((l) => html`<div>${l.description}: ${dollars(l.amount_usd)}</div>`)}</td>
+<td><strong>${dollars(i.total_usd)}</strong></td>
 </tr>`,
 )}
 </tbody>
@@ -123,7 +123,7 @@ ${org.pending_plan ? html`<p data-testid="pending-plan">Changes to ${org.pending
 <article class="card">
 <h2>This period</h2>
 ${allowance(org)}
-<p>Overage so far: <strong data-testid="overage">${count(org.overage_ops)} operations, $${org.overage_cost_usd.toFixed(2)}</strong></p>
+<p>Overage so far: <strong data-testid="overage">${count(org.overage_ops)} operations, ${dollars(org.overage_cost_usd.toFixed(2))}</strong></p>
 </article>
 </section>
 <h2>Change plan</h2>
@@ -154,7 +154,7 @@ export function billingRoutes(pages: PageRouter): void {
         const c = body.change;
         const message =
           c.change === 'upgrade'
-            ? `Upgraded to ${c.plan}; charged $${c.prorated_charge_usd} for the rest of the period, on the upcoming invoice below (billed when the period closes on ${when(c.period_end)})`
+            ? `Upgraded to ${c.plan}; charged ${dollars(c.prorated_charge_usd)} for the rest of the period, on the upcoming invoice below (billed when the period closes on ${when(c.period_end)})`
             : c.change === 'downgrade'
               ? `${c.plan} starts on ${when(c.effective_at)}`
               : `${c.plan} is the plan already in force`;

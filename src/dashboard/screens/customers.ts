@@ -1,16 +1,20 @@
 /**
- * Customers: search and list with balances; a customer's page with wallets, sources and
- * their windows, the budget and balance alerts with their forms (screens/budgets.ts), the
- * ledger (type filter, cursor pages), receipts and a deposit form; a receipt's page.
+ * Customers: search and list with balances, and a new customer's form; a customer's page
+ * with its balance, profile (and its form), wallets, sources and their windows, the
+ * budget and balance alerts with their forms (screens/budgets.ts), a deposit form
+ * (screens/customer-forms.ts), the ledger (type filter, cursor pages, the sources each
+ * entry drew on or added to, by name) and receipts; a receipt's page with the prices billed.
  */
 import type { Request } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
-import { count, credits, usd, when } from '../format.js';
-import { number, optional, queryParam, text, utcTime } from '../forms.js';
+import { count, credits, perToken, usd, when } from '../format.js';
+import { queryParam } from '../forms.js';
 import { html, pagePath, withQuery, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
 import { answerAction, sendPage, type PageRouter } from '../respond.js';
 import { usageTable, type UsageRecord } from './usage.js';
+import { createCustomerBody, createCustomerForm, depositBody, depositForm, profileForm, profilePatch, type ProfileView } from './customer-forms.js';
+import { model_prices, price } from './models.js';
 import { alertsPanel, alertsPatch, budgetNotice, budgetPatch, customerBudgetPanel, type AlertsView, type BudgetView } from './budgets.js';
 
 interface Amounts {
@@ -30,13 +34,13 @@ interface CustomerEntry {
   sources?: SourceEntry[] | null;
 }
 
-/** The customer's page reads its budget and alert settings too. */
-interface CustomerDetail extends CustomerEntry, AlertsView {
+/** The customer's page reads its metadata, budget and alert settings too. */
+interface CustomerDetail extends CustomerEntry, AlertsView, ProfileView {
   budget: BudgetView | null;
 }
 
 /** Which form of the customer's page a POST was: a refused one is shown again with what was typed. */
-type CustomerForm = 'deposit' | 'budget' | 'alerts';
+type CustomerForm = 'deposit' | 'profile' | 'budget' | 'alerts';
 
 interface SourceEntry extends Amounts {
   account_id: string;
@@ -64,13 +68,15 @@ const ledger_types = ['DEPOSIT', 'FREEZE', 'CONSUME', 'DEDUCT', 'UNFREEZE', 'GAT
 const ledger_page_size = '25';
 const receipts_page_size = '10';
 
-async function customersScreen(ctx: PageContext, req: Request, projectId: string): Promise<Html> {
+async function customersScreen(ctx: PageContext, req: Request, projectId: string, notice: Notice = null): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
   const search = queryParam(req, 'search');
   const cursor = queryParam(req, 'cursor');
   const { body: customers } = await ctx.api<List<CustomerEntry>>('GET', '/projects/:project_id/customers', { params: { project_id: project.id }, query: { search, cursor } });
   const path = pagePath('projects', project.id, 'customers');
-  const body = html`<form method="get" action="${path}" class="search" role="search">
+  const body = html`${noticeOf(notice)}
+${createCustomerForm(req, path, csrfField(ctx.session), notice?.kind === 'error' && req.method === 'POST')}
+<form method="get" action="${path}" class="search" role="search">
 <label>Search by id, name or email <input type="search" name="search" value="${search ?? ''}" maxlength="256" data-testid="customer-search"></label>
 <button type="submit">Search</button>
 </form>
@@ -89,7 +95,7 @@ ${customers.data.map((c) => {
 })}
 </tbody>
 </table>
-${customers.data.length === 0 ? html`<p class="muted">${search ? 'No customer matches.' : 'No customers yet: a deposit creates one.'}</p>` : ''}
+${customers.data.length === 0 ? html`<p class="muted">${search ? 'No customer matches.' : 'No customers yet: create one, or a deposit creates one.'}</p>` : ''}
 ${pager(path, { search }, customers, cursor !== undefined)}`;
   return shell({ session: ctx.session, title: `Customers · ${project.name}`, screen: 'customers', body, project: choice });
 }
@@ -112,7 +118,20 @@ ${sources.map(
 </table>`;
 }
 
-function ledgerTable(entries: readonly LedgerEntry[]): Html {
+/**
+ * The sources of a ledger entry by name: each detail item's source label (its deposit's
+ * `source`), with the source id beside it; the id alone for a source the customer's
+ * page does not list (Redis does not hold the customer).
+ */
+function entrySources(e: LedgerEntry, labels: ReadonlyMap<string, string>): Html {
+  return html`${e.details.map((d) => {
+    const label = labels.get(d.account_id);
+    return html`<div data-testid="ledger-source">${label ?? html`<code>${d.account_id}</code>`}: ${count(d.amount)}${label === undefined ? '' : html` <code class="muted">${d.account_id}</code>`}</div>`;
+  })}`;
+}
+
+function ledgerTable(entries: readonly LedgerEntry[], sources: readonly SourceEntry[]): Html {
+  const labels = new Map(sources.map((s) => [s.account_id, s.source]));
   return html`<table class="list" data-testid="ledger-list">
 <thead><tr><th>When</th><th>Type</th><th>Amount</th><th>Transaction</th><th>Sources</th><th>Note</th></tr></thead>
 <tbody>
@@ -122,7 +141,7 @@ ${entries.map(
 <td>${e.type}${e.reason ? html`<br><span class="muted">${e.reason}</span>` : ''}</td>
 <td>${credits(e.amount)}${e.returned_amount ? html`<br><span class="muted">returned ${count(e.returned_amount)}</span>` : ''}</td>
 <td><code>${e.transaction_id}</code></td>
-<td>${e.details.map((d) => html`<div>${d.credit_type}: ${count(d.amount)}</div>`)}</td>
+<td>${entrySources(e, labels)}</td>
 <td>${e.description ?? ''}</td>
 </tr>`,
 )}
@@ -146,7 +165,6 @@ async function customerScreen(ctx: PageContext, req: Request, projectId: string,
   ]);
   const path = pagePath('projects', project.id, 'customers', customerId);
   const failed = notice?.kind === 'error' && req.method === 'POST';
-  const failedDeposit = failed && form === 'deposit';
   const csrf = csrfField(ctx.session);
   const balance = customer.balance ?? { total: 0, used: 0, frozen: 0, available: 0 };
   const body = html`${noticeOf(notice)}
@@ -154,13 +172,14 @@ async function customerScreen(ctx: PageContext, req: Request, projectId: string,
 <section class="cards">
 <article class="card">
 <h2>Available</h2>
-<p class="big"><span data-testid="customer-available">${balance.available}</span> credits</p>
+<p class="big"><span data-testid="customer-available" data-credits="${balance.available}">${count(balance.available)}</span> credits</p>
 <p class="muted">${usd(balance.available)}; total ${count(balance.total)}, used ${count(balance.used)}, frozen ${count(balance.frozen)}</p>
 </article>
 <article class="card">
 <h2>Profile</h2>
 <p>${customer.name ?? html`<span class="muted">no name</span>`}<br>${customer.email ?? html`<span class="muted">no email</span>`}</p>
 <p class="muted">Customer since ${when(customer.created_at)}</p>
+${profileForm(req, pagePath('projects', project.id, 'customers', customerId, 'profile'), csrf, customer, failed && form === 'profile')}
 </article>
 </section>
 <h2>Wallets</h2>
@@ -177,15 +196,7 @@ ${customer.sources && customer.sources.length > 0 ? sourcesTable(customer.source
 ${customerBudgetPanel(req, pagePath('projects', project.id, 'customers', customerId, 'budget'), csrf, customer.budget, failed && form === 'budget')}
 ${alertsPanel(req, pagePath('projects', project.id, 'customers', customerId, 'alerts'), csrf, customer, failed && form === 'alerts')}
 <h2>Deposit</h2>
-<form method="post" action="${pagePath('projects', project.id, 'customers', customerId, 'deposits')}" class="form" data-testid="deposit-form">
-${csrf}
-<label>Amount (credits; 1,000,000 = $1) <input name="amount" inputmode="numeric" required value="${failedDeposit ? text(req, 'amount') : ''}" data-testid="deposit-amount"></label>
-<label>Wallet (optional) <input name="wallet" maxlength="64" value="${failedDeposit ? text(req, 'wallet') : ''}" placeholder="${project.contract === 'A' ? 'default' : 'credits'}"></label>
-<label>Source label (optional) <input name="source" maxlength="128" value="${failedDeposit ? text(req, 'source') : ''}"></label>
-<label>Starts (UTC, optional) <input type="datetime-local" name="starts_at"></label>
-<label>Expires (UTC, optional) <input type="datetime-local" name="expires_at"></label>
-<button type="submit" data-testid="deposit-submit">Deposit</button>
-</form>
+${depositForm(req, pagePath('projects', project.id, 'customers', customerId, 'deposits'), csrf, project.contract === 'A' ? 'default' : 'credits', failed && form === 'deposit')}
 <h2>Ledger</h2>
 <form method="get" action="${path}" class="search">
 <label>Type <select name="type" data-autosubmit data-testid="ledger-type">
@@ -194,7 +205,7 @@ ${ledger_types.map((t) => html`<option value="${t}"${t === type ? html` selected
 </select></label>
 <noscript><button type="submit">Filter</button></noscript>
 </form>
-${ledgerTable(ledger.data)}
+${ledgerTable(ledger.data, customer.sources ?? [])}
 ${ledger.data.length === 0 ? html`<p class="muted">No entries${type ? ` of type ${type}` : ''}.</p>` : ''}
 ${pager(path, { type }, ledger, cursor !== undefined)}
 <h2>Receipts</h2>
@@ -212,6 +223,13 @@ interface Receipt extends UsageRecord {
   balance_after_credits: number | null;
 }
 
+/** The four prices a call was billed at: credits per token, and per million tokens with their USD value. */
+function pricesBilled(prices: Readonly<Record<string, number>>): Html {
+  return html`<dl class="prices" data-testid="receipt-prices">${model_prices.map(([f, label]) =>
+    prices[f] === undefined ? '' : html`<dt>${label}</dt><dd data-price="${f}">${perToken(prices[f])} credits per token <span class="muted">(${price(prices[f])} per million tokens)</span></dd>`,
+  )}</dl>`;
+}
+
 async function receiptScreen(ctx: PageContext, projectId: string, transactionId: string): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
   const { body: r } = await ctx.api<Receipt>('GET', '/projects/:project_id/receipts/:transaction_id', { params: { project_id: project.id, transaction_id: transactionId } });
@@ -222,6 +240,7 @@ async function receiptScreen(ctx: PageContext, projectId: string, transactionId:
     ['Model', `${r.model} (${r.endpoint}${r.stream ? ', streamed' : ''})`],
     ['Status', r.status],
     ['Tokens', `${count(r.input_tokens)} in, ${count(r.output_tokens)} out, ${count(r.cache_read_tokens)} cache read, ${count(r.cache_write_tokens)} cache write${r.usage_estimated ? ' (estimated)' : ''}`],
+    ['Prices (as billed)', pricesBilled(r.prices)],
     ['Cost', credits(r.cost_credits)],
     ['Uncovered', r.uncovered_credits > 0 ? html`<span class="uncovered" data-testid="receipt-uncovered">${credits(r.uncovered_credits)}: cost the wallet could not pay, not charged</span>` : credits(0)],
     ['Reserved / returned', `${count(r.reserved_credits)} / ${count(r.returned_credits)} credits`],
@@ -234,22 +253,24 @@ async function receiptScreen(ctx: PageContext, projectId: string, transactionId:
   return shell({ session: ctx.session, title: `Receipt ${transactionId}`, screen: 'usage', body, project: choice });
 }
 
-function depositBody(req: Request): Record<string, unknown> {
-  const body: Record<string, unknown> = { amount: number(req, 'amount') };
-  for (const f of ['wallet', 'source'] as const) {
-    const v = optional(req, f);
-    if (v !== undefined) body[f] = v;
-  }
-  for (const f of ['starts_at', 'expires_at'] as const) {
-    const v = utcTime(req, f);
-    if (v !== undefined) body[f] = v;
-  }
-  return body;
-}
-
 export function customerRoutes(pages: PageRouter): void {
   pages.get('/dashboard/projects/:project_id/customers', async (req, res, ctx) => {
     sendPage(res, await customersScreen(ctx, req, String(req.params.project_id)));
+  });
+
+  pages.post('/dashboard/projects/:project_id/customers', async (req, res, ctx) => {
+    const projectId = String(req.params.project_id);
+    let made: string | null = null;
+    await answerAction(
+      res,
+      async () => {
+        const { status, body } = await ctx.api<{ id: string }>('POST', '/projects/:project_id/customers', { params: { project_id: projectId }, body: createCustomerBody(req) });
+        made = body.id;
+        return { kind: 'ok', message: status === 201 ? `Created customer ${body.id}` : `Customer ${body.id} exists already, with these fields` };
+      },
+      (notice, failed) => (failed || made === null ? customersScreen(ctx, req, projectId, notice) : customerScreen(ctx, req, projectId, made, notice)),
+      () => (made === null ? pagePath('projects', projectId, 'customers') : pagePath('projects', projectId, 'customers', made)),
+    );
   });
 
   pages.get('/dashboard/projects/:project_id/customers/:customer_id', async (req, res, ctx) => {
@@ -261,16 +282,17 @@ export function customerRoutes(pages: PageRouter): void {
     await answerAction(
       res,
       async () => {
-        const { body } = await ctx.api<{ amount?: number }>('POST', '/projects/:project_id/customers/:customer_id/deposits', { params, body: depositBody(req) });
-        return { kind: 'ok', message: `Deposited ${count(Number(body.amount ?? number(req, 'amount')))} credits` };
+        const { body } = await ctx.api<{ added_amount: number }>('POST', '/projects/:project_id/customers/:customer_id/deposits', { params, body: depositBody(req) });
+        return { kind: 'ok', message: `Deposited ${count(body.added_amount)} credits (${usd(body.added_amount)})` };
       },
       (notice) => customerScreen(ctx, req, params.project_id, params.customer_id, notice),
       pagePath('projects', params.project_id, 'customers', params.customer_id),
     );
   });
 
-  // The budget form (its Clear button too) and the alerts form: PATCH of the customer.
+  // The profile form, the budget form (its Clear button too) and the alerts form: PATCH of the customer.
   const settings: [CustomerForm, (req: Request) => Record<string, unknown>, (c: CustomerDetail) => string][] = [
+    ['profile', profilePatch, () => 'Saved the profile'],
     ['budget', budgetPatch, (c) => budgetNotice(c.budget, 'the customer')],
     ['alerts', alertsPatch, () => 'Saved the balance alerts'],
   ];

@@ -36,14 +36,15 @@ const partBounds = [
   ['file_token_bound', 'Each file (PDF)'],
 ] as const;
 
-const prices = [
+/** A model's four prices (credits per million tokens), with their labels: also a receipt's, as billed. */
+export const model_prices = [
   ['input_price_per_million_credits', 'Input'],
   ['output_price_per_million_credits', 'Output'],
   ['cache_read_price_per_million_credits', 'Cache read'],
   ['cache_write_price_per_million_credits', 'Cache write'],
 ] as const;
 
-function price(credits: number): Html {
+export function price(credits: number): Html {
   return html`${count(credits)} <span class="usd">(${usd(credits)})</span>`;
 }
 
@@ -52,7 +53,7 @@ type FormValues = Partial<Record<keyof ModelEntry, string | number | boolean | n
 
 function valuesOf(req: Request): FormValues {
   const v: FormValues = {};
-  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...prices.map(([p]) => p), ...partBounds.map(([p]) => p)] as const) {
+  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...model_prices.map(([p]) => p), ...partBounds.map(([p]) => p)] as const) {
     v[f] = text(req, f === 'id' ? 'model_id' : f);
   }
   v.supports_streaming = checked(req, 'supports_streaming');
@@ -79,7 +80,7 @@ ${editing?.has_upstream_key ? html`<label class="check"><input type="checkbox" n
 <label>Context window (tokens) <input name="context_window" inputmode="numeric" required value="${val('context_window')}" data-testid="model-context"></label>
 <label>Max output tokens <input name="max_output_tokens" inputmode="numeric" required value="${val('max_output_tokens')}" data-testid="model-max-output"></label>
 <fieldset><legend>Prices, credits per million tokens (1,000,000 credits = $1)</legend>
-${prices.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
+${model_prices.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
 </fieldset>
 <fieldset><legend>Hold bounds, tokens per part that its bytes do not bound (empty: the default)</legend>
 ${partBounds.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
@@ -106,7 +107,7 @@ ${models.data.map(
   (m) => html`<tr data-testid="model-row" data-model-id="${m.id}">
 <td><strong>${m.id}</strong><br><span class="muted">${m.display_name}</span></td>
 <td>${m.provider}<br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span></td>
-<td><dl class="prices">${prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}</dd>`)}</dl></td>
+<td><dl class="prices">${model_prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}</dd>`)}</dl></td>
 <td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
 <td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>
 <td><span class="status ${m.active ? 'active' : 'inactive'}">${m.active ? 'active' : 'inactive'}</span></td>
@@ -137,7 +138,7 @@ function modelBody(req: Request): Record<string, unknown> {
     supports_streaming: checked(req, 'supports_streaming'),
     active: checked(req, 'active'),
   };
-  for (const [f] of prices) {
+  for (const [f] of model_prices) {
     const v = number(req, f);
     if (v !== undefined) body[f] = v;
   }

@@ -5,7 +5,7 @@
 import { health } from '../../health.js';
 import { barChart, lastDays } from '../chart.js';
 import type { PageContext } from '../context.js';
-import { count, credits, day, usd, when } from '../format.js';
+import { count, credits, day, dollars, usd, when } from '../format.js';
 import { html, type Html } from '../html.js';
 import { shell } from '../layout.js';
 
@@ -24,7 +24,7 @@ export interface OrganizationEntry {
   hard_limit: boolean;
 }
 
-export interface DailyUsage {
+interface DailyUsage {
   date: string;
   operations: number;
   credits: number;
@@ -34,7 +34,7 @@ export interface DailyUsage {
 const chart_days = 30;
 
 /** Credits charged per day over the last `chart_days` days, as a chart (`usage-chart` on the overview). */
-export async function creditsChart(ctx: PageContext, testid: string, projectId?: string): Promise<{ chart: Html; days: DailyUsage[] }> {
+async function creditsChart(ctx: PageContext, testid: string, projectId?: string): Promise<{ chart: Html; days: DailyUsage[] }> {
   const from = new Date(Date.now() - (chart_days - 1) * 86_400_000).toISOString().slice(0, 10);
   const { body } = await ctx.api<{ data: DailyUsage[] }>('GET', '/usage/daily', {
     query: { project_id: projectId, from: `${from}T00:00:00Z`, limit: String(chart_days) },
@@ -49,7 +49,7 @@ export function allowance(org: OrganizationEntry): Html {
   return html`<p><strong data-testid="ops-used">${count(org.billable_ops)}</strong> of <span data-testid="ops-included">${count(org.included_ops)}</span> included operations used (${share}%)</p>
 <progress max="${org.included_ops}" value="${Math.min(org.billable_ops, org.included_ops)}" data-testid="ops-progress">${share}%</progress>
 ${org.hard_limit ? html`<p class="muted">At the allowance, further billable operations are refused until the period ends (upgrade to go on).</p>` : ''}
-${org.overage_ops > 0 ? html`<p>Overage so far: ${count(org.overage_ops)} operations, $${org.overage_cost_usd.toFixed(2)}</p>` : ''}`;
+${org.overage_ops > 0 ? html`<p>Overage so far: ${count(org.overage_ops)} operations, ${dollars(org.overage_cost_usd.toFixed(2))}</p>` : ''}`;
 }
 
 /** The plan and the period's operations, two cards (the plan endpoint answers 404 under PLANS=off: none). */
@@ -88,7 +88,7 @@ ${h.body.warnings.length > 0 ? html`<ul class="warnings">${h.body.warnings.map((
 </section>
 <section>
 <h2>Credits spent per day</h2>
-<p>${credits(spent)} in the last ${chart_days} days, all projects.</p>
+<p>${credits(spent)} in the last ${chart_days} days, all projects: ledger deducts and consumes, and gateway calls (the Usage screen shows gateway spend alone).</p>
 ${usage.chart}
 </section>
 <p class="muted">Amounts: 1 USD = 1,000,000 credits (${usd(1_000_000)}).</p>`;

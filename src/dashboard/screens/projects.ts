@@ -1,7 +1,7 @@
 /** Projects: the organization's projects, one to pick, and a form for a new one. */
 import type { Request } from 'express';
 import { pager, type List, type PageContext, type ProjectEntry } from '../context.js';
-import { when } from '../format.js';
+import { count, when } from '../format.js';
 import { number, optional, queryParam, text } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
 import { csrfField, noticeOf, shell, type Notice } from '../layout.js';
@@ -18,7 +18,7 @@ ${projects.data.map(
   (p) => html`<tr data-testid="project-row" data-project-id="${p.id}" data-href="${pagePath('projects', p.id, 'keys')}">
 <td><a href="${pagePath('projects', p.id, 'keys')}">${p.name}</a><br><code class="muted">${p.id}</code></td>
 <td>${p.contract}</td>
-<td>${p.rate_limit_per_minute === null ? 'none' : `${p.rate_limit_per_minute}/min`}</td>
+<td>${p.rate_limit_per_minute === null ? 'none' : `${count(p.rate_limit_per_minute)}/min`}</td>
 <td>${when(p.created_at)}</td>
 <td><span class="status ${p.active ? 'active' : 'inactive'}">${p.active ? 'active' : html`deactivated ${when(p.deactivated_at!)}`}</span></td>
 <td><a href="${pagePath('projects', p.id, 'keys')}" data-testid="project-open">Open</a></td>

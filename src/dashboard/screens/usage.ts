@@ -1,12 +1,16 @@
-/** Usage: the project's gateway calls searched by trace id, customer or model; credits per day; CSV export. */
+/**
+ * Usage: the project's gateway calls searched by trace id, customer, model and a range of
+ * days; the gateway spend per day of the same search (a chart, split by model or by
+ * customer when chosen: screens/usage-chart.ts); the CSV export of the search.
+ */
 import type { Request, Response } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
 import { count, credits, when } from '../format.js';
 import { queryParam } from '../forms.js';
 import { html, pagePath, withQuery, type Html } from '../html.js';
-import { shell } from '../layout.js';
+import { noticeOf, shell } from '../layout.js';
 import { sendPage, type PageRouter } from '../respond.js';
-import { creditsChart } from './overview.js';
+import { addressQuery, apiQuery, searchOf, spendChart, splits, type UsageSearch } from './usage-chart.js';
 
 export interface UsageRecord {
   id: string;
@@ -49,48 +53,55 @@ ${records.map(
 </table>`;
 }
 
-type Filter = 'trace_id' | 'customer_id' | 'model';
-
-function filtersOf(req: Request): Record<Filter, string | undefined> {
-  return { trace_id: queryParam(req, 'trace_id'), customer_id: queryParam(req, 'customer_id'), model: queryParam(req, 'model') };
+/** The file name of the CSV export (docs/DASHBOARD.md gives it). */
+export function csvFileName(projectId: string): string {
+  return `usage-${projectId}.csv`;
 }
 
 /**
- * The credits that the project's calls (of the customer and model searched, when given)
- * cost beyond what their wallets could pay: one total of GET /usage.
+ * The credits that the search's calls cost beyond what their wallets could pay: one
+ * total of GET /usage.
  */
-async function uncoveredTotal(ctx: PageContext, projectId: string, q: Record<Filter, string | undefined>): Promise<number> {
-  const query: Record<string, string> = { project_id: projectId, group_by: '' };
-  if (q.customer_id !== undefined) query.customer_id = q.customer_id;
-  if (q.model !== undefined) query.model = q.model;
-  const { body } = await ctx.api<{ data: { uncovered_credits: number }[] }>('GET', '/usage', { query });
+async function uncoveredTotal(ctx: PageContext, projectId: string, s: UsageSearch): Promise<number> {
+  const { body } = await ctx.api<{ data: { uncovered_credits: number }[] }>('GET', '/usage', { query: { ...apiQuery(s), project_id: projectId, group_by: '' } });
   return body.data[0]?.uncovered_credits ?? 0;
 }
 
 async function usageScreen(ctx: PageContext, req: Request, projectId: string): Promise<Html> {
   const { project, choice } = await openProject(ctx, projectId);
-  const q = filtersOf(req);
+  const s = searchOf(req);
   const cursor = queryParam(req, 'cursor');
-  const [records, usage, uncovered] = await Promise.all([
-    ctx.api<List<UsageRecord>>('GET', '/projects/:project_id/usage', { params: { project_id: project.id }, query: { ...q, cursor } }).then((a) => a.body),
-    creditsChart(ctx, 'usage-daily-chart', project.id),
-    uncoveredTotal(ctx, project.id, q),
+  const [records, spend, uncovered] = await Promise.all([
+    ctx.api<List<UsageRecord>>('GET', '/projects/:project_id/usage', { params: { project_id: project.id }, query: { ...apiQuery(s), cursor } }).then((a) => a.body),
+    spendChart(ctx, project.id, s),
+    uncoveredTotal(ctx, project.id, s),
   ]);
   const path = pagePath('projects', project.id, 'usage');
-  const body = html`<form method="get" action="${path}" class="search" role="search">
-<label>Trace id <input name="trace_id" value="${q.trace_id ?? ''}" maxlength="256" data-testid="usage-trace"></label>
-<label>Customer id <input name="customer_id" value="${q.customer_id ?? ''}" maxlength="256" data-testid="usage-customer"></label>
-<label>Model <input name="model" value="${q.model ?? ''}" maxlength="128" data-testid="usage-model"></label>
+  const filtered = s.trace_id !== undefined || s.customer_id !== undefined || s.model !== undefined;
+  const body = html`${noticeOf(s.problem === null ? null : { kind: 'error', message: s.problem })}
+<form method="get" action="${path}" class="search" role="search" data-testid="usage-form">
+<label>Trace id <input name="trace_id" value="${s.trace_id ?? ''}" maxlength="256" data-testid="usage-trace"></label>
+<label>Customer id <input name="customer_id" value="${s.customer_id ?? ''}" maxlength="256" data-testid="usage-customer"></label>
+<label>Model <input name="model" value="${s.model ?? ''}" maxlength="128" data-testid="usage-model"></label>
+<label>From (UTC) <input type="date" name="from" value="${s.from}" data-testid="usage-from"></label>
+<label>To (UTC, included) <input type="date" name="to" value="${s.to}" data-testid="usage-to"></label>
+<label>Chart <select name="split" data-testid="usage-split">
+${splits.map(([v, label]) => html`<option value="${v}"${v === s.split ? html` selected` : ''}>${label}</option>`)}
+</select></label>
 <button type="submit" data-testid="usage-search">Search</button>
-<a class="button" href="${withQuery(`${path}.csv`, q)}" hx-boost="false" download data-testid="usage-csv">Export CSV</a>
+<a class="button" href="${withQuery(`${path}.csv`, addressQuery(s))}" hx-boost="false" download="${csvFileName(project.id)}" data-testid="usage-csv">Export CSV</a>
 </form>
-${usage.chart}
+<h2>Gateway spend</h2>
+<p data-testid="usage-spend-total">${credits(spend.total)} for the gateway calls ${filtered ? 'of this search' : 'of this project'}, ${s.from} to ${s.to} (UTC).</p>
+${spend.chart}
+<p class="muted" data-testid="usage-spend-note">Gateway calls only: the deducts and consumes the API makes on customers' ledgers are not in this chart or the table (each customer's ledger lists them; the Overview's chart counts every credit spent).</p>
 ${uncovered > 0
-  ? html`<p class="notice uncovered" data-testid="usage-uncovered-total">Uncovered: ${credits(uncovered)}${q.customer_id || q.model ? ' for this customer or model' : ' in this project'}: calls that cost more than their wallet could pay. The rest was not charged, and no later deposit pays it (marked on the calls below).</p>`
+  ? html`<p class="notice uncovered" data-testid="usage-uncovered-total">Uncovered: ${credits(uncovered)}${filtered ? ' for this search' : ' in this project'}: calls that cost more than their wallet could pay. The rest was not charged, and no later deposit pays it (marked on the calls below).</p>`
   : ''}
+<h2>Gateway calls</h2>
 ${usageTable(project.id, records.data)}
 ${records.data.length === 0 ? html`<p class="muted">No gateway calls match.</p>` : ''}
-${pager(path, q, records, cursor !== undefined)}`;
+${pager(path, addressQuery(s), records, cursor !== undefined)}`;
   return shell({ session: ctx.session, title: `Usage · ${project.name}`, screen: 'usage', body, project: choice });
 }
 
@@ -115,11 +126,11 @@ export function csvField(v: unknown): string {
 
 async function exportCsv(ctx: PageContext, req: Request, res: Response, projectId: string): Promise<void> {
   const { project } = await openProject(ctx, projectId);
-  const q = filtersOf(req);
+  const q = apiQuery(searchOf(req));
   // The first page is read before anything is sent, so a refusal still answers as an error page.
   let page = (await ctx.api<List<UsageRecord>>('GET', '/projects/:project_id/usage', { params: { project_id: project.id }, query: { ...q, limit: '500' } })).body;
   res.status(200).type('text/csv; charset=utf-8');
-  res.setHeader('Content-Disposition', `attachment; filename="usage-${project.id}.csv"`);
+  res.setHeader('Content-Disposition', `attachment; filename="${csvFileName(project.id)}"`);
   res.write(`${csvColumns.join(',')}\r\n`);
   let rows = 0;
   for (;;) {
