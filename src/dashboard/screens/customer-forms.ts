@@ -9,7 +9,7 @@
 import type { Request } from 'express';
 import { credits_per_usd } from '../../admin/models.js';
 import { count } from '../format.js';
-import { amount_units, creditsAmount, jsonField, optional, text, unitOf, utcTime } from '../forms.js';
+import { amount_units, creditsAmount, jsonField, optional, text, unitOf, utc_time_pattern, utcTime } from '../forms.js';
 import { html, type Html } from '../html.js';
 
 /** What the customer's page shows of its profile and the form fills in. */
@@ -89,8 +89,8 @@ ${amount_units.map((u) => html`<option value="${u}"${u === unit ? html` selected
 <p class="muted">1 USD = ${count(credits_per_usd)} credits; a USD amount must be whole credits (at most 6 decimal places).</p>
 <label>Wallet (optional) <input name="wallet" maxlength="64" value="${v('wallet')}" placeholder="${defaultWallet}"></label>
 <label>Source label (optional) <input name="source" maxlength="128" value="${v('source')}" data-testid="deposit-source"></label>
-<label>Starts (UTC, optional) <input type="datetime-local" name="starts_at" value="${v('starts_at')}"></label>
-<label>Expires (UTC, optional) <input type="datetime-local" name="expires_at" value="${v('expires_at')}"></label>
+<label>Starts (optional) <span class="utc-field"><input name="starts_at" placeholder="YYYY-MM-DD HH:MM" pattern="${utc_time_pattern}" title="a day and a time in UTC: YYYY-MM-DD HH:MM" value="${v('starts_at')}" data-testid="deposit-starts"> UTC</span></label>
+<label>Expires (optional) <span class="utc-field"><input name="expires_at" placeholder="YYYY-MM-DD HH:MM" pattern="${utc_time_pattern}" title="a day and a time in UTC: YYYY-MM-DD HH:MM" value="${v('expires_at')}" data-testid="deposit-expires"> UTC</span></label>
 <button type="submit" data-testid="deposit-submit">Deposit</button>
 </form>`;
 }
