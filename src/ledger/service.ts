@@ -259,7 +259,7 @@ export class LedgerService {
           return this.run('deposit', scope, input.customerId, args, bound.readAtMs);
         },
       );
-    return resultOf(reply, input.customerId, 'idempotency_key');
+    return resultOf(reply, input.customerId, 'idempotency_key', { expiresAtMs: input.expiresAtMs });
   }
 
   /** Binds the transaction id to the customer; returns the customer and when the binding was read. */
