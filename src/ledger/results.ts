@@ -9,6 +9,7 @@ import { deposit_limit_message } from './amounts.js';
 import { drawRefusal, settleRefusal } from './refusals.js';
 import { budgetRefusal } from './budgets.js';
 import { expiredWhenSent } from './schemas.js';
+import { conflictRefusal, type ConflictContext } from './conflicts.js';
 import { customerNotFound } from '../errors/not-found.js';
 
 export interface OpResult {
@@ -26,6 +27,8 @@ export interface Asked {
   consumed?: number | null;
   /** A deposit's expires_at (ms), which the script found not later than now. */
   expiresAtMs?: number | null;
+  /** A deduct's, freeze's or keyed deposit's identifier and compared fields, for a conflict's words. */
+  conflict?: ConflictContext;
 }
 
 const settleCodes = new Map<number, 'actual_amount_exceeds_frozen_amount' | 'no_consumable_freeze_records' | 'freeze_records_already_consumed' | 'no_unfreezable_records'>([
@@ -46,6 +49,7 @@ export function resultOf(reply: ScriptReply, customerId: string, idParam?: strin
   }
   if (status === ScriptStatus.BudgetExceeded) throw budgetRefusal(raw, 400);
   if (status === ScriptStatus.CustomerNotFound) throw customerNotFound(customerId);
+  if (status === ScriptStatus.Conflict && asked?.conflict) throw conflictRefusal(raw, asked.conflict);
   if (status === ScriptStatus.InvalidExpires && asked?.expiresAtMs != null) throw expiredWhenSent(asked.expiresAtMs, "a deposit's credits");
   if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
   // Refusals whose script answered numbers (on its failure path only) say them.

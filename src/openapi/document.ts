@@ -150,6 +150,13 @@ const errorObjectSchema = z
     details: errorDetailsSchema.optional(),
     transaction_id: z.string().optional().openapi({ description: '`idempotency_key_reused`: the transaction of the first call.' }),
     customer_id: z.string().optional().openapi({ description: '`customer_not_found`: the customer id looked for.' }),
+    fields: z
+      .array(z.object({ field: z.string(), first: z.unknown().optional(), this: z.unknown().optional() }).strict())
+      .optional()
+      .openapi({
+        description:
+          '`transaction_conflict` of a retry: each request field that differs from the first request, with both values (amounts in credits; absent for a value too long to keep), or `customer_id` for an identifier of another customer.',
+      }),
     suggested_model: z.string().nullable().optional().openapi({
       description: "`model_not_found` of a gateway call: the project's active model nearest in spelling to the one asked for, null when none is near.",
     }),
