@@ -10,11 +10,13 @@
 -- ARGV[11] description: description, '' for none
 -- ARGV[12] admitted: '0' when the plan's limit is reached: replays answer, nothing new applies
 -- ARGV[13] key_budget: the calling key's budget, as gateway_hold-10.lua's key_budget ('' for none)
+-- ARGV[14] request_fields: JSON of the compared request fields, kept as the record's `q`, '' for none (src/ledger/conflicts.ts)
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY,
 -- E_CUSTOMER_NOT_FOUND, E_CONFLICT, E_INSUFFICIENT, E_INSUFFICIENT_SELECTED or
 -- E_USAGE_LIMIT, E_STALE_BINDING or E_BUDGET_EXCEEDED (the second value the refusal JSON of
--- includes/budget.lua; nothing applied). With E_INSUFFICIENT or E_INSUFFICIENT_SELECTED the second
+-- includes/budget.lua; nothing applied). With E_CONFLICT the second value is the conflict JSON of
+-- begin_draw (includes/customer.lua). With E_INSUFFICIENT or E_INSUFFICIENT_SELECTED the second
 -- value is the shortfall JSON instead: {available: {wallet: credits}, none: 'wallets of the
 -- filter that never had a source'} (shortfall in includes/customer.lua), for the error's
 -- message; '' with the other errors.
@@ -31,6 +33,7 @@ local business_type = ARGV[10]
 local description = ARGV[11]
 local admitted = ARGV[12] ~= '0'
 local key_budget = ARGV[13]
+local request_fields = (ARGV[14] ~= '' and ARGV[14]) or nil
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -55,7 +58,7 @@ local result = cjson.encode({
   deduct_details = details,
   deducted_at = N(now),
 })
-redis.call('HSET', K_tx, txid, cjson.encode({ k = 'deduct', st = 'done', h = request_hash, a = N(amount), r = result }))
+redis.call('HSET', K_tx, txid, cjson.encode({ k = 'deduct', st = 'done', h = request_hash, q = request_fields, a = N(amount), r = result }))
 
 write_entry({
   type = 'DEDUCT',

@@ -13,9 +13,11 @@
 -- ARGV[14] metadata: '1' .. raw JSON when given, '0' when not
 -- ARGV[15] description: description, '' for none
 -- ARGV[16] source_id: source (account) id to create
+-- ARGV[17] request_fields: JSON of the compared request fields, kept as the key's record's `q`, '' for none (src/ledger/conflicts.ts)
 --
 -- Returns {status, result JSON, auto-consumed TTL count, TTL entries written}; status OK, REPLAY, E_CONFLICT,
--- E_STALE_BINDING,
+-- E_STALE_BINDING (with E_CONFLICT the second value is '{"first": <the first request's fields>}', or '' when
+-- its record has none),
 -- E_INVALID_EXPIRES or E_DEPOSIT_LIMIT (the customer's deposits would pass 2^53 - 1 credits). Result
 -- amounts are strings, times ms strings.
 
@@ -32,6 +34,7 @@ local expires_ms = (ARGV[11] ~= '' and tonumber(ARGV[11])) or nil
 local name_arg, email_arg, metadata_arg = ARGV[12], ARGV[13], ARGV[14]
 local description = ARGV[15]
 local source_id = ARGV[16]
+local request_fields = (ARGV[17] ~= '' and ARGV[17]) or nil
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -41,7 +44,7 @@ if idem_key ~= '' then
   if prior then
     local p = cjson.decode(prior)
     if p.h == request_hash then return { REPLAY, p.r, auto_consumed, ttl_entries_written } end
-    return { E_CONFLICT, '', auto_consumed, ttl_entries_written }
+    return { E_CONFLICT, (p.q and cjson.encode({ first = p.q })) or '', auto_consumed, ttl_entries_written }
   end
   if stale_binding() then return { E_STALE_BINDING, '', auto_consumed, ttl_entries_written } end
 end
@@ -101,7 +104,7 @@ local result = cjson.encode({
 })
 
 if idem_key ~= '' then
-  redis.call('HSET', K_dep, idem_key, cjson.encode({ h = request_hash, r = result }))
+  redis.call('HSET', K_dep, idem_key, cjson.encode({ h = request_hash, q = request_fields, r = result }))
 end
 
 write_entry({

@@ -13,6 +13,7 @@
 -- ARGV[13] ttl_seconds: TTL, seconds (ignored without a kind)
 -- ARGV[14] admitted: '0' when the plan's limit is reached; read only with ttl_kind 'consume'
 -- ARGV[15] key_budget: the calling key's budget, as gateway_hold-10.lua's key_budget ('' for none)
+-- ARGV[16] request_fields: JSON of the compared request fields, kept as the record's `q`, '' for none (src/ledger/conflicts.ts)
 --
 -- A freeze whose TTL consumes it is the billable operation itself: the plan counts it
 -- when it is accepted (the caller's reservation, refused here with E_USAGE_LIMIT when not
@@ -39,6 +40,7 @@ local ttl_seconds = tonumber(ARGV[13]) or 0
 local plan_counted = ttl_kind == 'consume'
 local admitted = not plan_counted or ARGV[14] ~= '0'
 local key_budget = ARGV[15]
+local request_fields = (ARGV[16] ~= '' and ARGV[16]) or nil
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -67,7 +69,7 @@ local result = cjson.encode({
   auto_settle_at = settle_at,
 })
 local tx = {
-  k = 'freeze', st = 'frozen', h = request_hash, a = N(amount), holds = details, w = wallet,
+  k = 'freeze', st = 'frozen', h = request_hash, q = request_fields, a = N(amount), holds = details, w = wallet,
   bt = (business_type ~= '' and business_type) or nil, r = result,
 }
 if ttl_kind ~= '' then

@@ -10,6 +10,7 @@ import { loadConfig } from './config/index.js';
 import { migrate } from './db/migrate.js';
 import { createRuntime } from './runtime.js';
 import { listen } from './server.js';
+import { exitIfPortInUse, listenError } from './config/ports.js';
 // eslint-disable-next-line no-restricted-imports -- npm start runs the API and the workers in one process: the one place of src/ that starts them
 import { startWorkers } from '../workers/index.js';
 import { startMockUpstream } from './gateway/mock/server.js';
@@ -25,7 +26,8 @@ await migrate(config.DATABASE_URL);
 const rt = await createRuntime(config);
 // The demo models' provider. Its address is stored with the models, so it keeps its port.
 const mock = await startMockUpstream({ port: config.MOCK_UPSTREAM_PORT, host: '127.0.0.1' }).catch((err: Error) => {
-  rt.logger.warn({ err }, `mock upstream not started on port ${config.MOCK_UPSTREAM_PORT}; demo models will answer 502`);
+  const reason = listenError(err, config.MOCK_UPSTREAM_PORT, 'MOCK_UPSTREAM_PORT');
+  rt.logger.warn({ err: reason }, `mock upstream not started on port ${config.MOCK_UPSTREAM_PORT}; demo models will answer 502`);
   return null;
 });
 const mockUrl = `http://127.0.0.1:${config.MOCK_UPSTREAM_PORT}/v1`;
@@ -38,7 +40,8 @@ if ((await createAdminQueries(rt.db).countOrganizations()) === 0) {
   demo = JSON.parse(readFileSync(credentialsFile, 'utf8')) as Demo;
 }
 
-const server = await listen(rt);
+// A taken PORT or METRICS_PORT: one line, exit 1.
+const server = await listen(rt).catch(exitIfPortInUse);
 // One process: the workers' metrics are served with the API's (METRICS_PORT or /metrics).
 const workers = await startWorkers(rt, { serveMetrics: false });
 

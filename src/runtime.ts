@@ -214,10 +214,13 @@ export async function createRuntime(config: Config, logger = createLogger(config
   const keyCache = new KeyCache(keyQueries, config.KEY_CACHE_TTL_MS, (id, atMs) => keyUsage.note(id, atMs));
   const masterKey = loadMasterKey(config);
   const modelQueries = createModelQueries(db, masterKey);
-  const models = new ModelCache(async (projectId, modelId) => {
-    const m = await modelQueries.findModel(projectId, modelId);
-    return m && gatewayModelOf(m);
-  });
+  const models = new ModelCache(
+    async (projectId, modelId) => {
+      const m = await modelQueries.findModel(projectId, modelId);
+      return m && gatewayModelOf(m);
+    },
+    (projectId) => modelQueries.activeModelIds(projectId),
+  );
   const upstream = new UpstreamClient({
     headersTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
     bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS,

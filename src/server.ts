@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { createApi } from './app.js';
 import type { Runtime } from './runtime.js';
 import { serveMetrics, type MetricsServer } from './metrics/stores.js';
+import { listenError } from './config/ports.js';
 
 export interface RunningServer {
   url: string;
@@ -37,13 +38,18 @@ export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.confi
   const server = createServer(api.serverOptions, api.listener).listen(port, host);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
-    server.once('error', reject);
+    server.once('error', (err) => reject(listenError(err, port, 'PORT')));
   });
   server.keepAliveTimeout = 65_000;
   const actual = (server.address() as AddressInfo).port;
   rt.logger.info({ port: actual, host }, 'API listening');
   const metricsPort = rt.config.METRICS_PORT;
-  const metrics = metricsPort === undefined ? null : await serveMetrics(rt.metrics, metricsPort, rt.config.METRICS_HOST ?? host);
+  const metrics = metricsPort === undefined
+    ? null
+    : await serveMetrics(rt.metrics, metricsPort, rt.config.METRICS_HOST ?? host).catch((err: unknown) => {
+      server.close();
+      throw listenError(err, metricsPort, 'METRICS_PORT');
+    });
   if (metrics) rt.logger.info({ port: metrics.port }, 'metrics listening');
   let draining: Drain | null = null;
   return {

@@ -28,6 +28,7 @@ import { fanOutEvents } from '../src/webhooks/dispatch.js';
 import { EventPush } from '../src/webhooks/push.js';
 import { WebhookSender } from '../src/webhooks/sender.js';
 import { operatorTargetOf } from '../src/webhooks/operator.js';
+import { listenError } from '../src/config/ports.js';
 
 export interface Workers {
   persist: PersistLoop;
@@ -238,7 +239,11 @@ export async function startWorkers(rt: Runtime, opts: { serveMetrics?: boolean }
   const heartbeat = setInterval(beat, 2_000);
 
   const metricsPort = opts.serveMetrics === false ? undefined : config.WORKER_METRICS_PORT;
-  const metricsServer = metricsPort === undefined ? null : await serveMetrics(rt.metrics, metricsPort, config.METRICS_HOST ?? config.HOST);
+  const metricsServer = metricsPort === undefined
+    ? null
+    : await serveMetrics(rt.metrics, metricsPort, config.METRICS_HOST ?? config.HOST).catch((err: unknown) => {
+      throw listenError(err, metricsPort, 'WORKER_METRICS_PORT');
+    });
   if (metricsServer) logger.info({ port: metricsServer.port }, 'worker metrics listening');
 
   return {

@@ -28,12 +28,12 @@ try {
   const call = () => ({ keys: scriptKeys(k), clockOffsetMs: 0, projectId, customerId: 'c1', entryIdBase: newId('le'), bindingReadAtMs: null });
   await scripts.deposit(call(), {
     idempotencyKey: '', requestHash: 'h', amount: 1_000_000_000, wallet: 'credits', label: 'bench', startsAtMs: '', expiresAtMs: '',
-    name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'),
+    name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'), requestFields: '',
   });
   for (let i = 0; i < deducts; i += 100) {
     await Promise.all(Array.from({ length: 100 }, (_, j) => scripts.deduct(call(), {
       transactionId: `t-${i + j}`, amount: 1, requestHash: 'hash0123456789abcdef0123456789ab', walletFilter: '', entryWallet: '', businessType: '',
-      description: '', admitted: '1', keyBudget: '',
+      description: '', admitted: '1', keyBudget: '', requestFields: '',
     })));
   }
   const entries = deducts + 1;

@@ -53,7 +53,7 @@ async function fund(scripts: ScriptApi, prefix: string, customerId: string): Pro
   const hash = requestHash(['deposit', deposit_credits, 'credits']);
   const reply = await scripts.deposit(callOn(prefix, customerId), {
     idempotencyKey: '', requestHash: hash, amount: deposit_credits, wallet: 'credits', label: 'bench', startsAtMs: '', expiresAtMs: '',
-    name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'),
+    name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'), requestFields: '',
   });
   if (reply[0] !== ScriptStatus.Ok) throw new Error(`deposit for ${customerId} answered status ${reply[0]}`);
 }
@@ -72,7 +72,7 @@ export async function runScriptOnly(o: ScriptOnlyOptions): Promise<ScriptOnlyRes
     const n = next++;
     const c = n % customerIds.length;
     const reply = await scripts.deduct(callOn(o.prefix, customerIds[c]), {
-      transactionId: `so-${runTag}-${n}`, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '',
+      transactionId: `so-${runTag}-${n}`, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '', requestFields: '',
     });
     if (reply[0] === ScriptStatus.Ok) ops++;
     else failures++;

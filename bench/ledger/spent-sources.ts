@@ -93,13 +93,13 @@ export async function runSpentSources(o: SpentSourcesOptions): Promise<SpentSour
     const hash = requestHash(['deposit', amount, 'credits']);
     ok('deposit', await scripts.deposit(callOn(customerId), {
       idempotencyKey: '', requestHash: hash, amount, wallet: 'credits', label: 'bench', startsAtMs: '', expiresAtMs: '',
-      name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'),
+      name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'), requestFields: '',
     }));
   };
   const deductHash = requestHash(['deduct', 1, null, null, null]);
   const deduct = (customerId: string, txid: string) =>
     scripts.deduct(callOn(customerId), {
-      transactionId: txid, amount: 1, requestHash: deductHash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '',
+      transactionId: txid, amount: 1, requestHash: deductHash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '', requestFields: '',
     });
 
   // A customer with `spent` spent deposits, its outbox emptied (nothing persists it here).

@@ -53,7 +53,7 @@ const callOn = (): CustomerCall => ({
 });
 const dep = await scripts.deposit(callOn(), {
   idempotencyKey: '', requestHash: requestHash(['deposit', 1e12, wallet]), amount: 1e12, wallet, label: 'p', startsAtMs: '', expiresAtMs: '',
-  name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'),
+  name: '0', email: '0', metadata: '0', description: '', sourceId: newId('src'), requestFields: '',
 });
 if (dep[0] !== ScriptStatus.Ok) throw new Error(`deposit answered ${dep[0]}`);
 const expect = (script: string, reply: [number, ...unknown[]], status: number = ScriptStatus.Ok) => {
@@ -80,7 +80,7 @@ const functions = (annotated: string) => annotated.split('\n').filter((l) => /^\
 
 if (!gateway) {
   const hash = requestHash(['deduct', 1, null, null, null]);
-  const args = (txid: string) => ({ transactionId: txid, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '' });
+  const args = (txid: string) => ({ transactionId: txid, amount: 1, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '', requestFields: '' });
   const one = async (txid: string) => {
     expect('deduct', bound
       ? await scripts.bound_deduct({ ...callOn(), bucket: bindingKeys(prefix, projectId, 't', txid) } as never, args(txid))

@@ -23,12 +23,13 @@ K_bucket_ids, K_bucket_bloom, bound_id = KEYS[11], KEYS[12], ARGV[5]
 -- ''), exactly as lua/bind-2.lua does. Returns nil when the operation goes on: the id is
 -- bound to this customer. Otherwise the reply to answer at once, nothing written:
 -- E_BINDING_ARCHIVED (the filter has the id: the caller takes the two steps, which ask
--- PostgreSQL), `absent` (read only, no binding) or `other` (bound to another customer).
+-- PostgreSQL), `absent` (read only, no binding) or `other` (bound to another customer,
+-- whom the second value names: '{"owner": <customer id>}').
 local function binding_step(owner, absent, other)
   local b = bind_id(K_bucket_ids, K_bucket_bloom, bound_id, owner, false)
   if b[1] == BIND_ARCHIVED then return { E_BINDING_ARCHIVED, '', 0, 0 } end
   if b[1] == BIND_ABSENT then return { absent, '', 0, 0 } end
-  if b[2] ~= customer_id then return { other, '', 0, 0 } end
+  if b[2] ~= customer_id then return { other, cjson.encode({ owner = b[2] }), 0, 0 } end
   return nil
 end
 

@@ -704,7 +704,8 @@ end
 -- Begins a deduct or freeze on transaction `txid`: replay or conflict by the stored
 -- transaction, else draws `amount` (when `admitted`: a billable operation the plan still
 -- allows). Returns (status, stored result or picks, and for a refused draw the shortfall
--- JSON).
+-- JSON; for a conflict '{"first": <the stored record's request fields `q`>}', or '' when it
+-- has none: src/ledger/conflicts.ts names the fields that differ).
 local function begin_draw(kind, txid, request_hash, amount, filter, now, admitted)
   if not customer_exists() then
     finalize('t:' .. txid)
@@ -714,7 +715,7 @@ local function begin_draw(kind, txid, request_hash, amount, filter, now, admitte
   if prior then
     local tx = cjson.decode(prior)
     if tx.k == kind and tx.h == request_hash then return REPLAY, tx.r end
-    return E_CONFLICT, nil
+    return E_CONFLICT, nil, (tx.q and cjson.encode({ first = tx.q })) or ''
   end
   if stale_binding() then return E_STALE_BINDING, nil end
   -- A refused operation stores no record, but its binding stays until the retention.

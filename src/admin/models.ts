@@ -229,6 +229,11 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
       return toPage(rows, page.limit);
     },
 
+    /** The ids of the project's active models, sorted (a gateway call's model_not_found lists them). */
+    async activeModelIds(projectId: string): Promise<readonly string[]> {
+      return pool.anyFirst(sql.type(z.object({ id: z.string() }))`SELECT id FROM models WHERE project_id = ${projectId} AND active ORDER BY id`);
+    },
+
     /** GET /v1/models: the project's active models, by id. */
     listActiveModels(projectId: string): Promise<readonly ModelRow[]> {
       return pool.any(sql.type(modelRow)`

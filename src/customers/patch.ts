@@ -13,7 +13,6 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import type { DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { ApiError } from '../errors/catalogue.js';
 import type { RedisClient } from '../redis/client.js';
 import { storedJsonObject } from '../schema/json.js';
 import { budgetSchema, type BudgetState } from '../ledger/budgets.js';
@@ -24,6 +23,8 @@ import { identifierSchema } from '../ledger/schemas.js';
 import type { LedgerService } from '../ledger/service.js';
 import { alertMetaOf, alertSettingsOfMeta, alertSettingsPatchShape, patchAlertSettings, type AlertSettings } from './alerts.js';
 import { key_budgets_max, keyBudgetsPatchSchema, requireLiveProjectKeys, splitKeyBudgets, tooManyKeyBudgets, writeKeyBudgets } from './key-budgets.js';
+import { customerNotFound } from '../errors/not-found.js';
+import { ApiError } from '../errors/catalogue.js';
 
 const customer_name_chars_max = 256;
 const customer_email_chars_max = 320;
@@ -102,7 +103,7 @@ export class CustomerProfiles {
   /** The profile from the Redis copy, with the budgets and this period's counters when `withBudget`. */
   async profileOf(scope: ProjectScope, id: string, withBudget = false): Promise<CustomerProfile> {
     const view = await this.deps.ledger.view(scope, id);
-    if (!view) throw new ApiError('customer_not_found');
+    if (!view) throw customerNotFound(id);
     return {
       id,
       name: view.profile.name,
@@ -168,7 +169,7 @@ export class CustomerProfiles {
   async patch(scope: ProjectScope, id: string, patch: CustomerUpdate): Promise<CustomerProfile> {
     const { redis } = this.deps;
     const k = this.deps.ledger.keys(scope, id);
-    if (!(await redis.hexists(k.meta, 'created_at'))) throw new ApiError('customer_not_found');
+    if (!(await redis.hexists(k.meta, 'created_at'))) throw customerNotFound(id);
     const keyBudgets = patch.key_budgets === undefined ? undefined : splitKeyBudgets(patch.key_budgets);
     if (keyBudgets) await requireLiveProjectKeys(this.deps.db, scope.projectId, keyBudgets);
     await this.outbox.drain(k.base);
@@ -179,7 +180,7 @@ export class CustomerProfiles {
     const updated = await this.customers.updateProfile(scope.projectId, id, {
       ...profile, alerts: given, keyBudgets: keyBudgets && { ...keyBudgets, max: key_budgets_max },
     });
-    if (!updated) throw new ApiError('customer_not_found');
+    if (!updated) throw customerNotFound(id);
     if ('keyBudgetsOver' in updated) throw tooManyKeyBudgets(updated.keyBudgetsOver);
     const tx = redis.multi();
     if (given) {

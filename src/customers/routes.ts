@@ -21,6 +21,7 @@ import { isActive } from '../ledger/sources.js';
 import type { SourceState } from '../redis/codec.js';
 import { alertSettingsAnswerShape, alertSettingsOfMeta } from './alerts.js';
 import { budgetStateSchema } from '../ledger/budgets.js';
+import { customerNotFound } from '../errors/not-found.js';
 
 export const page_size_default = 50;
 export const page_size_max = 500;
@@ -196,7 +197,7 @@ export async function allSources(deps: CustomerReads, scope: ProjectScope, id: s
 export async function ledgerPage(deps: CustomerReads, scope: ProjectScope, id: string, q: z.infer<typeof ledgerQuery>) {
   const { ledger, redis, queries } = deps;
   const k = ledger.keys(scope, id);
-  if (!(await redis.exists(k.meta))) throw new ApiError('customer_not_found');
+  if (!(await redis.exists(k.meta))) throw customerNotFound(id);
   const beforeSeq = q.cursor === undefined ? null : decodeCursor(q.cursor);
   const matches = (e: LedgerEntry) =>
     (beforeSeq === null || e.seq < beforeSeq) &&
@@ -234,13 +235,13 @@ export function customerRoutes(deps: CustomerReads): Route[] {
   /** The customer id of the path, checked against a customer-scoped key's binding. */
   function customerParam(res: Response, id: string): string {
     const { key } = authOf(res);
-    if (key.type === 'customer' && key.customer_id !== id) throw new ApiError('customer_not_found');
+    if (key.type === 'customer' && key.customer_id !== id) throw customerNotFound(id);
     return id;
   }
 
   async function viewOr404(res: Response, id: string, listing = false): Promise<CustomerView> {
     const view = await ledger.view(authOf(res).scope, customerParam(res, id), listing);
-    if (!view) throw new ApiError('customer_not_found');
+    if (!view) throw customerNotFound(id);
     return view;
   }
 

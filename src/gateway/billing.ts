@@ -26,6 +26,7 @@ import { callOf, type Call, type HoldRequest } from './call.js';
 import { costOf, inputCostBound, partTokensBound } from './pricing.js';
 import type { InFlight } from '../lifecycle.js';
 import type { Metrics } from '../metrics/metrics.js';
+import { customerNotFound } from '../errors/not-found.js';
 
 /** A hold outlives its call only when the API process died mid-call; then it is released. */
 export const hold_ttl_seconds = 3_600;
@@ -209,7 +210,7 @@ export class GatewayBilling {
       // answer says nothing was applied.
       if (held.status === 'rejected') throw unbilled(held.reason);
       const [status, raw] = held.value;
-      if (status === ScriptStatus.CustomerNotFound) throw scriptError('gateway_hold', status);
+      if (status === ScriptStatus.CustomerNotFound) throw customerNotFound(c.customerId);
       if (status === ScriptStatus.UsageLimit) throw this.deps.plans.refusal(reservation);
       // The gateway answers any shortfall as insufficient_balance, with 402 (the hold names
       // one wallet), saying the hold, the wallet's credits and what to change.

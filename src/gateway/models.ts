@@ -54,14 +54,21 @@ export function gatewayModelOf(m: ModelWithKey): GatewayModel {
 }
 
 export type ModelLoader = (projectId: string, modelId: string) => Promise<GatewayModel | null>;
+/** The ids of a project's active models, sorted. */
+export type ActiveModelIdsLoader = (projectId: string) => Promise<readonly string[]>;
 
 const model_cache_ttl_ms = 5_000;
 
 export class ModelCache {
   private readonly entries = new Map<string, { model: GatewayModel | null; until: number }>();
   private readonly reads = new InvalidationGuard<GatewayModel | null>();
+  /** Per project: its active model ids, read only for a model_not_found (activeIds). */
+  private readonly activeIdLists = new Map<string, { ids: readonly string[]; until: number }>();
 
-  constructor(private readonly load: ModelLoader) {}
+  constructor(
+    private readonly load: ModelLoader,
+    private readonly loadActiveIds: ActiveModelIdsLoader = async () => [],
+  ) {}
 
   /**
    * Listens for project changes on a dedicated subscriber connection; a reconnection
@@ -80,11 +87,13 @@ export class ModelCache {
   forgetProject(projectId: string): void {
     this.reads.invalidate();
     for (const key of this.entries.keys()) if (key.startsWith(`${projectId}\n`)) this.entries.delete(key);
+    this.activeIdLists.delete(projectId);
   }
 
   private forgetAll(): void {
     this.reads.invalidate();
     this.entries.clear();
+    this.activeIdLists.clear();
   }
 
   async get(projectId: string, modelId: string): Promise<GatewayModel | null> {
@@ -95,5 +104,21 @@ export class ModelCache {
       if (this.entries.size > 10_000) this.entries.clear();
       this.entries.set(key, { model, until: Date.now() + model_cache_ttl_ms });
     });
+  }
+
+  /**
+   * The project's active model ids, sorted: read for a call whose model was not found
+   * only, cached like the models (a read that an invalidation overtook is answered, not kept).
+   */
+  async activeIds(projectId: string): Promise<readonly string[]> {
+    const hit = this.activeIdLists.get(projectId);
+    if (hit && hit.until > Date.now()) return hit.ids;
+    const token = this.reads.token();
+    const ids = await this.loadActiveIds(projectId);
+    if (!this.reads.overtaken(token)) {
+      if (this.activeIdLists.size > 10_000) this.activeIdLists.clear();
+      this.activeIdLists.set(projectId, { ids, until: Date.now() + model_cache_ttl_ms });
+    }
+    return ids;
   }
 }

@@ -18,6 +18,7 @@ import { GatewayBilling } from './billing.js';
 import type { Call } from './call.js';
 import type { ModelCache } from './models.js';
 import { GatewayRelay } from './relay.js';
+import { modelNotFound } from './model-not-found.js';
 import { parseGatewayRequest, type Endpoint } from './request.js';
 import type { UpstreamClient } from './upstream.js';
 import { InFlight } from '../lifecycle.js';
@@ -80,6 +81,13 @@ export class GatewayService {
     if (metrics) (c.series ?? metrics.noModel).call(status, c.stream);
   }
 
+  /** The 404 of an unknown or inactive model, listing the active models this key may call. */
+  private async modelNotFound(auth: AuthContext, asked: string, inactive: boolean): Promise<ApiError> {
+    const ids = await this.deps.models.activeIds(auth.scope.projectId);
+    const allowed = auth.key.allowed_models;
+    return modelNotFound(asked, allowed ? ids.filter((id) => allowed.includes(id)) : ids, inactive);
+  }
+
   private async call(req: Request, res: Response, auth: AuthContext, endpoint: Endpoint, rawBytes: number, counted: Counted): Promise<void> {
     // The Redis generation guard, before any command of the call (src/redis/generation.ts).
     await this.deps.ledger.ready();
@@ -88,7 +96,7 @@ export class GatewayService {
     counted.stream = r.stream;
 
     const model = await this.deps.models.get(scope.projectId, r.modelId);
-    if (!model || !model.active) throw new ApiError('model_not_found', { param: 'model' });
+    if (!model || !model.active) throw await this.modelNotFound(auth, r.modelId, model !== null);
     if (this.deps.metrics) counted.series = this.deps.metrics.model(model.id);
     if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
     if (model.provider !== r.format) {

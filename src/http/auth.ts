@@ -8,7 +8,7 @@ import type { KeyCache } from '../keys/store.js';
 import type { Variant } from '../ledger/amounts.js';
 import type { AuthContext } from '../keys/caller.js';
 import { variantRefused } from '../errors/fields.js';
-import { isWellFormedKey, type KeyType } from '../keys/secrets.js';
+import { isWellFormedKey, providerKeyLookalike, type KeyType } from '../keys/secrets.js';
 
 function presentedKey(req: Request): string | null {
   const header = req.headers.authorization;
@@ -21,6 +21,18 @@ function presentedKey(req: Request): string | null {
 }
 
 /**
+ * The 401 of a key that is no key of this service. A provider's key (the usual mistake of
+ * a client configured for OpenAI or Anthropic) is named as such, never echoed.
+ */
+function malformedKey(key: string): ApiError {
+  const provider = providerKeyLookalike(key);
+  if (provider === null) return new ApiError('invalid_api_key');
+  return new ApiError('invalid_api_key', {
+    message: `invalid API key: this looks like an ${provider} API key; use a key from this service (created in the dashboard or by npm run bootstrap)`,
+  });
+}
+
+/**
  * `ownVariantCheck`: the paths whose routes refuse an invalid X-Service-Api-Variant
  * themselves, so that it is listed with their other invalid fields (the gateway's, see
  * src/gateway/request.ts); their requests keep the key's variant here.
@@ -29,7 +41,7 @@ export function authenticate(cache: KeyCache, opts: { ownVariantCheck?: Readonly
   return async (req, res, next) => {
     const key = presentedKey(req);
     if (!key) throw new ApiError('missing_api_key');
-    if (!isWellFormedKey(key)) throw new ApiError('invalid_api_key');
+    if (!isWellFormedKey(key)) throw malformedKey(key);
     const record = await cache.lookup(key);
     if (!record) throw new ApiError('invalid_api_key');
     if (record.revoked_at !== null) throw new ApiError('api_key_revoked');

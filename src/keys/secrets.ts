@@ -19,6 +19,18 @@ export function isWellFormedKey(key: string): boolean {
   return keyPattern.test(key);
 }
 
+/**
+ * The provider whose API key `key` looks like (`sk-ant-...` Anthropic's, any other
+ * `sk-...` OpenAI's), null for any other text: a client pointed at this service with the
+ * provider's key in its environment sends it. Reads the prefix only; the key is never
+ * echoed.
+ */
+export function providerKeyLookalike(key: string): 'Anthropic' | 'OpenAI' | null {
+  if (key.startsWith('sk-ant-')) return 'Anthropic';
+  if (key.startsWith('sk-')) return 'OpenAI';
+  return null;
+}
+
 export function hashSecret(key: string): Buffer {
   return createHash('sha256').update(key).digest();
 }

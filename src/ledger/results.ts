@@ -8,6 +8,9 @@ import { publicResult } from './entries.js';
 import { deposit_limit_message } from './amounts.js';
 import { drawRefusal, settleRefusal } from './refusals.js';
 import { budgetRefusal } from './budgets.js';
+import { expiredWhenSent } from './schemas.js';
+import { conflictRefusal, type ConflictContext } from './conflicts.js';
+import { customerNotFound } from '../errors/not-found.js';
 
 export interface OpResult {
   body: Record<string, unknown>;
@@ -22,6 +25,10 @@ export interface Asked {
   draw?: { amount: number; wallets: string[] | null; selector: 'wallet' | 'credit_types' };
   /** A consume's amount, null for the whole frozen amount. */
   consumed?: number | null;
+  /** A deposit's expires_at (ms), which the script found not later than now. */
+  expiresAtMs?: number | null;
+  /** A deduct's, freeze's or keyed deposit's identifier and compared fields, for a conflict's words. */
+  conflict?: ConflictContext;
 }
 
 const settleCodes = new Map<number, 'actual_amount_exceeds_frozen_amount' | 'no_consumable_freeze_records' | 'freeze_records_already_consumed' | 'no_unfreezable_records'>([
@@ -41,6 +48,9 @@ export function resultOf(reply: ScriptReply, customerId: string, idParam?: strin
     return { body: publicResult(raw), replay: status === ScriptStatus.Replay, customerId, autoConsumed };
   }
   if (status === ScriptStatus.BudgetExceeded) throw budgetRefusal(raw, 400);
+  if (status === ScriptStatus.CustomerNotFound) throw customerNotFound(customerId);
+  if (status === ScriptStatus.Conflict && asked?.conflict) throw conflictRefusal(raw, asked.conflict);
+  if (status === ScriptStatus.InvalidExpires && asked?.expiresAtMs != null) throw expiredWhenSent(asked.expiresAtMs, "a deposit's credits");
   if (status === ScriptStatus.DepositLimit) throw scriptError('deposit', status, { param: 'amount', message: deposit_limit_message });
   // Refusals whose script answered numbers (on its failure path only) say them.
   if ((status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) && asked?.draw) {

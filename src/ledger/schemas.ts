@@ -41,20 +41,45 @@ export const settleSchema = z.object({
 
 const isoPattern = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/i;
 
+/** Characters of an unreadable time that its error quotes, at most. */
+const quoted_time_chars_max = 64;
+
+/**
+ * The 400 of a time that cannot be read (its field's own code), quoting what was sent:
+ * unlike a time in the past (expiredWhenSent), fixing it means fixing its format.
+ */
+function unreadableTime(field: 'starts_at' | 'expires_at', v: unknown): ApiError {
+  const got = typeof v === 'string' ? JSON.stringify(v.length > quoted_time_chars_max ? `${v.slice(0, quoted_time_chars_max)}...` : v) : `a ${Array.isArray(v) ? 'list' : typeof v}`;
+  return new ApiError(field === 'starts_at' ? 'invalid_starts_at' : 'invalid_expires_at', {
+    param: field,
+    message: `${field} is not a readable ISO 8601 timestamp (such as 2030-01-01T00:00:00Z): got ${got}`,
+  });
+}
+
+/**
+ * The 400 invalid_expires_at of a readable `expires_at` that is not later than now: what
+ * it expires (`what`: "a deposit's credits", "a key") would be dead when made.
+ */
+export function expiredWhenSent(expiresAtMs: number, what: string): ApiError {
+  return new ApiError('invalid_expires_at', {
+    param: 'expires_at',
+    message: `expires_at ${new Date(expiresAtMs).toISOString()} is not in the future: ${what} must expire later than now`,
+  });
+}
+
 /** ISO 8601 to epoch ms; a time without zone is UTC. Null when absent. */
 export function readTimestamp(body: Record<string, unknown>, field: 'starts_at' | 'expires_at'): number | null {
   const v = body[field];
   if (v === undefined || v === null) return null;
-  const code = field === 'starts_at' ? 'invalid_starts_at' : 'invalid_expires_at';
-  if (typeof v !== 'string') throw new ApiError(code, { param: field });
+  if (typeof v !== 'string') throw unreadableTime(field, v);
   const m = isoPattern.exec(v);
-  if (!m) throw new ApiError(code, { param: field });
+  if (!m) throw unreadableTime(field, v);
   // Date.parse rolls an impossible day over (February 30 becomes March 2); reject it instead.
   const [year, month, day] = v.slice(0, 10).split('-').map(Number);
-  if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) throw new ApiError(code, { param: field });
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) throw unreadableTime(field, v);
   const text = v.length > 10 && !m[1] ? `${v}Z` : v;
   const ms = Date.parse(text);
-  if (Number.isNaN(ms)) throw new ApiError(code, { param: field });
+  if (Number.isNaN(ms)) throw unreadableTime(field, v);
   return ms;
 }
 

@@ -23,6 +23,7 @@ import { learnable, OutcomeLearner, replyLost } from './outcome.js';
 import { resultOf, type Asked, type OpResult } from './results.js';
 import { runBillable, type BillableOps } from './billable.js';
 import { customerViewOf, type CustomerView } from './views.js';
+import { customerConflict, depositFields, drawFields, keptFields, type RequestFields } from './conflicts.js';
 
 export interface LedgerHooks {
   /** A freeze with a TTL was applied: make sure it settles on time. */
@@ -224,7 +225,7 @@ export class LedgerService {
    */
   private async bindTo(scope: ProjectScope, kind: 't' | 'd', id: string, customerId: string, param: string): Promise<{ customerId: string; readAtMs: number }> {
     const b = await this.bindResending(scope.projectId, kind, id, customerId);
-    if (b.owner !== customerId) throw new ApiError('transaction_conflict', { param });
+    if (b.owner !== customerId) throw customerConflict({ param, id, customerId, fields: {} }, b.owner ?? '');
     return { customerId, readAtMs: b.readAtMs };
   }
 
@@ -241,12 +242,13 @@ export class LedgerService {
       'deposit', input.amount, input.wallet, input.label, input.startsAtMs, input.expiresAtMs, input.description,
       input.name ?? null, input.email ?? null, input.metadata ?? null,
     ]);
+    const fields = depositFields(input);
     const opt = (v: string | undefined) => (v === undefined ? '0' : `1${v}`);
     const args: CustomerScriptArgs<'deposit'> = {
       idempotencyKey: input.idempotencyKey ?? '', requestHash: hash, amount: input.amount, wallet: input.wallet, label: input.label,
       startsAtMs: input.startsAtMs ?? '', expiresAtMs: input.expiresAtMs ?? '',
       name: opt(input.name), email: opt(input.email), metadata: opt(input.metadata === undefined ? undefined : JSON.stringify(input.metadata)),
-      description: input.description ?? '', sourceId: newId('src'),
+      description: input.description ?? '', sourceId: newId('src'), requestFields: keptFields(fields),
     };
     const key = input.idempotencyKey;
     // Without a key there is nothing to bind: the deposit script alone.
@@ -259,7 +261,8 @@ export class LedgerService {
           return this.run('deposit', scope, input.customerId, args, bound.readAtMs);
         },
       );
-    return resultOf(reply, input.customerId, 'idempotency_key');
+    const conflict = key === null ? undefined : { param: 'idempotency_key', id: key, customerId: input.customerId, fields };
+    return resultOf(reply, input.customerId, 'idempotency_key', { expiresAtMs: input.expiresAtMs, conflict });
   }
 
   /** Binds the transaction id to the customer; returns the customer and when the binding was read. */
@@ -267,19 +270,21 @@ export class LedgerService {
     return this.bindTo(scope, 't', input.transactionId, input.customerId, 'transaction_id');
   }
 
-  private drawArgs(input: DrawInput, hash: string): Omit<CustomerScriptArgs<'deduct'>, 'admitted'> {
+  private drawArgs(input: DrawInput, hash: string, fields: RequestFields): Omit<CustomerScriptArgs<'deduct'>, 'admitted'> {
     const walletFilter = input.wallets === null ? '' : JSON.stringify([...new Set(input.wallets)]);
     const entryWallet = input.wallets !== null && input.wallets.length === 1 ? input.wallets[0] : '';
     return {
       transactionId: input.transactionId, amount: input.amount, requestHash: hash, walletFilter, entryWallet,
       businessType: input.businessType ?? '', description: input.description ?? '', keyBudget: input.keyBudget ?? '',
+      requestFields: keptFields(fields),
     };
   }
 
   private async deductOp(scope: ProjectScope, input: DrawInput): Promise<OpResult> {
     await this.ready();
     const hash = requestHash(['deduct', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description]);
-    const args = this.drawArgs(input, hash);
+    const fields = drawFields('deduct', input);
+    const args = this.drawArgs(input, hash, fields);
     const reply = await this.fromBinding(
       async () => {
         const r = await runBillable(this.hooks.billable, scope, null, (_, admitted) => this.runBound('deduct', scope, input.customerId, input.transactionId, { ...args, admitted }));
@@ -291,11 +296,14 @@ export class LedgerService {
         return r.reply;
       },
     );
-    return resultOf(reply, input.customerId, 'transaction_id', this.askedDraw(input));
+    return resultOf(reply, input.customerId, 'transaction_id', this.askedDraw(input, fields));
   }
 
-  private askedDraw(input: DrawInput): Asked {
-    return { draw: { amount: input.amount, wallets: input.wallets, selector: input.walletField ?? 'wallet' } };
+  private askedDraw(input: DrawInput, fields: RequestFields): Asked {
+    return {
+      draw: { amount: input.amount, wallets: input.wallets, selector: input.walletField ?? 'wallet' },
+      conflict: { param: 'transaction_id', id: input.transactionId, customerId: input.customerId, fields },
+    };
   }
 
   private async freezeOp(scope: ProjectScope, input: FreezeInput): Promise<OpResult> {
@@ -304,7 +312,8 @@ export class LedgerService {
       'freeze', input.amount, input.wallets ? [...new Set(input.wallets)].sort() : null, input.businessType, input.description,
       input.ttl?.kind ?? null, input.ttl?.seconds ?? null,
     ]);
-    const args: Omit<CustomerScriptArgs<'freeze'>, 'admitted'> = { ...this.drawArgs(input, hash), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
+    const fields = drawFields('freeze', input);
+    const args: Omit<CustomerScriptArgs<'freeze'>, 'admitted'> = { ...this.drawArgs(input, hash, fields), ttlKind: input.ttl?.kind ?? '', ttlSeconds: input.ttl?.seconds ?? 0 };
     // A freeze that its TTL consumes is the billable operation (its TTL consume cannot be
     // refused later, and does not count again): the plan admits and counts it now, as a
     // deduct. Any other freeze is not billable and never waits on the plan.
@@ -321,7 +330,7 @@ export class LedgerService {
           return this.run('freeze', scope, input.customerId, { ...args, admitted: '1' }, bound.readAtMs);
         },
       );
-    const result = resultOf(reply, input.customerId, 'transaction_id', this.askedDraw(input));
+    const result = resultOf(reply, input.customerId, 'transaction_id', this.askedDraw(input, fields));
     if (!result.replay && input.ttl && this.hooks.scheduleExpiry) {
       const at = Date.parse(String(result.body.auto_settle_at));
       // The freeze applied: its answer must not become an error. Without the job the TTL

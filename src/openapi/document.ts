@@ -149,6 +149,17 @@ const errorObjectSchema = z
     }),
     details: errorDetailsSchema.optional(),
     transaction_id: z.string().optional().openapi({ description: '`idempotency_key_reused`: the transaction of the first call.' }),
+    customer_id: z.string().optional().openapi({ description: '`customer_not_found`: the customer id looked for.' }),
+    fields: z
+      .array(z.object({ field: z.string(), first: z.unknown().optional(), this: z.unknown().optional() }).strict())
+      .optional()
+      .openapi({
+        description:
+          '`transaction_conflict` of a retry: each request field that differs from the first request, with both values (amounts in credits; absent for a value too long to keep), or `customer_id` for an identifier of another customer.',
+      }),
+    suggested_model: z.string().nullable().optional().openapi({
+      description: "`model_not_found` of a gateway call: the project's active model nearest in spelling to the one asked for, null when none is near.",
+    }),
     limit: z.number().int().optional().openapi({ description: '`plan_limit_reached`: the plan limit.' }),
     role_required: z.string().optional().openapi({ description: '`permission_denied` of a role: the least role needed.' }),
     role: z.string().optional().openapi({ description: "`permission_denied` of a role: the caller's role." }),

@@ -367,5 +367,8 @@ export function comparable(raw: string): Record<string, unknown> {
   for (const k of ['r', 'cr', 'ur']) if (typeof v[k] === 'string') v[k] = JSON.parse(v[k] as string);
   delete v.bc;
   delete v.bk;
+  // The request's compared fields (`q`, src/ledger/conflicts.ts) are in no ledger entry:
+  // only Redis keeps them, to name what a conflicting retry changed.
+  delete v.q;
   return v;
 }

@@ -148,6 +148,8 @@ export interface StoredTransaction {
   k: 'deduct' | 'freeze' | 'gateway';
   st: string;
   h?: string;
+  /** A deduct's or freeze's compared request fields (src/ledger/conflicts.ts); not in the ledger. */
+  q?: string;
   a: string;
   r?: string;
   holds?: StoredHold[];
@@ -181,6 +183,8 @@ export function parseTransaction(raw: string): StoredTransaction {
 /** A deposit's idempotency record in the dep hash: request hash and result JSON. */
 export interface StoredDeposit {
   h: string;
+  /** The compared request fields (src/ledger/conflicts.ts), absent from a record restored from PostgreSQL. */
+  q?: string;
   r: string;
 }
 

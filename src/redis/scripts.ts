@@ -302,11 +302,12 @@ export const customer_script_base_args = ['clockOffsetMs', 'projectId', 'custome
 export const customer_script_args = {
   deposit: [
     'idempotencyKey', 'requestHash', 'amount', 'wallet', 'label', 'startsAtMs', 'expiresAtMs', 'name', 'email', 'metadata', 'description',
-    'sourceId',
+    'sourceId', 'requestFields',
   ],
-  deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted', 'keyBudget'],
+  deduct: ['transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'admitted', 'keyBudget', 'requestFields'],
   freeze: [
     'transactionId', 'amount', 'requestHash', 'walletFilter', 'entryWallet', 'businessType', 'description', 'ttlKind', 'ttlSeconds', 'admitted', 'keyBudget',
+    'requestFields',
   ],
   consume: ['transactionId', 'amount', 'description', 'admitted'],
   unfreeze: ['transactionId', 'description'],

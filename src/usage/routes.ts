@@ -23,6 +23,7 @@ import { receipt, receipt_not_found_message, receiptSchema, usageRecordResponseS
 import { describeRoute } from '../openapi/registry.js';
 import { listOf } from '../schema/zod.js';
 import { decodeCursor, encodeCursor } from '../events/cursor.js';
+import { customerNotFound } from '../errors/not-found.js';
 
 const isoTime = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
 
@@ -150,7 +151,7 @@ export function usageRoutes(deps: { usage: UsageQueries; ledger: LedgerService; 
     onlyQuery(req, Object.keys(usageQuery.shape));
     const q = parseWith(usageQuery, req.query);
     if (key.type === 'customer') {
-      if (q.customer_id !== undefined && q.customer_id !== key.customer_id) throw new ApiError('customer_not_found');
+      if (q.customer_id !== undefined && q.customer_id !== key.customer_id) throw customerNotFound(q.customer_id);
       q.customer_id = key.customer_id!;
     }
     res.json(await usagePage(deps.usage, scope.projectId, q));

@@ -22,9 +22,9 @@ const readPaths = (id: string) => [`/v1/customers/${id}`, `/v1/customers/${id}/b
 /**
  * The contract's error body: only `error`, holding message, type, code and maybe param,
  * plus the fields docs/API.md lists for some errors ("Errors": details, errors, the key
- * types of a permission_denied).
+ * types of a permission_denied, the customer id of a customer_not_found).
  */
-const envelope = { onlyFields: ['details', 'errors', 'key_types_allowed', 'key_type'] };
+const envelope = { onlyFields: ['details', 'errors', 'key_types_allowed', 'key_type', 'customer_id'] };
 
 /** A B-project customer with 1000 credits and one open freeze of 100. */
 async function fundedCustomer(): Promise<{ id: string; frozenTx: string }> {

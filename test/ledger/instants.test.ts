@@ -134,7 +134,7 @@ describe('boundaries at exactly their instant', () => {
       const expiresAtMs = last + 1;
       const args = {
         idempotencyKey: '', requestHash: `h${i}`, amount: 10, wallet: 'credits', label: 'deposit', startsAtMs: '', expiresAtMs,
-        name: '0', email: '0', metadata: '0', description: '', sourceId: `src_expires_now_${i}`,
+        name: '0', email: '0', metadata: '0', description: '', sourceId: `src_expires_now_${i}`, requestFields: '',
       };
       // One turn of the event loop: one pipeline, run in this order.
       const [a, d, b] = await Promise.all([view(customer), scripts().deposit(call(customer), args), view(customer)]);

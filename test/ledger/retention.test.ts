@@ -201,7 +201,7 @@ describe('retention of idempotency records', () => {
     const scope = { projectId: p.projectId, organizationId: p.organizationId };
     const hash = requestHash(['deduct', 30, null, null, null]);
     const stale = await svc.rt.ledger.run('deduct', scope, 's1', {
-      transactionId: 's1-d1', amount: 30, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '',
+      transactionId: 's1-d1', amount: 30, requestHash: hash, walletFilter: '', entryWallet: '', businessType: '', description: '', admitted: '1', keyBudget: '', requestFields: '',
     }, read.readAtMs);
     expect(stale[0]).toBe(ScriptStatus.StaleBinding);
     expect(await balance('s1')).toMatchObject({ used: 30 });

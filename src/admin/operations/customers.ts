@@ -20,6 +20,7 @@ import { extended, listOf, timestamp } from '../../schema/zod.js';
 import type { CustomerListRow, ListingQueries } from '../listings.js';
 import { encodeCursor, type ProjectRow } from '../queries.js';
 import { created, listQuery, ok, operation, pageOf, projectParams, scopeOf, type ManagementDeps, type Operation, type ProjectLookup } from './shared.js';
+import { customerNotFound } from '../../errors/not-found.js';
 
 /** A deposit from the management API: integer credits, into `wallet` (the project's default wallet when omitted). */
 const depositSchema = z.object({
@@ -188,7 +189,7 @@ export function customerOperations(deps: CustomerDeps): Operation[] {
       onlyQuery(req);
       const project = await projectOr404(req, res);
       const customer = await listings.customer(project.id, String(req.params.customer_id));
-      if (!customer) throw new ApiError('customer_not_found');
+      if (!customer) throw customerNotFound(String(req.params.customer_id));
       // Every source with its window, archived ones included, as the customer's own profile lists them.
       const view = await deps.ledger.view(scopeOf(project), customer.id, true);
       const sources = view === null ? null : Object.values(walletsOf(view, await allSources(customerReads, scopeOf(project), customer.id, view)).wallets).flatMap((w) => w.sources);

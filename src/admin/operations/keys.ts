@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import { ApiError } from '../../errors/catalogue.js';
 import { jsonBody, strictBody } from '../../http/validate.js';
-import { identifierSchema, readTimestamp } from '../../ledger/schemas.js';
+import { expiredWhenSent, identifierSchema, readTimestamp } from '../../ledger/schemas.js';
 import { describeOperation } from '../../openapi/registry.js';
 import { listOf } from '../../schema/zod.js';
 import { createdKeySchema, keyEntry, keySchema, type KeyAdmin } from '../keys.js';
@@ -95,7 +95,7 @@ export function keyOperations(deps: { keys: KeyAdmin; projects: ProjectLookup })
       // Compared with the clock the API processes check keys against (wall time).
       const expiresAtMs = readTimestamp(jsonBody(req), 'expires_at');
       if (expiresAtMs !== null && expiresAtMs <= Date.now()) {
-        throw new ApiError('invalid_expires_at', { param: 'expires_at', message: 'expires_at must be in the future' });
+        throw expiredWhenSent(expiresAtMs, 'a key');
       }
       const { key, secret } = await keys.create(orgOf(res), String(req.params.project_id), {
         type: body.type,

@@ -5,6 +5,7 @@
  *   optional: MOCK_CHUNK_DELAY_MS (0)  MOCK_OUTPUT_TOKENS (12)  MOCK_REQUIRE_KEY (unset)
  */
 import { startMockUpstream } from './server.js';
+import { exitIfPortInUse, listenError } from '../../config/ports.js';
 
 function intEnv(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -17,14 +18,15 @@ function intEnv(name: string, fallback: number): number {
   return n;
 }
 
+const port = intEnv('MOCK_UPSTREAM_PORT', 4010);
 const mock = await startMockUpstream({
-  port: intEnv('MOCK_UPSTREAM_PORT', 4010),
+  port,
   host: process.env.MOCK_UPSTREAM_HOST || '127.0.0.1',
   latencyMs: intEnv('MOCK_LATENCY_MS', 0),
   chunkDelayMs: intEnv('MOCK_CHUNK_DELAY_MS', 0),
   defaultOutputTokens: intEnv('MOCK_OUTPUT_TOKENS', 12),
   requireKey: process.env.MOCK_REQUIRE_KEY || undefined,
-});
+}).catch((err: unknown) => exitIfPortInUse(listenError(err, port, 'MOCK_UPSTREAM_PORT')));
 
 console.log(`mock upstream listening on ${mock.url}`);
 
