@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { browserSignIn, launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { browserSignIn, launchChromium, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
 import { svc, useTestService } from '../support/service.js';
 
 let mock: MockUpstream;
@@ -21,13 +21,7 @@ useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
   [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
   org = await seedOrganization(svc, mock);
-  page = await (await browser.newContext({ viewport: { width: 1280, height: 860 } })).newPage();
-  page.setDefaultTimeout(10_000);
-  // A script error or a CSP violation (an inline script or style the page should not have).
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
-  });
+  page = await watchedPage(browser, problems);
 }, 60_000);
 
 afterAll(async () => {

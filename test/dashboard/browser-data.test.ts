@@ -13,7 +13,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { csvFileName } from '../../src/dashboard/screens/usage.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { launchChromium, pageCall, pageSignIn, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { browserSignIn, launchChromium, pageCall, pageSignIn, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
 import { svc, useTestService } from '../support/service.js';
 
 let mock: MockUpstream;
@@ -36,20 +36,9 @@ beforeAll(async () => {
   });
   expect(call.status, JSON.stringify(call.body)).toBe(200);
   await svc.drained();
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, acceptDownloads: true });
-  page = await context.newPage();
-  page.setDefaultTimeout(10_000);
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => {
-    // The refusals the tests provoke answer 400.
-    if (/status of 400/.test(m.text())) return;
-    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
-  });
-  await page.goto(`${svc.url}/dashboard`);
-  await page.getByTestId('login-email').fill(org.owner.email);
-  await page.getByTestId('login-password').fill(org.owner.password);
-  await page.getByTestId('login-submit').click();
-  await page.waitForURL(`${svc.url}/dashboard/overview`);
+  // The refusals the tests provoke answer 400.
+  page = await watchedPage(browser, problems, { acceptDownloads: true, provoked: /status of 400/ });
+  await browserSignIn(page, svc.url, org.owner.email, org.owner.password);
 }, 60_000);
 
 afterAll(async () => {

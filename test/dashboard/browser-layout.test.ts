@@ -12,10 +12,10 @@
  * The service keeps the default KEY_LAST_USED_FLUSH_MS (10 s): "Last used" must not wait for it.
  */
 import { join } from 'node:path';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { browserSignIn, launchChromium, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
 import { svc, useTestService } from '../support/service.js';
 
 let mock: MockUpstream;
@@ -24,7 +24,6 @@ let org: Seeded;
 let webhookId: string;
 const shots = screenshotDir();
 const problems: string[] = [];
-const contexts: BrowserContext[] = [];
 
 useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
@@ -42,21 +41,9 @@ afterAll(async () => {
 
 /** A signed-in page of its own size (and time zone): script errors and CSP reports are collected. */
 async function signedIn(who: { email: string; password: string }, viewport: { width: number; height: number }, timezoneId = 'UTC'): Promise<Page> {
-  const context = await browser.newContext({ viewport, timezoneId });
-  contexts.push(context);
-  const page = await context.newPage();
-  page.setDefaultTimeout(10_000);
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => {
-    // The error pages and refusals the tests ask for are answers, not script errors.
-    if (/status of (400|403|404|409|500)/.test(m.text())) return;
-    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
-  });
-  await page.goto(`${svc.url}/dashboard/sign-in`);
-  await page.getByTestId('login-email').fill(who.email);
-  await page.getByTestId('login-password').fill(who.password);
-  await page.getByTestId('login-submit').click();
-  await page.waitForURL(`${svc.url}/dashboard/overview`);
+  // The error pages and refusals the tests ask for are answers, not script errors.
+  const page = await watchedPage(browser, problems, { viewport, timezoneId, provoked: /status of (400|403|404|409|500)/ });
+  await browserSignIn(page, svc.url, who.email, who.password);
   return page;
 }
 

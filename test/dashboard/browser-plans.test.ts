@@ -8,10 +8,11 @@ import type { Browser } from 'playwright-core';
 import { sql } from 'slonik';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addMember } from '../admin/dashboard-support.js';
-import { launchChromium, screenshotDir } from './support.js';
+import { browserSignIn, launchChromium, screenshotDir, watchedPage } from './support.js';
 import { svc, useTestService } from '../support/service.js';
 
 let browser: Browser;
+const problems: string[] = [];
 
 useTestService({ variants: [] });
 beforeAll(async () => {
@@ -26,11 +27,8 @@ describe('the demo banner', () => {
     const p = await svc.project();
     await svc.rt.db.query(sql.unsafe`UPDATE organizations SET demo_allowance = true, name = 'Demo organization' WHERE id = ${p.organizationId}`);
     const owner = await addMember(svc, p, 'owner');
-    const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-    await page.goto(`${svc.url}/dashboard`);
-    await page.getByTestId('login-email').fill(owner.email);
-    await page.getByTestId('login-password').fill(owner.password);
-    await page.getByTestId('login-submit').click();
+    const page = await watchedPage(browser, problems);
+    await browserSignIn(page, svc.url, owner.email, owner.password);
     await expect.poll(() => page.getByTestId('demo-plan').textContent()).toBe('free');
 
     const put = await svc.call('PUT', '/v1/admin/organization/plan', { key: p.adminKey, body: { plan: 'pro_2m' } });
@@ -39,5 +37,6 @@ describe('the demo banner', () => {
     expect(await page.getByTestId('demo-plan').textContent()).toBe('pro_2m');
     expect(await page.getByTestId('demo-banner').textContent()).toMatch(/any number of projects, any number of keys per project, 5 members\.$/);
     await page.screenshot({ path: join(screenshotDir(), 'demo-banner.png') });
+    expect(problems).toEqual([]);
   });
 });

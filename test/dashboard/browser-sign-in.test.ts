@@ -12,7 +12,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bootstrapOrganization } from '../../src/bootstrap.js';
 import { sign_in_candidates_max } from '../../src/members/store.js';
-import { launchChromium, screenshotDir } from './support.js';
+import { launchChromium, screenshotDir, watchedPage } from './support.js';
 import { svc, useTestService } from '../support/service.js';
 
 const organizations_of_one_email = 12;
@@ -32,14 +32,8 @@ beforeAll(async () => {
     const created = await bootstrapOrganization(svc.rt, name, email);
     orgs.push({ id: created.organization_id, name, password: created.owner.password });
   }
-  page = await (await browser.newContext({ viewport: { width: 1280, height: 860 } })).newPage();
-  page.setDefaultTimeout(10_000);
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => {
-    // The asking answer is a 401: the one error status these tests provoke.
-    if (/status of 401/.test(m.text())) return;
-    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
-  });
+  // The asking answer is a 401: the one error status these tests provoke.
+  page = await watchedPage(browser, problems, { provoked: /status of 401/ });
 }, 120_000);
 
 afterAll(async () => {

@@ -8,19 +8,18 @@
  * way (support.ts: screenshotDir). One browser and one page for the whole file.
  */
 import { join } from 'node:path';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { waitFor } from '../helpers.js';
 import { startReceiver, type Receiver } from '../webhooks/receiver.js';
-import { launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
+import { browserSignIn, launchChromium, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
 import { expectError } from '../support/errors.js';
 import { svc, useTestService } from '../support/service.js';
 
 let mock: MockUpstream;
 let receiver: Receiver;
 let browser: Browser;
-let context: BrowserContext;
 let page: Page;
 let org: Seeded;
 const shots = screenshotDir();
@@ -32,16 +31,8 @@ useTestService({ workers: true, config: { KEY_LAST_USED_FLUSH_MS: 50, WEBHOOK_RE
 beforeAll(async () => {
   [mock, browser, receiver] = await Promise.all([startMockUpstream(), launchChromium(), startReceiver()]);
   org = await seedOrganization(svc, mock);
-  context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
-  page = await context.newPage();
-  page.setDefaultTimeout(10_000);
-  // A script error or a CSP violation (an inline script or style the page should not have).
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => {
-    // The viewer's refused change is the one error status the tests provoke.
-    if (/status of 403/.test(m.text())) return;
-    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
-  });
+  // The viewer's refused change is the one error status the tests provoke.
+  page = await watchedPage(browser, problems, { provoked: /status of 403/ });
 }, 60_000);
 
 afterAll(async () => {
@@ -54,13 +45,7 @@ async function shoot(name: string): Promise<void> {
   await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 }
 
-async function signIn(email: string, password: string): Promise<void> {
-  await page.goto(`${svc.url}/dashboard`);
-  await page.getByTestId('login-email').fill(email);
-  await page.getByTestId('login-password').fill(password);
-  await page.getByTestId('login-submit').click();
-  await page.waitForURL(`${svc.url}/dashboard/overview`);
-}
+const signIn = (email: string, password: string) => browserSignIn(page, svc.url, email, password);
 
 /** Follows a navigation link; htmx swaps the screen in and then sets the address. */
 async function open(testid: string, path: string | RegExp): Promise<void> {

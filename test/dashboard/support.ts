@@ -22,6 +22,31 @@ export function launchChromium(): Promise<Browser> {
   return chromium.launch({ executablePath: chromium_path, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
 }
 
+export interface WatchedPageOptions {
+  viewport?: { width: number; height: number };
+  timezoneId?: string;
+  acceptDownloads?: boolean;
+  /** The console's reports of error statuses the test provokes itself (`/status of 403/`): answers, not problems. */
+  provoked?: RegExp;
+}
+
+/**
+ * A new page in a context of its own (1280x860 unless told), whose script errors, CSP
+ * violations (an inline script or style the page should not have) and console errors are
+ * pushed to `problems`, which each file expects empty at its end.
+ */
+export async function watchedPage(browser: Browser, problems: string[], o: WatchedPageOptions = {}): Promise<Page> {
+  const context = await browser.newContext({ viewport: o.viewport ?? { width: 1280, height: 860 }, timezoneId: o.timezoneId, acceptDownloads: o.acceptDownloads });
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (m) => {
+    if (o.provoked?.test(m.text())) return;
+    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
+  });
+  return page;
+}
+
 /**
  * Where the browser tests save their screenshots: docs/dashboard/ with
  * DASHBOARD_SCREENSHOTS=1 (`npm run screenshots`, to refresh the committed ones), else
