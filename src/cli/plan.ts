@@ -8,36 +8,17 @@
  * stdout carries the change (the preview's fields with --json). Exits 0 on success, 1 when
  * the organization is not found or the plans are off (PLANS=off), 2 on bad arguments.
  */
-import { parseArgs } from 'node:util';
 import { sql } from 'slonik';
 import { quoteEntry } from '../billing/proration.js';
 import { loadConfig } from '../config/index.js';
 import { planIds, type PlanId } from '../plans/catalogue.js';
 import { createLogger, createRuntime } from '../runtime.js';
+import { commandLine } from './command-line.js';
 
 const usage = `usage: npm run plan -- set --organization ID --plan PLAN [--json]
   PLAN is one of ${planIds.join(', ')}`;
 
-function fail(message: string, code = 2): never {
-  process.stderr.write(`plan: ${message}\n${code === 2 ? `${usage}\n` : ''}`);
-  process.exit(code);
-}
-
-let parsed;
-try {
-  parsed = parseArgs({
-    options: { organization: { type: 'string' }, plan: { type: 'string' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', default: false } },
-    strict: true,
-    allowPositionals: true,
-  });
-} catch (err) {
-  fail((err as Error).message);
-}
-const { values, positionals } = parsed;
-if (values.help) {
-  process.stdout.write(`${usage}\n`);
-  process.exit(0);
-}
+const { values, positionals, fail } = commandLine('plan', usage, { organization: { type: 'string' }, plan: { type: 'string' }, json: { type: 'boolean', default: false } });
 if (positionals.length !== 1 || positionals[0] !== 'set') fail(positionals.length === 0 ? 'a command is needed' : `unknown command ${JSON.stringify(positionals.join(' '))}`);
 const organizationId = values.organization ?? fail('set needs --organization');
 const plan = values.plan ?? fail('set needs --plan');

@@ -11,13 +11,13 @@
  *
  * Exits 0 on success, 1 when the entry could not be released or found, 2 on bad arguments.
  */
-import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { loadConfig } from '../config/index.js';
 import { createDb } from '../db/pool.js';
 import { createLedgerQueries } from '../ledger/queries.js';
 import { releaseQuarantined } from '../ledger/quarantine-release.js';
 import type { QuarantineRow } from '../ledger/quarantine.js';
+import { commandLine } from './command-line.js';
 
 const usage = `usage: npm run quarantine -- list [--project ID] [--customer ID] [--json]
        npm run quarantine -- show ID
@@ -25,26 +25,12 @@ const usage = `usage: npm run quarantine -- list [--project ID] [--customer ID] 
        npm run quarantine -- release ID
        npm run quarantine -- drop ID --note TEXT`;
 
-function fail(message: string): never {
-  process.stderr.write(`quarantine: ${message}\n${usage}\n`);
-  process.exit(2);
-}
-
-let parsed;
-try {
-  parsed = parseArgs({
-    options: { project: { type: 'string' }, customer: { type: 'string' }, json: { type: 'boolean', default: false }, note: { type: 'string' }, help: { type: 'boolean', default: false } },
-    strict: true,
-    allowPositionals: true,
-  });
-} catch (err) {
-  fail((err as Error).message);
-}
-const { values, positionals } = parsed;
-if (values.help) {
-  process.stdout.write(`${usage}\n`);
-  process.exit(0);
-}
+const { values, positionals, fail } = commandLine('quarantine', usage, {
+  project: { type: 'string' },
+  customer: { type: 'string' },
+  json: { type: 'boolean', default: false },
+  note: { type: 'string' },
+});
 const [command, rawId, ...rest] = positionals;
 const arity: Record<string, number> = { list: 0, show: 1, set: 3, release: 1, drop: 1 };
 if (command === undefined || !(command in arity)) fail(command === undefined ? 'a command is needed' : `unknown command ${JSON.stringify(command)}`);

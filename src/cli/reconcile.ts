@@ -10,7 +10,6 @@
  * everything was repaired, 1 when drift is left (found without --repair) or a customer
  * could not be checked, 2 on bad arguments (nothing is checked).
  */
-import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { sql } from 'slonik';
 import { z } from 'zod';
@@ -18,6 +17,7 @@ import { loadConfig } from '../config/index.js';
 import { concurrency_default, concurrency_max, report_items_max, type ReconcileProgress, type ReconcileReport } from '../reconcile/report.js';
 import { reconcile } from '../reconcile/walk.js';
 import { createRuntime } from '../runtime.js';
+import { commandLine } from './command-line.js';
 
 const usage = `usage: npm run reconcile -- [--repair] [--project ID [--customer ID]...] [--json]
                               [--skip-redis-scan] [--concurrency N] [--list-max N]
@@ -29,37 +29,22 @@ const usage = `usage: npm run reconcile -- [--repair] [--project ID [--customer 
   --concurrency N    customers checked at once (1-${concurrency_max}, default ${concurrency_default})
   --list-max N       drift items, errors and anomalies listed at most, each (default ${report_items_max}; counts cover all)`;
 
-function fail(message: string): never {
-  process.stderr.write(`reconcile: ${message}\n${usage}\n`);
-  process.exit(2);
-}
-
 function parseCommandLine() {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      options: {
-        repair: { type: 'boolean', default: false },
-        project: { type: 'string' },
-        customer: { type: 'string', multiple: true },
-        json: { type: 'boolean', default: false },
-        // The extra step that scans every master for customers PostgreSQL does not have.
-        'skip-redis-scan': { type: 'boolean', default: false },
-        concurrency: { type: 'string' },
-        'list-max': { type: 'string' },
-        help: { type: 'boolean', default: false },
-      },
-      strict: true,
-      allowPositionals: false,
-    });
-  } catch (err) {
-    fail((err as Error).message);
-  }
-  const { values } = parsed;
-  if (values.help) {
-    process.stdout.write(`${usage}\n`);
-    process.exit(0);
-  }
+  const { values, fail } = commandLine(
+    'reconcile',
+    usage,
+    {
+      repair: { type: 'boolean', default: false },
+      project: { type: 'string' },
+      customer: { type: 'string', multiple: true },
+      json: { type: 'boolean', default: false },
+      // The extra step that scans every master for customers PostgreSQL does not have.
+      'skip-redis-scan': { type: 'boolean', default: false },
+      concurrency: { type: 'string' },
+      'list-max': { type: 'string' },
+    },
+    { positionals: false },
+  );
   const integer = (name: string, raw: string | undefined, min: number, max: number, fallback: number): number => {
     if (raw === undefined) return fallback;
     const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
