@@ -14,10 +14,23 @@ function presentedKey(req: Request): string | null {
   const header = req.headers.authorization;
   if (header) {
     const m = /^Bearer\s+(.+)$/i.exec(header.trim());
-    return m ? m[1].trim() : header.trim();
+    const key = m ? m[1].trim() : header.trim();
+    if (/^bearer$/i.test(key)) throw emptyBearer();
+    return key;
   }
   const x = req.headers['x-api-key'];
-  return typeof x === 'string' && x.length > 0 ? x.trim() : null;
+  return typeof x === 'string' && x.trim().length > 0 ? x.trim() : null;
+}
+
+/**
+ * `Authorization: Bearer` with nothing after it: what a shell sends when the variable that
+ * should hold the key is unset (`Bearer $API_KEY`). Said as a missing key, in those words,
+ * rather than as an invalid one.
+ */
+function emptyBearer(): ApiError {
+  return new ApiError('missing_api_key', {
+    message: 'no API key: the Authorization header is "Bearer" with no key after it (is the variable holding the key set?)',
+  });
 }
 
 /**

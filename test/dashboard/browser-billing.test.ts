@@ -53,7 +53,7 @@ describe('the billing screen', () => {
     const upgrades = page.locator('[data-testid="upcoming-line"][data-line-type="upgrade"]');
     expect(await upgrades.count()).toBe(2);
     const line = (await upgrades.nth(1).textContent())!;
-    expect(line).toContain('upgrade pro_500k -> pro_2m');
+    expect(line).toMatch(/^Upgrade from pro_500k to pro_2m on \d{4}-\d\d-\d\d \d\d:\d\d UTC, pro rata: [\d,]+ of [\d,]+ minutes left/);
     expect(line).toContain(charged);
     // The API's upcoming invoice says the same.
     const api = (await svc.call('GET', '/v1/admin/invoices/upcoming', { key: org.p.adminKey })).body;

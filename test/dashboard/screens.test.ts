@@ -138,7 +138,7 @@ describe('plan', () => {
     expect((await admin('/organization')).plan).toBe('pro_2m');
     // The charge is on the upcoming invoice the answer shows.
     const charged = /charged \$(\d+\.\d{2})/.exec(notice(done.text)!)![1];
-    expect(done.text).toMatch(new RegExp(`data-testid="upcoming-line" data-line-type="upgrade"><td>upgrade pro_500k -&gt; pro_2m[^<]*</td><td>\\$${charged.replace('.', '\\.')}</td>`));
+    expect(done.text).toMatch(new RegExp(`data-testid="upcoming-line" data-line-type="upgrade"><td>Upgrade from pro_500k to pro_2m on [^<]*, pro rata: [\\d,]+ of [\\d,]+ minutes left</td><td>\\$${charged.replace('.', '\\.')}</td>`));
   });
 });
 

@@ -1,7 +1,8 @@
 /**
  * Errors that name the thing they are about: the customer id of a customer_not_found and
  * how a customer comes to be; a provider's API key sent instead of one of this service
- * (never echoed); an unreadable `expires_at` apart from one in the past.
+ * (never echoed); a `Bearer` with no key after it (an unset shell variable); an unreadable
+ * `expires_at` apart from one in the past.
  */
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
@@ -31,6 +32,16 @@ describe('customer_not_found names the customer and what creates one', () => {
     const key = await p.customerKey(newId('own'));
     const other = newId('other');
     expectError(await svc.call('GET', `/v1/customers/${other}`, { key }), 404, 'customer_not_found', { message: message(other), fields: { customer_id: other } });
+  });
+});
+
+describe('a Bearer with no key after it is a missing key, said in words', () => {
+  it('as curl sends it when $API_KEY is unset', async () => {
+    const message = 'no API key: the Authorization header is "Bearer" with no key after it (is the variable holding the key set?)';
+    for (const authorization of ['Bearer ', 'Bearer', 'bearer   ']) {
+      const res = await svc.call('GET', '/v1/customers/alice/balance', { headers: { authorization } });
+      expectError(res, 401, 'missing_api_key', { message, label: JSON.stringify(authorization) });
+    }
   });
 });
 

@@ -39,10 +39,43 @@ interface Invoice {
   operations_used: number;
   overage_ops: number;
   overage_rate_cents_per_10k: number;
-  lines: { type: string; description: string; amount_cents: number; amount_usd: string }[];
+  lines: InvoiceLine[];
   total_cents: number;
   total_usd: string;
   created_at: string;
+}
+
+/** A line of an invoice as the API gives it: its type's own fields beside the description. */
+interface InvoiceLine {
+  type: string;
+  description: string;
+  amount_cents: number;
+  amount_usd: string;
+  from_plan?: string;
+  to_plan?: string;
+  effective_at?: string;
+  remaining_ms?: number;
+  period_ms?: number;
+  included_ops?: number | null;
+  overage_ops?: number;
+  rate_cents_per_10k?: number;
+}
+
+const minutes = (ms: number): string => count(Math.round(ms / 60_000));
+
+/**
+ * An invoice line in words, from its fields: the API's description writes milliseconds and
+ * plan ids for programs (`upgrade free -> pro_500k, pro rata for 2591704503 of 2592000000
+ * ms`); a line whose fields are missing keeps that description.
+ */
+function lineText(l: InvoiceLine): string {
+  if (l.type === 'upgrade' && l.from_plan && l.to_plan && l.effective_at && l.remaining_ms !== undefined && l.period_ms !== undefined) {
+    return `Upgrade from ${l.from_plan} to ${l.to_plan} on ${when(l.effective_at)}, pro rata: ${minutes(l.remaining_ms)} of ${minutes(l.period_ms)} minutes left`;
+  }
+  if (l.type === 'overage' && l.overage_ops !== undefined && l.rate_cents_per_10k !== undefined && typeof l.included_ops === 'number') {
+    return `${count(l.overage_ops)} operations over the ${count(l.included_ops)} included, at ${cents(l.rate_cents_per_10k)} per 10,000`;
+  }
+  return l.description;
 }
 
 function planLabel(id: string): string {
@@ -79,8 +112,8 @@ ${invoices.map(
 <td>${day(i.period_start)} to ${day(i.period_end)}</td>
 <td>${i.plan}</td>
 <td>${count(i.operations_used)} / ${i.included_ops === null ? 'custom' : count(i.included_ops)}</td>
-<td>${count(i.overage_ops)} ops at ${cents(i.overage_rate_cents_per_10k)} per 10k</td>
-<td>${i.lines.map((l) => html`<div>${l.description}: ${dollars(l.amount_usd)}</div>`)}</td>
+<td>${count(i.overage_ops)} ops at ${cents(i.overage_rate_cents_per_10k)} per 10,000</td>
+<td>${i.lines.map((l) => html`<div>${lineText(l)}: ${dollars(l.amount_usd)}</div>`)}</td>
 <td><strong>${dollars(i.total_usd)}</strong></td>
 </tr>`,
 )}
@@ -95,8 +128,8 @@ function upcomingBox(i: Invoice): Html {
 <p class="muted">This period, ${day(i.period_start)} to ${day(i.period_end)}, so far; billed when it closes.</p>
 <table class="list">
 <tbody>
-${i.lines.map((l) => html`<tr data-testid="upcoming-line" data-line-type="${l.type}"><td>${l.description}</td><td>$${l.amount_usd}</td></tr>`)}
-<tr><td><strong>Total so far</strong></td><td><strong data-testid="upcoming-total">$${i.total_usd}</strong></td></tr>
+${i.lines.map((l) => html`<tr data-testid="upcoming-line" data-line-type="${l.type}"><td>${lineText(l)}</td><td>${dollars(l.amount_usd)}</td></tr>`)}
+<tr><td><strong>Total so far</strong></td><td><strong data-testid="upcoming-total">${dollars(i.total_usd)}</strong></td></tr>
 </tbody>
 </table>
 </article>`;

@@ -6,11 +6,21 @@
 import type { Request } from 'express';
 import { event_types } from '../../events/store.js';
 import { openProject, pager, type List, type PageContext } from '../context.js';
-import { when } from '../format.js';
+import { count, when } from '../format.js';
 import { queryParam } from '../forms.js';
 import { html, pagePath, type Html } from '../html.js';
 import { shell } from '../layout.js';
 import { sendPage, type PageRouter } from '../respond.js';
+
+/**
+ * An event's data, one field a line (its API name, then its value): numbers with thousands
+ * separators, text as it is, anything nested as JSON. Readable where one line of JSON was
+ * not, and as narrow as a phone's screen allows.
+ */
+function eventData(data: Record<string, unknown>): Html {
+  const value = (v: unknown): string => (typeof v === 'number' ? count(v) : typeof v === 'string' ? v : JSON.stringify(v));
+  return html`<dl class="fields" data-testid="event-data">${Object.entries(data).map(([k, v]) => html`<dt>${k}</dt><dd>${value(v)}</dd>`)}</dl>`;
+}
 
 interface EventEntry {
   id: string;
@@ -42,7 +52,7 @@ ${events.data.map(
 <td>${when(e.created_at)}</td>
 <td>${e.type}</td>
 <td>${typeof e.data.customer_id === 'string' ? e.data.customer_id : '—'}</td>
-<td><code>${JSON.stringify(e.data)}</code></td>
+<td class="event-data">${eventData(e.data)}</td>
 <td><code>${e.id}</code></td>
 </tr>`,
 )}
