@@ -23,7 +23,7 @@ import { errorHandler, notFound } from './http/errors.js';
 import { exactRouter, underPrefix } from './http/router.js';
 import { expressClasses, frontDoor } from './http/front-door.js';
 import { measuredExpressJson, measuredJson } from './http/validate.js';
-import { gatewayRoutes } from './gateway/routes.js';
+import { gateway_paths, gatewayRoutes } from './gateway/routes.js';
 import { modelRoutes } from './gateway/model-routes.js';
 import { usageRoutes } from './usage/routes.js';
 import { eventRoutes } from './events/routes.js';
@@ -34,7 +34,7 @@ export const body_bytes_max_billing = 1024 * 1024;
 /**
  * The JSON body parser of every path but the gateway's: gateway calls take larger bodies,
  * parsed by their own router. The routers match paths exactly (src/http/router.ts), so
- * only these two paths reach the gateway; the billing parser measures what it reads all
+ * only these paths reach the gateway; the billing parser measures what it reads all
  * the same (measuredJson), so a gateway hold never rests on a body nobody measured.
  */
 export function jsonBodies(parserOf = bodyParsers()): RequestHandler {
@@ -44,11 +44,11 @@ export function jsonBodies(parserOf = bodyParsers()): RequestHandler {
   };
 }
 
-/** The JSON body parser of a path: the billing one, or null on the gateway's two paths. */
+/** The JSON body parser of a path: the billing one, or null on the gateway's paths. */
 export function bodyParsers(): (path: string) => RequestHandler | null {
   // The billing parser keeps each body's text: amounts are read from it (src/ledger/amounts.ts).
   const billingJson = measuredJson(body_bytes_max_billing, measuredExpressJson(body_bytes_max_billing, { keepText: true }), { keepText: true });
-  const gatewayPaths = new Set(['/v1/chat/completions', '/v1/messages']);
+  const gatewayPaths = new Set<string>(gateway_paths);
   return (path) => (gatewayPaths.has(path) ? null : billingJson);
 }
 

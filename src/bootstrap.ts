@@ -80,6 +80,26 @@ function demoModel(provider: 'openai' | 'anthropic', upstreamBaseUrl: string) {
   };
 }
 
+/**
+ * The demo's embedding model (`POST /v1/embeddings`): an OpenAI-format model whose output
+ * price is 0, as an embedding generates no output; billed at its input price only.
+ */
+function demoEmbeddingModel(upstreamBaseUrl: string) {
+  return {
+    ...demoModel('openai', upstreamBaseUrl),
+    upstream_model: 'mock-embed',
+    display_name: 'Demo embedding model (mock upstream)',
+    description: 'Answers deterministic vectors from the built-in mock provider, billed per input token.',
+    context_window: 8_192,
+    max_output_tokens: 1,
+    supports_streaming: false,
+    input_price_per_million_credits: 20_000, // $0.02 per million input tokens
+    output_price_per_million_credits: 0,
+    cache_read_price_per_million_credits: 0,
+    cache_write_price_per_million_credits: 0,
+  };
+}
+
 export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promise<Demo> {
   // On Free, whose upgrade can be tried, with the demo allowance: the demo's own two keys
   // would otherwise fill Free's two key slots, and its project Free's one project.
@@ -95,6 +115,7 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
   });
   await rt.modelQueries.upsertModel(project.id, 'demo-gpt', demoModel('openai', mockUpstreamUrl));
   await rt.modelQueries.upsertModel(project.id, 'demo-claude', demoModel('anthropic', mockUpstreamUrl));
+  await rt.modelQueries.upsertModel(project.id, 'demo-embed', demoEmbeddingModel(mockUpstreamUrl));
   await rt.ledger.deposit(
     { projectId: project.id, organizationId: organization_id },
     {
@@ -111,7 +132,7 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
     },
   );
   return {
-    models: ['demo-gpt', 'demo-claude'],
+    models: ['demo-gpt', 'demo-claude', 'demo-embed'],
     organization_id,
     admin_key,
     project_id: project.id,

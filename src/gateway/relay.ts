@@ -13,7 +13,8 @@ import { StreamRelay, usageFromResponse, type Usage } from './adapters.js';
 import { billingHeaderNames, type GatewayBilling, type SettleResult } from './billing.js';
 import { budget_remaining_header } from './budget.js';
 import type { Call } from './call.js';
-import type { UpstreamClient, UpstreamResponse } from './upstream.js';
+import type { UpstreamClient, UpstreamResponse, UpstreamTarget } from './upstream.js';
+import { embeddings_upstream_path, embeddingsUsage } from './wire/embeddings.js';
 
 export class GatewayRelay {
   constructor(private readonly deps: { upstream: UpstreamClient; billing: GatewayBilling; logger: Logger }) {}
@@ -27,7 +28,7 @@ export class GatewayRelay {
     call.upstreamStartedAt = performance.now();
     try {
       return await this.deps.upstream.send(
-        { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey! },
+        { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey!, path: call.endpoint === 'embeddings' ? embeddings_upstream_path : undefined },
         body,
         { stream: call.stream, signal, anthropicVersion },
       );
@@ -38,6 +39,24 @@ export class GatewayRelay {
       }
       await this.deps.billing.release(call, null);
       throw upstreamError(err);
+    }
+  }
+
+  /**
+   * Relays a call that nothing bills (`POST /v1/messages/count_tokens`): the upstream's
+   * status and body as they are, or 502 `upstream_error` / 504 `upstream_timeout` when
+   * none came. The upstream call is aborted when the client leaves.
+   */
+  async unbilled(res: Response, target: UpstreamTarget, body: Record<string, unknown>, anthropicVersion: string | undefined): Promise<void> {
+    const watch = new ClientWatch(res);
+    try {
+      const upstream = await this.deps.upstream.send(target, body, { stream: false, signal: watch, anthropicVersion });
+      const bytes = await readAll(upstream.body);
+      if (!watch.gone) sendRelayed(res, upstream, bytes);
+    } catch (err) {
+      if (!watch.gone) throw upstreamError(err);
+    } finally {
+      watch.stop();
     }
   }
 
@@ -71,7 +90,8 @@ export class GatewayRelay {
     }
     let usage: Usage | null;
     try {
-      usage = usageFromResponse(call.format, JSON.parse(bytes.toString('utf8')));
+      const json: unknown = JSON.parse(bytes.toString('utf8'));
+      usage = call.endpoint === 'embeddings' ? embeddingsUsage(json) : usageFromResponse(call.format, json);
     } catch {
       usage = null;
     }

@@ -10,9 +10,28 @@ import type { AuthContext } from '../keys/caller.js';
 import { everyFieldError, variantRefused } from '../errors/fields.js';
 import { walletNameSchema } from '../ledger/schemas.js';
 import { formatOf, type WireFormat } from './adapters.js';
-import type { PartCounts } from './wire/format.js';
+import type { BodyFields, Json, PartCounts } from './wire/format.js';
+import { embeddingsBodyChecks, readEmbeddingsBody } from './wire/embeddings.js';
 
-export type Endpoint = 'chat.completions' | 'messages';
+export type Endpoint = 'chat.completions' | 'messages' | 'embeddings';
+
+/** What each billed endpoint reads of a client's body: its wire format's reader, or the embeddings one. */
+interface BodyReader {
+  format: WireFormat;
+  readBody(body: Json): BodyFields;
+  bodyChecks: readonly ((body: Json) => unknown)[];
+}
+
+function readerOf(format: WireFormat): BodyReader {
+  const { readBody, bodyChecks } = formatOf(format);
+  return { format, readBody, bodyChecks };
+}
+
+const readers: Record<Endpoint, BodyReader> = {
+  'chat.completions': readerOf('openai'),
+  messages: readerOf('anthropic'),
+  embeddings: { format: 'openai', readBody: readEmbeddingsBody, bodyChecks: embeddingsBodyChecks },
+};
 
 export const trace_id_chars_max = 256;
 export const idempotency_key_chars_max = 256;
@@ -62,7 +81,7 @@ function refusedHeader(param: string, message: string): ApiError {
  * authenticate took a valid X-Service-Api-Variant as `auth.variant` and left an invalid
  * one to this check (src/http/auth.ts), so that it is listed with the call's other errors.
  */
-function checkVariant(req: Request, auth: AuthContext): void {
+export function checkVariant(req: Request, auth: AuthContext): void {
   const v = req.headers['x-service-api-variant'];
   if (v !== undefined && v !== auth.variant) throw variantRefused();
 }
@@ -116,10 +135,10 @@ interface Parts {
  * parseGatewayRequest reads them. Not the refusal of a customer-scoped key naming another
  * customer: a 403, not an invalid field.
  */
-function checksOf(format: WireFormat): readonly ((c: Parts) => unknown)[] {
+function checksOf(endpoint: Endpoint): readonly ((c: Parts) => unknown)[] {
   return [
     (c) => checkVariant(c.req, c.auth),
-    ...formatOf(format).bodyChecks.map((check) => (c: Parts) => check(c.req.body as Record<string, unknown>)),
+    ...readers[endpoint].bodyChecks.map((check) => (c: Parts) => check(c.req.body as Record<string, unknown>)),
     (c) => readCustomer(headerValue(c.req, 'x-service-customer'), c.auth),
     (c) => readWallet(c.req, c.auth),
     (c) => readTraceId(c.req),
@@ -128,7 +147,11 @@ function checksOf(format: WireFormat): readonly ((c: Parts) => unknown)[] {
   ];
 }
 
-const checks: Record<WireFormat, readonly ((c: Parts) => unknown)[]> = { openai: checksOf('openai'), anthropic: checksOf('anthropic') };
+const checks: Record<Endpoint, readonly ((c: Parts) => unknown)[]> = {
+  'chat.completions': checksOf('chat.completions'),
+  messages: checksOf('messages'),
+  embeddings: checksOf('embeddings'),
+};
 
 /**
  * Reads a call, stopping at the first invalid header or body field; only after that
@@ -136,29 +159,37 @@ const checks: Record<WireFormat, readonly ((c: Parts) => unknown)[]> = { openai:
  * `error.errors` (everyFieldError) at no cost to a valid call.
  */
 export function parseGatewayRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawBytes: number): GatewayRequest {
-  const format: WireFormat = endpoint === 'messages' ? 'anthropic' : 'openai';
   try {
-    return readRequest(req, auth, endpoint, format, rawBytes);
+    return readRequest(req, auth, endpoint, rawBytes);
   } catch (err) {
-    throw everyFieldError(err, checks[format], { req, auth });
+    throw everyFieldError(err, checks[endpoint], { req, auth });
   }
 }
 
-function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, format: WireFormat, rawBytes: number): GatewayRequest {
-  checkVariant(req, auth);
-  const body = req.body as Record<string, unknown>;
-  const fields = formatOf(format).readBody(body);
-
+/**
+ * The customer a call is for: a customer-scoped key's own, else the one X-Service-Customer
+ * names (required). A customer-scoped key naming another is refused rather than ignored,
+ * so the caller learns who would have been billed.
+ */
+export function customerOf(req: Request, auth: AuthContext): string {
   const named = headerValue(req, 'x-service-customer');
   const customerId = readCustomer(named, auth);
-  // A customer-scoped key bills its own customer only: a header naming another one is
-  // refused rather than ignored, so the caller learns who would have been billed.
   if (named !== undefined && named !== customerId) {
     throw new ApiError('permission_denied', {
       param: 'X-Service-Customer',
       message: `this customer-scoped key bills its own customer ${JSON.stringify(customerId)}; X-Service-Customer names another (send it only with a project key)`,
     });
   }
+  return customerId;
+}
+
+function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawBytes: number): GatewayRequest {
+  checkVariant(req, auth);
+  const body = req.body as Record<string, unknown>;
+  const { format, readBody } = readers[endpoint];
+  const fields = readBody(body);
+
+  const customerId = customerOf(req, auth);
   const wallet = readWallet(req, auth);
   const traceId = readTraceId(req);
   const idempotencyKey = readIdempotencyKey(req);

@@ -1,4 +1,7 @@
-/** POST /v1/chat/completions and /v1/messages (8 MiB bodies), for project and customer keys. */
+/**
+ * POST /v1/chat/completions, /v1/messages and /v1/embeddings (billed), and
+ * /v1/messages/count_tokens (not billed): 8 MiB bodies, for project and customer keys.
+ */
 import type { Request, Response } from 'express';
 import { authOf, requireKeyType } from '../http/auth.js';
 import type { Route } from '../http/router.js';
@@ -79,6 +82,37 @@ const gatewayErrors = [
   // A settlement that finds a source of its hold missing (src/gateway/billing.ts).
   'billing_account_not_found',
 ] as const;
+const embeddingsBody = z
+  .object({
+    model: z.string().openapi({ description: 'A model id of the project whose provider is `openai`.' }),
+    input: z
+      .union([z.string(), z.array(z.string()), z.array(z.number().int()), z.array(z.array(z.number().int()))])
+      .openapi({ description: 'A string, an array of strings, a token array or an array of token arrays; none empty.' }),
+    encoding_format: z.enum(['float', 'base64']).optional(),
+    dimensions: z.number().int().positive().optional(),
+  })
+  .passthrough()
+  .openapi('EmbeddingsRequest', { description: 'The OpenAI embeddings request; other fields are relayed as sent.' });
+const embeddingsAnswer = z
+  .object({
+    object: z.literal('list'),
+    data: z.array(z.object({ object: z.literal('embedding'), index: z.number().int(), embedding: z.union([z.array(z.number()), z.string()]) }).passthrough()),
+    model: z.string(),
+    usage: z.object({ prompt_tokens: z.number().int(), total_tokens: z.number().int() }).passthrough(),
+  })
+  .passthrough()
+  .openapi('Embeddings', { description: "The upstream's answer, unchanged: each embedding an array of floats, or base64 of little-endian float32 with `encoding_format: base64`." });
+const countTokensBody = z
+  .object({
+    model: z.string().openapi({ description: 'A model id of the project whose provider is `anthropic`.' }),
+    messages: z.array(message),
+  })
+  .passthrough()
+  .openapi('CountTokensRequest', { description: 'The Anthropic token-count request; other fields (`system`, `tools`, ...) are relayed as sent.' });
+const countTokensAnswer = z
+  .object({ input_tokens: z.number().int() })
+  .passthrough()
+  .openapi('TokenCount', { description: "The upstream's answer, unchanged." });
 const streamBody = z.string().openapi({ description: 'Server-sent events as the upstream sent them; cost and balance follow as HTTP trailers.' });
 const upstreamError = { description: "An upstream HTTP error, relayed with the provider's status and body; nothing is charged." };
 
@@ -116,7 +150,41 @@ describeRoute({
   errorEnvelope: 'anthropic',
 });
 
-/** Both are hot routes (src/http/router.ts). */
+const embeddingsHeaders = Object.fromEntries(Object.entries(billingHeaders).filter(([name]) => !name.startsWith('X-Service-Max-Tokens')));
+describeRoute({
+  method: 'POST',
+  path: '/v1/embeddings',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'OpenAI embeddings, billed per input token',
+  description:
+    "Relays the call to the model's upstream (OpenAI format: an Anthropic-format model answers 400 naming `model`) and bills the customer per input token at the model's input price: a hold of the input's bound (the body's bytes) before relaying, `usage.prompt_tokens` x the input price after, rounded up once. Bodies up to 8 MiB.",
+  headers: gatewayHeaders.omit({ 'X-Service-Stream-Billing': true }),
+  body: embeddingsBody,
+  responses: { 200: { description: 'The upstream answer', schema: embeddingsAnswer, headers: embeddingsHeaders } },
+  otherResponses: { default: upstreamError },
+  errors: gatewayErrors,
+});
+describeRoute({
+  method: 'POST',
+  path: '/v1/messages/count_tokens',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'Anthropic token count, not billed',
+  description:
+    "Relays the request to the model's Anthropic-format upstream (`/messages/count_tokens`) and answers what it answered, status and body as they are. Nothing is billed or counted (no hold, no ledger entry, no plan operation); the key, model and customer rules are those of `POST /v1/messages` (the customer must exist). Errors come in the Anthropic-readable body of `POST /v1/messages`.",
+  headers: gatewayHeaders.pick({ 'X-Service-Customer': true }),
+  body: countTokensBody,
+  responses: { 200: { description: 'The upstream answer', schema: countTokensAnswer } },
+  otherResponses: { default: { description: "An upstream HTTP error, relayed with the provider's status and body." } },
+  errors: ['customer_required', 'model_not_found', 'model_not_allowed', { code: 'byok_key_required', status: 402 }, 'customer_not_found', 'upstream_error', 'upstream_timeout'],
+  errorEnvelope: 'anthropic',
+});
+
+/** The paths of the gateway's routes: their bodies are parsed by the routes themselves (8 MiB). */
+export const gateway_paths = ['/v1/chat/completions', '/v1/messages', '/v1/embeddings', '/v1/messages/count_tokens'] as const;
+
+/** All are hot routes (src/http/router.ts). */
 export function gatewayRoutes(gateway: GatewayService): Route[] {
   // The body's bytes bound the prompt's tokens for the hold. The parser skips a body that
   // the app's parser already read, and that one measures too: the hold always comes from
@@ -142,5 +210,18 @@ export function gatewayRoutes(gateway: GatewayService): Route[] {
       },
     ],
   });
-  return [route('/v1/chat/completions', 'chat.completions'), route('/v1/messages', 'messages')];
+  const countTokens: Route = {
+    method: 'POST',
+    path: '/v1/messages/count_tokens',
+    hot: true,
+    handlers: [
+      parse,
+      callers,
+      async (req: Request, res: Response) => {
+        jsonBody(req);
+        await gateway.countTokens(req, res, authOf(res));
+      },
+    ],
+  };
+  return [route('/v1/chat/completions', 'chat.completions'), route('/v1/messages', 'messages'), route('/v1/embeddings', 'embeddings'), countTokens];
 }

@@ -19,14 +19,20 @@ import type { Call } from './call.js';
 import type { ModelCache } from './models.js';
 import { GatewayRelay } from './relay.js';
 import { modelNotFound } from './model-not-found.js';
-import { parseGatewayRequest, type Endpoint } from './request.js';
+import { checkVariant, customerOf, parseGatewayRequest, type Endpoint } from './request.js';
+import { copyOf, readModel } from './wire/format.js';
+import { customerNotFound } from '../errors/not-found.js';
 import type { UpstreamClient } from './upstream.js';
 import { InFlight } from '../lifecycle.js';
 import { failureStatus, type Metrics, type ModelSeries } from '../metrics/metrics.js';
 import { max_tokens_limited_by_header } from './budget.js';
+import { embeddingsUpstreamBody } from './wire/embeddings.js';
 
 export { hold_ttl_seconds } from './billing.js';
 export type { Endpoint } from './request.js';
+
+/** Appended to an Anthropic-format model's `upstream_base_url` for a token count. */
+const count_tokens_upstream_path = '/messages/count_tokens';
 
 /** What a call is counted under: its model's series once the model is found, and stream. */
 interface Counted {
@@ -81,6 +87,34 @@ export class GatewayService {
     if (metrics) (c.series ?? metrics.noModel).call(status, c.stream);
   }
 
+  /**
+   * `POST /v1/messages/count_tokens`: relayed to the model's Anthropic-format upstream
+   * (`/messages/count_tokens`), its answer as it is. Nothing is billed or counted (no hold,
+   * no ledger entry, no plan operation); the key, model and customer rules are those of a
+   * billed call: the customer named (or the customer-scoped key's own) must exist.
+   */
+  async countTokens(req: Request, res: Response, auth: AuthContext): Promise<void> {
+    await this.deps.ledger.ready();
+    checkVariant(req, auth);
+    const body = req.body as Record<string, unknown>;
+    const modelId = readModel(body);
+    const customerId = customerOf(req, auth);
+    const { scope } = auth;
+    const model = await this.deps.models.get(scope.projectId, modelId);
+    if (!model || !model.active) throw await this.modelNotFound(auth, modelId, model !== null);
+    if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
+    if (model.provider !== 'anthropic') {
+      throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an OpenAI-format model: token counts are served by Anthropic-format models only` });
+    }
+    if (!model.upstreamKey) throw new ApiError('byok_key_required');
+    if (!(await this.deps.redis.exists(this.deps.ledger.keys(scope, customerId).meta))) throw customerNotFound(customerId);
+    const target = { format: 'anthropic' as const, baseUrl: model.upstreamBaseUrl, apiKey: model.upstreamKey, path: count_tokens_upstream_path };
+    const header = req.headers['anthropic-version'];
+    const upstreamBody = copyOf(body);
+    upstreamBody.model = model.upstreamModel;
+    await this.relay.unbilled(res, target, upstreamBody, Array.isArray(header) ? header[0] : header);
+  }
+
   /** The 404 of an unknown or inactive model, listing the active models this key may call. */
   private async modelNotFound(auth: AuthContext, asked: string, inactive: boolean): Promise<ApiError> {
     const ids = await this.deps.models.activeIds(auth.scope.projectId);
@@ -100,6 +134,7 @@ export class GatewayService {
     if (this.deps.metrics) counted.series = this.deps.metrics.model(model.id);
     if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
     if (model.provider !== r.format) {
+      if (r.endpoint === 'embeddings') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
       throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${formatOf(model.provider).gatewayPath}` });
     }
     if (!model.upstreamKey) throw new ApiError('byok_key_required');
@@ -137,6 +172,11 @@ export class GatewayService {
       res.setHeader('X-Service-Transaction-Id', transactionId);
       if (r.traceId !== null) res.setHeader('X-Service-Trace-Id', r.traceId);
       res.setHeader('X-Service-Reserved-Credits', String(call.hold));
+      if (endpoint === 'embeddings') {
+        // No output: no output limit to send or say.
+        await this.relay.whole(res, call, embeddingsUpstreamBody(r.body, model.upstreamModel), undefined);
+        return;
+      }
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       if (call.budget?.lowered) res.setHeader(max_tokens_limited_by_header, 'budget');
       const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });

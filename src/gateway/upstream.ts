@@ -19,6 +19,8 @@ export interface UpstreamTarget {
   /** Includes the version path, e.g. `https://api.openai.com/v1`. */
   baseUrl: string;
   apiKey: string;
+  /** Appended to `baseUrl` instead of the format's path (`/embeddings`). */
+  path?: string;
 }
 
 /**
@@ -150,7 +152,7 @@ export class UpstreamClient {
   ): Promise<UpstreamResponse> {
     if (this.closed) throw new Error('UpstreamClient is closed');
     const wire = formatOf(target.format);
-    const dest = this.destination(target.baseUrl, wire.upstreamPath);
+    const dest = this.destination(target.baseUrl, target.path ?? wire.upstreamPath);
     const headers: Record<string, string> = {
       ...opts.extraHeaders,
       'content-type': 'application/json',

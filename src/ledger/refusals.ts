@@ -137,6 +137,7 @@ export function holdRefusal(raw: string, o: { wallet: string; explicitMax: numbe
   let message: string;
   const needs =
     hold === null ? ''
+    : tokens === 0 ? `this call needs a hold of ${hold} credits (its input bound; it generates no output)`
     : o.explicitMax === null && fits === null && tokens === 1
       ? `this call needs a hold of at least ${hold} credits (its input bound ${input} and one output token ${output})`
       : `this call needs a hold of ${hold} credits (input bound ${input}, output bound ${output} for ${tokens} output tokens${o.answers > 1 ? ` x ${o.answers} answers` : ''})`;

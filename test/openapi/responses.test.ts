@@ -196,6 +196,11 @@ async function exercise(): Promise<void> {
     body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] },
   });
   await call('POST', '/v1/messages', '/v1/messages', { key: aliceKey, body: { model: 'openai/claude-test', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
+  await call('POST', '/v1/embeddings', '/v1/embeddings', { key: aliceKey, body: { model: 'gpt-test', input: ['hello there', 'again'] } });
+  await call('POST', '/v1/embeddings', '/v1/embeddings', { key: aliceKey, body: { model: 'gpt-test', input: 'hello', encoding_format: 'base64' } });
+  await call('POST', '/v1/embeddings', '/v1/embeddings', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'openai/claude-test', input: 'hello' } });
+  await call('POST', '/v1/messages/count_tokens', '/v1/messages/count_tokens', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'openai/claude-test', messages: [{ role: 'user', content: 'hello' }] } });
+  await call('POST', '/v1/messages/count_tokens', '/v1/messages/count_tokens', { key: p.projectKey, body: { model: 'openai/claude-test', messages: [] } });
   // The service's own errors on /v1/messages, in Anthropic's envelope.
   await call('POST', '/v1/messages', '/v1/messages', { body: { model: 'openai/claude-test', max_tokens: 50, messages: [] } });
   await call('POST', '/v1/messages', '/v1/messages', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'nope', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });

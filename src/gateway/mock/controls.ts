@@ -92,7 +92,8 @@ export function collectTexts(format: MockFormat, body: unknown): { texts: string
   return { texts, messageCount };
 }
 
-function countWords(text: string): number {
+/** Whitespace-separated words of `text`, its `[[mock ...]]` directives removed. */
+export function countWords(text: string): number {
   const stripped = text.includes('[[mock') ? text.replace(DIRECTIVE_RE, ' ') : text;
   return stripped.match(/\S+/g)?.length ?? 0;
 }

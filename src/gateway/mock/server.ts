@@ -1,10 +1,10 @@
 /**
- * Mock LLM upstream: speaks the OpenAI Chat Completions and Anthropic Messages
- * wire formats (JSON and SSE streaming) closely enough for the official `openai`
+ * Mock LLM upstream: speaks the OpenAI Chat Completions and Embeddings and the Anthropic
+ * Messages (and token count) wire formats (JSON and SSE streaming) closely enough for the official `openai`
  * and `@anthropic-ai/sdk` clients, with deterministic token accounting and
  * per-request fault injection. Built on node:http only, no per-request logging,
  * so it can sit behind benchmarks. See docs/MOCK_UPSTREAM.md. This file is the HTTP
- * server; the wire formats are in openai.ts and anthropic.ts, the controls and token
+ * server; the wire formats are in openai.ts, embeddings.ts and anthropic.ts, the controls and token
  * counts in controls.ts.
  */
 import http from 'node:http';
@@ -15,6 +15,7 @@ import { collectTexts, countInputTokens, headerControls, parseDirectives, type M
 import { base62, type Plan } from './plan.js';
 import { openaiErrorBody, openaiEvents, openaiJson } from './openai.js';
 import { anthropicErrorBody, anthropicEvents, anthropicMessage } from './anthropic.js';
+import { embeddingInputs, embeddingsJson, embeddingTexts, embeddingTokens, invalidEmbeddings } from './embeddings.js';
 
 export interface MockUpstreamOptions {
   /** Port to listen on; 0 (default) picks a free port. */
@@ -69,6 +70,23 @@ function readBody(req: IncomingMessage): Promise<Buffer | null> {
 
 function isInt(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+}
+
+/** A 400 (or other status) the mock answers: status, message, OpenAI's code and param. */
+type Refusal = [status: number, message?: string, code?: string | null, param?: string | null];
+
+/** Why a completion request is refused as the provider would (400), or null. */
+function invalidCompletion(format: MockFormat, b: Record<string, unknown>): Refusal | null {
+  if (format === 'anthropic') {
+    if (!Array.isArray(b.messages)) return [400, 'messages: Field required'];
+    if (b.max_tokens === undefined) return [400, 'max_tokens: Field required'];
+    if (!isInt(b.max_tokens)) return [400, 'max_tokens: Input should be a valid integer'];
+    return null;
+  }
+  if (!Array.isArray(b.messages)) return [400, "Missing required parameter: 'messages'.", 'missing_required_parameter', 'messages'];
+  const m = b.max_completion_tokens ?? b.max_tokens;
+  if (m !== undefined && m !== null && !isInt(m)) return [400, `Invalid 'max_completion_tokens': expected an integer.`, 'invalid_type', 'max_completion_tokens'];
+  return null;
 }
 
 function bearer(headers: IncomingHttpHeaders): string | undefined {
@@ -156,7 +174,20 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     else if (n === 0) res.socket?.destroy();
   };
 
-  const handleCompletion = async (req: IncomingMessage, res: ServerResponse, format: MockFormat, path: string) => {
+  /**
+   * What every POST route does first, in the order docs/MOCK_UPSTREAM.md gives: reads and
+   * records the body, takes the controls (directives in the texts `textsOf` finds, then
+   * headers), waits the latency, checks the key and that the body is a JSON object, and
+   * answers a `fail` of a status, `timeout` or `reset`. Null when it answered (or never will).
+   */
+  const begin = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    format: MockFormat,
+    path: string,
+    textsOf: (body: unknown) => string[],
+    invalid: (b: Record<string, unknown>) => Refusal | null,
+  ) => {
     const isAnthropic = format === 'anthropic';
     const requestId = isAnthropic ? `req_011C${base62(20)}` : `req_${randomBytes(16).toString('hex')}`;
     const idHeader: Record<string, string> = isAnthropic ? { 'request-id': requestId } : { 'x-request-id': requestId };
@@ -167,12 +198,16 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
         isAnthropic ? anthropicErrorBody(status, requestId, message) : openaiErrorBody(status, message, code, param),
         idHeader,
       );
+    const refuse = (...r: Refusal): null => {
+      fail(...r);
+      return null;
+    };
 
     const raw = await readBody(req);
-    if (closed) return;
+    if (closed) return null;
     if (raw === null) {
       record({ path, headers: req.headers, body: undefined });
-      return fail(413, 'Request body too large.');
+      return refuse(413, 'Request body too large.');
     }
     const text = raw.toString('utf8');
     let body: unknown;
@@ -187,54 +222,48 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
 
     // Controls: server defaults < directives in message text < x-mock-* headers.
     const controls: MockControls = {};
-    if (jsonOk) for (const t of collectTexts(format, body).texts) parseDirectives(t, controls);
+    if (jsonOk) for (const t of textsOf(body)) parseDirectives(t, controls);
     headerControls(req.headers, controls);
 
     const latency = controls.latency_ms ?? defaults.latencyMs;
     if (latency > 0) await sleep(latency);
-    if (closed || res.destroyed) return;
+    if (closed || res.destroyed) return null;
 
     if (requireKey !== undefined) {
       // Anthropic: `x-api-key` is the classic header, but @anthropic-ai/sdk >= 1.0
       // (API version 2026-10-21) sends the key as `Authorization: Bearer`, so both pass.
       const ok = bearer(req.headers) === requireKey || (isAnthropic && req.headers['x-api-key'] === requireKey);
-      if (!ok) return fail(401);
+      if (!ok) return refuse(401);
     }
 
     if (!jsonOk || body === null || typeof body !== 'object' || Array.isArray(body)) {
       return isAnthropic
-        ? fail(400, 'The request body is not valid JSON.')
-        : fail(400, 'We could not parse the JSON body of your request. (HINT: This likely means you aren\'t using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)', null);
+        ? refuse(400, 'The request body is not valid JSON.')
+        : refuse(400, 'We could not parse the JSON body of your request. (HINT: This likely means you aren\'t using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)', null);
     }
     const b = body as Record<string, unknown>;
     if (typeof b.model !== 'string' || !b.model) {
-      return isAnthropic ? fail(400, 'model: Field required') : fail(400, 'you must provide a model parameter', null);
+      return isAnthropic ? refuse(400, 'model: Field required') : refuse(400, 'you must provide a model parameter', null);
     }
-    if (!Array.isArray(b.messages)) {
-      return isAnthropic
-        ? fail(400, 'messages: Field required')
-        : fail(400, "Missing required parameter: 'messages'.", 'missing_required_parameter', 'messages');
-    }
-    let max: number | undefined;
-    if (isAnthropic) {
-      if (b.max_tokens === undefined) return fail(400, 'max_tokens: Field required');
-      if (!isInt(b.max_tokens)) return fail(400, 'max_tokens: Input should be a valid integer');
-      max = b.max_tokens;
-    } else {
-      const m = b.max_completion_tokens ?? b.max_tokens;
-      if (m !== undefined && m !== null) {
-        if (!isInt(m)) return fail(400, `Invalid 'max_completion_tokens': expected an integer.`, 'invalid_type', 'max_completion_tokens');
-        max = m;
-      }
-    }
-
+    const refusal = invalid(b);
+    if (refusal !== null) return refuse(...refusal);
     const mode = controls.fail;
-    if (typeof mode === 'number') return fail(mode);
-    if (mode === 'timeout') return; // hold the socket open; close() or the client ends it
+    if (typeof mode === 'number') return refuse(mode);
+    if (mode === 'timeout') return null; // hold the socket open; close() or the client ends it
     if (mode === 'reset') {
       res.socket?.destroy();
-      return;
+      return null;
     }
+    return { b: b as Record<string, unknown> & { model: string }, body, controls, fail, idHeader, mode };
+  };
+
+  const handleCompletion = async (req: IncomingMessage, res: ServerResponse, format: MockFormat, path: string) => {
+    const isAnthropic = format === 'anthropic';
+    const call = await begin(req, res, format, path, (body) => collectTexts(format, body).texts, (b) => invalidCompletion(format, b));
+    if (call === null) return;
+    const { b, body, controls, idHeader, mode } = call;
+    const m = isAnthropic ? b.max_tokens : b.max_completion_tokens ?? b.max_tokens;
+    const max = isInt(m) ? m : undefined;
 
     const wanted = controls.output_tokens ?? defaults.outputTokens;
     const output = max === undefined ? wanted : Math.min(max, wanted);
@@ -272,6 +301,32 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     return streamEvents(res, events, delay, cut, idHeader);
   };
 
+  /** POST /v1/embeddings: one vector per input; usage counts the input only. */
+  const handleEmbeddings = async (req: IncomingMessage, res: ServerResponse, path: string) => {
+    const call = await begin(req, res, 'openai', path, embeddingTexts, (b) => {
+      const why = invalidEmbeddings(b);
+      return why === null ? null : [400, why[0], null, why[1]];
+    });
+    if (call === null) return;
+    const { b, controls, idHeader, mode } = call;
+    const inputs = embeddingInputs(b.input)!;
+    const json = embeddingsJson(b, inputs, controls.no_usage === 1 ? null : controls.input_tokens ?? embeddingTokens(inputs));
+    if (mode === 'invalid') return sendJson(res, 200, `<html>upstream garbage ${json.slice(0, 20)}`, idHeader);
+    sendJson(res, 200, json, idHeader);
+  };
+
+  /** POST /v1/messages/count_tokens: the input tokens a messages request would have. */
+  const handleCountTokens = async (req: IncomingMessage, res: ServerResponse, path: string) => {
+    const call = await begin(req, res, 'anthropic', path, (body) => collectTexts('anthropic', body).texts, (b) =>
+      Array.isArray(b.messages) ? null : [400, 'messages: Field required'],
+    );
+    if (call === null) return;
+    const { body, controls, idHeader, mode } = call;
+    const json = JSON.stringify({ input_tokens: controls.input_tokens ?? countInputTokens('anthropic', body) });
+    if (mode === 'invalid') return sendJson(res, 200, `<html>upstream garbage ${json.slice(0, 20)}`, idHeader);
+    sendJson(res, 200, json, idHeader);
+  };
+
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
@@ -284,6 +339,14 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     }
     if (method === 'POST' && path === '/v1/messages') {
       void handleCompletion(req, res, 'anthropic', url).catch(() => res.socket?.destroy());
+      return;
+    }
+    if (method === 'POST' && path === '/v1/embeddings') {
+      void handleEmbeddings(req, res, url).catch(() => res.socket?.destroy());
+      return;
+    }
+    if (method === 'POST' && path === '/v1/messages/count_tokens') {
+      void handleCountTokens(req, res, url).catch(() => res.socket?.destroy());
       return;
     }
     if (method === 'GET' && path === '/health') {

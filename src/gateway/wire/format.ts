@@ -40,11 +40,11 @@ export interface StreamReading {
 }
 
 /** The fields of a client's body that billing reads (ProviderFormat.readBody). */
-interface BodyFields {
+export interface BodyFields {
   /** The model the client named (the project's model id). */
   model: string;
   stream: boolean;
-  /** The output limit the client asked for, or null. */
+  /** The output limit the client asked for, or null; 0 for a call that generates no output (embeddings). */
   limit: number | null;
   /** Answers asked of the upstream (OpenAI `n`), each billed. */
   answers: number;
@@ -137,11 +137,11 @@ export function maxTokensField(body: Json, field: string): number | null {
 }
 
 /** A 400 naming the body field at fault. */
-function refused(param: string, message: string): ApiError {
+export function refused(param: string, message: string): ApiError {
   return new ApiError('invalid_request', { param, message });
 }
 
-function readModel(body: Json): string {
+export function readModel(body: Json): string {
   const model = body.model;
   if (typeof model !== 'string' || model.length === 0) throw refused('model', 'model is required');
   return model;
