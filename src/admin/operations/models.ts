@@ -88,7 +88,7 @@ const modelPatchSchema = z.object({
   image_token_bound: partTokens.nullable().optional(),
   file_token_bound: partTokens.nullable().optional(),
   price_catalogue: priceCatalogueSchema.nullable().optional(),
-  price_sources: z.unknown(),
+  price_sources: z.unknown().openapi({ description: 'Ignored (a read sent back carries it): sources follow from what is sent.' }),
   id: z.unknown(),
   object: z.unknown(),
   created: z.unknown(),
@@ -165,11 +165,11 @@ function applyPrices(body: ModelWrite, current: ModelInput | null, next: ModelIn
     for (const kind of model_price_kinds) {
       const field = `${kind}_price_per_million_credits` as const;
       const resolved = catalogue.prices[kind];
-      const keptOverride = hadCatalogue && !(current!.catalogue_price_kinds ?? []).includes(kind);
-      const wasCatalogue = kinds.delete(kind);
+      const keptOverride = hadCatalogue && !kinds.has(kind);
+      kinds.delete(kind);
       if (given[kind] !== undefined) {
         if ('credits' in resolved && resolved.credits === given[kind]) kinds.add(kind);
-      } else if (keptOverride && !wasCatalogue) {
+      } else if (keptOverride) {
         // An override stays what it was.
       } else if ('credits' in resolved) {
         next[field] = resolved.credits;
