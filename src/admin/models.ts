@@ -18,6 +18,17 @@ export const price_per_million_credits_max = 100_000_000_000;
 export const upstream_key_chars_max = 4096;
 export const credits_per_usd = 1_000_000;
 
+/** The four prices of a model, as their fields are named (`<kind>_price_per_million_credits`). */
+export const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'] as const;
+export type ModelPriceKind = (typeof model_price_kinds)[number];
+
+/** The catalogue entry a model takes prices from (src/admin/price-catalogue.ts), and its version. */
+export interface PriceCatalogueRef {
+  provider: string;
+  model: string;
+  version: string;
+}
+
 /** 1-128 characters, `/` allowed (`provider/model`), no control characters. */
 export const modelIdSchema = z
   .string()
@@ -45,6 +56,10 @@ const modelRow = z.object({
   cache_write_price_per_million_credits: z.number(),
   image_token_bound: z.number().nullable(),
   file_token_bound: z.number().nullable(),
+  catalogue_provider: z.string().nullable(),
+  catalogue_model: z.string().nullable(),
+  catalogue_version: z.string().nullable(),
+  catalogue_price_kinds: z.array(z.enum(model_price_kinds)),
   created_at: z.number(),
   updated_at: z.number(),
 });
@@ -72,6 +87,9 @@ export interface ModelInput {
   /** Tokens one image part / one file part adds to a call's hold; null or absent: the provider's default. */
   image_token_bound?: number | null;
   file_token_bound?: number | null;
+  /** The catalogue entry the prices came from (null or absent: priced by hand), and which prices are its (the others: overrides). */
+  price_catalogue?: PriceCatalogueRef | null;
+  catalogue_price_kinds?: ModelPriceKind[];
 }
 
 const modelColumns = sql.fragment`
@@ -79,6 +97,7 @@ const modelColumns = sql.fragment`
   display_name, description, context_window, max_output_tokens, supports_streaming, active,
   input_price_per_million_credits, output_price_per_million_credits,
   cache_read_price_per_million_credits, cache_write_price_per_million_credits, image_token_bound, file_token_bound,
+  catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds,
   created_at, updated_at`;
 
 /** Binds a ciphertext to its row: copied onto another model it does not decrypt. */
@@ -87,6 +106,18 @@ function keyAssociatedData(projectId: string, modelId: string): string {
 }
 
 const usd = (credits: number) => credits / credits_per_usd;
+
+/** The stored model's catalogue entry, or null. */
+function priceCatalogueOf(m: Pick<ModelRow, 'catalogue_provider' | 'catalogue_model' | 'catalogue_version'>): PriceCatalogueRef | null {
+  return m.catalogue_provider === null || m.catalogue_model === null || m.catalogue_version === null
+    ? null
+    : { provider: m.catalogue_provider, model: m.catalogue_model, version: m.catalogue_version };
+}
+
+/** Where each price came from: `catalogue` (the entry of `price_catalogue`) or `override` (given explicitly). */
+function priceSources(kinds: readonly ModelPriceKind[]): Record<ModelPriceKind, 'catalogue' | 'override'> {
+  return Object.fromEntries(model_price_kinds.map((k) => [k, kinds.includes(k) ? 'catalogue' : 'override'])) as Record<ModelPriceKind, 'catalogue' | 'override'>;
+}
 
 /** The model entry of the spec (GET /v1/models); `owned_by` is the upstream provider. */
 export function modelEntry(m: ModelRow) {
@@ -108,6 +139,8 @@ export function modelEntry(m: ModelRow) {
     cache_read_price_per_million_usd: usd(m.cache_read_price_per_million_credits),
     cache_write_price_per_million_credits: m.cache_write_price_per_million_credits,
     cache_write_price_per_million_usd: usd(m.cache_write_price_per_million_credits),
+    price_catalogue: priceCatalogueOf(m),
+    price_sources: priceSources(m.catalogue_price_kinds),
     supports_streaming: m.supports_streaming,
     image_token_bound: m.image_token_bound ?? image_token_bound_default,
     file_token_bound: m.file_token_bound ?? file_token_bound_default,
@@ -141,12 +174,15 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
                             display_name, description, context_window, max_output_tokens, supports_streaming, active,
                             input_price_per_million_credits, output_price_per_million_credits,
                             cache_read_price_per_million_credits, cache_write_price_per_million_credits,
-                            image_token_bound, file_token_bound)
+                            image_token_bound, file_token_bound,
+                            catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds)
         VALUES (${projectId}, ${modelId}, ${m.provider}, ${m.upstream_base_url}, ${m.upstream_model}, ${ciphertext},
                 ${m.display_name}, ${m.description}, ${m.context_window}, ${m.max_output_tokens}, ${m.supports_streaming}, ${m.active},
                 ${m.input_price_per_million_credits}, ${m.output_price_per_million_credits},
                 ${m.cache_read_price_per_million_credits}, ${m.cache_write_price_per_million_credits},
-                ${m.image_token_bound ?? null}, ${m.file_token_bound ?? null})
+                ${m.image_token_bound ?? null}, ${m.file_token_bound ?? null},
+                ${m.price_catalogue?.provider ?? null}, ${m.price_catalogue?.model ?? null}, ${m.price_catalogue?.version ?? null},
+                ${sql.array(m.price_catalogue ? (m.catalogue_price_kinds ?? []) : [], 'text')})
         ON CONFLICT (project_id, id) DO UPDATE SET
           provider = EXCLUDED.provider, upstream_base_url = EXCLUDED.upstream_base_url, upstream_model = EXCLUDED.upstream_model,
           upstream_key_ciphertext = ${keyOnUpdate},
@@ -158,6 +194,8 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
           cache_read_price_per_million_credits = EXCLUDED.cache_read_price_per_million_credits,
           cache_write_price_per_million_credits = EXCLUDED.cache_write_price_per_million_credits,
           image_token_bound = EXCLUDED.image_token_bound, file_token_bound = EXCLUDED.file_token_bound,
+          catalogue_provider = EXCLUDED.catalogue_provider, catalogue_model = EXCLUDED.catalogue_model,
+          catalogue_version = EXCLUDED.catalogue_version, catalogue_price_kinds = EXCLUDED.catalogue_price_kinds,
           updated_at = now()
         RETURNING ${modelColumns}, (xmax = 0) AS created`);
       const { created, ...model } = row;
@@ -175,8 +213,8 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
         const row = await tx.maybeOne(sql.type(modelRow)`
           SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND id = ${modelId} FOR UPDATE`);
         if (!row) return null;
-        const { project_id: _p, id: _i, has_upstream_key: _h, created_at: _c, updated_at: _u, ...current } = row;
-        const m = change(current);
+        const { project_id: _p, id: _i, has_upstream_key: _h, created_at: _c, updated_at: _u, catalogue_provider: _cp, catalogue_model: _cm, catalogue_version: _cv, ...stored } = row;
+        const m = change({ ...stored, price_catalogue: priceCatalogueOf(row) });
         const key =
           m.upstream_api_key === undefined
             ? sql.fragment`upstream_key_ciphertext`
@@ -194,6 +232,8 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
             cache_read_price_per_million_credits = ${m.cache_read_price_per_million_credits},
             cache_write_price_per_million_credits = ${m.cache_write_price_per_million_credits},
             image_token_bound = ${m.image_token_bound ?? null}, file_token_bound = ${m.file_token_bound ?? null},
+            catalogue_provider = ${m.price_catalogue?.provider ?? null}, catalogue_model = ${m.price_catalogue?.model ?? null},
+            catalogue_version = ${m.price_catalogue?.version ?? null}, catalogue_price_kinds = ${sql.array(m.price_catalogue ? (m.catalogue_price_kinds ?? []) : [], 'text')},
             updated_at = now()
           WHERE project_id = ${projectId} AND id = ${modelId}
           RETURNING ${modelColumns}`);
@@ -247,6 +287,7 @@ export type ModelQueries = ReturnType<typeof createModelQueries>;
 // The documented answers (src/openapi/).
 const perMillionCredits = z.number().int().openapi({ description: 'Credits per million tokens.' });
 const perMillionUsd = z.number().openapi({ description: 'USD per million tokens (credits / 10^6).' });
+const priceSource = z.enum(['catalogue', 'override']);
 
 /** A model of `GET /v1/models`: modelEntry. */
 export const modelEntrySchema = z
@@ -268,6 +309,19 @@ export const modelEntrySchema = z
     cache_read_price_per_million_usd: perMillionUsd,
     cache_write_price_per_million_credits: perMillionCredits,
     cache_write_price_per_million_usd: perMillionUsd,
+    price_catalogue: z
+      .object({
+        provider: z.string().openapi({ description: 'The catalogue provider id (`openai`, `anthropic`, `google`, ...).' }),
+        model: z.string().openapi({ description: 'The catalogue model id, as the catalogue spells it.' }),
+        version: z.string().openapi({ description: 'The @pydantic/genai-prices version the `catalogue` prices were resolved from.' }),
+      })
+      .strict()
+      .nullable()
+      .openapi({ description: 'The @pydantic/genai-prices entry the model takes its prices from; null for a model priced by hand.' }),
+    price_sources: z
+      .object(Object.fromEntries(model_price_kinds.map((k) => [k, priceSource])) as Record<ModelPriceKind, typeof priceSource>)
+      .strict()
+      .openapi({ description: 'Where each price came from: `catalogue` (resolved from `price_catalogue` when the model was written) or `override` (given explicitly; every price of a model without a catalogue).' }),
     supports_streaming: z.boolean(),
     image_token_bound: z.number().int().openapi({
       description: "Tokens each image part of a call adds to its hold's input bound: the model's own, else the provider's default (docs: What bytes do not bound).",

@@ -68,6 +68,8 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       cache_read_price_per_million_usd: 1.25,
       cache_write_price_per_million_credits: 0,
       cache_write_price_per_million_usd: 0,
+      price_catalogue: null,
+      price_sources: { input: 'override', output: 'override', cache_read: 'override', cache_write: 'override' },
       supports_streaming: true,
       image_token_bound: 4_784,
       file_token_bound: 778_400,

@@ -472,6 +472,8 @@ describe('GET /v1/models', () => {
       cache_read_price_per_million_usd: 0.3,
       cache_write_price_per_million_credits: 0,
       cache_write_price_per_million_usd: 0,
+      price_catalogue: null,
+      price_sources: { input: 'override', output: 'override', cache_read: 'override', cache_write: 'override' },
       supports_streaming: false,
       image_token_bound: 4_784,
       file_token_bound: 778_400,

@@ -11,15 +11,18 @@ import { onlyQuery, strictBody } from '../../http/validate.js';
 import { toCredits } from '../../ledger/amounts.js';
 import { describeOperation } from '../../openapi/registry.js';
 import { extended, listOf } from '../../schema/zod.js';
+import { cataloguePrices } from '../price-catalogue.js';
 import {
   adminModelEntry,
   adminModelEntrySchema,
   credits_per_usd,
+  model_price_kinds,
   modelIdSchema,
   price_per_million_credits_max,
   token_count_max,
   upstream_key_chars_max,
   type ModelInput,
+  type ModelPriceKind,
   type ModelRow,
 } from '../models.js';
 import type { ProjectRow } from '../queries.js';
@@ -47,7 +50,14 @@ const upstreamUrlSchema = z
 /** A price in USD per million tokens, as a model read answers it (`*_price_per_million_usd`). */
 const usdPrice = z.number().min(0).max(price_per_million_credits_max / credits_per_usd);
 
-const model_price_kinds = ['input', 'output', 'cache_read', 'cache_write'] as const;
+/** The catalogue entry a write names (a read's `price_catalogue`, its `version` ignored, is accepted back). */
+const priceCatalogueSchema = z
+  .object({
+    provider: z.string().min(1).max(64).openapi({ description: 'A @pydantic/genai-prices provider id: `openai`, `anthropic`, `google`, ...' }),
+    model: z.string().min(1).max(256).openapi({ description: "A model id of that provider in the catalogue (the catalogue's own matching: `gpt-4o-2024-08-06` finds `gpt-4o`)." }),
+    version: z.unknown().optional().openapi({ description: 'Ignored (a read sent back carries it).' }),
+  })
+  .strict();
 
 /**
  * Every field a model write reads. A model read is accepted back as a write: the
@@ -77,6 +87,8 @@ const modelPatchSchema = z.object({
   cache_write_price_per_million_usd: usdPrice.optional(),
   image_token_bound: partTokens.nullable().optional(),
   file_token_bound: partTokens.nullable().optional(),
+  price_catalogue: priceCatalogueSchema.nullable().optional(),
+  price_sources: z.unknown().openapi({ description: 'Ignored (a read sent back carries it): sources follow from what is sent.' }),
   id: z.unknown(),
   object: z.unknown(),
   created: z.unknown(),
@@ -103,32 +115,11 @@ const modelPutSchema = modelPatchSchema.extend({
 type ModelWrite = z.infer<typeof modelPatchSchema>;
 
 /**
- * The stored model a write makes: `body` over `current` (a PATCH) or over the defaults (a
- * PUT: no current). A price may come in credits or in USD; both given must agree, and USD
+ * The prices a write sends, per kind: in credits or in USD; both given must agree, and USD
  * must be a whole number of credits. 400 invalid_request naming the field otherwise.
  */
-function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput {
-  const base: ModelInput = current ?? {
-    provider: body.provider!,
-    upstream_base_url: body.upstream_base_url!,
-    upstream_model: body.upstream_model!,
-    display_name: null,
-    description: null,
-    context_window: body.context_window!,
-    max_output_tokens: body.max_output_tokens!,
-    supports_streaming: body.supports_streaming!,
-    active: true,
-    input_price_per_million_credits: -1,
-    output_price_per_million_credits: -1,
-    cache_read_price_per_million_credits: 0,
-    cache_write_price_per_million_credits: 0,
-    image_token_bound: null,
-    file_token_bound: null,
-  };
-  const next: ModelInput = { ...base };
-  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound'] as const) {
-    if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
-  }
+function explicitPrices(body: ModelWrite): Partial<Record<ModelPriceKind, number>> {
+  const given: Partial<Record<ModelPriceKind, number>> = {};
   for (const kind of model_price_kinds) {
     const creditsField = `${kind}_price_per_million_credits` as const;
     const usdField = `${kind}_price_per_million_usd` as const;
@@ -148,11 +139,89 @@ function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput 
       }
       value = fromUsd;
     }
-    if (value !== undefined) next[creditsField] = value;
-    if (next[creditsField] < 0) {
-      throw new ApiError('invalid_request', { param: creditsField, message: `${creditsField} (or ${usdField}) is required` });
+    if (value !== undefined) given[kind] = value;
+  }
+  return given;
+}
+
+/**
+ * The prices of `next` and where each came from (docs/API.md, "Prices from the
+ * catalogue"). A price given explicitly wins (an override), unless it equals the
+ * catalogue's or, with no catalogue named, the stored one: then it keeps its source (a
+ * read sent back changes nothing). Naming a catalogue entry resolves it now: every price
+ * not given comes from it, except, on a model that had a catalogue already, its overrides
+ * (which stay). `price_catalogue: null` keeps the prices and makes them all overrides.
+ */
+function applyPrices(body: ModelWrite, current: ModelInput | null, next: ModelInput): void {
+  const given = explicitPrices(body);
+  const kinds = new Set<ModelPriceKind>(next.catalogue_price_kinds ?? []);
+  if (body.price_catalogue === null) {
+    next.price_catalogue = null;
+    kinds.clear();
+  } else if (body.price_catalogue !== undefined) {
+    const catalogue = cataloguePrices(body.price_catalogue.provider, body.price_catalogue.model);
+    const hadCatalogue = current?.price_catalogue != null;
+    next.price_catalogue = catalogue.ref;
+    for (const kind of model_price_kinds) {
+      const field = `${kind}_price_per_million_credits` as const;
+      const resolved = catalogue.prices[kind];
+      const keptOverride = hadCatalogue && !kinds.has(kind);
+      kinds.delete(kind);
+      if (given[kind] !== undefined) {
+        if ('credits' in resolved && resolved.credits === given[kind]) kinds.add(kind);
+      } else if (keptOverride) {
+        // An override stays what it was.
+      } else if ('credits' in resolved) {
+        next[field] = resolved.credits;
+        kinds.add(kind);
+      } else {
+        throw new ApiError('invalid_request', { param: field, message: `${field}: ${resolved.refused}` });
+      }
+    }
+  } else if (next.price_catalogue != null) {
+    for (const kind of model_price_kinds) {
+      if (given[kind] !== undefined && given[kind] !== next[`${kind}_price_per_million_credits`]) kinds.delete(kind);
     }
   }
+  for (const kind of model_price_kinds) {
+    const field = `${kind}_price_per_million_credits` as const;
+    if (given[kind] !== undefined) next[field] = given[kind];
+    if (next[field] < 0) {
+      throw new ApiError('invalid_request', { param: field, message: `${field} (or ${kind}_price_per_million_usd, or price_catalogue) is required` });
+    }
+  }
+  next.catalogue_price_kinds = model_price_kinds.filter((k) => kinds.has(k));
+}
+
+/**
+ * The stored model a write makes: `body` over `current` (a PATCH) or over the defaults (a
+ * PUT: no current); its prices by applyPrices.
+ */
+function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput {
+  const base: ModelInput = current ?? {
+    provider: body.provider!,
+    upstream_base_url: body.upstream_base_url!,
+    upstream_model: body.upstream_model!,
+    display_name: null,
+    description: null,
+    context_window: body.context_window!,
+    max_output_tokens: body.max_output_tokens!,
+    supports_streaming: body.supports_streaming!,
+    active: true,
+    input_price_per_million_credits: -1,
+    output_price_per_million_credits: -1,
+    cache_read_price_per_million_credits: 0,
+    cache_write_price_per_million_credits: 0,
+    image_token_bound: null,
+    file_token_bound: null,
+    price_catalogue: null,
+    catalogue_price_kinds: [],
+  };
+  const next: ModelInput = { ...base };
+  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound'] as const) {
+    if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
+  }
+  applyPrices(body, current, next);
   if (next.max_output_tokens > next.context_window) {
     throw new ApiError('invalid_request', {
       param: 'max_output_tokens',

@@ -28,6 +28,8 @@ interface ModelEntry {
   cache_write_price_per_million_credits: number;
   image_token_bound: number;
   file_token_bound: number;
+  price_catalogue: { provider: string; model: string; version: string } | null;
+  price_sources: Record<'input' | 'output' | 'cache_read' | 'cache_write', 'catalogue' | 'override'>;
 }
 
 /** Tokens an image or a file part adds to a call's hold (docs/API.md, "What bytes do not bound"); empty: the default. */
@@ -44,16 +46,49 @@ export const model_prices = [
   ['cache_write_price_per_million_credits', 'Cache write'],
 ] as const;
 
+/** The `price_sources` key of each price field. */
+const price_kinds = {
+  input_price_per_million_credits: 'input',
+  output_price_per_million_credits: 'output',
+  cache_read_price_per_million_credits: 'cache_read',
+  cache_write_price_per_million_credits: 'cache_write',
+} as const;
+
+/** The price catalogue entry a model takes prices from, as the form edits it. */
+const catalogueFields = [
+  ['catalogue_provider', 'Catalogue provider', 'openai'],
+  ['catalogue_model', 'Catalogue model', 'gpt-4o'],
+] as const;
+
 export function price(credits: number): Html {
   return html`${count(credits)} <span class="usd">(${usd(credits)})</span>`;
 }
 
+/** A small label saying where a price of a catalogue-priced model came from (a hand-priced model has none). */
+function priceSource(m: ModelEntry, field: keyof typeof price_kinds): Html | string {
+  if (m.price_catalogue === null) return '';
+  const source = m.price_sources[price_kinds[field]];
+  return html` <span class="source ${source}" data-testid="price-source">${source}</span>`;
+}
+
+/** The catalogue entry under a catalogue-priced model's prices. */
+function catalogueNote(m: ModelEntry): Html | string {
+  const c = m.price_catalogue;
+  return c === null ? '' : html`<span class="muted" data-testid="model-catalogue">catalogue: ${c.provider}/${c.model} (genai-prices ${c.version})</span>`;
+}
+
 /** The form's values: the model being edited, or what was typed before a refusal. */
-type FormValues = Partial<Record<keyof ModelEntry, string | number | boolean | null>>;
+type FormValues = Partial<Record<Exclude<keyof ModelEntry, 'price_catalogue' | 'price_sources'> | (typeof catalogueFields)[number][0], string | number | boolean | null>>;
+
+/** The form's values of a stored model: its fields, its catalogue entry in two. */
+function valuesOfModel(m: ModelEntry): FormValues {
+  const { price_catalogue: catalogue, price_sources: _sources, ...fields } = m;
+  return { ...fields, catalogue_provider: catalogue?.provider ?? null, catalogue_model: catalogue?.model ?? null };
+}
 
 function valuesOf(req: Request): FormValues {
   const v: FormValues = {};
-  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...model_prices.map(([p]) => p), ...partBounds.map(([p]) => p)] as const) {
+  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...model_prices.map(([p]) => p), ...partBounds.map(([p]) => p), ...catalogueFields.map(([p]) => p)] as const) {
     v[f] = text(req, f === 'id' ? 'model_id' : f);
   }
   v.supports_streaming = checked(req, 'supports_streaming');
@@ -62,7 +97,7 @@ function valuesOf(req: Request): FormValues {
 }
 
 function modelForm(ctx: PageContext, projectId: string, v: FormValues, editing: ModelEntry | null): Html {
-  const val = (f: keyof ModelEntry) => (v[f] === null || v[f] === undefined ? '' : String(v[f]));
+  const val = (f: keyof FormValues) => (v[f] === null || v[f] === undefined ? '' : String(v[f]));
   const isOn = (f: 'active' | 'supports_streaming') => (v[f] === undefined ? true : Boolean(v[f]));
   return html`<form method="post" action="${pagePath('projects', projectId, 'models')}" class="form" data-testid="model-form">
 ${csrfField(ctx.session)}
@@ -79,6 +114,9 @@ ${(['openai', 'anthropic'] as const).map((p) => html`<option value="${p}"${val('
 ${editing?.has_upstream_key ? html`<label class="check"><input type="checkbox" name="clear_upstream_api_key" value="1"> Remove the stored key</label>` : ''}
 <label>Context window (tokens) <input name="context_window" inputmode="numeric" required value="${val('context_window')}" data-testid="model-context"></label>
 <label>Max output tokens <input name="max_output_tokens" inputmode="numeric" required value="${val('max_output_tokens')}" data-testid="model-max-output"></label>
+<fieldset><legend>Prices from the price catalogue (optional: the prices left empty below come from it)</legend>
+${catalogueFields.map(([f, label, example]) => html`<label>${label} <input name="${f}" maxlength="256" value="${val(f)}" placeholder="${example}" data-testid="model-${f}"></label>`)}
+</fieldset>
 <fieldset><legend>Prices, credits per million tokens (1,000,000 credits = $1)</legend>
 ${model_prices.map(([f, label]) => html`<label>${label} <input name="${f}" inputmode="numeric" value="${val(f)}" data-testid="model-${f}"></label>`)}
 </fieldset>
@@ -98,7 +136,7 @@ async function modelsScreen(ctx: PageContext, req: Request, projectId: string, o
   const { body: models } = await ctx.api<List<ModelEntry>>('GET', '/projects/:project_id/models', { params: { project_id: project.id }, query: { cursor } });
   const path = pagePath('projects', project.id, 'models');
   const editing = editId === undefined ? null : (models.data.find((m) => m.id === editId) ?? null);
-  const values: FormValues = o.typed ? valuesOf(req) : (editing ?? {});
+  const values: FormValues = o.typed ? valuesOf(req) : editing ? valuesOfModel(editing) : {};
   const body = html`${noticeOf(o.notice ?? null)}
 <table class="list" data-testid="model-list">
 <thead><tr><th>Model</th><th>Provider</th><th>Prices per million tokens (credits)</th><th>Context</th><th>Key</th><th>Status</th><th></th></tr></thead>
@@ -107,7 +145,7 @@ ${models.data.map(
   (m) => html`<tr data-testid="model-row" data-model-id="${m.id}">
 <td><strong>${m.id}</strong><br><span class="muted">${m.display_name}</span></td>
 <td>${m.provider}<br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span></td>
-<td><dl class="prices">${model_prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}</dd>`)}</dl></td>
+<td><dl class="prices">${model_prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}${priceSource(m, f)}</dd>`)}</dl>${catalogueNote(m)}</td>
 <td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
 <td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>
 <td><span class="status ${m.active ? 'active' : 'inactive'}">${m.active ? 'active' : 'inactive'}</span></td>
@@ -143,6 +181,10 @@ function modelBody(req: Request): Record<string, unknown> {
     if (v !== undefined) body[f] = v;
   }
   for (const [f] of partBounds) body[f] = number(req, f) ?? null;
+  const catalogueProvider = optional(req, 'catalogue_provider');
+  const catalogueModel = optional(req, 'catalogue_model');
+  // Both empty: priced by hand; one alone is sent as is, so that the API names what is missing.
+  if (catalogueProvider !== undefined || catalogueModel !== undefined) body.price_catalogue = { provider: catalogueProvider ?? '', model: catalogueModel ?? '' };
   const key = optional(req, 'upstream_api_key');
   if (key !== undefined) body.upstream_api_key = key;
   else if (checked(req, 'clear_upstream_api_key')) body.upstream_api_key = null;
