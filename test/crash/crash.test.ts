@@ -63,6 +63,8 @@ const drop_ms = 40;
 const drop_wait_ms = 2_000;
 /** How long reconnects are refused after a drop or while Redis is down. */
 const refuse_ms = 700;
+/** How long after a cut stream its API process's background settlement may still be waiting for Redis (a Redis restart and the retries' pauses, on a loaded machine). */
+const settle_retry_ms = 10_000;
 
 type Chaos = 'drop' | 'drop-refuse' | 'redis' | 'api' | 'worker';
 /**
@@ -119,7 +121,8 @@ const keysAfterRedisRestart: number[] = [];
 const apiRestartMs: number[] = [];
 const gatewayAcks: GatewayAck[] = [];
 /** Transaction ids of streamed calls that answered 200 and ended without their billing trailers. */
-const gatewayCut: string[] = [];
+/** Streamed calls that ended without their billing trailers: the transaction and when the client had the answer. */
+const gatewayCut: { tx: string; endedAt: number }[] = [];
 /**
  * Each kill -9 of the API: when it was sent, and when the next API process listened (this
  * machine's clock, which the service shares).
@@ -442,7 +445,7 @@ async function gatewayClient(i: number, stopAt: number): Promise<void> {
         const cost = a.trailers['x-service-cost-credits'];
         // A stream that ended without its billing trailers was cut after the relay:
         // whether it settled shows in the ledger, and the key stays taken.
-        if (cost === undefined) gatewayCut.push(String(a.headers['x-service-transaction-id']));
+        if (cost === undefined) gatewayCut.push({ tx: String(a.headers['x-service-transaction-id']), endedAt: Date.now() });
         else gatewayAcks.push({ transactionId: String(a.headers['x-service-transaction-id']), cost: Number(cost) });
       } else if (!(a.status === 409 && attempt > 0 && safeJson(a.text)?.error?.code === 'idempotency_key_reused')) {
         unexpected.push(`gateway ${idempotencyKey}: ${a.status} ${a.text.slice(0, 300)}`);
@@ -552,6 +555,15 @@ function heldByKilledCall(madeAt: number): boolean {
   );
 }
 
+/**
+ * A streamed call cut at its settlement whose API process was killed soon after: the
+ * settlement is retried in that process until Redis answers, and a kill -9 first leaves the
+ * call unbilled and its hold to the TTL (docs/ARCHITECTURE.md, Gateway, residual risk).
+ */
+function settlementLostToKill(c: { endedAt: number }): boolean {
+  return apiDowntimes.some(([killedAt]) => c.endedAt <= killedAt && killedAt <= c.endedAt + settle_retry_ms);
+}
+
 async function outboxEntries(): Promise<number> {
   let total = 0;
   for (const k of await customerBases('outbox')) total += await rt.redis.xlen(k);
@@ -609,7 +621,8 @@ describe('crash safety', () => {
       // (one-hour TTL; reconcile expects them).
       let unexplainedHolds: string[] = [];
       await until('gateway holds were not settled or released', 30_000, async () => {
-        unexplainedHolds = (await gatewayHolds()).filter((h) => !heldByKilledCall(h.madeAt)).map((h) => `${h.transactionId} made at ${new Date(h.madeAt).toISOString()}`);
+        const lostToKill = new Set(gatewayCut.filter(settlementLostToKill).map((c) => c.tx));
+        unexplainedHolds = (await gatewayHolds()).filter((h) => !heldByKilledCall(h.madeAt) && !lostToKill.has(h.transactionId)).map((h) => `${h.transactionId} made at ${new Date(h.madeAt).toISOString()}`);
         return unexplainedHolds.length === 0;
       }).catch(() => undefined);
       // TTL freezes (seconds) settle before the comparison.
@@ -699,7 +712,8 @@ describe('crash safety', () => {
       // Holds of gateway calls whose API process was killed mid-call (one-hour TTL):
       // counted, for the summary; the money they hold is frozen, not lost.
       const gatewayHoldsLeft = (await gatewayHolds()).length;
-      const gatewayCutUnbilled = gatewayCut.filter((tx) => !gatewayAmounts.has(tx));
+      const gatewayCutLostToApiKill = gatewayCut.filter((c) => !gatewayAmounts.has(c.tx) && settlementLostToKill(c)).map((c) => c.tx);
+      const gatewayCutUnbilled = gatewayCut.filter((c) => !gatewayAmounts.has(c.tx) && !settlementLostToKill(c)).map((c) => c.tx);
 
       const summary = {
         seconds: Math.round((loadEndedAt - startedAt) / 1000),
@@ -715,7 +729,8 @@ describe('crash safety', () => {
         appliedAfterRefusal: appliedAfterRefusal.length + gatewayBilledAfterRefusal.length,
         drift: report.customers_with_drift,
         gatewayCut: gatewayCut.length,
-        gatewayCutBilled: gatewayCut.filter((tx) => gatewayAmounts.has(tx)).length,
+        gatewayCutBilled: gatewayCut.filter((c) => gatewayAmounts.has(c.tx)).length,
+        gatewayCutLostToApiKill: gatewayCutLostToApiKill.length,
         gatewayHoldsLeft,
         learning,
         swallowedReplyBytes: apiProxy.swallowedBytes,
@@ -738,8 +753,10 @@ describe('crash safety', () => {
       expect(report).toMatchObject({ customers_with_drift: 0, drift: [], errors: [] });
       expect(report.customers_checked).toBe(billing_clients + gateway_clients);
       // A streamed call cut at its settlement reached the client with its answer: it is
-      // billed once Redis answers again, and no hold stays but those of killed calls.
+      // billed once Redis answers again (unless its API process was killed first, above),
+      // and no hold stays but those of killed calls.
       expect(gatewayCutUnbilled).toEqual([]);
+      expect(gatewayCutLostToApiKill.length).toBeLessThanOrEqual(counts.apiKills);
       expect(unexplainedHolds).toEqual([]);
       // Every Redis connection of the service handles its errors, through all the kills.
       expect({ api: api.unhandledRedisErrors, worker: worker.unhandledRedisErrors }).toEqual({ api: 0, worker: 0 });

@@ -5,33 +5,21 @@
  * photographed as `billing` (support.ts: screenshotDir).
  */
 import { join } from 'node:path';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { browserSignIn, launchChromium, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
-import { svc, useTestService } from '../support/service.js';
+import type { Page } from 'playwright-core';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { browserSignIn, screenshotDir, watchedPage, useSeededDashboard } from './support.js';
+import { svc } from '../support/service.js';
 
-let mock: MockUpstream;
-let browser: Browser;
+const fx = useSeededDashboard({ browser: true });
 let page: Page;
-let org: Seeded;
 const problems: string[] = [];
-
-useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
-  org = await seedOrganization(svc, mock);
-  page = await watchedPage(browser, problems);
-}, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-  await mock?.close();
+  page = await watchedPage(fx.browser, problems);
 });
 
 describe('the billing screen', () => {
   it('shows an upgrade made in the page on the upcoming invoice at once', async () => {
-    await browserSignIn(page, svc.url, org.owner.email, org.owner.password);
+    await browserSignIn(page, svc.url, fx.org.owner.email, fx.org.owner.password);
     await page.getByTestId('nav-billing').click();
     await page.waitForURL('**/dashboard/billing');
     // The seeded organization upgraded to pro_500k this period: that line is there already.
@@ -56,7 +44,7 @@ describe('the billing screen', () => {
     expect(line).toMatch(/^Upgrade from pro_500k to pro_2m on \d{4}-\d\d-\d\d \d\d:\d\d UTC, pro rata: [\d,]+ of [\d,]+ minutes left/);
     expect(line).toContain(charged);
     // The API's upcoming invoice says the same.
-    const api = (await svc.call('GET', '/v1/admin/invoices/upcoming', { key: org.p.adminKey })).body;
+    const api = (await svc.call('GET', '/v1/admin/invoices/upcoming', { key: fx.org.p.adminKey })).body;
     expect(`$${api.total_usd}`).toBe(await page.getByTestId('upcoming-total').textContent());
     expect(await page.getByTestId('upcoming-total').textContent()).not.toBe(totalBefore);
     expect(`$${api.lines.find((l: { to_plan?: string }) => l.to_plan === 'pro_2m').amount_usd}`).toBe(charged);

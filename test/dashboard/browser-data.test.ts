@@ -9,51 +9,39 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Page } from 'playwright-core';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { csvFileName } from '../../src/dashboard/screens/usage.js';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { browserSignIn, launchChromium, pageCall, pageSignIn, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
-import { svc, useTestService } from '../support/service.js';
+import { browserSignIn, pageCall, pageSignIn, screenshotDir, watchedPage, useSeededDashboard } from './support.js';
+import { svc } from '../support/service.js';
 
-let mock: MockUpstream;
-let browser: Browser;
+const fx = useSeededDashboard({ browser: true });
 let page: Page;
-let org: Seeded;
 const shots = screenshotDir();
 const problems: string[] = [];
 
-// No project of the fixture's: seedOrganization makes the organization with its own.
-useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
-  org = await seedOrganization(svc, mock);
   // A second customer's call, so that the usage chart has two customers to split by.
   const call = await svc.call('POST', '/v1/chat/completions', {
-    key: org.p.projectKey,
+    key: fx.org.p.projectKey,
     headers: { 'x-service-customer': 'globex', 'x-service-trace-id': 'trace-globex' },
-    body: { model: org.modelId, messages: [{ role: 'user', content: 'Hello from Globex' }] },
+    body: { model: fx.org.modelId, messages: [{ role: 'user', content: 'Hello from Globex' }] },
   });
   expect(call.status, JSON.stringify(call.body)).toBe(200);
   await svc.drained();
   // The refusals the tests provoke answer 400.
-  page = await watchedPage(browser, problems, { acceptDownloads: true, provoked: /status of 400/ });
-  await browserSignIn(page, svc.url, org.owner.email, org.owner.password);
+  page = await watchedPage(fx.browser, problems, { acceptDownloads: true, provoked: /status of 400/ });
+  await browserSignIn(page, svc.url, fx.org.owner.email, fx.org.owner.password);
 }, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-  await mock?.close();
-});
 
 async function shoot(name: string): Promise<void> {
   await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 }
 
-const projectPath = (...rest: string[]) => `${svc.url}/dashboard/projects/${org.p.projectId}/${rest.join('/')}`;
-const customer = async (id: string) => (await svc.call('GET', `/v1/customers/${encodeURIComponent(id)}`, { key: org.p.projectKey })).body;
+const projectPath = (...rest: string[]) => `${svc.url}/dashboard/projects/${fx.org.p.projectId}/${rest.join('/')}`;
+const customer = async (id: string) => (await svc.call('GET', `/v1/customers/${encodeURIComponent(id)}`, { key: fx.org.p.projectKey })).body;
 const usageTotal = async (query: Record<string, string>) =>
-  (await svc.call('GET', `/v1/admin/usage?${new URLSearchParams({ project_id: org.p.projectId, group_by: '', ...query })}`, { key: org.p.adminKey })).body.data[0]?.cost_credits ?? 0;
+  (await svc.call('GET', `/v1/admin/usage?${new URLSearchParams({ project_id: fx.org.p.projectId, group_by: '', ...query })}`, { key: fx.org.p.adminKey })).body.data[0]?.cost_credits ?? 0;
 const errorText = () => page.getByTestId('notice-error').textContent();
 
 describe('customers', () => {
@@ -68,7 +56,7 @@ describe('customers', () => {
     expect(await errorText()).toMatch(/^metadata is not valid JSON \(.*\): write an object, such as \{"plan": "pro"\}$/);
     expect(await page.getByTestId('customer-new-id').inputValue()).toBe('initech');
     expect(await page.getByTestId('customer-new-metadata').inputValue()).toBe('{"plan": pro}');
-    expect((await svc.call('GET', '/v1/customers/initech', { key: org.p.projectKey })).status).toBe(404);
+    expect((await svc.call('GET', '/v1/customers/initech', { key: fx.org.p.projectKey })).status).toBe(404);
     await shoot('customer-create-refused');
 
     await page.getByTestId('customer-new-metadata').fill('{"plan": "pro", "seats": 12}');
@@ -113,7 +101,7 @@ describe('customers', () => {
     await page.getByTestId('deposit-amount').fill('1,234.567891');
     await page.getByTestId('deposit-submit').click();
     await page.getByTestId('notice-ok').filter({ hasText: 'Deposited 1,234,567,891 credits ($1,234.567891)' }).waitFor();
-    expect((await svc.call('GET', '/v1/customers/initech/balance', { key: org.p.projectKey })).body.available).toBe(1_234_567_891);
+    expect((await svc.call('GET', '/v1/customers/initech/balance', { key: fx.org.p.projectKey })).body.available).toBe(1_234_567_891);
     // The headline balance, with its separators.
     expect(await page.getByTestId('customer-available').textContent()).toBe('1,234,567,891');
     expect(await page.getByTestId('customer-available').getAttribute('data-credits')).toBe('1234567891');
@@ -126,12 +114,12 @@ describe('customers', () => {
   });
 
   it('refuses a viewer\'s new customer with the API\'s message, creating nothing', async () => {
-    const viewer = await pageSignIn(svc, org.viewer.email, org.viewer.password);
-    const r = await pageCall(svc, viewer, 'POST', `/dashboard/projects/${org.p.projectId}/customers`, { _csrf: viewer.csrf, customer_id: 'hooli', name: 'Hooli' });
+    const viewer = await pageSignIn(svc, fx.org.viewer.email, fx.org.viewer.password);
+    const r = await pageCall(svc, viewer, 'POST', `/dashboard/projects/${fx.org.p.projectId}/customers`, { _csrf: viewer.csrf, customer_id: 'hooli', name: 'Hooli' });
     expect(r.status).toBe(403);
     expect(r.text).toContain('this needs the admin role or higher; you are a viewer');
     expect(r.text).toContain('value="hooli"');
-    expect((await svc.call('GET', '/v1/customers/hooli', { key: org.p.projectKey })).status).toBe(404);
+    expect((await svc.call('GET', '/v1/customers/hooli', { key: fx.org.p.projectKey })).status).toBe(404);
   });
 
   it('lists the customers with thousands separators', async () => {
@@ -144,7 +132,7 @@ describe('customers', () => {
 
 describe('the ledger', () => {
   it('names the sources of each entry by their deposit\'s label, not their wallet', async () => {
-    await page.goto(projectPath('customers', org.customerId));
+    await page.goto(projectPath('customers', fx.org.customerId));
     const sourceLabels = await page.getByTestId('source-row').locator('td:first-child').evaluateAll((cells) => cells.map((c) => c.firstChild?.textContent?.trim()));
     expect(sourceLabels).toContain('launch promo');
     const named = await page.getByTestId('ledger-source').allTextContents();
@@ -209,7 +197,7 @@ describe('the usage screen', () => {
     await page.getByTestId('usage-split').selectOption('model');
     await page.getByTestId('usage-search').click();
     await page.waitForURL(/split=model/);
-    expect(await page.getByTestId('usage-daily-chart-legend').locator('li').allTextContents()).toEqual([` ${org.modelId}`]);
+    expect(await page.getByTestId('usage-daily-chart-legend').locator('li').allTextContents()).toEqual([` ${fx.org.modelId}`]);
 
     // A range of days long past: no calls, in the chart or the table.
     await page.getByTestId('usage-from').fill('2020-01-01');
@@ -230,8 +218,8 @@ describe('the usage screen', () => {
   it('downloads the CSV of the search under the name the docs give', async () => {
     await page.goto(projectPath('usage?customer_id=globex'));
     const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('usage-csv').click()]);
-    expect(download.suggestedFilename()).toBe(csvFileName(org.p.projectId));
-    expect(csvFileName(org.p.projectId)).toBe(`usage-${org.p.projectId}.csv`);
+    expect(download.suggestedFilename()).toBe(csvFileName(fx.org.p.projectId));
+    expect(csvFileName(fx.org.p.projectId)).toBe(`usage-${fx.org.p.projectId}.csv`);
     const rows = readFileSync((await download.path())!, 'utf8').trim().split('\r\n');
     expect(rows.length).toBe(2);
     expect(rows[1]).toContain(',globex,');

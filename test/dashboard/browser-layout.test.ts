@@ -12,37 +12,26 @@
  * The service keeps the default KEY_LAST_USED_FLUSH_MS (10 s): "Last used" must not wait for it.
  */
 import { join } from 'node:path';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { browserSignIn, launchChromium, screenshotDir, seedOrganization, watchedPage, type Seeded } from './support.js';
-import { svc, useTestService } from '../support/service.js';
+import type { Page } from 'playwright-core';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
+import { browserSignIn, screenshotDir, watchedPage, useSeededDashboard } from './support.js';
+import { svc } from '../support/service.js';
 
-let mock: MockUpstream;
-let browser: Browser;
-let org: Seeded;
+const fx = useSeededDashboard({ browser: true });
 let webhookId: string;
 const shots = screenshotDir();
 const problems: string[] = [];
 
-useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
-  org = await seedOrganization(svc, mock);
-  const hook = await svc.call('POST', `/v1/admin/projects/${org.p.projectId}/webhooks`, { key: org.p.adminKey, body: { url: 'http://127.0.0.1:9/hook', description: 'layout test' } });
+  const hook = await svc.call('POST', `/v1/admin/projects/${fx.org.p.projectId}/webhooks`, { key: fx.org.p.adminKey, body: { url: 'http://127.0.0.1:9/hook', description: 'layout test' } });
   expect(hook.status, JSON.stringify(hook.body)).toBe(201);
   webhookId = hook.body.id;
 }, 60_000);
 
-afterAll(async () => {
-  await browser?.close();
-  await mock?.close();
-});
-
 /** A signed-in page of its own size (and time zone): script errors and CSP reports are collected. */
 async function signedIn(who: { email: string; password: string }, viewport: { width: number; height: number }, timezoneId = 'UTC'): Promise<Page> {
   // The error pages and refusals the tests ask for are answers, not script errors.
-  const page = await watchedPage(browser, problems, { viewport, timezoneId, provoked: /status of (400|403|404|409|500)/ });
+  const page = await watchedPage(fx.browser, problems, { viewport, timezoneId, provoked: /status of (400|403|404|409|500)/ });
   await browserSignIn(page, svc.url, who.email, who.password);
   return page;
 }
@@ -53,21 +42,21 @@ async function shoot(page: Page, name: string): Promise<void> {
 
 /** Every screen's address, the seeded customer's, a receipt's and a webhook's log included. */
 async function everyScreen(): Promise<string[]> {
-  const project = `/dashboard/projects/${org.p.projectId}`;
-  const usage = (await svc.call('GET', `/v1/admin/projects/${org.p.projectId}/usage?limit=1`, { key: org.p.adminKey })).body.data;
+  const project = `/dashboard/projects/${fx.org.p.projectId}`;
+  const usage = (await svc.call('GET', `/v1/admin/projects/${fx.org.p.projectId}/usage?limit=1`, { key: fx.org.p.adminKey })).body.data;
   return [
     '/dashboard/overview', '/dashboard/projects', `${project}/keys`, `${project}/models`, `${project}/customers`,
-    `${project}/customers/${org.customerId}`, `${project}/usage`, `${project}/receipts/${usage[0].transaction_id}`,
+    `${project}/customers/${fx.org.customerId}`, `${project}/usage`, `${project}/receipts/${usage[0].transaction_id}`,
     `${project}/reconcile`, `${project}/webhooks`, `${project}/webhooks/${webhookId}/deliveries`, `${project}/events`,
     '/dashboard/billing', '/dashboard/team', '/dashboard/queues', '/dashboard/no-such-page',
   ];
 }
 
-const project = () => `/dashboard/projects/${org.p.projectId}`;
+const project = () => `/dashboard/projects/${fx.org.p.projectId}`;
 
 describe('the layout', () => {
   it("fits the owner's navigation on one line at 1280 px, and draws the chart's labels in the page's font", async () => {
-    const page = await signedIn(org.owner, { width: 1280, height: 860 });
+    const page = await signedIn(fx.org.owner, { width: 1280, height: 860 });
     await shoot(page, 'layout-1280');
     const tops = await page.locator('header.top nav a').evaluateAll((links) => links.map((a) => a.getBoundingClientRect().top));
     expect(tops).toHaveLength(12);
@@ -86,7 +75,7 @@ describe('the layout', () => {
   });
 
   it('at 390 px, shows every screen within the viewport width, the navigation a row that scrolls, key prefixes on one line', async () => {
-    const page = await signedIn(org.owner, { width: 390, height: 844 });
+    const page = await signedIn(fx.org.owner, { width: 390, height: 844 });
     const wider: string[] = [];
     const withoutNav: string[] = [];
     for (const path of await everyScreen()) {
@@ -108,12 +97,12 @@ describe('the layout', () => {
     expect(prefixLines.length).toBeGreaterThan(0);
     expect(prefixLines.every((n) => n === 1)).toBe(true);
     await shoot(page, 'layout-390-keys');
-    await page.goto(`${svc.url}${project()}/customers/${org.customerId}`);
+    await page.goto(`${svc.url}${project()}/customers/${fx.org.customerId}`);
     await shoot(page, 'layout-390-customer');
   });
 
   it('keeps the navigation on the error pages: 404, 403 and 500', async () => {
-    const owner = await signedIn(org.owner, { width: 1280, height: 860 });
+    const owner = await signedIn(fx.org.owner, { width: 1280, height: 860 });
     const missing = await owner.goto(`${svc.url}/dashboard/no-such-page`);
     expect(missing!.status()).toBe(404);
     expect(await owner.getByTestId('nav-keys').count()).toBe(1);
@@ -135,7 +124,7 @@ describe('the layout', () => {
       failing.mockRestore();
     }
 
-    const viewer = await signedIn(org.viewer, { width: 1280, height: 860 });
+    const viewer = await signedIn(fx.org.viewer, { width: 1280, height: 860 });
     const refused = await viewer.goto(`${svc.url}/dashboard/queues`);
     expect(refused!.status()).toBe(403);
     expect(await viewer.getByTestId('notice-error').textContent()).toBe('this needs the owner role; you are a viewer');
@@ -145,7 +134,7 @@ describe('the layout', () => {
 
 describe('reconcile', () => {
   it('shows a new check as queued, then finished, never "already running"; Repair is a red button with a confirm', async () => {
-    const page = await signedIn(org.owner, { width: 1280, height: 860 });
+    const page = await signedIn(fx.org.owner, { width: 1280, height: 860 });
     await page.goto(`${svc.url}${project()}/reconcile`);
     const red = await page.getByTestId('reconcile-repair').evaluate((b) => getComputedStyle(b).backgroundColor);
     expect(red).toBe('rgb(180, 35, 24)');
@@ -183,14 +172,14 @@ describe('reconcile', () => {
 
 describe('team', () => {
   it('keeps a refused invitation as typed and says what is wrong; a removal takes a confirming click', async () => {
-    const page = await signedIn(org.owner, { width: 1280, height: 860 });
+    const page = await signedIn(fx.org.owner, { width: 1280, height: 860 });
     await page.goto(`${svc.url}/dashboard/team`);
-    await page.getByTestId('invite-email').fill(org.viewer.email);
+    await page.getByTestId('invite-email').fill(fx.org.viewer.email);
     await page.getByTestId('invite-role').selectOption('admin');
     await page.getByTestId('invite-submit').click();
     await page.getByTestId('notice-error').waitFor();
-    expect(await page.getByTestId('notice-error').textContent()).toBe(`${org.viewer.email} is already a member of this organization`);
-    expect([await page.getByTestId('invite-email').inputValue(), await page.getByTestId('invite-role').inputValue()]).toEqual([org.viewer.email, 'admin']);
+    expect(await page.getByTestId('notice-error').textContent()).toBe(`${fx.org.viewer.email} is already a member of this organization`);
+    expect([await page.getByTestId('invite-email').inputValue(), await page.getByTestId('invite-role').inputValue()]).toEqual([fx.org.viewer.email, 'admin']);
 
     await page.getByTestId('invite-email').fill('layout.member@example.com');
     await page.locator('input[name="password"]').fill('short');
@@ -207,7 +196,7 @@ describe('team', () => {
     const confirm = row.getByTestId('member-remove-confirm');
     await confirm.waitFor();
     // The first click removed nobody.
-    const members = async () => (await svc.call('GET', '/v1/admin/members', { key: org.p.adminKey })).body.data.map((m: { email: string }) => m.email);
+    const members = async () => (await svc.call('GET', '/v1/admin/members', { key: fx.org.p.adminKey })).body.data.map((m: { email: string }) => m.email);
     expect(await members()).toContain('layout.member@example.com');
     await shoot(page, 'team-remove-confirm');
     await confirm.click();
@@ -219,7 +208,7 @@ describe('team', () => {
 describe('keys', () => {
   it('shows the customer fields for a customer key only, takes the expiry in UTC, and shows a fresh "Last used" on a reload', async () => {
     // A browser far from UTC: what is typed is UTC all the same.
-    const page = await signedIn(org.owner, { width: 1280, height: 860 }, 'America/Los_Angeles');
+    const page = await signedIn(fx.org.owner, { width: 1280, height: 860 }, 'America/Los_Angeles');
     await page.goto(`${svc.url}${project()}/keys`);
     await page.getByTestId('key-create').click();
     const customerFields = page.getByTestId('key-customer-fields');
@@ -228,7 +217,7 @@ describe('keys', () => {
     await page.getByTestId('key-kind').selectOption('customer');
     expect(await customerFields.isVisible()).toBe(true);
     await shoot(page, 'keys-create-customer');
-    await page.getByTestId('key-customer').fill(org.customerId);
+    await page.getByTestId('key-customer').fill(fx.org.customerId);
     // The field says what it takes before anything is sent.
     const expires = page.getByTestId('key-expires');
     await expires.fill('next friday');
@@ -239,26 +228,26 @@ describe('keys', () => {
     const secret = (await page.getByTestId('key-secret').textContent())!;
     const row = page.locator(`[data-testid="key-row"][data-key-prefix="${secret.slice(0, 16)}"]`);
     expect(await row.textContent()).toContain('2099-01-31 23:30 UTC');
-    const listed = (await svc.call('GET', `/v1/admin/projects/${org.p.projectId}/keys`, { key: org.p.adminKey })).body.data;
+    const listed = (await svc.call('GET', `/v1/admin/projects/${fx.org.p.projectId}/keys`, { key: fx.org.p.adminKey })).body.data;
     expect(listed.find((k: { prefix: string }) => secret.startsWith(k.prefix)).expires_at).toBe('2099-01-31T23:30:00.000Z');
 
     // Used, then the page reloaded: its last use is there, without waiting for the 10 s flush.
     const lastUsed = row.getByTestId('key-last-used');
     expect(await lastUsed.textContent()).toBe('—');
     const before = Date.now();
-    expect((await svc.call('GET', `/v1/customers/${org.customerId}/balance`, { key: secret })).status).toBe(200);
+    expect((await svc.call('GET', `/v1/customers/${fx.org.customerId}/balance`, { key: secret })).status).toBe(200);
     await page.reload();
     const first = Date.parse((await lastUsed.getAttribute('data-at'))!);
     expect(first).toBeGreaterThanOrEqual(before - 1);
     expect(await lastUsed.textContent()).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/);
     await new Promise((resolve) => setTimeout(resolve, 50));
-    expect((await svc.call('GET', `/v1/customers/${org.customerId}/balance`, { key: secret })).status).toBe(200);
+    expect((await svc.call('GET', `/v1/customers/${fx.org.customerId}/balance`, { key: secret })).status).toBe(200);
     await page.reload();
     expect(Date.parse((await lastUsed.getAttribute('data-at'))!)).toBeGreaterThan(first);
   });
 });
 
-// Last: everything above ran without a script error or a CSP report in the browser.
+// Last: everything above ran without a script error or a CSP report in the fx.browser.
 describe('the browser console', () => {
   it('reported no script error and no CSP violation', () => {
     expect(problems).toEqual([]);

@@ -7,43 +7,24 @@
  * photographed on the way (support.ts: screenshotDir).
  */
 import { join } from 'node:path';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { browserSignIn, launchChromium, screenshotDir, seedOrganization, type Seeded } from './support.js';
-import { svc, useTestService } from '../support/service.js';
+import type { Page } from 'playwright-core';
+import { describe, expect, it } from 'vitest';
+import { browserSignIn, screenshotDir, useSeededDashboard, watchedPage } from './support.js';
+import { svc } from '../support/service.js';
 
-let mock: MockUpstream;
-let browser: Browser;
-let org: Seeded;
+const fx = useSeededDashboard({ browser: true });
 const problems: string[] = [];
 
-useTestService({ workers: true, variants: [] });
-beforeAll(async () => {
-  [mock, browser] = await Promise.all([startMockUpstream(), launchChromium()]);
-  org = await seedOrganization(svc, mock);
-}, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-  await mock?.close();
-});
-
 async function signedIn(viewport: { width: number; height: number }): Promise<Page> {
-  const page = await (await browser.newContext({ viewport })).newPage();
-  page.setDefaultTimeout(10_000);
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
-  });
-  await browserSignIn(page, svc.url, org.owner.email, org.owner.password);
+  const page = await watchedPage(fx.browser, problems, { viewport });
+  await browserSignIn(page, svc.url, fx.org.owner.email, fx.org.owner.password);
   return page;
 }
 
 describe('the Events screen', () => {
   it("shows an event's data a field a line, readable on a phone", async () => {
     const page = await signedIn({ width: 390, height: 844 });
-    await page.goto(`${svc.url}/dashboard/projects/${org.p.projectId}/events?type=deposit.created&customer_id=${org.customerId}`);
+    await page.goto(`${svc.url}/dashboard/projects/${fx.org.p.projectId}/events?type=deposit.created&customer_id=${fx.org.customerId}`);
     const rows = page.getByTestId('event-row');
     await rows.first().waitFor();
     // Acme's deposits: 25,000,000 credits, then 1,000,000 of launch promo (newest first).
@@ -54,7 +35,7 @@ describe('the Events screen', () => {
       for (const dt of dl.querySelectorAll('dt')) out[dt.textContent!] = dt.nextElementSibling!.textContent!;
       return out;
     });
-    expect(fields).toMatchObject({ amount: '1,000,000', wallet: 'promo', label: 'launch promo', customer_id: org.customerId });
+    expect(fields).toMatchObject({ amount: '1,000,000', wallet: 'promo', label: 'launch promo', customer_id: fx.org.customerId });
     expect(await rows.first().textContent()).not.toContain('{"');
 
     for (const row of await rows.all()) {

@@ -4,31 +4,21 @@
  * `catalogue` or `override` and names the entry; saving its edit form keeps the sources; a
  * hand-priced model carries no label; an unknown catalogue model shows the API's message.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
-import { svc, useTestService } from '../support/service.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { pageCall, pageSignIn, type PageSession, useSeededDashboard } from './support.js';
+import { svc } from '../support/service.js';
 
-let mock: MockUpstream;
-let org: Seeded;
+const fx = useSeededDashboard();
 let owner: PageSession;
-
-useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  mock = await startMockUpstream();
-  org = await seedOrganization(svc, mock);
-  owner = await pageSignIn(svc, org.owner.email, org.owner.password);
-}, 60_000);
-
-afterAll(async () => {
-  await mock?.close();
+  owner = await pageSignIn(svc, fx.org.owner.email, fx.org.owner.password);
 });
 
-const path = () => `/dashboard/projects/${org.p.projectId}/models`;
+const path = () => `/dashboard/projects/${fx.org.p.projectId}/models`;
 const post = (form: Record<string, string>) => pageCall(svc, owner, 'POST', path(), { ...form, _csrf: owner.csrf });
 const notice = (text: string) => /data-testid="notice-(?:ok|error)">([^<]*)</.exec(text)?.[1];
 const stored = async (id: string) =>
-  (await svc.call('GET', `/v1/admin/projects/${org.p.projectId}/models`, { key: org.p.adminKey })).body.data.find((m: { id: string }) => m.id === id);
+  (await svc.call('GET', `/v1/admin/projects/${fx.org.p.projectId}/models`, { key: fx.org.p.adminKey })).body.data.find((m: { id: string }) => m.id === id);
 /** The row of a model on the screen: its price source labels and its catalogue note. */
 const row = (html: string, id: string) => {
   const tr = new RegExp(`<tr data-testid="model-row" data-model-id="${id}">([\\s\\S]*?)</tr>`).exec(html)?.[1] ?? '';
@@ -41,7 +31,7 @@ const form = { provider: 'openai', upstream_base_url: '', upstream_model: 'mock-
 
 describe('models priced from the catalogue', () => {
   it('adds one from the form, labels each price, and its edit form saves it unchanged', async () => {
-    const added = await post({ ...form, upstream_base_url: mock.url, model_id: 'cat-4o', catalogue_provider: 'openai', catalogue_model: 'gpt-4o', output_price_per_million_credits: '12000000' });
+    const added = await post({ ...form, upstream_base_url: fx.mock.url, model_id: 'cat-4o', catalogue_provider: 'openai', catalogue_model: 'gpt-4o', output_price_per_million_credits: '12000000' });
     expect([added.status, notice(added.text)]).toEqual([200, expect.stringMatching(/^Added model cat-4o/)]);
     const before = await stored('cat-4o');
     expect(before).toMatchObject({ input_price_per_million_credits: 2_500_000, output_price_per_million_credits: 12_000_000, price_catalogue: { provider: 'openai', model: 'gpt-4o' } });
@@ -66,7 +56,7 @@ describe('models priced from the catalogue', () => {
     expect(seededId).toBeDefined();
     expect(row(screen.text, seededId!)).toEqual({ sources: [], catalogue: undefined });
 
-    const refused = await post({ ...form, upstream_base_url: mock.url, model_id: 'cat-bad', catalogue_provider: 'openai', catalogue_model: 'gpt-4oo' });
+    const refused = await post({ ...form, upstream_base_url: fx.mock.url, model_id: 'cat-bad', catalogue_provider: 'openai', catalogue_model: 'gpt-4oo' });
     expect(notice(refused.text)).toMatch(/has no model gpt-4oo for provider openai; did you mean gpt-4o\?/);
     expect(await stored('cat-bad')).toBeUndefined();
   });

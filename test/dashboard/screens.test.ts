@@ -2,34 +2,23 @@
  * The dashboard's forms and lists over plain HTTP, checked against the management API:
  * each action does what its screen says, with the API's message when refused.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective } from '../../src/gateway/mock/controls.js';
-import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import { csvField } from '../../src/dashboard/screens/usage.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { addMember } from '../admin/dashboard-support.js';
 import { waitFor } from '../helpers.js';
-import { pageCall, pageSignIn, seedOrganization, type PageSession, type Seeded } from './support.js';
+import { pageCall, pageSignIn, type PageSession, useSeededDashboard } from './support.js';
 import { expectError } from '../support/errors.js';
-import { svc, useTestService } from '../support/service.js';
+import { svc } from '../support/service.js';
 
-let mock: MockUpstream;
-let org: Seeded;
+const fx = useSeededDashboard();
 let owner: PageSession;
-
-// No project of the fixture's: seedOrganization makes the organization with its own.
-useTestService({ workers: true, variants: [] });
 beforeAll(async () => {
-  mock = await startMockUpstream();
-  org = await seedOrganization(svc, mock);
-  owner = await pageSignIn(svc, org.owner.email, org.owner.password);
-}, 60_000);
-
-afterAll(async () => {
-  await mock?.close();
+  owner = await pageSignIn(svc, fx.org.owner.email, fx.org.owner.password);
 });
 
-const admin = async (path: string) => (await svc.call('GET', `/v1/admin${path}`, { key: org.p.adminKey })).body;
+const admin = async (path: string) => (await svc.call('GET', `/v1/admin${path}`, { key: fx.org.p.adminKey })).body;
 const post = (path: string, form: Record<string, string | string[]>) => pageCall(svc, owner, 'POST', path, { ...form, _csrf: owner.csrf });
 const notice = (text: string) => /data-testid="notice-(?:ok|error)">([^<]*)</.exec(text)?.[1];
 
@@ -46,7 +35,7 @@ describe('projects', () => {
 
 describe('keys', () => {
   it('refuses a customer key without its customer, keeping the form open with what was typed', async () => {
-    const r = await post(`/dashboard/projects/${org.p.projectId}/keys`, { kind: 'customer', name: 'mobile app', customer_id: '' });
+    const r = await post(`/dashboard/projects/${fx.org.p.projectId}/keys`, { kind: 'customer', name: 'mobile app', customer_id: '' });
     expect([r.status, notice(r.text)]).toEqual([400, 'customer_id is required for customer keys']);
     expect(r.text).toMatch(/<details class="form" open>/);
     expect(r.text).toContain('value="mobile app"');
@@ -54,14 +43,14 @@ describe('keys', () => {
 });
 
 describe('models', () => {
-  const path = () => `/dashboard/projects/${org.p.projectId}/models`;
-  const model = () => ({ model_id: 'openai/gpt-x', provider: 'openai', upstream_base_url: mock.url, upstream_model: 'mock-gpt', context_window: '8000',
+  const path = () => `/dashboard/projects/${fx.org.p.projectId}/models`;
+  const model = () => ({ model_id: 'openai/gpt-x', provider: 'openai', upstream_base_url: fx.mock.url, upstream_model: 'mock-gpt', context_window: '8000',
     max_output_tokens: '1000', input_price_per_million_credits: '1,500,000', output_price_per_million_credits: '3000000', supports_streaming: '1', active: '1' });
 
   it('adds a model with a provider key that no page ever shows again', async () => {
     const r = await post(path(), { ...model(), upstream_api_key: 'sk-very-secret-upstream' });
     expect([r.status, notice(r.text)]).toEqual([200, 'Added model openai/gpt-x']);
-    const m = (await admin(`/projects/${org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-x');
+    const m = (await admin(`/projects/${fx.org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-x');
     expect(m).toMatchObject({ has_upstream_key: true, input_price_per_million_credits: 1_500_000, active: true, supports_streaming: true });
     const edit = await pageCall(svc, owner, 'GET', `${path()}?edit=${encodeURIComponent('openai/gpt-x')}`);
     expect(edit.status).toBe(200);
@@ -70,7 +59,7 @@ describe('models', () => {
   });
 
   it('sets the hold bounds per part; an empty field is the default', async () => {
-    const listed = async () => (await admin(`/projects/${org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-bounds');
+    const listed = async () => (await admin(`/projects/${fx.org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-bounds');
     await post(path(), { ...model(), model_id: 'openai/gpt-bounds', image_token_bound: '2,000', file_token_bound: '0' });
     expect(await listed()).toMatchObject({ image_token_bound: 2_000, file_token_bound: 0 });
     await post(path(), { ...model(), model_id: 'openai/gpt-bounds', image_token_bound: '', file_token_bound: '' });
@@ -81,7 +70,7 @@ describe('models', () => {
   });
 
   it('edits it: an empty key field keeps the key, the box removes it; inactive; the API\'s refusal shown', async () => {
-    const listed = async () => (await admin(`/projects/${org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-x');
+    const listed = async () => (await admin(`/projects/${fx.org.p.projectId}/models`)).data.find((x: { id: string }) => x.id === 'openai/gpt-x');
     // Unchecked boxes are absent from a form: active and streaming off.
     const { active: _a, supports_streaming: _s, ...off } = model();
     const saved = await post(path(), { ...off, output_price_per_million_credits: '4000000' });
@@ -105,7 +94,7 @@ describe('models', () => {
     expect(page.text).toContain('name="model_id" value="doomed/x"');
     const r = await post(`${path()}/delete`, { model_id: 'doomed/x' });
     expect([r.status, notice(r.text)]).toEqual([200, 'Deleted model doomed/x; the receipts of its calls stay']);
-    expect((await admin(`/projects/${org.p.projectId}/models`)).data.map((m: { id: string }) => m.id)).not.toContain('doomed/x');
+    expect((await admin(`/projects/${fx.org.p.projectId}/models`)).data.map((m: { id: string }) => m.id)).not.toContain('doomed/x');
     const again = await post(`${path()}/delete`, { model_id: 'doomed/x' });
     expect([again.status, notice(again.text)]).toEqual([404, 'model doomed/x not found']);
   });
@@ -115,7 +104,7 @@ describe('deactivating a project', () => {
   it('deactivates from the projects list: keys revoked, shown as deactivated, no button any more', async () => {
     const made = await post('/dashboard/projects', { name: 'Short-lived' });
     const id = /\((proj_[A-Za-z0-9_-]+)\)/.exec(notice(made.text)!)![1];
-    const key = await svc.call('POST', `/v1/admin/projects/${id}/keys`, { key: org.p.adminKey, body: { type: 'project' } });
+    const key = await svc.call('POST', `/v1/admin/projects/${id}/keys`, { key: fx.org.p.adminKey, body: { type: 'project' } });
     const r = await post(`/dashboard/projects/${id}/deactivate`, {});
     expect([r.status, notice(r.text)]).toEqual([200, 'Deactivated project Short-lived: 1 key(s) revoked; its records stay readable']);
     expect((await admin(`/projects/${id}`)).active).toBe(false);
@@ -131,7 +120,7 @@ describe('plan', () => {
     const down = await pageCall(svc, owner, 'GET', '/dashboard/billing?plan=free');
     expect(down.text).toContain('takes effect at the end of this period');
     const up = await pageCall(svc, owner, 'GET', '/dashboard/billing?plan=pro_2m');
-    const preview = (await svc.call('GET', '/v1/admin/organization/plan/preview?plan=pro_2m', { key: org.p.adminKey })).body;
+    const preview = (await svc.call('GET', '/v1/admin/organization/plan/preview?plan=pro_2m', { key: fx.org.p.adminKey })).body;
     expect(up.text).toContain(`data-testid="plan-charge">$${preview.prorated_charge_usd}<`);
     const done = await post('/dashboard/billing/plan', { plan: 'pro_2m' });
     expect([done.status, notice(done.text)]).toEqual([200, expect.stringMatching(/^Upgraded to pro_2m; charged \$(\d+\.\d{2}) for the rest of the period, on the upcoming invoice below \(billed when the period closes on .+\)$/)]);
@@ -156,19 +145,19 @@ describe('team', () => {
     expect((await admin(`/members/${member.id}`)).role).toBe('admin');
     const removed = await post(`/dashboard/team/${member.id}/remove`, {});
     expect(notice(removed.text)).toBe('Removed new.person@example.com');
-    expect((await svc.call('GET', `/v1/admin/members/${member.id}`, { key: org.p.adminKey })).status).toBe(404);
+    expect((await svc.call('GET', `/v1/admin/members/${member.id}`, { key: fx.org.p.adminKey })).status).toBe(404);
 
-    const last = await post(`/dashboard/team/${org.owner.id}/role`, { role: 'viewer' });
-    expect([last.status, (await admin(`/members/${org.owner.id}`)).role]).toEqual([409, 'owner']);
+    const last = await post(`/dashboard/team/${fx.org.owner.id}/role`, { role: 'viewer' });
+    expect([last.status, (await admin(`/members/${fx.org.owner.id}`)).role]).toEqual([409, 'owner']);
   });
 });
 
 describe('customers', () => {
   it('pages the ledger 25 entries at a time, without overlap', async () => {
     for (let i = 0; i < 30; i++) {
-      expect((await svc.call('POST', '/v1/billing/deduct', { key: org.p.projectKey, body: { customer_id: 'globex', transaction_id: `g-${i}`, amount: 1 } })).status).toBe(200);
+      expect((await svc.call('POST', '/v1/billing/deduct', { key: fx.org.p.projectKey, body: { customer_id: 'globex', transaction_id: `g-${i}`, amount: 1 } })).status).toBe(200);
     }
-    const path = `/dashboard/projects/${org.p.projectId}/customers/globex`;
+    const path = `/dashboard/projects/${fx.org.p.projectId}/customers/globex`;
     const first = await pageCall(svc, owner, 'GET', path);
     const rows = (text: string) => [...text.matchAll(/<code>(g-\d+|[^<]+)<\/code><\/td>\s*<td>/g)].map((m) => m[1]);
     const next = /href="([^"]+)" data-testid="page-next"/.exec(first.text)![1].replace(/&amp;/g, '&');
@@ -182,20 +171,20 @@ describe('customers', () => {
 describe('usage', () => {
   it('exports the search as CSV, formulas defused', async () => {
     const chat = await svc.call('POST', '/v1/chat/completions', {
-      key: org.p.projectKey,
-      headers: { 'x-service-customer': org.customerId, 'x-service-trace-id': '=HYPERLINK("http://x")' },
-      body: { model: org.modelId, messages: [{ role: 'user', content: 'hi' }] },
+      key: fx.org.p.projectKey,
+      headers: { 'x-service-customer': fx.org.customerId, 'x-service-trace-id': '=HYPERLINK("http://x")' },
+      body: { model: fx.org.modelId, messages: [{ role: 'user', content: 'hi' }] },
     });
     expect(chat.status).toBe(200);
     await svc.drained();
-    const r = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage.csv?customer_id=${org.customerId}`);
+    const r = await pageCall(svc, owner, 'GET', `/dashboard/projects/${fx.org.p.projectId}/usage.csv?customer_id=${fx.org.customerId}`);
     expect(r.status).toBe(200);
     expect(r.headers.get('content-type')).toBe('text/csv; charset=utf-8');
-    expect(r.headers.get('content-disposition')).toBe(`attachment; filename="usage-${org.p.projectId}.csv"`);
+    expect(r.headers.get('content-disposition')).toBe(`attachment; filename="usage-${fx.org.p.projectId}.csv"`);
     const lines = r.text.trimEnd().split('\r\n');
     expect(lines[0]).toBe('created_at,transaction_id,trace_id,customer_id,wallet,model,endpoint,stream,status,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,usage_estimated,cost_credits,cost_usd,uncovered_credits,latency_ms');
     expect(lines).toHaveLength(3);
-    expect(lines[1]).toContain(`,"'=HYPERLINK(""http://x"")",${org.customerId},`);
+    expect(lines[1]).toContain(`,"'=HYPERLINK(""http://x"")",${fx.org.customerId},`);
     expect(lines[2]).toContain(',trace-hello,');
     expect([csvField('a,b'), csvField('-1'), csvField(-1), csvField(null), csvField('plain')]).toEqual(['"a,b"', "'-1", '-1', '', 'plain']);
   });
@@ -203,32 +192,32 @@ describe('usage', () => {
   it('shows the uncovered credits: their total, and a marker on the calls that had some', async () => {
     // globex has 4,000,000 credits; 2,000,000 input tokens at 2.5 credits cost more (a new customer would change the reconcile counts below).
     const short = await svc.call('POST', '/v1/chat/completions', {
-      key: org.p.projectKey,
+      key: fx.org.p.projectKey,
       headers: { 'x-service-customer': 'globex' },
-      body: { model: org.modelId, messages: [{ role: 'user', content: `hi ${mockDirective({ input_tokens: 2_000_000, output_tokens: 1 })}` }], max_tokens: 1 },
+      body: { model: fx.org.modelId, messages: [{ role: 'user', content: `hi ${mockDirective({ input_tokens: 2_000_000, output_tokens: 1 })}` }], max_tokens: 1 },
     });
     expect(short.status, JSON.stringify(short.body)).toBe(200);
     const txid = short.headers.get('x-service-transaction-id');
     await svc.drained();
-    const receipt = await svc.call('GET', `/v1/billing/receipts/${txid}`, { key: org.p.projectKey });
+    const receipt = await svc.call('GET', `/v1/billing/receipts/${txid}`, { key: fx.org.p.projectKey });
     const uncovered = receipt.body.uncovered_credits as number;
     expect(uncovered).toBeGreaterThan(0);
-    const page = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage?customer_id=globex`);
+    const page = await pageCall(svc, owner, 'GET', `/dashboard/projects/${fx.org.p.projectId}/usage?customer_id=globex`);
     expect(page.status).toBe(200);
     expect(page.text).toMatch(new RegExp(`data-testid="usage-uncovered-total">Uncovered: <span class="amount">${uncovered.toLocaleString('en-US')} credits`));
     expect(page.text).toMatch(new RegExp(`data-transaction-id="${txid}">[^]*?data-testid="usage-uncovered"[^>]*>\\+ ${uncovered.toLocaleString('en-US')} uncovered`));
-    const shown = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/receipts/${txid}`);
+    const shown = await pageCall(svc, owner, 'GET', `/dashboard/projects/${fx.org.p.projectId}/receipts/${txid}`);
     expect(shown.text).toContain(`data-testid="receipt-uncovered"><span class="amount">${uncovered.toLocaleString('en-US')} credits`);
     // A customer billed in full: no total, no marker.
-    const full = await pageCall(svc, owner, 'GET', `/dashboard/projects/${org.p.projectId}/usage?customer_id=${org.customerId}`);
+    const full = await pageCall(svc, owner, 'GET', `/dashboard/projects/${fx.org.p.projectId}/usage?customer_id=${fx.org.customerId}`);
     expect(full.text).toContain('data-testid="usage-row"');
     expect(full.text).not.toContain('usage-uncovered');
   });
 });
 
 describe('reconcile', () => {
-  const path = () => `/dashboard/projects/${org.p.projectId}/reconcile`;
-  const meta = () => customerKeys(svc.rt.config.REDIS_PREFIX, org.p.projectId, 'globex').meta;
+  const path = () => `/dashboard/projects/${fx.org.p.projectId}/reconcile`;
+  const meta = () => customerKeys(svc.rt.config.REDIS_PREFIX, fx.org.p.projectId, 'globex').meta;
   const driftRows = (text: string) => [...text.matchAll(/data-testid="drift-row" data-customer-id="([^"]+)" data-field="([^"]+)"/g)].map((m) => [m[1], m[2]]);
 
   /** The job an answer shows, followed as htmx does (its panel alone, every poll) until it has finished. */
@@ -286,7 +275,7 @@ describe('reconcile', () => {
   });
 
   it("refuses a viewer's check and repair with the API's message, and offers a viewer no repair", async () => {
-    const viewer = await pageSignIn(svc, org.viewer.email, org.viewer.password);
+    const viewer = await pageSignIn(svc, fx.org.viewer.email, fx.org.viewer.password);
     await svc.rt.redis.hset(meta(), 'name', 'Tampered again');
     try {
       for (const action of [path(), `${path()}/repair`]) {
@@ -329,8 +318,8 @@ describe('queues', () => {
   });
 
   it('refuses an admin and a viewer with 403 naming their role', async () => {
-    const admin = await addMember(svc, org.p, 'admin');
-    for (const [member, role] of [[admin, 'an admin'], [org.viewer, 'a viewer']] as const) {
+    const admin = await addMember(svc, fx.org.p, 'admin');
+    for (const [member, role] of [[admin, 'an admin'], [fx.org.viewer, 'a viewer']] as const) {
       const s = await pageSignIn(svc, member.email, member.password);
       const r = await pageCall(svc, s, 'GET', '/dashboard/queues');
       expect([r.status, notice(r.text)]).toEqual([403, `this needs the owner role; you are ${role}`]);

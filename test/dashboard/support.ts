@@ -8,11 +8,12 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { sql } from 'slonik';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { Invoicing } from '../../src/billing/invoices.js';
-import type { MockUpstream } from '../../src/gateway/mock/server.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
 import type { TestProject, TestService } from '../helpers.js';
 import { addMember } from '../admin/dashboard-support.js';
+import { svc, useTestService, type ServiceFixtureOptions } from '../support/service.js';
 
 const chromium_path = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
@@ -157,4 +158,33 @@ export async function pageCall(svc: TestService, s: PageSession | null, method: 
   }
   const res = await fetch(`${svc.url}${path}`, { method, headers, body, redirect: 'manual' });
   return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+/** What useSeededDashboard fills in before the file's tests: the mock upstream, the seeded organization, the browser. */
+export interface SeededDashboard {
+  mock: MockUpstream;
+  org: Seeded;
+  /** Only with `browser: true`. */
+  browser: Browser;
+}
+
+/**
+ * The dashboard files' set-up: a test service with its workers and no project of the
+ * fixture's (seedOrganization makes the organization with its own), the mock upstream,
+ * the seeded organization, and with `browser: true` one chromium; all closed after the file.
+ */
+export function useSeededDashboard(o: { browser?: boolean; config?: ServiceFixtureOptions['config'] } = {}): SeededDashboard {
+  const fx = {} as SeededDashboard;
+  useTestService({ workers: true, variants: [], config: o.config });
+  beforeAll(async () => {
+    const [mock, browser] = await Promise.all([startMockUpstream(), o.browser ? launchChromium() : undefined]);
+    fx.mock = mock;
+    if (browser) fx.browser = browser;
+    fx.org = await seedOrganization(svc, mock);
+  }, 60_000);
+  afterAll(async () => {
+    await fx.browser?.close();
+    await fx.mock?.close();
+  });
+  return fx;
 }

@@ -527,12 +527,13 @@ describe('gateway errors through the official SDKs', () => {
 
   it('has it on the paths under /v1/messages that the Anthropic SDK calls and the service does not serve', async () => {
     const client = new Anthropic({ baseURL: env.svc.url, apiKey: env.p.projectKey, maxRetries: 0 });
-    const err = await client.messages.countTokens({ model: ANTHROPIC_MODEL, messages: [{ role: 'user', content: 'hi' }] }).then(
+    // count_tokens is served (relayed, unbilled); message batches are not.
+    const err = await client.messages.batches.list().then(
       () => null,
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(Anthropic.NotFoundError);
-    expect((err as Error).message).toBe('404 no route for POST /v1/messages/count_tokens');
+    expect((err as Error).message).toBe('404 no route for GET /v1/messages/batches');
   });
 
   it('leaves the chat completions envelope without the Anthropic fields', async () => {
