@@ -293,7 +293,7 @@ describe('webhook deliveries through kill -9', () => {
     })();
     await Promise.all([chaos, ...Array.from({ length: clients }, (_, n) => client(n, () => stopAt, acknowledged, problems))]);
     const loadMs = Date.now() - startedAt;
-    expect(problems).toEqual([]);
+    expect(problems, `${worker.describe()}\n${webs.map((w) => w.describe()).join('\n')}`).toEqual([]);
     expect(acknowledged.length).toBeGreaterThan(clients * 5);
 
     // Every acknowledged deposit's event is stored once the outboxes are drained: exactly those.
