@@ -19,7 +19,6 @@ import type { RedisClient } from '../redis/client.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from 'slonik';
 import { z } from 'zod';
-import { timestamp } from '../schema/zod.js';
 import { ApiError } from '../errors/catalogue.js';
 import { newId } from '../ids.js';
 import type { Clock } from '../ledger/clock.js';
@@ -484,32 +483,3 @@ export class PlanService {
     return { plan, demoAllowance: org.demo_allowance, limits: this.mode === 'on' ? limitsOf(plan, org.demo_allowance) : unlimited };
   }
 }
-
-// The documented answer of organization() (src/openapi/).
-const limitValue = z.number().int().nullable().openapi({ description: 'Null: unlimited.' });
-export const organizationSchema = z
-  .object({
-    id: z.string(),
-    name: z.string(),
-    plan: z.enum(planIds).openapi({ description: 'The plan in force now.' }),
-    pending_plan: z.enum(planIds).nullable().openapi({ description: 'A downgrade that starts at `pending_plan_from`.' }),
-    pending_plan_from: timestamp.nullable(),
-    period_start: timestamp,
-    period_end: timestamp,
-    billable_ops: z.number().int(),
-    included_ops: z.number().int().nullable().openapi({ description: 'Null for `enterprise`.' }),
-    overage_ops: z.number().int(),
-    overage_cost_usd: z.number(),
-    hard_limit: z.boolean(),
-    demo_allowance: z.boolean().openapi({ description: "Whether the organization is the `npm start` demo's: its limits are raised to the demo allowance (a plan that allows more keeps its own)." }),
-    limits: z
-      .object({
-        projects_max: limitValue,
-        keys_per_project_max: limitValue.openapi({ description: 'Keys (project and customer-scoped, revoked ones excepted) per project; null: unlimited.' }),
-        members_max: limitValue,
-      })
-      .strict()
-      .openapi({ description: 'What the organization may have now: its plan\'s limits, raised by the demo allowance; beyond them a creation answers 403 `plan_limit_reached`.' }),
-  })
-  .strict()
-  .openapi('Organization');

@@ -9,7 +9,7 @@ import { onlyQuery, parseWith, strictBody } from '../../http/validate.js';
 import { describeOperation } from '../../openapi/registry.js';
 import { planIds } from '../../plans/catalogue.js';
 import { plansOff } from '../../plans/policy.js';
-import { organizationSchema } from '../../plans/service.js';
+import { organizationSchema } from '../../plans/organizations.js';
 import { extended } from '../../schema/zod.js';
 import { ok, operation, orgOf, type ManagementDeps, type Operation } from './shared.js';
 
