@@ -58,7 +58,7 @@ import { ledgerQueueName } from '../../src/ledger/expiry.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
 import { testConfig, type Json } from '../helpers.js';
 import { ownCluster, type OwnCluster, type OwnClusterNode } from '../support/own-cluster.js';
-import { random, ServiceProcess, sleep } from './processes.js';
+import { crashServiceEnv, random, ServiceProcess, sleep } from './processes.js';
 
 /** Billing clients per master, each on a customer of its own whose keys live on that master. */
 const billing_clients_per_master = 3;
@@ -193,22 +193,10 @@ beforeAll(async () => {
   projectKey = (await rt.keyQueries.insertKey({ organizationId: org.id, projectId, type: 'project' })).secret;
   const adminKey = (await rt.keyQueries.insertKey({ organizationId: org.id, projectId: null, type: 'admin' })).secret;
 
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    REDIS_URL: config.REDIS_URL,
-    REDIS_CLUSTER: '1',
-    REDIS_PREFIX: config.REDIS_PREFIX,
-    QUEUE_PREFIX: config.QUEUE_PREFIX,
-    REDIS_RETENTION_SECONDS: String(retention_seconds),
-    DATABASE_URL: process.env.TEST_DATABASE_URL,
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-    SWEEP_INTERVAL_MS: '500',
-    PERSIST_IDLE_MS: '5',
-    PERSIST_IDLE_MAX_MS: '5',
-    SVC_MASTER_KEY: masterKey,
-    UPSTREAM_ALLOW_PRIVATE: '1',
-  };
+  const env = crashServiceEnv(
+    { redisUrl: config.REDIS_URL, redisPrefix: config.REDIS_PREFIX, queuePrefix: config.QUEUE_PREFIX, databaseUrl: process.env.TEST_DATABASE_URL, masterKey },
+    { REDIS_CLUSTER: '1', REDIS_RETENTION_SECONDS: String(retention_seconds), UPSTREAM_ALLOW_PRIVATE: '1' },
+  );
   for (let i = 0; i < 2; i++) {
     webs.push(new ServiceProcess(`web${i}`, 'src/web.ts', env));
     workers.push(new ServiceProcess(`worker${i}`, 'workers/main.ts', { ...env, LOG_LEVEL: 'warn' }));

@@ -43,7 +43,7 @@ import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { customerKeys } from '../../src/redis/keys.js';
 import { modelBody, OPENAI_MODEL } from '../gateway/support.js';
 import { testConfig, type Json } from '../helpers.js';
-import { random, ServiceProcess, sleep } from './processes.js';
+import { crashServiceEnv, random, ServiceProcess, sleep } from './processes.js';
 import { RedisProxy } from './redis-proxy.js';
 import { AofRedis } from './redis-server.js';
 
@@ -157,20 +157,10 @@ const counts = {
 };
 
 function serviceEnv(redisPort: number, masterKey: string, config: ReturnType<typeof testConfig>): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    REDIS_URL: `redis://127.0.0.1:${redisPort}`,
-    REDIS_PREFIX: config.REDIS_PREFIX,
-    QUEUE_PREFIX: config.QUEUE_PREFIX,
-    DATABASE_URL: process.env.TEST_DATABASE_URL,
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-    SWEEP_INTERVAL_MS: '500',
-    PERSIST_IDLE_MS: '5',
-    PERSIST_IDLE_MAX_MS: '5',
-    SVC_MASTER_KEY: masterKey,
-    UPSTREAM_ALLOW_PRIVATE: '1',
-  };
+  return crashServiceEnv(
+    { redisUrl: `redis://127.0.0.1:${redisPort}`, redisPrefix: config.REDIS_PREFIX, queuePrefix: config.QUEUE_PREFIX, databaseUrl: process.env.TEST_DATABASE_URL, masterKey },
+    { UPSTREAM_ALLOW_PRIVATE: '1' },
+  );
 }
 
 beforeAll(async () => {

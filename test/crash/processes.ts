@@ -143,6 +143,64 @@ export class ServiceProcess {
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * The environment of a crash test's web and worker processes: the test's Redis, key and
+ * queue prefixes, database and master key, info logs, short sweep and persist passes;
+ * `extra` on top.
+ */
+export function crashServiceEnv(
+  o: { redisUrl: string; redisPrefix: string; queuePrefix: string; databaseUrl: string | undefined; masterKey: string },
+  extra: NodeJS.ProcessEnv = {},
+): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    REDIS_URL: o.redisUrl,
+    REDIS_PREFIX: o.redisPrefix,
+    QUEUE_PREFIX: o.queuePrefix,
+    DATABASE_URL: o.databaseUrl,
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    SWEEP_INTERVAL_MS: '500',
+    PERSIST_IDLE_MS: '5',
+    PERSIST_IDLE_MAX_MS: '5',
+    SVC_MASTER_KEY: o.masterKey,
+    ...extra,
+  };
+}
+
+/**
+ * POSTs `body` to `path` with `key` on one of `webs` (turn by turn, waiting while one is
+ * down), sending the same request again after a connection error or a 503 (the contract's
+ * retry: it may have applied, the same id tells) until `giveUpAt`. Null when no other
+ * answer came.
+ */
+export async function postUntilAnswered(
+  webs: readonly ServiceProcess[],
+  o: { path: string; key: string; body: unknown; turn: number; giveUpAt: number; timeoutMs: number },
+): Promise<{ status: number; body: { error?: { code: string } } } | null> {
+  for (let attempt = 0; Date.now() < o.giveUpAt; attempt++) {
+    const web = webs[(o.turn + attempt) % webs.length];
+    if (web.port === null) {
+      await sleep(50);
+      continue;
+    }
+    try {
+      const res = await fetch(`http://127.0.0.1:${web.port}${o.path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${o.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(o.body),
+        signal: AbortSignal.timeout(o.timeoutMs),
+      });
+      const body = (await res.json()) as { error?: { code: string } };
+      if (res.status !== 503) return { status: res.status, body };
+    } catch {
+      // A connection error or a timeout: sent again below.
+    }
+    await sleep(50);
+  }
+  return null;
+}
+
 /** A small deterministic generator, so a failing run can be read again. */
 export function random(seed: number): (n: number) => number {
   let s = seed;

@@ -16,7 +16,7 @@ import { reconcile } from '../../src/reconcile/walk.js';
 import { scanKeys } from '../../src/redis/scan.js';
 import { createRuntime, type Runtime } from '../../src/runtime.js';
 import { testConfig } from '../helpers.js';
-import { ServiceProcess, sleep } from './processes.js';
+import { crashServiceEnv, postUntilAnswered, ServiceProcess, sleep } from './processes.js';
 
 const clients = 8;
 const customers = 6;
@@ -38,19 +38,7 @@ beforeAll(async () => {
   const org = await admin.createOrganization('web-worker pairs');
   projectId = (await admin.createProject(org.id, 'pairs', 'B')).id;
   projectKey = (await rt.keyQueries.insertKey({ organizationId: org.id, projectId, type: 'project' })).secret;
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    REDIS_URL: config.REDIS_URL,
-    REDIS_PREFIX: config.REDIS_PREFIX,
-    QUEUE_PREFIX: config.QUEUE_PREFIX,
-    DATABASE_URL: process.env.TEST_DATABASE_URL,
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-    SWEEP_INTERVAL_MS: '500',
-    PERSIST_IDLE_MS: '5',
-    PERSIST_IDLE_MAX_MS: '5',
-    SVC_MASTER_KEY: masterKey,
-  };
+  const env = crashServiceEnv({ redisUrl: config.REDIS_URL, redisPrefix: config.REDIS_PREFIX, queuePrefix: config.QUEUE_PREFIX, databaseUrl: process.env.TEST_DATABASE_URL, masterKey });
   for (let i = 0; i < 2; i++) {
     webs.push(new ServiceProcess(`web${i}`, 'src/web.ts', env));
     workers.push(new ServiceProcess(`worker${i}`, 'workers/main.ts', { ...env, LOG_LEVEL: 'warn' }));
@@ -66,33 +54,6 @@ afterAll(async () => {
 
 type Outcome = { kind: 'deposit' | 'deduct'; customer: string; id: string; amount: number };
 
-/** POSTs to a running web process, retrying the same id until it answers (the contract's retry). */
-async function call(path: string, body: Record<string, unknown>, stopRetryAt: number, turn: number): Promise<{ status: number; body: { error?: { code: string } } } | null> {
-  for (let attempt = 0; Date.now() < stopRetryAt; attempt++) {
-    const web = webs[(turn + attempt) % webs.length];
-    if (web.port === null) {
-      await sleep(50);
-      continue;
-    }
-    try {
-      const res = await fetch(`http://127.0.0.1:${web.port}${path}`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${projectKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-        signal: AbortSignal.timeout(request_timeout_ms),
-      });
-      const parsed = (await res.json()) as { error?: { code: string } };
-      if (res.status === 503) {
-        await sleep(50);
-        continue;
-      }
-      return { status: res.status, body: parsed };
-    } catch {
-      await sleep(50);
-    }
-  }
-  return null;
-}
 
 async function client(n: number, stopAt: number, acknowledged: Outcome[], unanswered: string[]): Promise<void> {
   for (let step = 0; Date.now() < stopAt; step++) {
@@ -101,7 +62,7 @@ async function client(n: number, stopAt: number, acknowledged: Outcome[], unansw
     const id = `${deposit ? 'dep' : 'ded'}-${n}-${step}`;
     const amount = deposit ? 50 : 7;
     const body = deposit ? { customer_id: customer, amount, idempotency_key: id } : { customer_id: customer, transaction_id: id, amount };
-    const res = await call(deposit ? '/v1/customers/deposit' : '/v1/billing/deduct', body, stopAt + 15_000, n + step);
+    const res = await postUntilAnswered(webs, { path: deposit ? '/v1/customers/deposit' : '/v1/billing/deduct', key: projectKey, body, turn: n + step, giveUpAt: stopAt + 15_000, timeoutMs: request_timeout_ms });
     if (res === null) unanswered.push(id);
     else if (res.status === 200) acknowledged.push({ kind: deposit ? 'deposit' : 'deduct', customer, id, amount });
     else expect(res.body.error?.code, `${id}: ${res.status} ${JSON.stringify(res.body)}`).toBe('insufficient_balance');

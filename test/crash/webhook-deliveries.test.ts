@@ -33,7 +33,7 @@ import { createKeyQueries } from '../../src/keys/store.js';
 import { testConfig } from '../helpers.js';
 import { ownDatabase } from '../support/own-database.js';
 import { ownRedis, type OwnRedis } from '../support/own-redis.js';
-import { ServiceProcess, sleep } from './processes.js';
+import { crashServiceEnv, postUntilAnswered, ServiceProcess, sleep } from './processes.js';
 
 const clients = 3;
 /** A client's pause between deposits: CPU left for a restarted worker to start on 2 cores. */
@@ -137,18 +137,7 @@ beforeAll(async () => {
   const org = await admin.createOrganization('webhook crash test');
   projectId = (await admin.createProject(org.id, 'webhook crash project', 'B')).id;
   projectKey = (await createKeyQueries(db).insertKey({ organizationId: org.id, projectId, type: 'project' })).secret;
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    REDIS_URL: redis.url,
-    REDIS_PREFIX: config.REDIS_PREFIX,
-    QUEUE_PREFIX: config.QUEUE_PREFIX,
-    DATABASE_URL: databaseUrl,
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-    SWEEP_INTERVAL_MS: '500',
-    PERSIST_IDLE_MS: '5',
-    PERSIST_IDLE_MAX_MS: '5',
-    SVC_MASTER_KEY: masterKey,
+  const env = crashServiceEnv({ redisUrl: redis.url, redisPrefix: config.REDIS_PREFIX, queuePrefix: config.QUEUE_PREFIX, databaseUrl, masterKey }, {
     UPSTREAM_ALLOW_PRIVATE: '1',
     // Short waits, so that the test stays short: retries, passes, a killed worker's jobs.
     // 18 s of retries: deliveries of a receiver that is down outlast an empty restart.
@@ -158,7 +147,7 @@ beforeAll(async () => {
     WEBHOOK_DISPATCH_GRACE_MS: '1000',
     WEBHOOK_STALLED_MS: '2000',
     WEBHOOK_TIMEOUT_MS: '3000',
-  };
+  });
   for (let i = 0; i < 2; i++) webs.push(new ServiceProcess(`web${i}`, 'src/web.ts', env));
   worker = new ServiceProcess('worker', 'workers/main.ts', { ...env, LOG_LEVEL: 'warn' });
   for (const p of [...webs, worker]) p.start();
@@ -195,27 +184,8 @@ function webUrl(i: number): string {
  * none came within the retry window.
  */
 async function deposit(customerId: string, key: string, turn: number, giveUpAt: number): Promise<{ status: number; body: { error?: { code: string } } } | null> {
-  for (let attempt = 0; Date.now() < giveUpAt; attempt++) {
-    const web = webs[(turn + attempt) % webs.length];
-    if (web.port === null) {
-      await sleep(50);
-      continue;
-    }
-    try {
-      const res = await fetch(`http://127.0.0.1:${web.port}/v1/customers/deposit`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${projectKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ customer_id: customerId, amount: 100, idempotency_key: key }),
-        signal: AbortSignal.timeout(request_timeout_ms),
-      });
-      const body = (await res.json()) as { error?: { code: string } };
-      if (res.status !== 503) return { status: res.status, body };
-    } catch {
-      // A connection error: the deposit may have applied; the same key tells.
-    }
-    await sleep(50);
-  }
-  return null;
+  const body = { customer_id: customerId, amount: 100, idempotency_key: key };
+  return postUntilAnswered(webs, { path: '/v1/customers/deposit', key: projectKey, body, turn, giveUpAt, timeoutMs: request_timeout_ms });
 }
 
 async function client(n: number, stopAt: () => number, acknowledged: string[], problems: string[]): Promise<void> {
