@@ -76,7 +76,8 @@ function partToHub(block: Json, at: string): Json {
 
 /** A tool_result block as a `tool` message: its content is text only in chat. */
 function toolResultToHub(block: Json, at: string): Json {
-  onlyKnown(block, toolResultFields, at + '.', TO_CHAT);
+  // `is_error: false` says nothing chat cannot; `true` has no counterpart.
+  onlyKnown(block.is_error === false ? { ...block, is_error: undefined } : block, toolResultFields, at + '.', TO_CHAT);
   const id = stringAt(block.tool_use_id, at + '.tool_use_id');
   const content = block.content;
   if (unset(content)) return { role: 'tool', tool_call_id: id, content: '' };
