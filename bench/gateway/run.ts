@@ -67,6 +67,7 @@ const settings = {
 
 /** The model the gateway's project configures, and the mock's model behind it and the others. */
 const gatewayModel = 'bench-chat';
+const translatedModel = 'bench-chat-anthropic';
 const upstreamModel = 'gpt-4o-mini';
 /** Credits per million tokens (gpt-4o-mini's list prices), so every call costs something. */
 const prices = { input: 150_000, output: 600_000, cacheRead: 75_000, cacheWrite: 0 };
@@ -146,6 +147,23 @@ async function main(): Promise<void> {
     cache_read_price_per_million_credits: prices.cacheRead,
     cache_write_price_per_million_credits: prices.cacheWrite,
   });
+  // The same mock model as an Anthropic-format one: the chat client's calls to it are
+  // translated (issue 22), against a target of 0.9x the native path's req/s.
+  await callApi(apiUrl, 'PUT', `/v1/admin/projects/${projectId}/models/${translatedModel}`, adminKey, {
+    provider: 'anthropic',
+    upstream_base_url: mockUrl,
+    upstream_model: upstreamModel,
+    upstream_api_key: upstreamKey,
+    display_name: 'bench chat model, Anthropic format',
+    description: 'the mock upstream, called through the translation',
+    context_window: 128_000,
+    max_output_tokens: 4_096,
+    supports_streaming: true,
+    input_price_per_million_credits: prices.input,
+    output_price_per_million_credits: prices.output,
+    cache_read_price_per_million_credits: prices.cacheRead,
+    cache_write_price_per_million_credits: prices.cacheWrite,
+  });
   const customers = Array.from({ length: settings.customers }, (_, i) => `bench-${i}`);
   for (const c of customers) await callApi(apiUrl, 'POST', '/v1/customers/deposit', projectKey, { customer_id: c, amount: settings.depositCredits });
   // The same calls on customers with spend controls (issue 20: within 5% of the gateway without
@@ -179,6 +197,14 @@ async function main(): Promise<void> {
       proc: api,
       headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
       pool: controlled,
+    },
+    {
+      name: 'gateway, translated',
+      origin: apiUrl,
+      model: translatedModel,
+      proc: api,
+      headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
+      pool: customers,
     },
     { name: 'bare proxy', origin: `http://127.0.0.1:${barePort}`, model: upstreamModel, proc: bare, headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }) },
     {
@@ -256,7 +282,7 @@ async function main(): Promise<void> {
 
   console.log(`throughput: ${settings.connections} connections, mock without delay`);
   const throughput: Measured[] = [];
-  const order: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'bare proxy', 'bare proxy + access log', 'Portkey'];
+  const order: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'gateway, translated', 'bare proxy', 'bare proxy + access log', 'Portkey'];
   for (const stream of [false, true]) {
     for (let round = 1; round <= settings.rounds; round++) {
       // Reversed every other round, so that no contender always runs first or last.

@@ -15,6 +15,7 @@ import { budget_remaining_header } from './budget.js';
 import type { Call } from './call.js';
 import type { UpstreamClient, UpstreamResponse, UpstreamTarget } from './upstream.js';
 import { embeddings_upstream_path, embeddingsUsage } from './wire/embeddings.js';
+import type { CallTranslation } from './translate/call.js';
 
 export class GatewayRelay {
   constructor(private readonly deps: { upstream: UpstreamClient; billing: GatewayBilling; logger: Logger }) {}
@@ -60,8 +61,12 @@ export class GatewayRelay {
     }
   }
 
-  /** Relays a whole answer; true when the call was settled, false when its hold was released. */
-  async whole(res: Response, call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined): Promise<boolean> {
+  /**
+   * Relays a whole answer; true when the call was settled, false when its hold was
+   * released. With a `translation` (a cross-format call) the answer or error the client
+   * gets is translated to its format; billing reads the upstream's own.
+   */
+  async whole(res: Response, call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined, translation: CallTranslation | null = null): Promise<boolean> {
     const watch = new ClientWatch(res);
     let upstream: NonNullable<Awaited<ReturnType<GatewayRelay['send']>>>;
     let bytes: Buffer;
@@ -85,13 +90,14 @@ export class GatewayRelay {
     }
     if (upstream.status >= 400) {
       await this.deps.billing.release(call, upstream.status);
-      sendRelayed(res, upstream, bytes);
+      sendRelayed(res, upstream, bytes, translation);
       return false;
     }
     let usage: Usage | null;
     try {
       const json: unknown = JSON.parse(bytes.toString('utf8'));
       usage = call.endpoint === 'embeddings' ? embeddingsUsage(json) : usageFromResponse(call.format, json);
+      if (translation !== null && usage !== null) bytes = translation.answer(json as Record<string, unknown>);
     } catch {
       usage = null;
     }
@@ -121,6 +127,7 @@ export class GatewayRelay {
     clientWantsUsage: boolean,
     anthropicVersion: string | undefined,
     inlineBilling = false,
+    translation: CallTranslation | null = null,
   ): Promise<boolean> {
     const watch = new ClientWatch(res);
     const upstream = await this.send(call, body, anthropicVersion, watch);
@@ -132,12 +139,15 @@ export class GatewayRelay {
       const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
       await this.deps.billing.release(call, upstream.status);
       watch.stop();
-      sendRelayed(res, upstream, bytes);
+      sendRelayed(res, upstream, bytes, translation);
       return false;
     }
     // Read until the first event can be forwarded, so that an upstream answering garbage
     // still gets a clean 502 before any header goes out.
-    const relay = inlineBilling ? new StreamRelay(call.format, true, { holdFinal: true }) : new StreamRelay(call.format, clientWantsUsage);
+    const relay =
+      translation !== null ? translation.streamRelay(inlineBilling)
+      : inlineBilling ? new StreamRelay(call.format, true, { holdFinal: true })
+      : new StreamRelay(call.format, clientWantsUsage);
     const chunks = upstream.body[Symbol.asyncIterator]();
     const first: Uint8Array[] = [];
     let ended = false;
@@ -314,7 +324,16 @@ function relayedContentType(res: Response, upstreamType: string): string {
  * would with this app's settings (no ETag; a POST, so never fresh), without its settings
  * lookups and header re-reads on every call.
  */
-function sendRelayed(res: Response, upstream: { status: number; headers: UpstreamResponse['headers'] }, bytes: Buffer): void {
+function sendRelayed(res: Response, upstream: { status: number; headers: UpstreamResponse['headers'] }, bytes: Buffer, translation: CallTranslation | null = null): void {
+  if (translation !== null && upstream.status >= 400) {
+    // An upstream error in the client's envelope, same status.
+    const error = translation.error(upstream.status, bytes);
+    res.statusCode = error.status;
+    res.setHeader('Content-Type', 'application/json; charset=utf-8');
+    res.setHeader('Content-Length', error.bytes.length);
+    res.end(error.bytes);
+    return;
+  }
   res.statusCode = upstream.status;
   res.setHeader('Content-Type', relayedContentType(res, String(upstream.headers['content-type'] ?? 'application/json')));
   res.setHeader('Content-Length', bytes.length);

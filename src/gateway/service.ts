@@ -13,7 +13,7 @@ import { newId } from '../ids.js';
 import type { LedgerService } from '../ledger/service.js';
 import type { PlanService } from '../plans/service.js';
 import { afterApplied, OutcomeUnknownError } from '../redis/sent.js';
-import { formatOf, prepareUpstreamBody } from './adapters.js';
+import { prepareUpstreamBody } from './adapters.js';
 import { GatewayBilling } from './billing.js';
 import type { Call } from './call.js';
 import type { ModelCache } from './models.js';
@@ -27,6 +27,7 @@ import { InFlight } from '../lifecycle.js';
 import { failureStatus, type Metrics, type ModelSeries } from '../metrics/metrics.js';
 import { max_tokens_limited_by_header } from './budget.js';
 import { embeddingsUpstreamBody } from './wire/embeddings.js';
+import { CallTranslation, upstreamFormatOf } from './translate/call.js';
 
 export { hold_ttl_seconds } from './billing.js';
 export type { Endpoint } from './request.js';
@@ -133,9 +134,14 @@ export class GatewayService {
     if (!model || !model.active) throw await this.modelNotFound(auth, r.modelId, model !== null);
     if (this.deps.metrics) counted.series = this.deps.metrics.model(model.id);
     if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
-    if (model.provider !== r.format) {
+    const upstreamFormat = upstreamFormatOf(model);
+    // A call through another format's endpoint is translated (src/gateway/translate/);
+    // its request is translated here, before any hold, so a field without counterpart
+    // is a 400 that holds nothing.
+    let translated: ReturnType<typeof CallTranslation.of> | null = null;
+    if (upstreamFormat !== r.format) {
       if (r.endpoint === 'embeddings') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
-      throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${formatOf(model.provider).gatewayPath}` });
+      translated = CallTranslation.of(r.format, upstreamFormat, r.body);
     }
     if (!model.upstreamKey) throw new ApiError('byok_key_required');
     if (r.stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
@@ -155,7 +161,8 @@ export class GatewayService {
         auth,
         scope,
         endpoint,
-        format: r.format,
+        // The upstream's format: what the call is sent and billed in.
+        format: upstreamFormat,
         customerId,
         wallet: r.wallet,
         traceId: r.traceId,
@@ -179,11 +186,12 @@ export class GatewayService {
       }
       res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
       if (call.budget?.lowered) res.setHeader(max_tokens_limited_by_header, 'budget');
-      const upstreamBody = prepareUpstreamBody(r.format, r.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
+      const upstreamBody = prepareUpstreamBody(upstreamFormat, translated === null ? r.body : translated.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
+      const translation = translated === null ? null : translated.translation;
       // Settled, or released (the release freed the key: GatewayBilling.release).
       await (r.stream
-        ? this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling)
-        : this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion));
+        ? this.relay.stream(res, call, upstreamBody.body, upstreamBody.clientWantsUsage, r.anthropicVersion, r.inlineBilling, translation)
+        : this.relay.whole(res, call, upstreamBody.body, r.anthropicVersion, translation));
     } catch (err) {
       // The key is freed only when nothing can have been billed: no answer went out and
       // no settlement was tried (one whose reply was lost may have charged the call).

@@ -2,7 +2,7 @@
  * The Anthropic Messages wire format of the mock upstream: the JSON message, its SSE
  * events, the usage object and the error bodies.
  */
-import { mockOutputText } from './controls.js';
+import { mockOutputText, mockToolArguments } from './controls.js';
 import { base62, type Plan } from './plan.js';
 
 function anthropicErrorType(status: number): string {
@@ -47,8 +47,8 @@ export function anthropicMessage(p: Plan, streamingStart: boolean) {
     type: 'message',
     role: 'assistant',
     model: p.model,
-    content: streamingStart ? [] : [{ type: 'text', text: mockOutputText(p.output) }],
-    stop_reason: streamingStart ? null : p.truncated ? 'max_tokens' : 'end_turn',
+    content: streamingStart ? [] : p.tool === null ? [{ type: 'text', text: mockOutputText(p.output) }] : [{ type: 'tool_use', id: 'toolu_01mock', name: p.tool, input: JSON.parse(mockToolArguments(p.output).json) as unknown }],
+    stop_reason: streamingStart ? null : stopReason(p),
     stop_sequence: null,
     stop_details: null,
     container: null,
@@ -57,17 +57,28 @@ export function anthropicMessage(p: Plan, streamingStart: boolean) {
   };
 }
 
+function stopReason(p: Plan): string {
+  return p.truncated ? 'max_tokens' : p.tool === null ? 'end_turn' : 'tool_use';
+}
+
 function sse(type: string, json: string): string {
   return `event: ${type}\ndata: ${json}\n\n`;
 }
 
 export function anthropicEvents(p: Plan): { events: string[]; preamble: number } {
+  const block = p.tool === null ? '{"type":"text","text":""}' : `{"type":"tool_use","id":"toolu_01mock","name":${JSON.stringify(p.tool)},"input":{}}`;
   const events = [
     sse('message_start', JSON.stringify({ type: 'message_start', message: anthropicMessage(p, true) })),
-    sse('content_block_start', '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}'),
+    sse('content_block_start', `{"type":"content_block_start","index":0,"content_block":${block}}`),
     sse('ping', '{"type": "ping"}'),
   ];
-  for (let i = 1; i <= p.output; i++) {
+  if (p.tool !== null) {
+    // The tool's input as JSON in pieces, as Anthropic streams it.
+    for (const piece of mockToolArguments(p.output).pieces) {
+      events.push(sse('content_block_delta', `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(piece)}}}`));
+    }
+  }
+  for (let i = 1; p.tool === null && i <= p.output; i++) {
     events.push(
       sse('content_block_delta', `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"${i === 1 ? '' : ' '}tok${i}"}}`),
     );
@@ -78,7 +89,7 @@ export function anthropicEvents(p: Plan): { events: string[]; preamble: number }
       'message_delta',
       JSON.stringify({
         type: 'message_delta',
-        delta: { stop_reason: p.truncated ? 'max_tokens' : 'end_turn', stop_sequence: null, stop_details: null, container: null },
+        delta: { stop_reason: stopReason(p), stop_sequence: null, stop_details: null, container: null },
         ...(p.usage
           ? {
               usage: {

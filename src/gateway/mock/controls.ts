@@ -20,10 +20,12 @@ export interface MockControls {
   cache_write_tokens?: number;
   latency_ms?: number;
   chunk_delay_ms?: number;
+  /** 1: answer with a call of the request's first tool (arguments streamed in pieces) instead of text. */
+  tool_call?: number;
   fail?: MockFailMode;
 }
 
-const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'latency_ms', 'chunk_delay_ms'] as const;
+const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'latency_ms', 'chunk_delay_ms', 'tool_call'] as const;
 type NumericKey = (typeof NUMERIC_KEYS)[number];
 const FAIL_WORDS = new Set(['timeout', 'reset', 'invalid', 'midstream']);
 
@@ -127,4 +129,20 @@ export function headerControls(headers: IncomingHttpHeaders, out: MockControls):
     const value = Array.isArray(v) ? v[v.length - 1] : v;
     if (value !== undefined) setControl(out, key, value);
   }
+}
+
+/** The name of a request's first tool (OpenAI `tools[0].function.name`, Anthropic `tools[0].name`), or null. */
+export function firstToolName(format: MockFormat, body: Record<string, unknown>): string | null {
+  const tool: unknown = Array.isArray(body.tools) ? body.tools[0] : undefined;
+  if (!tool || typeof tool !== 'object') return null;
+  const t = tool as { name?: unknown; function?: { name?: unknown } };
+  const name = format === 'anthropic' ? t.name : t.function?.name;
+  return typeof name === 'string' ? name : null;
+}
+
+/** The arguments of the mock's tool call of `n` output tokens, and their pieces as streamed (three, split anywhere). */
+export function mockToolArguments(n: number): { json: string; pieces: string[] } {
+  const json = JSON.stringify({ query: mockOutputText(n) });
+  const a = Math.floor(json.length / 3);
+  return { json, pieces: [json.slice(0, a), json.slice(a, 2 * a), json.slice(2 * a)] };
 }

@@ -2,7 +2,7 @@
  * The OpenAI Chat Completions wire format of the mock upstream: the JSON answer, its SSE
  * chunks, the usage object and the error bodies.
  */
-import { mockOutputText } from './controls.js';
+import { mockOutputText, mockToolArguments } from './controls.js';
 import { base62, type Plan } from './plan.js';
 
 const SYSTEM_FINGERPRINT = 'fp_mock0a1b2c3';
@@ -53,9 +53,11 @@ export function openaiJson(p: Plan): string {
     model: p.model,
     choices: Array.from({ length: p.answers }, (_, index) => ({
       index,
-      message: { role: 'assistant', content: mockOutputText(p.output), refusal: null, annotations: [] },
+      message: p.tool === null
+        ? { role: 'assistant', content: mockOutputText(p.output), refusal: null, annotations: [] }
+        : { role: 'assistant', content: null, refusal: null, annotations: [], tool_calls: [{ id: `call_${index}mock`, type: 'function', function: { name: p.tool, arguments: mockToolArguments(p.output).json } }] },
       logprobs: null,
-      finish_reason: p.truncated ? 'length' : 'stop',
+      finish_reason: p.truncated ? 'length' : p.tool === null ? 'stop' : 'tool_calls',
     })),
     ...(p.usage ? { usage: openaiUsage(p) } : {}),
     service_tier: 'default',
@@ -74,6 +76,15 @@ export function openaiEvents(p: Plan): { events: string[]; preamble: number } {
   const events: string[] = [];
   // Each answer in turn, as OpenAI may send them (the index tells them apart).
   for (let a = 0; a < p.answers; a++) {
+    if (p.tool !== null) {
+      // A tool call: its id and name first, then the arguments in pieces, as OpenAI streams them.
+      events.push(head + choice(a, `{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_${a}mock","type":"function","function":{"name":${JSON.stringify(p.tool)},"arguments":""}}],"refusal":null}`, null) + tail);
+      for (const piece of mockToolArguments(p.output).pieces) {
+        events.push(head + choice(a, `{"tool_calls":[{"index":0,"function":{"arguments":${JSON.stringify(piece)}}}]}`, null) + tail);
+      }
+      events.push(head + choice(a, '{}', p.truncated ? 'length' : 'tool_calls') + tail);
+      continue;
+    }
     events.push(head + choice(a, '{"role":"assistant","content":"","refusal":null}', null) + tail);
     for (let i = 1; i <= p.output; i++) {
       events.push(head + choice(a, `{"content":"${i === 1 ? '' : ' '}tok${i}"}`, null) + tail);

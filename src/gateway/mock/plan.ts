@@ -18,6 +18,8 @@ export interface Plan {
   truncated: boolean;
   stream: boolean;
   includeUsage: boolean;
+  /** The tool the answer calls (control tool_call=1), or null for a text answer. */
+  tool: string | null;
 }
 
 const B62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';

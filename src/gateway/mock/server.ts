@@ -11,7 +11,7 @@ import http from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { collectTexts, countInputTokens, headerControls, parseDirectives, type MockControls, type MockFormat } from './controls.js';
+import { collectTexts, countInputTokens, firstToolName, headerControls, parseDirectives, type MockControls, type MockFormat } from './controls.js';
 import { base62, type Plan } from './plan.js';
 import { openaiErrorBody, openaiEvents, openaiJson } from './openai.js';
 import { anthropicErrorBody, anthropicEvents, anthropicMessage } from './anthropic.js';
@@ -279,6 +279,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       truncated: max !== undefined && wanted > max,
       stream: b.stream === true,
       includeUsage: !isAnthropic && streamOptions?.include_usage === true,
+      tool: controls.tool_call === 1 ? firstToolName(format, b) : null,
     };
 
     if (!plan.stream) {

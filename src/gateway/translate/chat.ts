@@ -1,0 +1,29 @@
+/**
+ * Chat completions as a Translator: the hub's own format, so requests and answers pass as
+ * they are; only errors change shape (the envelope to and from the hub's fields).
+ */
+import { isObject, type Json } from '../wire/format.js';
+import type { HubEvent, Translator } from './hub.js';
+
+const same = (body: Json): Json => body;
+const passThrough = () => ({ push: (event: HubEvent) => [{ data: event.data }], end: () => [] });
+
+export const chatTranslator: Translator = {
+  requestToHub: same,
+  requestFromHub: same,
+  responseToHub: same,
+  responseFromHub: same,
+  streamToHub: passThrough,
+  streamFromHub: passThrough,
+  errorToHub(status, body) {
+    const e = body !== null && isObject(body.error) ? body.error : {};
+    return {
+      status,
+      message: typeof e.message === 'string' ? e.message : `upstream error (HTTP ${status})`,
+      type: typeof e.type === 'string' ? e.type : status >= 500 ? 'server_error' : 'invalid_request_error',
+      param: typeof e.param === 'string' ? e.param : null,
+      code: typeof e.code === 'string' ? e.code : null,
+    };
+  },
+  errorFromHub: (e) => ({ status: e.status, body: { error: { message: e.message, type: e.type, param: e.param ?? null, code: e.code ?? null } } }),
+};

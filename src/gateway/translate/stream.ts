@@ -1,0 +1,110 @@
+/**
+ * The relay of a translated stream: a StreamRelay (src/gateway/adapters.ts) that reads and
+ * bills the upstream's events in their own format, exactly as on the native path, and
+ * whose forwarded bytes are then translated event by event: parsed, upstream -> hub ->
+ * client, and written again in the client's format (with `event:` names for Anthropic).
+ * The inline billing figures the relay adds to the upstream's final usage event go to
+ * the client's own usage event.
+ */
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+import { billing_field, StreamRelay } from '../adapters.js';
+import { isObject, type Json, type WireFormat } from '../wire/format.js';
+import type { HubEvent, StreamTranslation } from './hub.js';
+
+const EMPTY = new Uint8Array(0);
+
+export interface StreamTranslationParts {
+  toHub: StreamTranslation;
+  fromHub: StreamTranslation;
+  clientFormat: WireFormat;
+  /** Whether the client gets the hub's usage chunk (a chat client that asked for it, or inline billing). */
+  clientWantsUsage: boolean;
+  /** Sets what translation cannot (a chat chunk's `created`). */
+  stamp(data: Json): void;
+}
+
+export class TranslatingStreamRelay extends StreamRelay {
+  private readonly sse: EventSourceParser;
+  private out = '';
+  private finished = false;
+
+  constructor(
+    upstreamFormat: WireFormat,
+    inlineBilling: boolean,
+    private readonly parts: StreamTranslationParts,
+  ) {
+    // Always with the upstream's usage: the client's format carries it differently.
+    super(upstreamFormat, true, inlineBilling ? { holdFinal: true } : {});
+    this.sse = createParser({ onEvent: (event) => this.translateEvent(event) });
+  }
+
+  override push(chunk: Uint8Array): Uint8Array {
+    return this.translate(super.push(chunk), false);
+  }
+
+  override end(): Uint8Array {
+    return this.translate(super.end(), true);
+  }
+
+  override releaseHeld(billing: Json | null): Uint8Array {
+    return this.translate(super.releaseHeld(billing), false);
+  }
+
+  /** The client's bytes for upstream bytes the relay forwards (complete events; the last one may lack its blank line). */
+  private translate(bytes: Uint8Array, last: boolean): Uint8Array {
+    if (bytes.length === 0) return EMPTY;
+    this.out = '';
+    const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8');
+    this.sse.feed(last ? text + '\n\n' : text);
+    return this.out === '' ? EMPTY : Buffer.from(this.out, 'utf8');
+  }
+
+  private translateEvent(event: EventSourceMessage): void {
+    if (event.data === '[DONE]') {
+      this.finish();
+      return;
+    }
+    let data: unknown;
+    try {
+      data = JSON.parse(event.data);
+    } catch {
+      return; // The relay itself marks the stream invalid.
+    }
+    if (!isObject(data)) return;
+    const billing = data[billing_field];
+    const events: HubEvent[] = [];
+    for (const hub of this.parts.toHub.push({ event: event.event, data })) {
+      if (!this.parts.clientWantsUsage && this.parts.clientFormat === 'openai' && isUsageChunk(hub.data)) continue;
+      events.push(...this.parts.fromHub.push(hub));
+    }
+    if (billing !== undefined && events.length > 0) {
+      let target = events.length - 1;
+      for (let i = target; i >= 0; i--) if (isObject(events[i]!.data.usage)) { target = i; break; }
+      events[target]!.data[billing_field] = billing;
+    }
+    this.write(events);
+    if (data.type === 'message_stop') this.finish();
+  }
+
+  /** The upstream's stream ended cleanly: the client's format closes its own. */
+  private finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    const events: HubEvent[] = [];
+    for (const hub of this.parts.toHub.end()) events.push(...this.parts.fromHub.push(hub));
+    events.push(...this.parts.fromHub.end());
+    this.write(events);
+    if (this.parts.clientFormat === 'openai') this.out += 'data: [DONE]\n\n';
+  }
+
+  private write(events: HubEvent[]): void {
+    for (const e of events) {
+      this.parts.stamp(e.data);
+      this.out += (e.event === undefined ? '' : `event: ${e.event}\n`) + `data: ${JSON.stringify(e.data)}\n\n`;
+    }
+  }
+}
+
+function isUsageChunk(data: Json): boolean {
+  return Array.isArray(data.choices) && data.choices.length === 0 && isObject(data.usage);
+}
