@@ -109,6 +109,7 @@ describe('Responses request -> hub', () => {
       model: 'm-1',
       input: [
         { role: 'developer', content: 'Answer in French.' },
+        { type: 'message', role: 'system', content: [{ type: 'input_text', text: 'Be brief.' }] },
         { type: 'message', role: 'user', content: [
           { type: 'input_text', text: 'Look' },
           { type: 'input_image', image_url: 'https://example.com/cat.png', detail: 'high' },
@@ -129,6 +130,7 @@ describe('Responses request -> hub', () => {
       model: 'm-1',
       messages: [
         { role: 'developer', content: 'Answer in French.' },
+        { role: 'system', content: [{ type: 'text', text: 'Be brief.' }] },
         { role: 'user', content: [
           { type: 'text', text: 'Look' },
           { type: 'image_url', image_url: { url: 'https://example.com/cat.png', detail: 'high' } },
@@ -164,6 +166,7 @@ describe('Responses request -> hub', () => {
     ['input[0].content[0].file_url', { input: [{ role: 'user', content: [{ type: 'input_file', file_url: 'https://example.com/a.pdf' }] }] }],
     ['input[1].type', { input: [{ role: 'user', content: 'x' }, { type: 'reasoning', id: 'rs_1', summary: [] }] }],
     ['input[0].type', { input: [{ type: 'item_reference', id: 'msg_1' }] }],
+    ['input[0].content[0].type', { input: [{ role: 'system', content: [{ type: 'input_image', image_url: 'https://example.com/a.png', detail: 'auto' }] }] }],
     ['input[0].content[0].type', { input: [{ type: 'message', role: 'assistant', content: [{ type: 'refusal', refusal: 'no' }] }] }],
   ])('refuses %s, which chat cannot carry', (param, fields) => {
     expect(refusal(t.requestToHub, json({ model: 'm-1', input: 'hi', ...fields })).param).toBe(param);

@@ -72,10 +72,19 @@ function inputToMessages(input: unknown): Json[] {
 function messageItemToHub(item: Json, at: string): Json {
   const role = item.role;
   if (role === 'assistant') return { role, content: assistantText(item.content, `${at}.content`) };
-  if (role === 'system' || role === 'developer') return { role, content: item.content };
+  if (role === 'system' || role === 'developer') return { role, content: instructionContent(item.content, `${at}.content`) };
   if (role !== 'user') throw refuse(`${at}.role`, `must be user, assistant, system or developer`);
   if (typeof item.content === 'string') return { role, content: item.content };
   return { role, content: records(item.content, `${at}.content`).map((part, j) => userPartToHub(part, `${at}.content[${j}]`)) };
+}
+
+/** A system or developer message's content: a string, or input_text parts (chat's text parts); nothing else is instructions in chat. */
+function instructionContent(content: unknown, at: string): unknown {
+  if (typeof content === 'string') return content;
+  return records(content, at).map((part, j) => {
+    if (part.type !== 'input_text') throw refuse(`${at}[${j}].type`, `a ${JSON.stringify(part.type)} part in a system or developer message has no counterpart in ${CHAT}`);
+    return { type: 'text', text: part.text };
+  });
 }
 
 function userPartToHub(part: Json, at: string): Json {
