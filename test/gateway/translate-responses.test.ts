@@ -162,6 +162,8 @@ describe('Responses request -> hub', () => {
     ['tools[0].type', { tools: [{ type: 'file_search', vector_store_ids: ['vs_1'] }] }],
     ['tool_choice', { tool_choice: { type: 'web_search_preview' } }],
     ['reasoning.summary', { reasoning: { effort: 'low', summary: 'auto' } }],
+    ['tools[0].defer_loading', { tools: [{ type: 'function', name: 'f', parameters: {}, strict: true, defer_loading: true }] }],
+    ['text.stop', { text: { stop: 'x' } }],
     ['input[0].content[1].file_id', { input: [{ role: 'user', content: [{ type: 'input_text', text: 'x' }, { type: 'input_image', file_id: 'file-1', detail: 'auto' }] }] }],
     ['input[0].content[0].file_url', { input: [{ role: 'user', content: [{ type: 'input_file', file_url: 'https://example.com/a.pdf' }] }] }],
     ['input[1].type', { input: [{ role: 'user', content: 'x' }, { type: 'reasoning', id: 'rs_1', summary: [] }] }],
@@ -232,6 +234,8 @@ describe('hub request -> Responses', () => {
     ['tools[0].type', { tools: [{ type: 'custom', custom: { name: 'c' } }] }],
     ['messages[0].content[0].type', { messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }] }] }],
     ['messages[0].role', { messages: [{ role: 'function', name: 'f', content: 'x' }] }],
+    ['messages[0].name', { messages: [{ role: 'user', name: 'ann', content: 'x' }] }],
+    ['tools[0].function.output_schema', { tools: [{ type: 'function', function: { name: 'f', output_schema: {} } }] }],
     ['messages[1].refusal', { messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: null, refusal: 'no' }] }],
   ])('refuses %s, which the Responses API cannot carry', (param, fields) => {
     expect(refusal(t.requestFromHub, json({ model: 'm-1', messages: [{ role: 'user', content: 'hi' }], ...fields })).param).toBe(param);

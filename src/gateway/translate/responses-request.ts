@@ -17,6 +17,9 @@ const RESPONSES_KNOWN = new Set<string>([
   ...SHARED, 'input', 'instructions', 'max_output_tokens', 'tools', 'tool_choice', 'text', 'reasoning', 'stream', 'stream_options', 'store', 'truncation', 'include', 'background',
 ]);
 
+/** A function tool's fields, Responses' flat form (chat nests all but `type` under `function`). */
+const FUNCTION_TOOL_FIELDS = new Set(['type', 'name', 'description', 'parameters', 'strict']);
+
 const CHAT_KNOWN = new Set<string>([
   ...SHARED, 'messages', 'max_completion_tokens', 'max_tokens', 'tools', 'tool_choice', 'response_format', 'verbosity', 'reasoning_effort', 'stream', 'stream_options', 'store', 'n', 'modalities', 'logprobs',
 ]);
@@ -143,6 +146,7 @@ function toolOutputToHub(item: Json, at: string): Json {
 
 function toolToHub(tool: Json, i: number): Json {
   if (tool.type !== 'function') throw refuse(`tools[${i}].type`, `a ${JSON.stringify(tool.type)} tool has no counterpart in ${CHAT}: only function tools translate`);
+  refuseUnknown(tool, FUNCTION_TOOL_FIELDS, CHAT, `tools[${i}]`);
   const fn: Json = { name: tool.name };
   copySet(tool, fn, ['description', 'parameters', 'strict']);
   return { type: 'function', function: fn };
@@ -156,7 +160,7 @@ function toolChoiceToHub(choice: unknown): unknown {
 
 function textToHub(text: unknown, hub: Json): void {
   if (!isRecord(text)) return;
-  refuseUnknown(text, new Set(['format', 'verbosity']), CHAT);
+  refuseUnknown(text, new Set(['format', 'verbosity']), CHAT, 'text');
   if (isSet(text.verbosity)) hub.verbosity = text.verbosity;
   const format = text.format;
   if (!isRecord(format)) return;
@@ -170,6 +174,7 @@ function textToHub(text: unknown, hub: Json): void {
 function reasoningToHub(reasoning: unknown, hub: Json): void {
   if (!isRecord(reasoning)) return;
   for (const key of ['summary', 'generate_summary']) if (isSet(reasoning[key])) throw refuse(`reasoning.${key}`, `reasoning summaries have no counterpart in ${CHAT}`);
+  refuseUnknown(reasoning, new Set(['effort']), CHAT, 'reasoning');
   if (isSet(reasoning.effort)) hub.reasoning_effort = reasoning.effort;
 }
 
@@ -203,6 +208,8 @@ export function responsesRequestFromHub(body: Json): Json {
 
 function messageFromHub(message: Json, i: number): Json[] {
   const at = `messages[${i}]`;
+  // A participant's name: Responses messages have none (a function message's is its role's problem).
+  if (isSet(message.name) && message.role !== 'function') throw refuse(`${at}.name`, `has no counterpart in ${RESPONSES}`);
   switch (message.role) {
     case 'system':
     case 'developer':
@@ -265,6 +272,7 @@ function assistantFromHub(message: Json, at: string): Json[] {
 function toolFromHub(tool: Json, i: number): Json {
   if (tool.type !== 'function' || !isRecord(tool.function)) throw refuse(`tools[${i}].type`, `only function tools translate to ${RESPONSES}`);
   const fn = tool.function;
+  refuseUnknown(fn, new Set(['name', 'description', 'parameters', 'strict']), RESPONSES, `tools[${i}].function`);
   // Responses' function tools require `strict` and `parameters`; chat's default for strict is false.
   const out: Json = { type: 'function', name: fn.name, parameters: fn.parameters ?? null, strict: fn.strict ?? false };
   if (isSet(fn.description)) out.description = fn.description;

@@ -29,10 +29,10 @@ export function isSet(value: unknown): boolean {
   return value !== undefined && value !== null;
 }
 
-/** Refuses the first field of `body` not in `known` that is set: what a translation does not map is never dropped. */
-export function refuseUnknown(body: Json, known: ReadonlySet<string>, target: string): void {
+/** Refuses the first field of `body` not in `known` that is set, named under `at`: what a translation does not map is never dropped. */
+export function refuseUnknown(body: Json, known: ReadonlySet<string>, target: string, at = ''): void {
   for (const [key, value] of Object.entries(body)) {
-    if (!known.has(key) && isSet(value)) throw refuse(key, `has no counterpart in ${target}`);
+    if (!known.has(key) && isSet(value)) throw refuse(at === '' ? key : `${at}.${key}`, `has no counterpart in ${target}`);
   }
 }
 
