@@ -90,7 +90,16 @@ function instructionContent(content: unknown, at: string): unknown {
   });
 }
 
+/** Each part type's fields, to refuse the rest (a cache breakpoint, a file's detail) by name. */
+const INPUT_PART_FIELDS: Record<string, ReadonlySet<string>> = {
+  input_text: new Set(['type', 'text']),
+  input_image: new Set(['type', 'image_url', 'file_id', 'detail']),
+  input_file: new Set(['type', 'file_data', 'file_id', 'file_url', 'filename']),
+};
+
 function userPartToHub(part: Json, at: string): Json {
+  const known = INPUT_PART_FIELDS[String(part.type)];
+  if (known) refuseUnknown(part, known, CHAT, at);
   switch (part.type) {
     case 'input_text':
       return { type: 'text', text: part.text };
@@ -240,14 +249,20 @@ function textContent(content: unknown, at: string): string {
 function userPartFromHub(part: Json, at: string): Json {
   switch (part.type) {
     case 'text':
+      refuseUnknown(part, new Set(['type', 'text']), RESPONSES, at);
       return { type: 'input_text', text: part.text };
     case 'image_url': {
+      refuseUnknown(part, new Set(['type', 'image_url']), RESPONSES, at);
       const image = isRecord(part.image_url) ? part.image_url : {};
+      refuseUnknown(image, new Set(['url', 'detail']), RESPONSES, `${at}.image_url`);
       return { type: 'input_image', image_url: image.url, detail: image.detail ?? 'auto' };
     }
     case 'file': {
+      refuseUnknown(part, new Set(['type', 'file']), RESPONSES, at);
+      const file = isRecord(part.file) ? part.file : {};
+      refuseUnknown(file, new Set(['file_data', 'file_id', 'filename']), RESPONSES, `${at}.file`);
       const out: Json = { type: 'input_file' };
-      copySet(isRecord(part.file) ? part.file : {}, out, ['file_data', 'file_id', 'filename']);
+      copySet(file, out, ['file_data', 'file_id', 'filename']);
       return out;
     }
     default:
