@@ -189,6 +189,12 @@ describe('hub chunks -> Responses stream, read by client.responses.stream()', ()
     expect(events.at(-1)).toMatchObject({ event: 'error', data: { type: 'error', code: 'overloaded', message: 'Overloaded', param: null } });
     await expect(responsesOf(events).finalResponse()).rejects.toMatchObject({ type: 'error', message: 'Overloaded' });
   });
+
+  it('an error chunk first still opens the stream with response.created, so the SDK raises the error itself', async () => {
+    const events = run(t.streamFromHub(), [{ data: { error: { message: 'Overloaded', type: 'api_error', param: null, code: null } } }]);
+    expect(events.map((e) => e.event)).toEqual(['response.created', 'response.in_progress', 'error']);
+    await expect(responsesOf(events).finalResponse()).rejects.toMatchObject({ type: 'error', message: 'Overloaded' });
+  });
 });
 
 describe('stream round trips', () => {

@@ -119,15 +119,17 @@ class HubToResponses implements StreamTranslation {
   push({ data }: HubEvent): HubEvent[] {
     if (this.closed) return [];
     const events: HubEvent[] = [];
-    if (isRecord(data.error)) {
-      this.closed = true;
-      const error = data.error;
-      return [this.event('error', { code: typeof error.code === 'string' ? error.code : null, message: asString(error.message), param: typeof error.param === 'string' ? error.param : null })];
-    }
     if (!this.response) {
       this.response = responseShell(asString(data.id), asNumber(data.created), asString(data.model));
       events.push(this.event('response.created', { response: structuredClone(this.response) }));
       events.push(this.event('response.in_progress', { response: structuredClone(this.response) }));
+    }
+    // An error chunk ends the stream; it still comes after response.created, which the SDK's accumulator needs first.
+    if (isRecord(data.error)) {
+      this.closed = true;
+      const error = data.error;
+      events.push(this.event('error', { code: typeof error.code === 'string' ? error.code : null, message: asString(error.message), param: typeof error.param === 'string' ? error.param : null }));
+      return events;
     }
     const choice = Array.isArray(data.choices) && isRecord(data.choices[0]) ? data.choices[0] : null;
     const delta = choice && isRecord(choice.delta) ? choice.delta : {};
