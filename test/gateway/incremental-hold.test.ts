@@ -279,6 +279,22 @@ describe('extensions', () => {
     expect((await env.balance('ext')).frozen).toBe(0);
   });
 
+  it('a budget that cannot hold one more slice ends the stream as a wallet does; the budget holds nothing after', async () => {
+    await env.fund('bud', 1_000_000);
+    const body = JSON.stringify(bodyOf('anthropic', 20_000));
+    const limit = body.length + SLICE + SLICE / 2;
+    const set = await env.svc.call('PATCH', '/v1/customers/bud', { key: env.p.projectKey, body: { budget: { limit, period: 'day' } } });
+    expect(set.status, JSON.stringify(set.body)).toBe(200);
+    const r = await post('anthropic', 'bud', body);
+    expect(r.status).toBe(200);
+    expect(r.trailers['x-service-hold-exhausted']).toBe('true');
+    const cost = Number(r.trailers['x-service-cost-credits']);
+    expect(cost).toBeLessThanOrEqual(limit);
+    expect(r.trailers['x-service-budget-remaining-credits']).toBe(String(limit - cost));
+    const customer = (await env.svc.call('GET', '/v1/customers/bud', { key: env.p.projectKey })).body;
+    expect(customer.budget).toMatchObject({ spent: cost, held: 0 });
+  });
+
   it('ten concurrent incremental streams on one small wallet never overspend', async () => {
     const deposit = 8_000;
     await env.fund('many', deposit);
