@@ -125,6 +125,18 @@ function withField(data: string, parsed: Json, name: string, value: unknown): st
   return `${data.slice(0, close)}${empty ? '' : ','}${field}${data.slice(close)}`;
 }
 
+/**
+ * Where a metered StreamRelay stopped: the bytes of the event that went past its allowance
+ * (counted, not forwarded), the counts before it (what was forwarded), and the events that
+ * came after it, not read yet.
+ */
+interface Gate {
+  out: Uint8Array;
+  chars: number;
+  events: number;
+  unread: { raw: Buffer; last: boolean }[];
+}
+
 /** Appends `next` to `out`, as one view with the last part when it follows it in the same memory. */
 function appendJoined(out: Uint8Array[], next: Uint8Array): void {
   const last = out.at(-1);
@@ -188,8 +200,8 @@ export class StreamRelay {
    */
   private allowance = Infinity;
   private readonly closer: StreamCloser | null;
-  /** Metered and past the allowance: the event that went past it (its bytes), and the events after it, unread. */
-  private gate: { out: Uint8Array; chars: number; events: number; unread: { raw: Buffer; last: boolean }[] } | null = null;
+  /** Metered and past the allowance: where the relay stopped (Gate); null while it forwards. */
+  private gate: Gate | null = null;
 
   constructor(
     format: WireFormat,
@@ -268,19 +280,18 @@ export class StreamRelay {
     const chars = this.outputChars;
     const events = this.deltaEvents;
     const forwarded = this.relayEvent(raw, last);
-    if (this.estimate() <= this.allowance) return forwarded;
+    if (this.outputEstimate() <= this.allowance) return forwarded;
     this.gate = { out: Buffer.from(forwarded), chars, events, unread: [] };
     return EMPTY;
-  }
-
-  /** Metered: the output estimate, the forwarded events and the one past the allowance counted. */
-  outputEstimate(): number {
-    return this.estimate();
   }
 
   /** Metered: whether the relay stopped at its allowance (the events after it wait: allow). */
   gated(): boolean {
     return this.gate !== null;
+  }
+
+  private stoppedAt(): Gate | null {
+    return this.gate;
   }
 
   /**
@@ -291,7 +302,7 @@ export class StreamRelay {
   allow(tokens: number): Uint8Array {
     this.allowance = tokens;
     const gate = this.gate;
-    if (gate === null || this.estimate() > tokens) return EMPTY;
+    if (gate === null || this.outputEstimate() > tokens) return EMPTY;
     this.gate = null;
     const out: Uint8Array[] = [];
     if (gate.out.length > 0) this.emit(out, gate.out);
@@ -300,8 +311,10 @@ export class StreamRelay {
       const forwarded = this.meteredEvent(raw, last);
       if (this.invalidReason !== null) break;
       if (forwarded.length > 0) this.emit(out, forwarded);
-      if (this.gate !== null) {
-        (this.gate as { unread: { raw: Buffer; last: boolean }[] }).unread = gate.unread.slice(i + 1);
+      // A method, not the field: the compiler keeps `this.gate` narrowed to null here.
+      const again = this.stoppedAt();
+      if (again !== null) {
+        again.unread = gate.unread.slice(i + 1);
         break;
       }
     }
@@ -370,10 +383,11 @@ export class StreamRelay {
     this.countDeferred();
     // Metered and gated: the event at the gate was counted but not forwarded.
     if (this.gate !== null) return Math.max(Math.ceil(this.gate.chars / chars_per_token_estimate), this.gate.events);
-    return this.estimate();
+    return this.outputEstimate();
   }
 
-  private estimate(): number {
+  /** The output estimate of the events counted (metered: the one stopped at the allowance too). */
+  outputEstimate(): number {
     return Math.max(Math.ceil(this.outputChars / chars_per_token_estimate), this.deltaEvents);
   }
 

@@ -13,6 +13,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockDirective, mockOutputText } from '../../src/gateway/mock/controls.js';
+import { StreamRelay } from '../../src/gateway/adapters.js';
 import { hold_slice_tokens } from '../../src/gateway/incremental.js';
 import { bindingKeys } from '../../src/redis/keys.js';
 import { expectError } from '../support/errors.js';
@@ -86,6 +87,37 @@ async function usageOf(customer: string) {
   expect(r.status).toBe(200);
   return r.body.data as { transaction_id: string; status: string; output_tokens: number; input_tokens: number; usage_estimated: boolean; cost_credits: number }[];
 }
+
+describe('StreamRelay with an allowance', () => {
+  const delta = (text: string) => `event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}\n\n`;
+  const start = 'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n';
+
+  it('stops mid-chunk at the allowance, forwards nothing past it, and resumes byte for byte when it grows', () => {
+    const relay = new StreamRelay('anthropic', true, { allowance: 3 });
+    // Four deltas of one token each (4 characters) in one chunk: three fit.
+    const events = [start, delta('abcd'), delta('efgh'), delta('ijkl'), delta('mnop')];
+    const out = Buffer.from(relay.push(Buffer.from(events.join('')))).toString();
+    expect(out).toBe(events.slice(0, 4).join(''));
+    expect(relay.gated()).toBe(true);
+    expect(relay.relayedOutputEstimate()).toBe(3);
+    // More upstream bytes wait behind the gate, unread.
+    expect(relay.push(Buffer.from(delta('qrst'))).length).toBe(0);
+    expect(Buffer.from(relay.allow(4)).toString()).toBe(events[4]);
+    expect(relay.gated()).toBe(true);
+    expect(Buffer.from(relay.allow(10)).toString()).toBe(delta('qrst'));
+    expect(relay.gated()).toBe(false);
+    expect(relay.relayedOutputEstimate()).toBe(5);
+  });
+
+  it('closes in its format: the open block stopped, max_tokens, the usage given', () => {
+    const relay = new StreamRelay('anthropic', true, { allowance: 1 });
+    relay.push(Buffer.from(start + delta('abcd') + delta('efgh')));
+    const usage = { input: 7, output: relay.relayedOutputEstimate(), cacheRead: 0, cacheWrite: 0 };
+    const closing = sseData(Buffer.from(relay.close(usage, null)).toString()) as { type: string; delta?: { stop_reason: string }; usage?: { output_tokens: number } }[];
+    expect(closing.map((e) => e.type)).toEqual(['content_block_stop', 'message_delta', 'message_stop']);
+    expect(closing[1]).toMatchObject({ delta: { stop_reason: 'max_tokens' }, usage: { input_tokens: 7, output_tokens: 1 } });
+  });
+});
 
 describe('refusals', () => {
   it('a whole (non-streamed) call with X-Service-Hold: incremental is a 400 naming the header; nothing is held', async () => {
@@ -228,6 +260,20 @@ describe('with the official SDKs', () => {
     expect(mockOutputText(20_000).startsWith(text)).toBe(true);
     expect(message.usage.output_tokens).toBe(estimateOf(text));
     expect((await env.balance('sdk-a')).available).toBeGreaterThanOrEqual(0);
+  });
+
+  it('openai n: 2: an answer that ended upstream keeps its reason, the one cut finishes with length', async () => {
+    const body = bodyOf('openai', 700, { n: 2 });
+    // One slice of two answers (2 x 1024 tokens as counted), and less than one more.
+    await env.fund('sdk-n', JSON.stringify(body).length + 2 * SLICE + SLICE);
+    const final = await env
+      .openai({ customer: 'sdk-n', headers: incremental })
+      .chat.completions.stream({ ...body, messages: ask(700), stream: true })
+      .finalChatCompletion();
+    expect(final.choices.map((c) => c.finish_reason)).toEqual(['stop', 'length']);
+    expect(final.choices[0]!.message.content).toBe(mockOutputText(700));
+    expect(mockOutputText(700).startsWith(final.choices[1]!.message.content!)).toBe(true);
+    expect((await env.balance('sdk-n')).available).toBeGreaterThanOrEqual(0);
   });
 
   it('inline billing: the closing usage event carries service_billing, the receipt\'s figures', async () => {
