@@ -18,9 +18,10 @@ import { hold_slice_tokens } from '../../src/gateway/incremental.js';
 import { bindingKeys } from '../../src/redis/keys.js';
 import { expectError } from '../support/errors.js';
 import { reconcileOverApi } from '../helpers.js';
-import { rawPost, sseData, startGatewayEnv, type GatewayEnv } from './support.js';
+import { rawPost, sseData, startGatewayEnv, startWatchingProxy, type GatewayEnv, type WatchingProxy } from './support.js';
 
 let env: GatewayEnv;
+let proxy: WatchingProxy;
 const MODEL = { openai: 'inc-openai', anthropic: 'inc-anthropic' } as const;
 type Format = keyof typeof MODEL;
 const SLICE = hold_slice_tokens;
@@ -38,8 +39,14 @@ beforeAll(async () => {
       cache_write_price_per_million_credits: 0,
     });
   }
+  proxy = await startWatchingProxy(env.mock.port);
+  await env.putModel('inc-watched', {
+    provider: 'anthropic', upstream_base_url: proxy.url, max_output_tokens: 100_000,
+    input_price_per_million_credits: 1_000_000, output_price_per_million_credits: 1_000_000, cache_read_price_per_million_credits: 0, cache_write_price_per_million_credits: 0,
+  });
 }, 60_000);
 afterAll(async () => {
+  await proxy?.close();
   try {
     await env.svc.drained();
     const report = await reconcileOverApi(env.svc, env.p);
@@ -196,6 +203,22 @@ describe.each(['openai', 'anthropic'] as const)('%s: raw', (format) => {
     expect(balance).toMatchObject({ used: cost, frozen: 0, available: deposit - cost });
     expect(Number(r.trailers['x-service-balance-credits'])).toBe(deposit - cost);
   });
+
+  if (format === 'anthropic') {
+    it('the upstream call is aborted when the wallet ends the stream, long before the upstream would have ended', async () => {
+      const total = 10_000;
+      const body = JSON.stringify({ model: 'inc-watched', stream: true, max_tokens: 100_000, messages: [{ role: 'user', content: `go on ${mockDirective({ output_tokens: total, chunk_delay_ms: 1 })}` }] });
+      await env.fund('watched', body.length + SLICE + SLICE / 2);
+      const closed = proxy.nextClose();
+      const r = await post('anthropic', 'watched', body);
+      const endedAt = Date.now();
+      expect(r.trailers['x-service-hold-exhausted']).toBe('true');
+      // total x 1 ms is at least 10 s: the connection closes when the gateway cuts, not then.
+      const closedAt = await Promise.race([closed, new Promise<null>((resolve) => setTimeout(() => resolve(null), 5_000))]);
+      expect(closedAt, 'the upstream connection stayed open').not.toBeNull();
+      expect(Math.abs(closedAt! - endedAt)).toBeLessThan(1_000);
+    });
+  }
 
   it('a long answer on a wallet that suffices is served in full, billed exactly; the hold grew by slices, never more than a slice and a half beyond the output relayed', async () => {
     const customer = `long-${format}`;
