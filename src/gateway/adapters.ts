@@ -8,7 +8,7 @@
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { SseFramer } from './sse.js';
 import { anthropic } from './wire/anthropic.js';
-import { isObject, type Forward, type Json, type ProviderFormat, type StreamReading, type Usage, type WireFormat } from './wire/format.js';
+import { isObject, type Forward, type Json, type ProviderFormat, type StreamCloser, type StreamReading, type Usage, type WireFormat } from './wire/format.js';
 import { openai } from './wire/openai.js';
 
 export type { Usage, WireFormat } from './wire/format.js';
@@ -70,6 +70,8 @@ const DEFAULT_EVENT_BYTES_MAX = 4 * 1024 * 1024;
  * this, they are counted at once, so a long stream holds at most this much.
  */
 export const deferred_data_chars_max = 64 * 1024;
+/** Characters of generated text per output token, for the estimate of output forwarded (a rough English average). */
+const chars_per_token_estimate = 4;
 
 /** Whether `data` is shaped as a JSON object: the cheap check of an event that is not parsed. */
 function looksLikeObject(data: string): boolean {
@@ -121,6 +123,18 @@ function withField(data: string, parsed: Json, name: string, value: unknown): st
   const close = data.lastIndexOf('}');
   const empty = data.slice(0, close).trimEnd().endsWith('{');
   return `${data.slice(0, close)}${empty ? '' : ','}${field}${data.slice(close)}`;
+}
+
+/**
+ * Where a metered StreamRelay stopped: the bytes of the event that went past its allowance
+ * (counted, not forwarded), the counts before it (what was forwarded), and the events that
+ * came after it, not read yet.
+ */
+interface Gate {
+  out: Uint8Array;
+  chars: number;
+  events: number;
+  unread: { raw: Buffer; last: boolean }[];
 }
 
 /** Appends `next` to `out`, as one view with the last part when it follows it in the same memory. */
@@ -179,15 +193,26 @@ export class StreamRelay {
   private final: { bytes: Buffer; text: string; data: string; parsed: Json } | null = null;
   /** The bytes to forward after the final usage event, once it is held; else null. */
   private held: Buffer[] | null = null;
+  /**
+   * Metered (`X-Service-Hold: incremental`): the output tokens the relay may forward (what
+   * is held); every event is parsed and counted before it goes out, and the closer sees it.
+   * Infinity and null when not metered: the default path pays one branch per event.
+   */
+  private allowance = Infinity;
+  private readonly closer: StreamCloser | null;
+  /** Metered and past the allowance: where the relay stopped (Gate); null while it forwards. */
+  private gate: Gate | null = null;
 
   constructor(
     format: WireFormat,
     private readonly clientWantsUsage: boolean,
-    opts: { eventBytesMax?: number; holdFinal?: boolean } = {},
+    opts: { eventBytesMax?: number; holdFinal?: boolean; allowance?: number } = {},
   ) {
     this.wire = formats[format];
     this.eventBytesMax = opts.eventBytesMax ?? DEFAULT_EVENT_BYTES_MAX;
     this.holdFinal = opts.holdFinal === true;
+    this.closer = opts.allowance === undefined ? null : this.wire.streamCloser();
+    if (opts.allowance !== undefined) this.allowance = opts.allowance;
     this.parser = createParser({
       onEvent: (event) => {
         this.parsed = event;
@@ -204,12 +229,14 @@ export class StreamRelay {
     if (this.invalidReason !== null) return EMPTY;
     const out: Uint8Array[] = [];
     for (const event of this.framer.push(chunk)) {
-      const forwarded = this.relayEvent(event, false);
-      if (this.invalidReason !== null) break;
-      if (forwarded.length > 0) {
-        if (this.held === null) appendJoined(out, forwarded);
-        else this.held.push(Buffer.from(forwarded));
+      if (this.gate !== null) {
+        // A copy: `event` may be a view of the upstream's chunk.
+        this.gate.unread.push({ raw: Buffer.from(event), last: false });
+        continue;
       }
+      const forwarded = this.closer === null ? this.relayEvent(event, false) : this.meteredEvent(event, false);
+      if (this.invalidReason !== null) break;
+      if (forwarded.length > 0) this.emit(out, forwarded);
     }
     if (this.invalidReason === null && this.framer.pendingBytes() > this.eventBytesMax) {
       this.invalidReason = `an upstream event is longer than ${this.eventBytesMax} bytes`;
@@ -227,13 +254,87 @@ export class StreamRelay {
   end(): Uint8Array {
     const rest = this.framer.end();
     if (rest.length === 0 || this.invalidReason !== null) return EMPTY;
-    const forwarded = this.relayEvent(rest, true);
+    if (this.gate !== null) {
+      this.gate.unread.push({ raw: Buffer.from(rest), last: true });
+      return EMPTY;
+    }
+    const forwarded = this.closer === null ? this.relayEvent(rest, true) : this.meteredEvent(rest, true);
     if (this.invalidReason !== null) return EMPTY;
     if (this.held !== null && forwarded.length > 0) {
       this.held.push(Buffer.from(forwarded));
       return EMPTY;
     }
     return forwarded;
+  }
+
+  private emit(out: Uint8Array[], forwarded: Uint8Array): void {
+    if (this.held === null) appendJoined(out, forwarded);
+    else this.held.push(Buffer.from(forwarded));
+  }
+
+  /**
+   * Metered: one event, counted before it goes out; past the allowance it is kept with
+   * the gate (the count before it noted) instead of returned.
+   */
+  private meteredEvent(raw: Buffer, last: boolean): Uint8Array {
+    const chars = this.outputChars;
+    const events = this.deltaEvents;
+    const forwarded = this.relayEvent(raw, last);
+    if (this.outputEstimate() <= this.allowance) return forwarded;
+    this.gate = { out: Buffer.from(forwarded), chars, events, unread: [] };
+    return EMPTY;
+  }
+
+  /** Metered: whether the relay stopped at its allowance (the events after it wait: allow). */
+  gated(): boolean {
+    return this.gate !== null;
+  }
+
+  private stoppedAt(): Gate | null {
+    return this.gate;
+  }
+
+  /**
+   * Metered: raises the allowance to `tokens` and returns what it lets out, in order: the
+   * event that stopped at the gate, then the unread ones, until the allowance stops one
+   * again (gated() then says so).
+   */
+  allow(tokens: number): Uint8Array {
+    this.allowance = tokens;
+    const gate = this.gate;
+    if (gate === null || this.outputEstimate() > tokens) return EMPTY;
+    this.gate = null;
+    const out: Uint8Array[] = [];
+    if (gate.out.length > 0) this.emit(out, gate.out);
+    for (let i = 0; i < gate.unread.length; i++) {
+      const { raw, last } = gate.unread[i]!;
+      const forwarded = this.meteredEvent(raw, last);
+      if (this.invalidReason !== null) break;
+      if (forwarded.length > 0) this.emit(out, forwarded);
+      // A method, not the field: the compiler keeps `this.gate` narrowed to null here.
+      const again = this.stoppedAt();
+      if (again !== null) {
+        again.unread = gate.unread.slice(i + 1);
+        break;
+      }
+    }
+    if (out.length === 0) return EMPTY;
+    return out.length === 1 ? out[0]! : Buffer.concat(out);
+  }
+
+  /**
+   * Metered, once the gateway ends the stream itself: the closing events of the format
+   * (StreamCloser), for `usage` billed, with `extra` fields on the one that carries it.
+   * What waits at the gate is dropped.
+   */
+  close(usage: Usage, extra: Json | null): Uint8Array {
+    this.gate = null;
+    return Buffer.from(this.closer!.close(usage, extra, this.clientWantsUsage), 'utf8');
+  }
+
+  /** Whether the relay holds back the final usage event when it comes (holdFinal: inline billing). */
+  holdsFinal(): boolean {
+    return this.holdFinal;
   }
 
   /** Whether the final usage event is held back (holdFinal): releaseHeld gives it and what followed it. */
@@ -280,7 +381,14 @@ export class StreamRelay {
    */
   relayedOutputEstimate(): number {
     this.countDeferred();
-    return Math.max(Math.ceil(this.outputChars / 4), this.deltaEvents);
+    // Metered and gated: the event at the gate was counted but not forwarded.
+    if (this.gate !== null) return Math.max(Math.ceil(this.gate.chars / chars_per_token_estimate), this.gate.events);
+    return this.outputEstimate();
+  }
+
+  /** The output estimate of the events counted (metered: the one stopped at the allowance too). */
+  outputEstimate(): number {
+    return Math.max(Math.ceil(this.outputChars / chars_per_token_estimate), this.deltaEvents);
   }
 
   /** Whether the stream's last event was seen: OpenAI `[DONE]`, Anthropic `message_stop`. */
@@ -312,7 +420,7 @@ export class StreamRelay {
       return raw;
     }
     if (!looksLikeObject(event.data)) return this.invalidate();
-    if (this.dataEvents++ > 0) {
+    if (this.dataEvents++ > 0 && this.closer === null) {
       const plain = this.wire.plainEvent(event.event, event.data, this.clientWantsUsage);
       if (plain !== null) {
         this.defer(event.data);
@@ -322,6 +430,7 @@ export class StreamRelay {
     const data = parseObject(event.data);
     if (data === null) return this.invalidate();
     this.countDelta(data);
+    this.closer?.see(data);
     if (this.holdFinal && !this.reading.complete) return this.readMaybeFinal(data, raw, text, event.data);
     return this.forward(this.wire.readEvent(data, event.data, this.reading, this.clientWantsUsage), raw, text, event.data);
   }

@@ -188,11 +188,12 @@ export class GatewayBilling {
     let indexMayExist = false;
     try {
       const prices = c.model.prices;
-      const wanted = c.explicitMax ?? c.model.maxOutputTokens;
+      // An incremental hold holds one slice of the limit, as a limit the client set: a wallet that cannot cover it is refused.
+      const wanted = c.incremental?.slice ?? c.explicitMax ?? c.model.maxOutputTokens;
       const partTokens = partTokensBound(c.parts, c.model.partBounds, c.model.contextWindow);
       const args: CustomerScriptArgs<'gateway_hold'> = {
         transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices, partTokens), outputPrice: prices.output,
-        outputTokens: wanted, explicitMax: c.explicitMax !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
+        outputTokens: wanted, explicitMax: c.explicitMax !== null || c.incremental !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
         admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey, keyBudget: keyBudgetOf(c.auth.key),
       };
       // Receipts find the customer of a gateway transaction through the project index. The
@@ -469,13 +470,17 @@ export class GatewayBilling {
    * input, and at least the output relayed to the client (`relayedOutput`).
    */
   settleEstimate(call: Call, usage: Usage | null, relayedOutput: number, status: 'settled' | 'client_aborted', upstreamStatus: number): Promise<SettleResult> {
-    const estimate: Usage = {
-      input: usage?.input ?? Math.ceil(call.requestBytes / request_bytes_per_token_estimate),
-      cacheRead: usage?.cacheRead ?? 0,
-      cacheWrite: usage?.cacheWrite ?? 0,
-      output: Math.max(relayedOutput, usage?.output ?? 0),
-    };
-    return this.settle(call, estimate, status, true, upstreamStatus);
+    return this.settle(call, estimatedUsage(call, usage, relayedOutput), status, true, upstreamStatus);
   }
+}
+
+/** What settleEstimate bills: the upstream's counts where it sent them, the request's size for the input, at least `relayedOutput`. */
+export function estimatedUsage(call: Call, usage: Usage | null, relayedOutput: number): Usage {
+  return {
+    input: usage?.input ?? Math.ceil(call.requestBytes / request_bytes_per_token_estimate),
+    cacheRead: usage?.cacheRead ?? 0,
+    cacheWrite: usage?.cacheWrite ?? 0,
+    output: Math.max(relayedOutput, usage?.output ?? 0),
+  };
 }
 

@@ -12,6 +12,12 @@ import type { PartCounts } from './wire/format.js';
 import type { Endpoint } from './request.js';
 import type { CallBudget } from './budget.js';
 
+/** An incremental hold's slices (src/gateway/incremental.ts): the tokens of one, and the output limit sent upstream (per answer). */
+export interface IncrementalHold {
+  slice: number;
+  limit: number;
+}
+
 /** A call whose hold applied: what its settlement or release needs. */
 export interface Call {
   auth: AuthContext;
@@ -39,6 +45,8 @@ export interface Call {
   idempotencyKey: string;
   /** What the hold answered of the spending budgets; null when none applies. */
   budget: CallBudget | null;
+  /** `X-Service-Hold: incremental`: the hold's slice and the output limit sent upstream; null for a hold up front. */
+  incremental: IncrementalHold | null;
 }
 
 export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt' | 'budget'> & {
@@ -77,5 +85,6 @@ export function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicke
     upstreamStartedAt: 0,
     idempotencyKey: c.idempotencyKey,
     budget,
+    incremental: c.incremental,
   };
 }

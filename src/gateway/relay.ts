@@ -4,21 +4,22 @@
  * settle the usage (exact, or estimated for a cut stream or a client that left) or
  * release the hold when nothing is billed (an upstream error, no usage).
  */
-import { EventEmitter } from 'node:events';
-import type { Socket } from 'node:net';
 import type { Response } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '../errors/catalogue.js';
-import { StreamRelay, usageFromResponse, type Usage } from './adapters.js';
-import { billingHeaderNames, type GatewayBilling, type SettleResult } from './billing.js';
+import { billing_field, StreamRelay, usageFromResponse, type Usage } from './adapters.js';
+import { billingHeaderNames, estimatedUsage, type GatewayBilling, type SettleResult } from './billing.js';
+import { hold_exhausted_trailer, HoldExtender } from './incremental.js';
 import { budget_remaining_header } from './budget.js';
 import type { Call } from './call.js';
+import type { LedgerService } from '../ledger/service.js';
+import { ClientWatch, TurnCork } from './relay-io.js';
 import type { UpstreamClient, UpstreamResponse, UpstreamTarget } from './upstream.js';
 import { embeddings_upstream_path, embeddingsUsage } from './wire/embeddings.js';
 import type { CallTranslation } from './translate/call.js';
 
 export class GatewayRelay {
-  constructor(private readonly deps: { upstream: UpstreamClient; billing: GatewayBilling; logger: Logger }) {}
+  constructor(private readonly deps: { upstream: UpstreamClient; billing: GatewayBilling; ledger: LedgerService; logger: Logger }) {}
 
   /**
    * Sends the call upstream. Null when the client left before the upstream answered: the
@@ -144,15 +145,17 @@ export class GatewayRelay {
     }
     // Read until the first event can be forwarded, so that an upstream answering garbage
     // still gets a clean 502 before any header goes out.
+    const extender = call.incremental === null ? null : new HoldExtender(this.deps, call, call.incremental);
     const relay =
-      translation !== null ? translation.streamRelay(inlineBilling)
+      translation !== null ? translation.streamRelay(inlineBilling, extender?.allowance())
+      : extender !== null ? new StreamRelay(call.format, inlineBilling || clientWantsUsage, { holdFinal: inlineBilling, allowance: extender.allowance() })
       : inlineBilling ? new StreamRelay(call.format, true, { holdFinal: true })
       : new StreamRelay(call.format, clientWantsUsage);
     const chunks = upstream.body[Symbol.asyncIterator]();
     const first: Uint8Array[] = [];
     let ended = false;
     try {
-      while (first.length === 0 && !relay.invalid() && !watch.gone && !relay.holding()) {
+      while (first.length === 0 && !relay.invalid() && !watch.gone && !relay.holding() && !relay.gated()) {
         const next = await chunks.next();
         if (next.done) {
           ended = true;
@@ -173,7 +176,7 @@ export class GatewayRelay {
       await this.deps.billing.release(call, upstream.status);
       throw upstreamError(err);
     }
-    if (!watch.gone && (relay.invalid() || (first.length === 0 && !relay.holding()))) {
+    if (!watch.gone && (relay.invalid() || (first.length === 0 && !relay.holding() && !relay.gated()))) {
       watch.stop();
       await this.deps.billing.release(call, upstream.status);
       throw new ApiError('upstream_error', { message: 'the upstream stream is not a valid event stream' });
@@ -184,11 +187,12 @@ export class GatewayRelay {
     res.statusCode = 200;
     res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
     res.setHeader('Cache-Control', 'no-cache');
-    res.setHeader('Trailer', call.budget === null ? trailerHeader : budgetTrailerHeader);
+    const trailers = call.budget === null ? trailerHeader : budgetTrailerHeader;
+    res.setHeader('Trailer', extender === null ? trailers : `${trailers}, ${hold_exhausted_trailer}`);
 
     const cork = new TurnCork(res.socket);
     try {
-      return await this.relayEvents(res, call, upstream.status, relay, chunks, first, ended, watch, cork);
+      return await this.relayEvents(res, call, upstream.status, relay, chunks, first, ended, watch, cork, extender);
     } finally {
       cork.release();
     }
@@ -205,11 +209,17 @@ export class GatewayRelay {
     ended: boolean,
     watch: ClientWatch,
     cork: TurnCork,
+    extender: HoldExtender | null,
   ): Promise<boolean> {
     let upstreamFailed = false;
+    let exhausted = false;
     try {
       cork.hold();
       for (const out of first) if (!watch.gone) res.write(out);
+      if (extender !== null) {
+        exhausted = await this.relayMetered(res, relay, chunks, ended, watch, cork, extender);
+        ended = true;
+      }
       if (ended) cork.keep();
       while (!ended && !watch.gone && !relay.invalid()) {
         const next = await chunks.next();
@@ -240,6 +250,7 @@ export class GatewayRelay {
       await this.settleEstimate(call, relay, 'client_aborted', upstreamStatus);
       return true;
     }
+    if (exhausted) return this.endExhausted(res, call, upstreamStatus, relay, cork);
     const usage = relay.usage();
     const exact = !upstreamFailed && usage !== null && relay.usageComplete() && !relay.invalid() && relay.error() === null && relay.sawTerminal();
     if (relay.holding()) return this.settleHeld(res, call, upstreamStatus, relay, exact ? usage : null, cork);
@@ -255,9 +266,72 @@ export class GatewayRelay {
       res.end();
       return false;
     }
-    res.addTrailers(this.deps.billing.billingHeaders(settled));
+    res.addTrailers(this.trailersOf(call, settled, false));
     res.end();
     return true;
+  }
+
+  /**
+   * relayEvents for an incremental hold: relays the upstream's events up to what is held
+   * (the relay's allowance), asks for an extension in the background as the output passes
+   * half the last slice, and, when the relay stops at the allowance, waits for the
+   * extension before it reads more of the upstream (its bytes wait in the socket
+   * meanwhile). True when an extension was refused at the allowance: the upstream call is
+   * then aborted, and endExhausted ends the stream.
+   */
+  private async relayMetered(res: Response, relay: StreamRelay, chunks: AsyncIterator<unknown>, ended: boolean, watch: ClientWatch, cork: TurnCork, extender: HoldExtender): Promise<boolean> {
+    const write = (out: Uint8Array) => {
+      if (out.length === 0 || watch.gone) return;
+      cork.hold();
+      res.write(out);
+    };
+    while (!watch.gone && !relay.invalid()) {
+      if (relay.gated()) {
+        if (!(await extender.extend())) {
+          watch.cutUpstream();
+          void chunks.return?.().catch(() => undefined);
+          return true;
+        }
+        write(relay.allow(extender.allowance()));
+        continue;
+      }
+      if (ended) return false;
+      if (extender.due(relay.outputEstimate())) void extender.extend();
+      const next = await chunks.next();
+      if (next.done) {
+        write(relay.end());
+        ended = true;
+      } else {
+        write(relay.push(next.value as Uint8Array));
+      }
+      // An extension granted meanwhile raises the allowance.
+      write(relay.allow(extender.allowance()));
+    }
+    return false;
+  }
+
+  /**
+   * The end of a stream whose wallet could not pay for more output (an incremental hold's
+   * extension refused): billed as estimated what was relayed (never more than the hold),
+   * then the format's closing events (the usage in them, with the inline billing figures
+   * when asked), and the trailers with X-Service-Hold-Exhausted: true.
+   */
+  private async endExhausted(res: Response, call: Call, upstreamStatus: number, relay: StreamRelay, cork: TurnCork): Promise<boolean> {
+    const usage = estimatedUsage(call, relay.usage(), relay.relayedOutputEstimate());
+    const settled = await this.deps.billing.settle(call, usage, 'settled', true, upstreamStatus);
+    cork.hold();
+    const inline = relay.holdsFinal() ? { [billing_field]: this.deps.billing.inlineBilling(call, settled, true) } : null;
+    res.write(relay.close(usage, inline));
+    res.addTrailers(this.trailersOf(call, settled, true));
+    res.end();
+    return true;
+  }
+
+  /** The billing trailers, and for an incremental hold whether the wallet ended the stream. */
+  private trailersOf(call: Call, settled: SettleResult, exhausted: boolean): [string, string][] {
+    const trailers = this.deps.billing.billingHeaders(settled);
+    if (call.incremental !== null) trailers.push([hold_exhausted_trailer, String(exhausted)]);
+    return trailers;
   }
 
   /**
@@ -284,7 +358,7 @@ export class GatewayRelay {
     }
     cork.hold();
     res.write(relay.releaseHeld(this.deps.billing.inlineBilling(call, settled, exactUsage === null)));
-    res.addTrailers(this.deps.billing.billingHeaders(settled));
+    res.addTrailers(this.trailersOf(call, settled, false));
     res.end();
     return true;
   }
@@ -353,79 +427,4 @@ function upstreamError(err: unknown): ApiError {
   // The model's own configuration is at fault, not the provider: the message says what.
   if (kind === 'refused') return new ApiError('upstream_error', { message: (err as Error).message });
   return new ApiError('upstream_error');
-}
-
-/** The longest a relayed event waits in the socket for the answer's end (TurnCork.keep). */
-const held_events_ms_max = 10;
-
-/**
- * Holds the relayed events in the response's socket until the end of the event loop's
- * turn (setImmediate), instead of the end of the tick as Node's own cork does. When the
- * upstream's end arrives in the same turn as its last events, as it does for an answer the
- * upstream sent at once, `keep` holds them on until the answer's end, whose trailers wait
- * for the settlement (a Redis round trip), and they go out together in one write instead
- * of two (a socket write was 6% of the API's CPU per streamed call). They wait
- * held_events_ms_max at most, whatever the settlement does. Every path must `release`:
- * a socket left corked would hold the next answer on its connection.
- */
-class TurnCork {
-  private corked = false;
-  private kept: NodeJS.Timeout | null = null;
-
-  constructor(private readonly socket: Socket | null) {}
-
-  /** Before a write: the socket is corked until the end of this turn. */
-  hold(): void {
-    if (this.corked || this.socket === null) return;
-    this.socket.cork();
-    this.corked = true;
-    setImmediate(this.endOfTurn);
-  }
-
-  /** The upstream ended: what this turn wrote waits for the answer's end. */
-  keep(): void {
-    if (this.corked && this.kept === null) this.kept = setTimeout(this.release, held_events_ms_max);
-  }
-
-  /** Writes what is held. */
-  readonly release = (): void => {
-    if (this.kept !== null) clearTimeout(this.kept);
-    this.kept = null;
-    if (!this.corked) return;
-    this.corked = false;
-    this.socket!.uncork();
-  };
-
-  private readonly endOfTurn = (): void => {
-    if (this.kept === null) this.release();
-  };
-}
-
-/**
- * Watches for the client leaving before its answer is written: `gone` says so, and the
- * upstream call, whose abort signal this is (undici takes an EventEmitter that emits
- * `abort` and says `aborted`), is aborted. An AbortController and undici's listeners on
- * its EventTarget cost about 4.6 us per call, this about 0.2. `stop` once the answer no
- * longer needs it.
- */
-class ClientWatch extends EventEmitter {
-  gone = false;
-  private readonly onClose = (): void => {
-    if (this.res.writableFinished) return;
-    this.gone = true;
-    this.emit('abort');
-  };
-
-  constructor(private readonly res: Response) {
-    super();
-    res.on('close', this.onClose);
-  }
-
-  get aborted(): boolean {
-    return this.gone;
-  }
-
-  stop(): void {
-    this.res.off('close', this.onClose);
-  }
 }

@@ -61,6 +61,8 @@ export interface GatewayRequest {
    * usage event (src/gateway/relay.ts); false for the default (trailers only).
    */
   inlineBilling: boolean;
+  /** `X-Service-Hold: incremental` (streamed calls only): the hold grows slice by slice (src/gateway/incremental.ts). */
+  incrementalHold: boolean;
   /** Bytes of the JSON body: they bound the prompt's tokens for the hold. */
   rawBytes: number;
   /** Image and file parts of the body: the hold adds their model's per-part bounds. */
@@ -125,6 +127,19 @@ function readInlineBilling(req: Request): boolean {
   return v === 'inline';
 }
 
+/**
+ * `X-Service-Hold`: true for `incremental` (docs/API.md, "Incremental holds"), false for
+ * `upfront` (the default). Streamed calls only: a whole answer cannot be cut cleanly.
+ */
+function readIncrementalHold(req: Request, stream: boolean): boolean {
+  const hold = headerValue(req, 'x-service-hold');
+  if (hold === undefined) return false;
+  const v = hold.trim().toLowerCase();
+  if (v !== 'incremental' && v !== 'upfront') throw refusedHeader('X-Service-Hold', 'X-Service-Hold must be incremental (hold one slice of output at a time) or upfront (the default)');
+  if (v === 'incremental' && !stream) throw refusedHeader('X-Service-Hold', 'X-Service-Hold: incremental needs a streamed call (stream: true): a whole answer cannot be cut cleanly');
+  return v === 'incremental';
+}
+
 interface Parts {
   req: Request;
   auth: AuthContext;
@@ -144,6 +159,7 @@ function checksOf(endpoint: Endpoint): readonly ((c: Parts) => unknown)[] {
     (c) => readTraceId(c.req),
     (c) => readIdempotencyKey(c.req),
     (c) => readInlineBilling(c.req),
+    (c) => readIncrementalHold(c.req, (c.req.body as { stream?: unknown }).stream === true),
   ];
 }
 
@@ -194,6 +210,7 @@ function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawByt
   const traceId = readTraceId(req);
   const idempotencyKey = readIdempotencyKey(req);
   const inlineBilling = readInlineBilling(req);
+  const incrementalHold = readIncrementalHold(req, fields.stream);
 
   return {
     endpoint,
@@ -211,6 +228,7 @@ function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawByt
     idempotencyKey,
     anthropicVersion: format === 'anthropic' ? headerValue(req, 'anthropic-version') : undefined,
     inlineBilling,
+    incrementalHold,
     rawBytes,
     parts: fields.parts,
   };

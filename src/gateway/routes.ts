@@ -24,6 +24,10 @@ const gatewayHeaders = z.object({
     .string()
     .optional()
     .openapi({ description: '`trailers` (default) or `inline`: a stream\'s billing figures also go in its final usage event, as `service_billing`.' }),
+  'X-Service-Hold': z
+    .string()
+    .optional()
+    .openapi({ description: '`upfront` (default) or `incremental` (streamed calls only): hold one slice of output at a time, the stream ended cleanly when the wallet cannot pay for more (docs/API.md, "Incremental holds").' }),
 });
 const message = z.object({ role: z.string(), content: z.unknown() }).passthrough();
 const chatBody = z
@@ -66,6 +70,8 @@ const billingHeaders: NonNullable<DocumentedResponse['headers']> = {
   'X-Service-Balance-Usd': { description: 'The same in USD.' },
   'X-Service-Budget-Remaining-Credits': { description: 'Under a spending budget: what its tightest budget has left after the call (a trailer when streamed; docs/API.md, "Budgets").' },
   'X-Service-Max-Tokens-Limited-By': { description: '`budget` when a spending budget, not the wallet, lowered the output limit sent upstream.' },
+  'X-Service-Hold': { description: '`incremental` when the hold grows slice by slice.' },
+  'X-Service-Hold-Exhausted': { description: 'Trailer of an incremental stream: `true` when the wallet (or a budget) ended it, else `false`.' },
 };
 const gatewayErrors = [
   'customer_required',
@@ -150,7 +156,7 @@ describeRoute({
   errorEnvelope: 'anthropic',
 });
 
-const embeddingsHeaders = Object.fromEntries(Object.entries(billingHeaders).filter(([name]) => !name.startsWith('X-Service-Max-Tokens')));
+const embeddingsHeaders = Object.fromEntries(Object.entries(billingHeaders).filter(([name]) => !name.startsWith('X-Service-Max-Tokens') && !name.startsWith('X-Service-Hold')));
 describeRoute({
   method: 'POST',
   path: '/v1/embeddings',
@@ -159,7 +165,7 @@ describeRoute({
   summary: 'OpenAI embeddings, billed per input token',
   description:
     "Relays the call to the model's upstream (OpenAI format: an Anthropic-format model answers 400 naming `model`) and bills the customer per input token at the model's input price: a hold of the input's bound (the body's bytes) before relaying, `usage.prompt_tokens` x the input price after, rounded up once. Bodies up to 8 MiB.",
-  headers: gatewayHeaders.omit({ 'X-Service-Stream-Billing': true }),
+  headers: gatewayHeaders.omit({ 'X-Service-Stream-Billing': true, 'X-Service-Hold': true }),
   body: embeddingsBody,
   responses: { 200: { description: 'The upstream answer', schema: embeddingsAnswer, headers: embeddingsHeaders } },
   otherResponses: { default: upstreamError },

@@ -15,7 +15,7 @@ import type { PlanService } from '../plans/service.js';
 import { afterApplied, OutcomeUnknownError } from '../redis/sent.js';
 import { prepareUpstreamBody } from './adapters.js';
 import { GatewayBilling } from './billing.js';
-import type { Call } from './call.js';
+import type { Call, IncrementalHold } from './call.js';
 import type { ModelCache } from './models.js';
 import { GatewayRelay } from './relay.js';
 import { modelNotFound } from './model-not-found.js';
@@ -28,12 +28,18 @@ import { failureStatus, type Metrics, type ModelSeries } from '../metrics/metric
 import { max_tokens_limited_by_header } from './budget.js';
 import { embeddingsUpstreamBody } from './wire/embeddings.js';
 import { CallTranslation, upstreamFormatOf } from './translate/call.js';
+import { hold_header, hold_slice_tokens } from './incremental.js';
 
 export { hold_ttl_seconds } from './billing.js';
 export type { Endpoint } from './request.js';
 
 /** Appended to an Anthropic-format model's `upstream_base_url` for a token count. */
 const count_tokens_upstream_path = '/messages/count_tokens';
+
+/** The slices of an incremental hold whose output limit is `limit`: a slice never holds more than the limit. */
+function incrementalOf(limit: number): IncrementalHold {
+  return { slice: Math.min(hold_slice_tokens, limit), limit };
+}
 
 /** What a call is counted under: its model's series once the model is found, and stream. */
 interface Counted {
@@ -64,7 +70,7 @@ export class GatewayService {
     },
   ) {
     this.billing = new GatewayBilling({ ...deps, inFlight: this.inFlight });
-    this.relay = new GatewayRelay({ upstream: deps.upstream, billing: this.billing, logger: deps.logger });
+    this.relay = new GatewayRelay({ upstream: deps.upstream, billing: this.billing, ledger: deps.ledger, logger: deps.logger });
   }
 
   /**
@@ -175,6 +181,7 @@ export class GatewayService {
         rawBytes: r.rawBytes,
         parts: r.parts,
         idempotencyKey: idempotencyKey ?? '',
+        incremental: r.incrementalHold ? incrementalOf(r.explicitMax ?? model.maxOutputTokens) : null,
       });
       res.setHeader('X-Service-Transaction-Id', transactionId);
       if (r.traceId !== null) res.setHeader('X-Service-Trace-Id', r.traceId);
@@ -184,9 +191,12 @@ export class GatewayService {
         await this.relay.whole(res, call, embeddingsUpstreamBody(r.body, model.upstreamModel), undefined);
         return;
       }
-      res.setHeader('X-Service-Max-Tokens', String(call.outputTokens));
+      // An incremental hold sends the output limit upstream unclamped: the hold follows the output.
+      const maxTokens = call.incremental?.limit ?? call.outputTokens;
+      res.setHeader('X-Service-Max-Tokens', String(maxTokens));
+      if (call.incremental !== null) res.setHeader(hold_header, 'incremental');
       if (call.budget?.lowered) res.setHeader(max_tokens_limited_by_header, 'budget');
-      const upstreamBody = prepareUpstreamBody(upstreamFormat, translated === null ? r.body : translated.body, { upstreamModel: model.upstreamModel, maxTokens: call.outputTokens, stream: r.stream });
+      const upstreamBody = prepareUpstreamBody(upstreamFormat, translated === null ? r.body : translated.body, { upstreamModel: model.upstreamModel, maxTokens, stream: r.stream });
       const translation = translated === null ? null : translated.translation;
       // Settled, or released (the release freed the key: GatewayBilling.release).
       await (r.stream

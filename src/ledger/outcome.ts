@@ -21,7 +21,7 @@ const outcome_retry_pause_ms = 50;
  * and worker jobs, whose callers try again themselves.
  */
 const learnableScripts: ReadonlySet<CustomerScriptName> = new Set([
-  'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'gateway_hold', 'gateway_settle', 'gateway_release',
+  'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'gateway_hold', 'gateway_settle', 'gateway_release', 'gateway_extend',
 ]);
 
 const timed_out = Symbol('timed out');

@@ -55,7 +55,7 @@ export interface LedgerHooks {
  * the way, and a gateway hold's balance events, are counted in reply[3]): nothing for the
  * workers to persist.
  */
-const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'view', 'expire', 'trim_sources']);
+const entrylessScripts: ReadonlySet<CustomerScriptName> = new Set(['gateway_hold', 'gateway_extend', 'view', 'expire', 'trim_sources']);
 
 /**
  * Scripts whose refusals list the operation's binding as final (lua/includes/customer.lua

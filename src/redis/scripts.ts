@@ -103,7 +103,7 @@ export function scriptError(script: string, status: number, opts: ConstructorPar
 
 export const customerScriptNames = [
   'deposit', 'deduct', 'freeze', 'consume', 'unfreeze', 'expire', 'view', 'gateway_hold', 'gateway_settle', 'gateway_release',
-  'trim_sources',
+  'gateway_extend', 'trim_sources',
 ] as const;
 export type CustomerScriptName = (typeof customerScriptNames)[number];
 
@@ -319,6 +319,7 @@ export const customer_script_args = {
   ],
   gateway_settle: ['transactionId', 'cost', 'usageRecord', 'modelId'],
   gateway_release: ['transactionId', 'usageRecord'],
+  gateway_extend: ['transactionId', 'extension', 'outputCost', 'outputTokens', 'keyBudget'],
   trim_sources: ['retentionMs', 'countMax'],
 } as const satisfies Record<CustomerScriptName, readonly string[]>;
 

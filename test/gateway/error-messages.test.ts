@@ -155,6 +155,7 @@ describe('every invalid header and body field at once', () => {
     'x-service-trace-id': 't'.repeat(257),
     'idempotency-key': 'k'.repeat(257),
     'x-service-stream-billing': 'sometimes',
+    'x-service-hold': 'lazy',
   };
   const invalid = (param: string | null, message: string | RegExp, code = 'invalid_request') => ({ param, code, message: typeof message === 'string' ? message : expect.stringMatching(message) });
   const variant = invalid('X-Service-Api-Variant', 'X-Service-Api-Variant must be A or B');
@@ -163,6 +164,7 @@ describe('every invalid header and body field at once', () => {
     invalid('X-Service-Trace-Id', 'X-Service-Trace-Id must be 1-256 characters'),
     invalid('Idempotency-Key', 'Idempotency-Key must be 1-256 characters, as transaction ids are'),
     invalid('X-Service-Stream-Billing', /^X-Service-Stream-Billing must be inline /),
+    invalid('X-Service-Hold', /^X-Service-Hold must be incremental /),
   ];
 
   it('/v1/chat/completions: the first error as before, every invalid header and body field in error.errors, nothing relayed', async () => {

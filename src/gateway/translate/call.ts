@@ -69,10 +69,12 @@ export class CallTranslation {
   /**
    * The relay of a stream: it reads (and bills) the upstream's events in their own format,
    * always with their usage, and sends the client its format. With inline billing the
-   * client gets the usage event (it carries the figures), as on the native path.
+   * client gets the usage event (it carries the figures), as on the native path. With an
+   * `allowance` (an incremental hold) the relay is metered, and the closing events of a
+   * stream the wallet ended are the upstream format's, translated like the others.
    */
-  streamRelay(inlineBilling: boolean): StreamRelay {
-    return new TranslatingStreamRelay(this.upstreamFormat, inlineBilling, {
+  streamRelay(inlineBilling: boolean, allowance?: number): StreamRelay {
+    return new TranslatingStreamRelay(this.upstreamFormat, inlineBilling, allowance, {
       toHub: this.upstream.streamToHub(),
       fromHub: this.client.streamFromHub(),
       clientFormat: this.clientFormat,

@@ -8,7 +8,7 @@
  */
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { billing_field, StreamRelay } from '../adapters.js';
-import { isObject, type Json, type WireFormat } from '../wire/format.js';
+import { isObject, type Json, type Usage, type WireFormat } from '../wire/format.js';
 import type { HubEvent, StreamTranslation } from './hub.js';
 
 const EMPTY = new Uint8Array(0);
@@ -31,10 +31,11 @@ export class TranslatingStreamRelay extends StreamRelay {
   constructor(
     upstreamFormat: WireFormat,
     inlineBilling: boolean,
+    allowance: number | undefined,
     private readonly parts: StreamTranslationParts,
   ) {
     // Always with the upstream's usage: the client's format carries it differently.
-    super(upstreamFormat, true, inlineBilling ? { holdFinal: true } : {});
+    super(upstreamFormat, true, allowance === undefined ? (inlineBilling ? { holdFinal: true } : {}) : { holdFinal: inlineBilling, allowance });
     this.sse = createParser({ onEvent: (event) => this.translateEvent(event) });
   }
 
@@ -48,6 +49,15 @@ export class TranslatingStreamRelay extends StreamRelay {
 
   override releaseHeld(billing: Json | null): Uint8Array {
     return this.translate(super.releaseHeld(billing), false);
+  }
+
+  override allow(tokens: number): Uint8Array {
+    return this.translate(super.allow(tokens), false);
+  }
+
+  /** The upstream format's closing events (an incremental hold the wallet ended), translated like the others. */
+  override close(usage: Usage, extra: Json | null): Uint8Array {
+    return this.translate(super.close(usage, extra), true);
   }
 
   /** The client's bytes for upstream bytes the relay forwards (complete events; the last one may lack its blank line). */

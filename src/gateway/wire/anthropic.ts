@@ -1,5 +1,5 @@
 /** Anthropic Messages (`POST /v1/messages`), whole and streamed. */
-import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type PartCounter, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, sseEvent, type Forward, type Json, type PartCounter, type ProviderFormat, type StreamCloser, type StreamReading, type Usage } from './format.js';
 import type { PartCounts } from './format.js';
 
 /** The API version sent upstream when the client names none. */
@@ -60,6 +60,27 @@ const countParts: PartCounter = (content, into) => {
     }
   }
 };
+
+/**
+ * Ends a Messages stream as the provider ends one cut at `max_tokens`: `content_block_stop`
+ * for a block still open, `message_delta` with `stop_reason: "max_tokens"` and the usage,
+ * then `message_stop`.
+ */
+class MessagesCloser implements StreamCloser {
+  private openBlock: number | null = null;
+
+  see(event: Json): void {
+    if (event.type === 'content_block_start' && typeof event.index === 'number') this.openBlock = event.index;
+    else if (event.type === 'content_block_stop') this.openBlock = null;
+  }
+
+  close(usage: Usage, extra: Json | null): string {
+    let out = this.openBlock === null ? '' : sseEvent({ type: 'content_block_stop', index: this.openBlock }, 'content_block_stop');
+    const u = { input_tokens: usage.input, cache_creation_input_tokens: usage.cacheWrite, cache_read_input_tokens: usage.cacheRead, output_tokens: usage.output };
+    out += sseEvent({ type: 'message_delta', delta: { stop_reason: 'max_tokens', stop_sequence: null }, usage: u, ...extra }, 'message_delta');
+    return out + sseEvent({ type: 'message_stop' }, 'message_stop');
+  }
+}
 
 export const anthropic: ProviderFormat = {
   name: 'anthropic',
@@ -127,4 +148,6 @@ export const anthropic: ProviderFormat = {
   },
 
   deltaChars,
+
+  streamCloser: () => new MessagesCloser(),
 };

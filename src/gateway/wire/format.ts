@@ -59,6 +59,24 @@ export interface BodyFields {
  */
 export type PartCounter = (content: unknown, into: PartCounts) => void;
 
+/**
+ * What a format needs to end a stream itself, cleanly, when the gateway stops relaying
+ * before the upstream's end (`X-Service-Hold: incremental` with a wallet that cannot pay
+ * for more output): it sees every parsed event the relay forwarded, then writes the events
+ * that close the stream in the format, as its SDKs expect them, for an answer cut at its
+ * output limit.
+ */
+export interface StreamCloser {
+  /** A parsed event that was forwarded to the client. */
+  see(event: Json): void;
+  /**
+   * The closing events, as SSE text: `usage` the call's billed counts; `extra` fields added
+   * to the event that carries them (the inline billing figures), else null;
+   * `clientWantsUsage` whether the client asked for OpenAI's usage chunk.
+   */
+  close(usage: Usage, extra: Json | null, clientWantsUsage: boolean): string;
+}
+
 /** What the relay forwards for one event: its bytes as they came, nothing, or the event with this data. */
 export type Forward = 'raw' | 'drop' | { data: string };
 
@@ -101,6 +119,13 @@ export interface ProviderFormat {
   readEvent(event: Json, dataText: string, into: StreamReading, clientWantsUsage: boolean): Forward;
   /** Characters of generated text in a parsed event (for the output estimate of a cut stream). */
   deltaChars(event: Json): number;
+  /** A new closer of one stream (StreamCloser): how the gateway ends it in this format. */
+  streamCloser(): StreamCloser;
+}
+
+/** One SSE event with `data` (JSON), after an `event:` line when `name` is given. */
+export function sseEvent(data: Json, name?: string): string {
+  return `${name === undefined ? '' : `event: ${name}\n`}data: ${JSON.stringify(data)}\n\n`;
 }
 
 /**

@@ -1,5 +1,5 @@
 /** OpenAI Chat Completions (`POST /v1/chat/completions`), whole and streamed. */
-import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, type Forward, type Json, type PartCounter, type ProviderFormat, type StreamReading, type Usage } from './format.js';
+import { bodyReaderOf, copyOf, isCount, isObject, maxTokensField, optionalCount, sseEvent, type Forward, type Json, type PartCounter, type ProviderFormat, type StreamCloser, type StreamReading, type Usage } from './format.js';
 
 /** OpenAI's own limit on `n`. */
 export const answers_max = 128;
@@ -69,6 +69,49 @@ const countParts: PartCounter = (content, into) => {
     else if (part.type === 'file') into.files++;
   }
 };
+
+/** The chunk fields every chunk of a stream repeats, which the SDKs copy into the answer. */
+const chunkFields = ['id', 'object', 'created', 'model', 'service_tier', 'system_fingerprint'] as const;
+
+/**
+ * Ends a chat stream as the provider ends one cut at its output limit: per answer still
+ * open, a chunk with an empty delta and `finish_reason: "length"`; then the usage chunk
+ * (`choices: []`) when the client asked for usage; then `[DONE]`. Each chunk repeats the
+ * stream's own id, model and creation time: the SDKs' stream helpers copy them.
+ */
+class ChatCloser implements StreamCloser {
+  private head: Json | null = null;
+  /** Answer indexes seen, and those the upstream already finished. */
+  private readonly open = new Set<number>();
+
+  see(chunk: Json): void {
+    if (this.head === null && typeof chunk.id === 'string') {
+      this.head = {};
+      for (const f of chunkFields) if (chunk[f] !== undefined) this.head[f] = chunk[f];
+    }
+    if (!Array.isArray(chunk.choices)) return;
+    for (const c of chunk.choices) {
+      if (!isObject(c) || typeof c.index !== 'number') continue;
+      if (c.finish_reason === null || c.finish_reason === undefined) this.open.add(c.index);
+      else this.open.delete(c.index);
+    }
+  }
+
+  close(usage: Usage, extra: Json | null, clientWantsUsage: boolean): string {
+    const head = this.head ?? { object: 'chat.completion.chunk' };
+    if (this.open.size === 0) this.open.add(0);
+    let out = '';
+    for (const index of [...this.open].sort((a, b) => a - b)) {
+      out += sseEvent({ ...head, choices: [{ index, delta: {}, logprobs: null, finish_reason: 'length' }], ...(clientWantsUsage ? { usage: null } : {}) });
+    }
+    if (clientWantsUsage) {
+      const prompt = usage.input + usage.cacheRead + usage.cacheWrite;
+      const u = { prompt_tokens: prompt, completion_tokens: usage.output, total_tokens: prompt + usage.output, prompt_tokens_details: { cached_tokens: usage.cacheRead } };
+      out += sseEvent({ ...head, choices: [], usage: u, ...extra });
+    }
+    return out + 'data: [DONE]\n\n';
+  }
+}
 
 export const openai: ProviderFormat = {
   name: 'openai',
@@ -150,4 +193,6 @@ export const openai: ProviderFormat = {
   },
 
   deltaChars,
+
+  streamCloser: () => new ChatCloser(),
 };
