@@ -16,10 +16,10 @@ import { afterApplied, OutcomeUnknownError } from '../redis/sent.js';
 import { formatOf, prepareUpstreamBody } from './adapters.js';
 import { GatewayBilling } from './billing.js';
 import type { Call } from './call.js';
-import type { ModelCache } from './models.js';
+import type { GatewayModel, ModelCache } from './models.js';
 import { GatewayRelay } from './relay.js';
 import { modelNotFound } from './model-not-found.js';
-import { checkVariant, customerOf, parseGatewayRequest, type Endpoint } from './request.js';
+import { checkVariant, customerOf, parseGatewayRequest, type Endpoint, type GatewayRequest } from './request.js';
 import { copyOf, readModel } from './wire/format.js';
 import { customerNotFound } from '../errors/not-found.js';
 import type { UpstreamClient } from './upstream.js';
@@ -38,6 +38,19 @@ const count_tokens_upstream_path = '/messages/count_tokens';
 interface Counted {
   series: ModelSeries | null;
   stream: boolean;
+}
+
+/**
+ * Refuses a call at a path that does not serve its model: a model is served natively at
+ * the path of its wire format only (embeddings: by OpenAI models). The one place that
+ * decides it, for cross-format translation to replace (issue 22).
+ */
+function checkServedAt(model: GatewayModel, r: Pick<GatewayRequest, 'endpoint' | 'format'>): void {
+  if (r.endpoint === 'embeddings') {
+    if (model.provider !== 'openai') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
+    return;
+  }
+  if (model.wireFormat !== r.format) throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${formatOf(model.wireFormat).gatewayPath}` });
 }
 
 export class GatewayService {
@@ -133,10 +146,7 @@ export class GatewayService {
     if (!model || !model.active) throw await this.modelNotFound(auth, r.modelId, model !== null);
     if (this.deps.metrics) counted.series = this.deps.metrics.model(model.id);
     if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
-    if (model.provider !== r.format) {
-      if (r.endpoint === 'embeddings') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
-      throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${formatOf(model.provider).gatewayPath}` });
-    }
+    checkServedAt(model, r);
     if (!model.upstreamKey) throw new ApiError('byok_key_required');
     if (r.stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
 
