@@ -38,6 +38,7 @@ async function receiptOf(txid: string) {
 describe('POST /v1/responses, whole', () => {
   it('bills the exact cost of the usage: cached tokens at the cache read price, reasoning tokens as output', async () => {
     await env.fund('r1', 1_000_000);
+    const opsBefore = await env.ops();
     const input = ask({ output_tokens: 7, cache_read_tokens: 5, reasoning_tokens: 11 });
     const { data, response } = await env
       .openai({ customer: 'r1', headers: { 'X-Service-Trace-Id': 'trace-r1' } })
@@ -61,6 +62,8 @@ describe('POST /v1/responses, whole', () => {
     const txid = h.get('x-service-transaction-id')!;
     expect(await gatewayEntries('r1', txid)).toEqual([expect.objectContaining({ type: 'GATEWAY', amount: cost, wallet: 'credits', description: MODEL })]);
     expect(await env.balance('r1')).toMatchObject({ total: 1_000_000, used: cost, frozen: 0, available: 1_000_000 - cost });
+    // One billable operation.
+    await expect.poll(() => env.ops()).toBe(opsBefore + 1);
     expect(await receiptOf(txid)).toMatchObject({
       transaction_id: txid, trace_id: 'trace-r1', model: MODEL, endpoint: 'responses', stream: false, status: 'settled',
       input_tokens: uncached, cache_read_tokens: 5, output_tokens: 18, cost_credits: cost, reserved_credits: reserved,
