@@ -143,9 +143,10 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
         name === 'gateway' ? '-' : fmt.ratio(gateway.rps / c.rps),
         percent(c.steal),
       ]);
-      const parts = cpuParts.map((p) => (p === 'proxy' && name === 'direct' ? '-' : fmt.int(c.cpuUs(p))));
+      const direct = name.startsWith('direct');
+      const parts = cpuParts.map((p) => (p === 'proxy' && direct ? '-' : fmt.int(c.cpuUs(p))));
       const total = cpuParts.reduce((sum, p) => sum + c.cpuUs(p), 0);
-      cpuRows.push([answerName(stream), name, ...parts, fmt.int(total), name === 'direct' ? '-' : c.proxyCores.toFixed(2)]);
+      cpuRows.push([answerName(stream), name, ...parts, fmt.int(total), direct ? '-' : c.proxyCores.toFixed(2)]);
     }
     const vsPortkey = gateway.rps / combined(r.throughput, 'Portkey', stream).rps;
     const vsBare = gateway.rps / combined(r.throughput, 'bare proxy', stream).rps;
