@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { APIError } from 'openai';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
 import { responsesInputTokens } from '../../src/gateway/mock/responses.js';
+import { StreamRelay } from '../../src/gateway/adapters.js';
 import { expectError } from '../support/errors.js';
 import { centsOf, expectedCost, OPENAI_MODEL, OPENAI_UPSTREAM_MODEL, rawPost, sseData, startGatewayEnv, usdOf, type GatewayEnv } from './support.js';
 
@@ -265,3 +266,33 @@ function streamThenHangUp(customer: string, body: unknown, deltas: number) {
     req.end(JSON.stringify(body));
   });
 }
+
+describe('the Responses stream reading (StreamRelay, no I/O)', () => {
+  const event = (type: string, fields: Record<string, unknown>, named = true) => `${named ? `event: ${type}\n` : ''}data: ${JSON.stringify({ type, ...fields })}\n\n`;
+  const usage = { input_tokens: 10, input_tokens_details: { cached_tokens: 4 }, output_tokens: 7, output_tokens_details: { reasoning_tokens: 2 }, total_tokens: 17 };
+
+  for (const named of [true, false]) {
+    it(`reads the usage of response.completed ${named ? 'by its event name' : 'from data lines without names'}, and forwards every byte`, () => {
+      const bytes = Buffer.from(
+        event('response.created', { response: { usage: null } }, named) +
+          event('response.output_text.delta', { delta: 'hello there' }, named) +
+          event('response.completed', { response: { usage } }, named),
+      );
+      const relay = new StreamRelay('responses', true);
+      const out = Buffer.concat([relay.push(bytes), relay.end()]);
+      expect(out.equals(bytes)).toBe(true);
+      expect(relay.usage()).toEqual({ input: 6, cacheRead: 4, output: 7, cacheWrite: 0 });
+      expect([relay.usageComplete(), relay.sawTerminal(), relay.error()]).toEqual([true, true, null]);
+      expect(relay.relayedOutputEstimate()).toBe(3);
+    });
+  }
+
+  it('a response.failed ends the stream as an error, with the usage it has; an error event is an error', () => {
+    const failed = new StreamRelay('responses', true);
+    failed.push(Buffer.from(event('response.created', { response: {} }) + event('response.failed', { response: { usage, error: { code: 'server_error' } } })));
+    expect([failed.sawTerminal(), failed.error() !== null, failed.usage()]).toEqual([true, true, { input: 6, cacheRead: 4, output: 7, cacheWrite: 0 }]);
+    const errored = new StreamRelay('responses', true);
+    errored.push(Buffer.from(event('response.created', { response: {} }) + event('error', { code: 'rate_limit_exceeded', message: 'slow down' })));
+    expect([errored.sawTerminal(), errored.error()]).toEqual([false, expect.objectContaining({ type: 'error' })]);
+  });
+});
