@@ -80,6 +80,11 @@ function demoModel(provider: 'openai' | 'anthropic', upstreamBaseUrl: string) {
   };
 }
 
+/** The demo's Responses API model (`POST /v1/responses`): an OpenAI model of wire format `responses`. */
+function demoResponsesModel(upstreamBaseUrl: string) {
+  return { ...demoModel('openai', upstreamBaseUrl), wire_format: 'responses' as const, display_name: 'Demo Responses API model (mock upstream)' };
+}
+
 /**
  * The demo's embedding model (`POST /v1/embeddings`): an OpenAI-format model whose output
  * price is 0, as an embedding generates no output; billed at its input price only.
@@ -115,6 +120,7 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
   });
   await rt.modelQueries.upsertModel(project.id, 'demo-gpt', demoModel('openai', mockUpstreamUrl));
   await rt.modelQueries.upsertModel(project.id, 'demo-claude', demoModel('anthropic', mockUpstreamUrl));
+  await rt.modelQueries.upsertModel(project.id, 'demo-responses', demoResponsesModel(mockUpstreamUrl));
   await rt.modelQueries.upsertModel(project.id, 'demo-embed', demoEmbeddingModel(mockUpstreamUrl));
   await rt.ledger.deposit(
     { projectId: project.id, organizationId: organization_id },
@@ -132,7 +138,7 @@ export async function bootstrapDemo(rt: Runtime, mockUpstreamUrl: string): Promi
     },
   );
   return {
-    models: ['demo-gpt', 'demo-claude', 'demo-embed'],
+    models: ['demo-gpt', 'demo-claude', 'demo-responses', 'demo-embed'],
     organization_id,
     admin_key,
     project_id: project.id,

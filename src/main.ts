@@ -64,6 +64,8 @@ Try it:
     -d '{"customer_id": "${demo.customer_id}", "transaction_id": "demo-'$RANDOM'", "amount": 1500}'
   curl -si ${u}/v1/chat/completions -H 'Authorization: Bearer ${demo.project_key}' -H 'X-Service-Customer: ${demo.customer_id}' \\
     -H 'Content-Type: application/json' -d '{"model": "demo-gpt", "messages": [{"role": "user", "content": "Hello!"}]}'
+  curl -si ${u}/v1/responses -H 'Authorization: Bearer ${demo.project_key}' -H 'X-Service-Customer: ${demo.customer_id}' \\
+    -H 'Content-Type: application/json' -d '{"model": "demo-responses", "input": "Hello!"}'
   curl -si ${u}/v1/embeddings -H 'Authorization: Bearer ${demo.project_key}' -H 'X-Service-Customer: ${demo.customer_id}' \\
     -H 'Content-Type: application/json' -d '{"model": "demo-embed", "input": "Hello!", "encoding_format": "float"}'
 

@@ -7,7 +7,7 @@ import type { LatencySummary } from '../lib/interleaved.js';
 import type { LoadSummary } from '../lib/load.js';
 import { fmt, machineInfo, markdownTable, type Cell } from '../lib/report.js';
 
-export type ContenderName = 'direct' | 'gateway' | 'gateway + spend controls' | 'gateway, translated' | 'bare proxy' | 'bare proxy + access log' | 'Portkey';
+export type ContenderName = 'direct' | 'gateway' | 'gateway + spend controls' | 'gateway, translated' | 'bare proxy' | 'bare proxy + access log' | 'Portkey' | 'direct, Responses API' | 'gateway, Responses API';
 
 /** Where CPU time is counted; `proxy` is the process between the load generator and the mock. */
 export const cpuParts = ['proxy', 'mock', 'worker', 'postgres', 'redis', 'load generator'] as const;
@@ -97,7 +97,7 @@ function combined(all: Measured[], name: ContenderName, stream: boolean) {
 
 export function buildReport(r: ReportInput): { markdown: string; allMet: boolean; billingConsistent: boolean } {
   const s = r.settings;
-  const names: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'gateway, translated', 'bare proxy', 'bare proxy + access log', 'Portkey'];
+  const names: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'gateway, translated', 'bare proxy', 'bare proxy + access log', 'Portkey', 'direct, Responses API', 'gateway, Responses API'];
   const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
   const checks: { name: string; measured: string; ok: boolean }[] = [];
 
@@ -143,9 +143,10 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
         name === 'gateway' ? '-' : fmt.ratio(gateway.rps / c.rps),
         percent(c.steal),
       ]);
-      const parts = cpuParts.map((p) => (p === 'proxy' && name === 'direct' ? '-' : fmt.int(c.cpuUs(p))));
+      const direct = name.startsWith('direct');
+      const parts = cpuParts.map((p) => (p === 'proxy' && direct ? '-' : fmt.int(c.cpuUs(p))));
       const total = cpuParts.reduce((sum, p) => sum + c.cpuUs(p), 0);
-      cpuRows.push([answerName(stream), name, ...parts, fmt.int(total), name === 'direct' ? '-' : c.proxyCores.toFixed(2)]);
+      cpuRows.push([answerName(stream), name, ...parts, fmt.int(total), direct ? '-' : c.proxyCores.toFixed(2)]);
     }
     const vsPortkey = gateway.rps / combined(r.throughput, 'Portkey', stream).rps;
     const vsBare = gateway.rps / combined(r.throughput, 'bare proxy', stream).rps;
@@ -212,7 +213,8 @@ export function buildReport(r: ReportInput): { markdown: string; allMet: boolean
     `Requests/s at ${s.connections} connections, the mock answering at once; ${s.rounds} rounds of ${s.durationS} s after a ${s.warmupS} s warmup ` +
       'per contender (the order reversed every other round); req/s, percentiles and steal (the share of the machine\'s CPU time ' +
       'the hypervisor gave to other guests meanwhile) are the means of the rounds. "bare proxy + access log" is the bare proxy ' +
-      'writing the API\'s access log (src/http/access-log.ts at the API\'s log level): the difference between the two is the price of that log:',
+      'writing the API\'s access log (src/http/access-log.ts at the API\'s log level): the difference between the two is the price of that log. ' +
+      'The ", Responses API" rows are the same call as a Responses API call (`POST /v1/responses`, a model of wire format `responses`), to the mock directly and through the gateway:',
     '',
     markdownTable(['answer', 'contender', 'req/s', 'req/s per round', 'p50 ms', 'p99 ms', 'gateway ÷ this', 'steal'], throughputRows),
     '',

@@ -9,7 +9,8 @@
  *     directly, through a bare Express 5 pass-through proxy (bench/gateway/bare-proxy.ts)
  *     through the same proxy writing the API's access log (the price of that log), and
  *     through the Portkey gateway (@portkey-ai/gateway, run locally), whole and
- *     streamed, with CPU per request per process.
+ *     streamed, with CPU per request per process; and the same call as a Responses API
+ *     call (`POST /v1/responses`), directly and through the gateway.
  *
  * The gateway is the real service: one API process (src/web.ts) and one worker
  * (workers/main.ts), a paid organization, a model configured through the management API,
@@ -40,7 +41,8 @@ import { benchEnvSettings, createBenchRun } from '../lib/run.js';
 import { startBareProxy, startMock } from './contenders.js';
 import { createBenchRuntime, createPaidProject, outboxBacklog, startBenchService, type BenchServiceOptions } from '../lib/service.js';
 import { uptime, writeSection } from '../lib/report.js';
-import { checkAnswer, requestBody } from './answers.js';
+import { lease_report_ms } from '../../src/plans/leases.js';
+import { api_paths, checkAnswer, requestBody, type Api } from './answers.js';
 import { buildReport, cpuParts, type ContenderName, type CpuPart, type LatencyRun, type Measured } from './report.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -68,6 +70,8 @@ const settings = {
 /** The model the gateway's project configures, and the mock's model behind it and the others. */
 const gatewayModel = 'bench-chat';
 const translatedModel = 'bench-chat-anthropic';
+/** The same upstream model, of wire format `responses` (POST /v1/responses). */
+const gatewayResponsesModel = 'bench-responses';
 const upstreamModel = 'gpt-4o-mini';
 /** Credits per million tokens (gpt-4o-mini's list prices), so every call costs something. */
 const prices = { input: 150_000, output: 600_000, cacheRead: 75_000, cacheWrite: 0 };
@@ -86,6 +90,8 @@ interface Contender {
   pool?: string[];
   /** The process between the client and the mock; none when the mock is called directly. */
   proc: NodeProcess | null;
+  /** The API called: chat completions unless said. */
+  api?: Api;
 }
 
 async function main(): Promise<void> {
@@ -132,7 +138,7 @@ async function main(): Promise<void> {
   const { organizationId, projectId, projectKey } = await createPaidProject(service.rt, `bench gateway ${tag}`);
   const { secret: adminKey } = await service.rt.keyQueries.insertKey({ organizationId, projectId: null, type: 'admin' });
   // Through the management API, as a customer of the service would configure it.
-  await callApi(apiUrl, 'PUT', `/v1/admin/projects/${projectId}/models/${gatewayModel}`, adminKey, {
+  const modelFields = {
     provider: 'openai',
     upstream_base_url: mockUrl,
     upstream_model: upstreamModel,
@@ -146,23 +152,16 @@ async function main(): Promise<void> {
     output_price_per_million_credits: prices.output,
     cache_read_price_per_million_credits: prices.cacheRead,
     cache_write_price_per_million_credits: prices.cacheWrite,
-  });
+  };
+  await callApi(apiUrl, 'PUT', `/v1/admin/projects/${projectId}/models/${gatewayModel}`, adminKey, modelFields);
+  await callApi(apiUrl, 'PUT', `/v1/admin/projects/${projectId}/models/${gatewayResponsesModel}`, adminKey, { ...modelFields, wire_format: 'responses' });
   // The same mock model as an Anthropic-format one: the chat client's calls to it are
   // translated (issue 22), against a target of 0.9x the native path's req/s.
   await callApi(apiUrl, 'PUT', `/v1/admin/projects/${projectId}/models/${translatedModel}`, adminKey, {
+    ...modelFields,
     provider: 'anthropic',
-    upstream_base_url: mockUrl,
-    upstream_model: upstreamModel,
-    upstream_api_key: upstreamKey,
     display_name: 'bench chat model, Anthropic format',
     description: 'the mock upstream, called through the translation',
-    context_window: 128_000,
-    max_output_tokens: 4_096,
-    supports_streaming: true,
-    input_price_per_million_credits: prices.input,
-    output_price_per_million_credits: prices.output,
-    cache_read_price_per_million_credits: prices.cacheRead,
-    cache_write_price_per_million_credits: prices.cacheWrite,
   });
   const customers = Array.from({ length: settings.customers }, (_, i) => `bench-${i}`);
   for (const c of customers) await callApi(apiUrl, 'POST', '/v1/customers/deposit', projectKey, { customer_id: c, amount: settings.depositCredits });
@@ -221,6 +220,16 @@ async function main(): Promise<void> {
       proc: portkey,
       headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}`, 'x-portkey-provider': 'openai', 'x-portkey-custom-host': mockUrl }),
     },
+    { name: 'direct, Responses API', origin: `http://127.0.0.1:${mockPort}`, model: upstreamModel, proc: null, api: 'responses', headers: () => ({ ...json, authorization: `Bearer ${upstreamKey}` }) },
+    {
+      name: 'gateway, Responses API',
+      origin: apiUrl,
+      model: gatewayResponsesModel,
+      proc: api,
+      api: 'responses',
+      headers: (customer) => ({ ...json, authorization: `Bearer ${projectKey}`, 'x-service-customer': customer }),
+      pool: customers,
+    },
   ];
   const byName = (name: ContenderName) => contenders.find((c) => c.name === name)!;
 
@@ -239,7 +248,7 @@ async function main(): Promise<void> {
 
   /** One autocannon run against one contender, with CPU per process and, for the gateway, what it billed. */
   const measure = async (c: Contender, stream: boolean, round: number): Promise<Measured> => {
-    const body = requestBody(c.model, stream);
+    const body = requestBody(c.model, stream, 0, c.api);
     let seq = 0;
     const pool = c.pool ?? customers;
     const opsBefore = c.pool ? await billedOps() : 0;
@@ -255,7 +264,7 @@ async function main(): Promise<void> {
         requests: [
           {
             method: 'POST',
-            path: '/v1/chat/completions',
+            path: api_paths[c.api ?? 'chat'],
             // Every contender gets the same per-request work in the load generator.
             setupRequest: (req) => ({ ...req, headers: c.headers(pool[seq++ % pool.length]), body }),
           },
@@ -266,6 +275,8 @@ async function main(): Promise<void> {
     const load = assertHealthy(result);
     const m: Measured = { contender: c.name, stream, round, load, cpu: { proxy: 0, ...cpu } as Record<CpuPart, number>, wallS, steal, billed: null };
     if (c.pool) {
+      // The API process reports the operations it served within lease_report_ms: read after that.
+      await new Promise((r) => setTimeout(r, 2 * lease_report_ms));
       m.billed = (await billedOps()) - opsBefore;
       const answered = load.totalWithWarmup - load.non2xx;
       // Every answered call was settled before its last byte went out; calls cut off when
@@ -282,7 +293,7 @@ async function main(): Promise<void> {
 
   console.log(`throughput: ${settings.connections} connections, mock without delay`);
   const throughput: Measured[] = [];
-  const order: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'gateway, translated', 'bare proxy', 'bare proxy + access log', 'Portkey'];
+  const order: ContenderName[] = ['direct', 'gateway', 'gateway + spend controls', 'gateway, translated', 'bare proxy', 'bare proxy + access log', 'Portkey', 'direct, Responses API', 'gateway, Responses API'];
   for (const stream of [false, true]) {
     for (let round = 1; round <= settings.rounds; round++) {
       // Reversed every other round, so that no contender always runs first or last.
@@ -397,18 +408,18 @@ async function callApi(origin: string, method: 'PUT' | 'POST' | 'PATCH', path: s
  * billed it (the cost header, or trailer when streamed), or the run stops here.
  */
 async function verify(c: Contender, stream: boolean, customer: string): Promise<void> {
-  const res = await request(`${c.origin}/v1/chat/completions`, {
+  const res = await request(`${c.origin}${api_paths[c.api ?? 'chat']}`, {
     method: 'POST',
     headers: c.headers(customer),
-    body: requestBody(c.model, stream),
+    body: requestBody(c.model, stream, 0, c.api),
     headersTimeout: 10_000,
     bodyTimeout: 10_000,
   });
   const text = await res.body.text();
   const what = `${c.name} (${stream ? 'streamed' : 'whole'})`;
-  const problem = checkAnswer(stream, upstreamModel)(res.statusCode, text);
+  const problem = checkAnswer(stream, upstreamModel, c.api)(res.statusCode, text);
   if (problem !== null) throw new Error(`${what} did not relay the mock's answer: ${problem}`);
-  if (c.name === 'gateway') {
+  if (c.pool !== undefined) {
     const cost = stream ? res.trailers['x-service-cost-credits'] : res.headers['x-service-cost-credits'];
     if (!(Number(cost) > 0)) throw new Error(`${what} answered without a cost (X-Service-Cost-Credits: ${String(cost)})`);
   }

@@ -37,10 +37,24 @@ export const modelIdSchema = z
   // eslint-disable-next-line no-control-regex -- the control characters are what the pattern refuses
   .regex(/^[^\u0000-\u001f\u007f]+$/, 'model ids may not contain control characters');
 
+/**
+ * The upstream endpoint a model's provider serves it at: OpenAI chat completions or the
+ * Responses API, Anthropic messages. The gateway serves a model natively at the path of
+ * its format (docs/API.md, "Models").
+ */
+export const model_wire_formats = ['chat_completions', 'responses', 'messages'] as const;
+export type ModelWireFormat = (typeof model_wire_formats)[number];
+
+/** A provider's wire format when a write names none. */
+export function defaultWireFormat(provider: 'openai' | 'anthropic'): ModelWireFormat {
+  return provider === 'anthropic' ? 'messages' : 'chat_completions';
+}
+
 const modelRow = z.object({
   project_id: z.string(),
   id: z.string(),
   provider: z.enum(['openai', 'anthropic']),
+  wire_format: z.enum(model_wire_formats),
   upstream_base_url: z.string(),
   upstream_model: z.string(),
   has_upstream_key: z.boolean(),
@@ -70,6 +84,8 @@ export type ModelWithKey = ModelRow & { upstream_api_key: string | null };
 
 export interface ModelInput {
   provider: 'openai' | 'anthropic';
+  /** Absent: the provider's (defaultWireFormat). */
+  wire_format?: ModelWireFormat;
   upstream_base_url: string;
   upstream_model: string;
   /** A new key; null removes the stored one; undefined keeps it. */
@@ -93,7 +109,7 @@ export interface ModelInput {
 }
 
 const modelColumns = sql.fragment`
-  project_id, id, provider, upstream_base_url, upstream_model, upstream_key_ciphertext IS NOT NULL AS has_upstream_key,
+  project_id, id, provider, wire_format, upstream_base_url, upstream_model, upstream_key_ciphertext IS NOT NULL AS has_upstream_key,
   display_name, description, context_window, max_output_tokens, supports_streaming, active,
   input_price_per_million_credits, output_price_per_million_credits,
   cache_read_price_per_million_credits, cache_write_price_per_million_credits, image_token_bound, file_token_bound,
@@ -127,6 +143,7 @@ export function modelEntry(m: ModelRow) {
     created: Math.floor(m.created_at / 1000),
     active: m.active,
     owned_by: m.provider,
+    wire_format: m.wire_format,
     display_name: m.display_name ?? m.id,
     description: m.description,
     context_window: m.context_window,
@@ -170,13 +187,13 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
       const keyOnUpdate = m.upstream_api_key === undefined ? sql.fragment`models.upstream_key_ciphertext` : sql.fragment`EXCLUDED.upstream_key_ciphertext`;
       // xmax is 0 only on a row this statement inserted (not one it updated).
       const row = await pool.one(sql.type(modelRow.extend({ created: z.boolean() }))`
-        INSERT INTO models (project_id, id, provider, upstream_base_url, upstream_model, upstream_key_ciphertext,
+        INSERT INTO models (project_id, id, provider, wire_format, upstream_base_url, upstream_model, upstream_key_ciphertext,
                             display_name, description, context_window, max_output_tokens, supports_streaming, active,
                             input_price_per_million_credits, output_price_per_million_credits,
                             cache_read_price_per_million_credits, cache_write_price_per_million_credits,
                             image_token_bound, file_token_bound,
                             catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds)
-        VALUES (${projectId}, ${modelId}, ${m.provider}, ${m.upstream_base_url}, ${m.upstream_model}, ${ciphertext},
+        VALUES (${projectId}, ${modelId}, ${m.provider}, ${m.wire_format ?? defaultWireFormat(m.provider)}, ${m.upstream_base_url}, ${m.upstream_model}, ${ciphertext},
                 ${m.display_name}, ${m.description}, ${m.context_window}, ${m.max_output_tokens}, ${m.supports_streaming}, ${m.active},
                 ${m.input_price_per_million_credits}, ${m.output_price_per_million_credits},
                 ${m.cache_read_price_per_million_credits}, ${m.cache_write_price_per_million_credits},
@@ -184,7 +201,7 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
                 ${m.price_catalogue?.provider ?? null}, ${m.price_catalogue?.model ?? null}, ${m.price_catalogue?.version ?? null},
                 ${sql.array(m.price_catalogue ? (m.catalogue_price_kinds ?? []) : [], 'text')})
         ON CONFLICT (project_id, id) DO UPDATE SET
-          provider = EXCLUDED.provider, upstream_base_url = EXCLUDED.upstream_base_url, upstream_model = EXCLUDED.upstream_model,
+          provider = EXCLUDED.provider, wire_format = EXCLUDED.wire_format, upstream_base_url = EXCLUDED.upstream_base_url, upstream_model = EXCLUDED.upstream_model,
           upstream_key_ciphertext = ${keyOnUpdate},
           display_name = EXCLUDED.display_name, description = EXCLUDED.description,
           context_window = EXCLUDED.context_window, max_output_tokens = EXCLUDED.max_output_tokens,
@@ -223,7 +240,7 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
               : sql.fragment`${sql.binary(encryptSecret(masterKey, m.upstream_api_key, keyAssociatedData(projectId, modelId)))}`;
         return tx.one(sql.type(modelRow)`
           UPDATE models SET
-            provider = ${m.provider}, upstream_base_url = ${m.upstream_base_url}, upstream_model = ${m.upstream_model},
+            provider = ${m.provider}, wire_format = ${m.wire_format ?? defaultWireFormat(m.provider)}, upstream_base_url = ${m.upstream_base_url}, upstream_model = ${m.upstream_model},
             upstream_key_ciphertext = ${key}, display_name = ${m.display_name}, description = ${m.description},
             context_window = ${m.context_window}, max_output_tokens = ${m.max_output_tokens},
             supports_streaming = ${m.supports_streaming}, active = ${m.active},
@@ -297,6 +314,9 @@ export const modelEntrySchema = z
     created: z.number().int().openapi({ description: 'Unix seconds of the first PUT.' }),
     active: z.boolean(),
     owned_by: z.enum(['openai', 'anthropic']).openapi({ description: 'The provider.' }),
+    wire_format: z.enum(model_wire_formats).openapi({
+      description: 'The upstream endpoint the provider serves the model at, and so the gateway path that serves it: `chat_completions` (`POST /v1/chat/completions`), `responses` (`POST /v1/responses`) or `messages` (`POST /v1/messages`).',
+    }),
     display_name: z.string().openapi({ description: 'The id when none was set.' }),
     description: z.string().nullable(),
     context_window: z.number().int(),

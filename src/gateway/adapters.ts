@@ -10,10 +10,11 @@ import { SseFramer } from './sse.js';
 import { anthropic } from './wire/anthropic.js';
 import { isObject, type Forward, type Json, type ProviderFormat, type StreamCloser, type StreamReading, type Usage, type WireFormat } from './wire/format.js';
 import { openai } from './wire/openai.js';
+import { responses } from './wire/responses.js';
 
 export type { Usage, WireFormat } from './wire/format.js';
 
-const formats: Record<WireFormat, ProviderFormat> = { openai, anthropic };
+const formats: Record<WireFormat, ProviderFormat> = { openai, anthropic, responses };
 
 /** The module of a wire format. */
 export function formatOf(name: WireFormat): ProviderFormat {

@@ -6,14 +6,17 @@
  * prices) is not cached but read again (src/cache/invalidation.ts).
  */
 import type { Redis } from 'ioredis';
-import type { ModelWithKey } from '../admin/models.js';
+import type { ModelWireFormat, ModelWithKey } from '../admin/models.js';
 import { forgetOnResubscribe, InvalidationGuard } from '../cache/invalidation.js';
 import { projectChannel } from '../keys/store.js';
+import type { WireFormat } from './wire/format.js';
 import { file_token_bound_default, image_token_bound_default, type PartTokenBounds, type Prices } from './pricing.js';
 
 export interface GatewayModel {
   id: string;
   provider: 'openai' | 'anthropic';
+  /** The format the upstream speaks (the model's `wire_format`, by its internal name): the gateway path that serves the model natively. */
+  wireFormat: WireFormat;
   upstreamBaseUrl: string;
   upstreamModel: string;
   /** Decrypted; never logged or returned. */
@@ -28,11 +31,15 @@ export interface GatewayModel {
   contextWindow: number;
 }
 
+/** A model's `wire_format` by the gateway's internal name of the format (src/gateway/wire/). */
+const wire_format_names: Record<ModelWireFormat, WireFormat> = { chat_completions: 'openai', responses: 'responses', messages: 'anthropic' };
+
 /** A model row of PostgreSQL (its upstream key decrypted) as the gateway uses it. */
 export function gatewayModelOf(m: ModelWithKey): GatewayModel {
   return {
     id: m.id,
     provider: m.provider,
+    wireFormat: wire_format_names[m.wire_format],
     upstreamBaseUrl: m.upstream_base_url,
     upstreamModel: m.upstream_model,
     upstreamKey: m.upstream_api_key,

@@ -13,7 +13,7 @@ import { formatOf, type WireFormat } from './adapters.js';
 import type { BodyFields, Json, PartCounts } from './wire/format.js';
 import { embeddingsBodyChecks, readEmbeddingsBody } from './wire/embeddings.js';
 
-export type Endpoint = 'chat.completions' | 'messages' | 'embeddings';
+export type Endpoint = 'chat.completions' | 'messages' | 'embeddings' | 'responses';
 
 /** What each billed endpoint reads of a client's body: its wire format's reader, or the embeddings one. */
 interface BodyReader {
@@ -30,6 +30,7 @@ function readerOf(format: WireFormat): BodyReader {
 const readers: Record<Endpoint, BodyReader> = {
   'chat.completions': readerOf('openai'),
   messages: readerOf('anthropic'),
+  responses: readerOf('responses'),
   embeddings: { format: 'openai', readBody: readEmbeddingsBody, bodyChecks: embeddingsBodyChecks },
 };
 
@@ -167,6 +168,7 @@ const checks: Record<Endpoint, readonly ((c: Parts) => unknown)[]> = {
   'chat.completions': checksOf('chat.completions'),
   messages: checksOf('messages'),
   embeddings: checksOf('embeddings'),
+  responses: checksOf('responses'),
 };
 
 /**
@@ -199,6 +201,12 @@ export function customerOf(req: Request, auth: AuthContext): string {
   return customerId;
 }
 
+/** The body field of the output limit, as the hold's refusal names it. */
+function limitFieldOf(format: WireFormat, body: Json): string {
+  if (format === 'responses') return 'max_output_tokens';
+  return format === 'openai' && body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+}
+
 function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawBytes: number): GatewayRequest {
   checkVariant(req, auth);
   const body = req.body as Record<string, unknown>;
@@ -219,7 +227,7 @@ function readRequest(req: Request, auth: AuthContext, endpoint: Endpoint, rawByt
     modelId: fields.model,
     stream: fields.stream,
     explicitMax: fields.limit,
-    limitField: format === 'openai' && body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
+    limitField: limitFieldOf(format, body),
     answers: fields.answers,
     customerId,
     wallet,

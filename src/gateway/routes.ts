@@ -1,5 +1,5 @@
 /**
- * POST /v1/chat/completions, /v1/messages and /v1/embeddings (billed), and
+ * POST /v1/chat/completions, /v1/responses, /v1/messages and /v1/embeddings (billed), and
  * /v1/messages/count_tokens (not billed): 8 MiB bodies, for project and customer keys.
  */
 import type { Request, Response } from 'express';
@@ -50,6 +50,23 @@ const messagesBody = z
   })
   .passthrough()
   .openapi('MessagesRequest', { description: 'The Anthropic messages request; other fields are relayed as sent.' });
+const responsesBody = z
+  .object({
+    model: z.string().openapi({ description: 'A model id of the project whose `wire_format` is `responses`.' }),
+    input: z.union([z.string(), z.array(z.object({}).passthrough())]).optional().openapi({ description: 'A string (one user message) or an array of input items; its `input_image` and `input_file` parts add to the hold.' }),
+    instructions: z.string().nullable().optional(),
+    stream: z.boolean().optional(),
+    max_output_tokens: z.number().int().positive().optional().openapi({ description: "The output limit; the gateway sends the hold's (`X-Service-Max-Tokens`)." }),
+    background: z.literal(false).optional().openapi({ description: '`true` is refused (400): a background response has no usage to bill when it is answered.' }),
+    store: z.boolean().optional().openapi({ description: 'Relayed as sent: the upstream stores the response; the service keeps only the usage record.' }),
+    previous_response_id: z.string().nullable().optional().openapi({ description: 'Relayed as sent: a response the upstream stored.' }),
+  })
+  .passthrough()
+  .openapi('ResponsesRequest', { description: 'The OpenAI Responses API request; other fields (`tools`, `reasoning`, `text`, ...) are relayed as sent.' });
+const responsesAnswer = z
+  .object({ id: z.string(), object: z.literal('response'), model: z.string(), status: z.string(), output: z.array(z.object({}).passthrough()) })
+  .passthrough()
+  .openapi('Response', { description: "The upstream's answer, unchanged." });
 const chatAnswer = z
   .object({ id: z.string(), object: z.literal('chat.completion'), model: z.string(), choices: z.array(z.object({}).passthrough()) })
   .passthrough()
@@ -140,6 +157,22 @@ describeRoute({
 });
 describeRoute({
   method: 'POST',
+  path: '/v1/responses',
+  tag: 'Gateway',
+  callers: ['project', 'customer'],
+  summary: 'OpenAI Responses API, billed per token',
+  description:
+    "As `POST /v1/chat/completions`, in the OpenAI Responses format, for models whose `wire_format` is `responses`. Streamed, its events are relayed as they came; the usage of `response.completed` (or `response.incomplete`) is billed. `GET /v1/responses/{id}` and the other stored-response routes are not served.",
+  headers: gatewayHeaders,
+  body: responsesBody,
+  responses: {
+    200: { description: 'The upstream answer', schema: responsesAnswer, content: { 'text/event-stream': streamBody }, headers: billingHeaders },
+  },
+  otherResponses: { default: upstreamError },
+  errors: gatewayErrors,
+});
+describeRoute({
+  method: 'POST',
   path: '/v1/messages',
   tag: 'Gateway',
   callers: ['project', 'customer'],
@@ -188,7 +221,7 @@ describeRoute({
 });
 
 /** The paths of the gateway's routes: their bodies are parsed by the routes themselves (8 MiB). */
-export const gateway_paths = ['/v1/chat/completions', '/v1/messages', '/v1/embeddings', '/v1/messages/count_tokens'] as const;
+export const gateway_paths = ['/v1/chat/completions', '/v1/responses', '/v1/messages', '/v1/embeddings', '/v1/messages/count_tokens'] as const;
 
 /** All are hot routes (src/http/router.ts). */
 export function gatewayRoutes(gateway: GatewayService): Route[] {
@@ -229,5 +262,5 @@ export function gatewayRoutes(gateway: GatewayService): Route[] {
       },
     ],
   };
-  return [route('/v1/chat/completions', 'chat.completions'), route('/v1/messages', 'messages'), route('/v1/embeddings', 'embeddings'), countTokens];
+  return [route('/v1/chat/completions', 'chat.completions'), route('/v1/responses', 'responses'), route('/v1/messages', 'messages'), route('/v1/embeddings', 'embeddings'), countTokens];
 }

@@ -143,10 +143,11 @@ export class GatewayService {
     const upstreamFormat = upstreamFormatOf(model);
     // A call through another format's endpoint is translated (src/gateway/translate/);
     // its request is translated here, before any hold, so a field without counterpart
-    // is a 400 that holds nothing.
+    // is a 400 that holds nothing. Embeddings have one format, OpenAI's.
     let translated: ReturnType<typeof CallTranslation.of> | null = null;
-    if (upstreamFormat !== r.format) {
-      if (r.endpoint === 'embeddings') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
+    if (r.endpoint === 'embeddings') {
+      if (model.provider !== 'openai') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
+    } else if (upstreamFormat !== r.format) {
       translated = CallTranslation.of(r.format, upstreamFormat, r.body);
     }
     if (!model.upstreamKey) throw new ApiError('byok_key_required');

@@ -150,7 +150,7 @@ export const usageRecordSchema = z.object({
   trace_id: z.string().nullable(),
   wallet: z.string(),
   model: z.string(),
-  endpoint: z.enum(['chat.completions', 'messages', 'embeddings']),
+  endpoint: z.enum(['chat.completions', 'messages', 'embeddings', 'responses']),
   stream: z.boolean(),
   status: z.enum(['settled', 'failed', 'client_aborted']),
   input_tokens: z.number().int(),

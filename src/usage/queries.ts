@@ -125,7 +125,7 @@ export const usageRecordResponseSchema = z
     customer_id: z.string(),
     wallet: z.string(),
     model: z.string(),
-    endpoint: z.enum(['chat.completions', 'messages', 'embeddings']),
+    endpoint: z.enum(['chat.completions', 'messages', 'embeddings', 'responses']),
     stream: z.boolean(),
     status: z.enum(['settled', 'failed', 'client_aborted']),
     input_tokens: z.number().int(),

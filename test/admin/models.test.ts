@@ -56,6 +56,7 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       created: expect.any(Number),
       active: true,
       owned_by: 'openai',
+      wire_format: 'chat_completions',
       display_name: 'GPT-4o',
       description: 'a test model',
       context_window: 128_000,
@@ -89,6 +90,8 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       id: 'openai/gpt-4o',
       created: created.body.created,
       owned_by: 'anthropic',
+      // A provider change without a wire_format takes the new provider's.
+      wire_format: 'messages',
       display_name: 'openai/gpt-4o',
       active: false,
       input_price_per_million_credits: 3,

@@ -30,7 +30,7 @@ afterAll(async () => {
   await mock.close();
 });
 
-const MODEL: Record<WireFormat, string> = { openai: 'gpt-4o-mini', anthropic: 'claude-haiku-4-5' };
+const MODEL: Record<WireFormat, string> = { openai: 'gpt-4o-mini', anthropic: 'claude-haiku-4-5', responses: 'gpt-4o-mini' };
 
 function clientBody(format: WireFormat, controls: MockControls, extra: Record<string, unknown> = {}): Record<string, unknown> {
   const messages = [

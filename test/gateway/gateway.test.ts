@@ -460,6 +460,7 @@ describe('GET /v1/models', () => {
       created: expect.any(Number),
       active: true,
       owned_by: 'openai',
+      wire_format: 'chat_completions',
       display_name: 'Listed',
       description: 'relayed to the mock upstream',
       context_window: 200_000,
@@ -487,7 +488,7 @@ describe('GET /v1/models', () => {
       expect(m).not.toHaveProperty('upstream_base_url');
       expect(m).not.toHaveProperty('has_upstream_key');
     }
-    expect(all.body.data.find((m: { id: string }) => m.id === 'claude-listed')).toMatchObject({ supports_streaming: true, owned_by: 'anthropic' });
+    expect(all.body.data.find((m: { id: string }) => m.id === 'claude-listed')).toMatchObject({ supports_streaming: true, owned_by: 'anthropic', wire_format: 'messages' });
 
     const whitelisted = await q.customerKey('nobody-yet', { allowedModels: ['claude-listed', 'gpt-retired'] });
     const seen = await env.svc.call('GET', '/v1/models', { key: whitelisted });

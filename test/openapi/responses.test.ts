@@ -106,6 +106,7 @@ async function exercise(): Promise<void> {
   // Models, for the gateway.
   await both(s, p, 'PUT', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/gpt-test`, modelBody('openai'));
   await call('PUT', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/openai%2Fclaude-test`, { key: p.adminKey, body: modelBody('anthropic') });
+  await call('PUT', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/gpt-responses`, { key: p.adminKey, body: { ...modelBody('openai'), wire_format: 'responses' } });
   await both(s, p, 'GET', '/projects/{project_id}/models', `/projects/${P}/models`);
   // A model without its provider key: the write answers a warning; PATCH and DELETE through both mounts.
   const keyless: Record<string, unknown> = { ...modelBody('openai') };
@@ -199,6 +200,10 @@ async function exercise(): Promise<void> {
   await call('POST', '/v1/embeddings', '/v1/embeddings', { key: aliceKey, body: { model: 'gpt-test', input: ['hello there', 'again'] } });
   await call('POST', '/v1/embeddings', '/v1/embeddings', { key: aliceKey, body: { model: 'gpt-test', input: 'hello', encoding_format: 'base64' } });
   await call('POST', '/v1/embeddings', '/v1/embeddings', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'openai/claude-test', input: 'hello' } });
+  const asAlice = { 'x-service-customer': 'alice' };
+  await call('POST', '/v1/responses', '/v1/responses', { key: p.projectKey, headers: asAlice, body: { model: 'gpt-responses', input: 'hello', max_output_tokens: 50 } });
+  await call('POST', '/v1/responses', '/v1/responses', { key: p.projectKey, headers: asAlice, body: { model: 'gpt-responses', input: 'hello', stream: true } });
+  await call('POST', '/v1/responses', '/v1/responses', { key: aliceKey, body: { model: 'gpt-test', input: 'hello', background: true } });
   await call('POST', '/v1/messages/count_tokens', '/v1/messages/count_tokens', { key: p.projectKey, headers: { 'x-service-customer': 'alice' }, body: { model: 'openai/claude-test', messages: [{ role: 'user', content: 'hello' }] } });
   await call('POST', '/v1/messages/count_tokens', '/v1/messages/count_tokens', { key: p.projectKey, body: { model: 'openai/claude-test', messages: [] } });
   // The service's own errors on /v1/messages, in Anthropic's envelope.

@@ -16,7 +16,9 @@ import {
   adminModelEntry,
   adminModelEntrySchema,
   credits_per_usd,
+  defaultWireFormat,
   model_price_kinds,
+  model_wire_formats,
   modelIdSchema,
   price_per_million_credits_max,
   token_count_max,
@@ -24,6 +26,7 @@ import {
   type ModelInput,
   type ModelPriceKind,
   type ModelRow,
+  type ModelWireFormat,
 } from '../models.js';
 import type { ProjectRow } from '../queries.js';
 import { created, listQuery, ok, operation, pageRequest, projectParams, sendList, type ManagementDeps, type Operation, type ProjectChanged, type ProjectLookup } from './shared.js';
@@ -68,6 +71,10 @@ const priceCatalogueSchema = z
  */
 const modelPatchSchema = z.object({
   provider: z.enum(['openai', 'anthropic']).optional(),
+  wire_format: z
+    .enum(model_wire_formats)
+    .optional()
+    .openapi({ description: "The upstream endpoint the provider serves the model at. Default: the provider's (`chat_completions` for `openai`, `messages` for `anthropic`); `responses` with `openai` only." }),
   upstream_base_url: upstreamUrlSchema.optional(),
   upstream_model: z.string().min(1).max(256).optional(),
   upstream_api_key: z.string().min(1).max(upstream_key_chars_max).nullable().optional(),
@@ -194,6 +201,20 @@ function applyPrices(body: ModelWrite, current: ModelInput | null, next: ModelIn
 }
 
 /**
+ * The wire format a write leaves: the one it sends; else the stored one, unless the write
+ * changes the provider (then the new provider's default, as for a model written without
+ * one). The Responses API is OpenAI's only.
+ */
+function wireFormatOf(body: ModelWrite, current: ModelInput | null, next: ModelInput): ModelWireFormat {
+  const providerChanged = current !== null && body.provider !== undefined && body.provider !== current.provider;
+  const format = body.wire_format ?? (current === null || providerChanged ? defaultWireFormat(next.provider) : (current.wire_format ?? defaultWireFormat(next.provider)));
+  if (format === 'responses' && next.provider !== 'openai') {
+    throw new ApiError('invalid_request', { param: 'wire_format', message: `wire_format responses (the OpenAI Responses API) needs provider openai, not ${next.provider}` });
+  }
+  return format;
+}
+
+/**
  * The stored model a write makes: `body` over `current` (a PATCH) or over the defaults (a
  * PUT: no current); its prices by applyPrices.
  */
@@ -221,6 +242,7 @@ function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput 
   for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound'] as const) {
     if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
   }
+  next.wire_format = wireFormatOf(body, current, next);
   applyPrices(body, current, next);
   if (next.max_output_tokens > next.context_window) {
     throw new ApiError('invalid_request', {

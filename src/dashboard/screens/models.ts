@@ -16,6 +16,7 @@ interface ModelEntry {
   display_name: string;
   description: string | null;
   provider: 'openai' | 'anthropic';
+  wire_format: 'chat_completions' | 'responses' | 'messages';
   upstream_base_url: string;
   upstream_model: string;
   has_upstream_key: boolean;
@@ -31,6 +32,13 @@ interface ModelEntry {
   price_catalogue: { provider: string; model: string; version: string } | null;
   price_sources: Record<'input' | 'output' | 'cache_read' | 'cache_write', 'catalogue' | 'override'>;
 }
+
+/** The upstream endpoints a model may be served at, with their gateway paths (docs/API.md, "Models"). */
+const wire_formats = [
+  ['chat_completions', 'Chat completions (/v1/chat/completions)'],
+  ['responses', 'Responses API (/v1/responses, OpenAI only)'],
+  ['messages', 'Messages (/v1/messages)'],
+] as const;
 
 /** Tokens an image or a file part adds to a call's hold (docs/API.md, "What bytes do not bound"); empty: the default. */
 const partBounds = [
@@ -88,7 +96,7 @@ function valuesOfModel(m: ModelEntry): FormValues {
 
 function valuesOf(req: Request): FormValues {
   const v: FormValues = {};
-  for (const f of ['id', 'display_name', 'description', 'provider', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...model_prices.map(([p]) => p), ...partBounds.map(([p]) => p), ...catalogueFields.map(([p]) => p)] as const) {
+  for (const f of ['id', 'display_name', 'description', 'provider', 'wire_format', 'upstream_base_url', 'upstream_model', 'context_window', 'max_output_tokens', ...model_prices.map(([p]) => p), ...partBounds.map(([p]) => p), ...catalogueFields.map(([p]) => p)] as const) {
     v[f] = text(req, f === 'id' ? 'model_id' : f);
   }
   v.supports_streaming = checked(req, 'supports_streaming');
@@ -106,6 +114,10 @@ ${csrfField(ctx.session)}
 <label>Description <input name="description" maxlength="4096" value="${val('description')}"></label>
 <label>Provider <select name="provider" data-testid="model-provider">
 ${(['openai', 'anthropic'] as const).map((p) => html`<option value="${p}"${val('provider') === p ? html` selected` : ''}>${p}</option>`)}
+</select></label>
+<label>Wire format <select name="wire_format" data-testid="model-wire-format">
+<option value="">The provider's (chat completions for openai, messages for anthropic)</option>
+${wire_formats.map(([f, label]) => html`<option value="${f}"${val('wire_format') === f ? html` selected` : ''}>${label}</option>`)}
 </select></label>
 <label>Upstream base URL <input name="upstream_base_url" required value="${val('upstream_base_url')}" placeholder="https://api.openai.com/v1" data-testid="model-url"></label>
 <label>Upstream model <input name="upstream_model" required value="${val('upstream_model')}" data-testid="model-upstream"></label>
@@ -144,7 +156,7 @@ async function modelsScreen(ctx: PageContext, req: Request, projectId: string, o
 ${models.data.map(
   (m) => html`<tr data-testid="model-row" data-model-id="${m.id}">
 <td><strong>${m.id}</strong><br><span class="muted">${m.display_name}</span></td>
-<td>${m.provider}<br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span></td>
+<td>${m.provider} <span class="muted" data-testid="model-wire-format-shown">(${m.wire_format})</span><br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span></td>
 <td><dl class="prices">${model_prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}${priceSource(m, f)}</dd>`)}</dl>${catalogueNote(m)}</td>
 <td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
 <td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>
@@ -185,6 +197,9 @@ function modelBody(req: Request): Record<string, unknown> {
   const catalogueModel = optional(req, 'catalogue_model');
   // Both empty: priced by hand; one alone is sent as is, so that the API names what is missing.
   if (catalogueProvider !== undefined || catalogueModel !== undefined) body.price_catalogue = { provider: catalogueProvider ?? '', model: catalogueModel ?? '' };
+  // Empty: the provider's default.
+  const wireFormat = optional(req, 'wire_format');
+  if (wireFormat !== undefined) body.wire_format = wireFormat;
   const key = optional(req, 'upstream_api_key');
   if (key !== undefined) body.upstream_api_key = key;
   else if (checked(req, 'clear_upstream_api_key')) body.upstream_api_key = null;

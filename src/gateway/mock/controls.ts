@@ -18,6 +18,8 @@ export interface MockControls {
   no_usage?: number;
   cache_read_tokens?: number;
   cache_write_tokens?: number;
+  /** Responses API: reasoning tokens, reported in `output_tokens` and its details. */
+  reasoning_tokens?: number;
   latency_ms?: number;
   chunk_delay_ms?: number;
   /** 1: answer with a call of the request's first tool (arguments streamed in pieces) instead of text. */
@@ -25,7 +27,7 @@ export interface MockControls {
   fail?: MockFailMode;
 }
 
-const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'latency_ms', 'chunk_delay_ms', 'tool_call'] as const;
+const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'tool_call', 'latency_ms', 'chunk_delay_ms'] as const;
 type NumericKey = (typeof NUMERIC_KEYS)[number];
 const FAIL_WORDS = new Set(['timeout', 'reset', 'invalid', 'midstream']);
 

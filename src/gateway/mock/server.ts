@@ -1,10 +1,10 @@
 /**
- * Mock LLM upstream: speaks the OpenAI Chat Completions and Embeddings and the Anthropic
+ * Mock LLM upstream: speaks the OpenAI Chat Completions, Responses and Embeddings and the Anthropic
  * Messages (and token count) wire formats (JSON and SSE streaming) closely enough for the official `openai`
  * and `@anthropic-ai/sdk` clients, with deterministic token accounting and
  * per-request fault injection. Built on node:http only, no per-request logging,
  * so it can sit behind benchmarks. See docs/MOCK_UPSTREAM.md. This file is the HTTP
- * server; the wire formats are in openai.ts, embeddings.ts and anthropic.ts, the controls and token
+ * server; the wire formats are in openai.ts, responses.ts, embeddings.ts and anthropic.ts, the controls and token
  * counts in controls.ts.
  */
 import http from 'node:http';
@@ -15,6 +15,7 @@ import { collectTexts, countInputTokens, firstToolName, headerControls, parseDir
 import { base62, type Plan } from './plan.js';
 import { openaiErrorBody, openaiEvents, openaiJson } from './openai.js';
 import { anthropicErrorBody, anthropicEvents, anthropicMessage } from './anthropic.js';
+import { invalidResponses, responsesEvents, responsesJson, responsesPlan, responsesTexts } from './responses.js';
 import { embeddingInputs, embeddingsJson, embeddingTexts, embeddingTokens, invalidEmbeddings } from './embeddings.js';
 
 export interface MockUpstreamOptions {
@@ -302,6 +303,30 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     return streamEvents(res, events, delay, cut, idHeader);
   };
 
+  /** POST /v1/responses: the Responses API, whole or streamed (named events). */
+  const handleResponses = async (req: IncomingMessage, res: ServerResponse, path: string) => {
+    const call = await begin(req, res, 'openai', path, (body) => responsesTexts(body).texts, (b) => {
+      const why = invalidResponses(b);
+      return why === null ? null : [400, why[0], 'invalid_value', why[1]];
+    });
+    if (call === null) return;
+    const { b, controls, idHeader, mode } = call;
+    const plan = responsesPlan(b, controls, defaults.outputTokens);
+    if (b.stream !== true) {
+      const json = responsesJson(plan);
+      if (mode === 'invalid') return sendJson(res, 200, `<html>upstream garbage ${json.slice(0, 20)}`, idHeader);
+      if (mode === 'midstream') {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), ...idHeader });
+        return destroyAfter(res, json.slice(0, Math.floor(json.length / 2)));
+      }
+      return sendJson(res, 200, json, idHeader);
+    }
+    if (mode === 'invalid') return streamEvents(res, ['event: response.created\ndata: {not json\n\n'], 0, undefined, idHeader);
+    const { events, preamble } = responsesEvents(plan);
+    const cut = mode === 'midstream' ? preamble + Math.min(MIDSTREAM_TOKENS, Math.floor(plan.output / 2)) : undefined;
+    return streamEvents(res, events, controls.chunk_delay_ms ?? defaults.chunkDelayMs, cut, idHeader);
+  };
+
   /** POST /v1/embeddings: one vector per input; usage counts the input only. */
   const handleEmbeddings = async (req: IncomingMessage, res: ServerResponse, path: string) => {
     const call = await begin(req, res, 'openai', path, embeddingTexts, (b) => {
@@ -336,6 +361,10 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
 
     if (method === 'POST' && path === '/v1/chat/completions') {
       void handleCompletion(req, res, 'openai', url).catch(() => res.socket?.destroy());
+      return;
+    }
+    if (method === 'POST' && path === '/v1/responses') {
+      void handleResponses(req, res, url).catch(() => res.socket?.destroy());
       return;
     }
     if (method === 'POST' && path === '/v1/messages') {

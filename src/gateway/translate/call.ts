@@ -9,15 +9,16 @@ import type { GatewayModel } from '../models.js';
 import { isObject, type Json, type WireFormat } from '../wire/format.js';
 import { anthropicTranslator } from './anthropic.js';
 import { chatTranslator } from './chat.js';
+import { responsesTranslator } from './responses.js';
 import type { Translator } from './hub.js';
 import { TranslatingStreamRelay } from './stream.js';
 
 /** One Translator per format; chat completions, the hub, is the identity. */
-const translators: Record<WireFormat, Translator> = { openai: chatTranslator, anthropic: anthropicTranslator };
+const translators: Record<WireFormat, Translator> = { openai: chatTranslator, anthropic: anthropicTranslator, responses: responsesTranslator };
 
 /** The wire format a model's upstream speaks: what its answers are read (and billed) with. */
 export function upstreamFormatOf(model: GatewayModel): WireFormat {
-  return model.provider;
+  return model.wireFormat;
 }
 
 export class CallTranslation {

@@ -8,7 +8,8 @@
  */
 import { ApiError } from '../../errors/catalogue.js';
 
-export type WireFormat = 'openai' | 'anthropic';
+/** Internal names: `openai` is Chat Completions, `anthropic` Messages, `responses` the OpenAI Responses API. */
+export type WireFormat = 'openai' | 'anthropic' | 'responses';
 
 
 /** Image and file parts counted in a request body (countParts): what the hold adds tokens for (src/gateway/pricing.ts). */
@@ -83,7 +84,7 @@ export type Forward = 'raw' | 'drop' | { data: string };
 export interface ProviderFormat {
   readonly name: WireFormat;
   /** The gateway path that serves the format. */
-  readonly gatewayPath: '/v1/chat/completions' | '/v1/messages';
+  readonly gatewayPath: '/v1/chat/completions' | '/v1/messages' | '/v1/responses';
   /** Appended to a model's `upstream_base_url`. */
   readonly upstreamPath: string;
   /** The headers that authenticate a call upstream; `clientVersion` is the client's `anthropic-version`. */
@@ -187,7 +188,7 @@ function partsOf(messages: unknown[], countParts: PartCounter): PartCounts {
   return into;
 }
 
-function readStream(body: Json): boolean {
+export function readStream(body: Json): boolean {
   const stream = body.stream;
   if (stream !== undefined && typeof stream !== 'boolean') throw refused('stream', 'stream must be a boolean');
   return stream === true;
