@@ -12,10 +12,12 @@
  * ledger entries PostgreSQL recorded, which must both equal the streams.
  *
  * Knobs: STREAMS_COUNT (1000), BENCH_ROUNDS (2), STREAMS_WARMUP (200 streams per target
- * first), STREAMS_CHUNK_DELAY_MS (100), and those of every bench (docs/PERFORMANCE.md).
+ * first), STREAMS_CHUNK_DELAY_MS (100), STREAMS_PAUSE_MS (5000, before each run), and those
+ * of every bench (docs/PERFORMANCE.md). With BENCH_CPU_PROF_DIR it also writes
+ * gateway-windows.json there, the gateway's rounds for bench/streams/parts.ts.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'slonik';
@@ -42,6 +44,11 @@ const settings = {
   rounds: Number(env.BENCH_ROUNDS ?? 2),
   warmup: Number(env.STREAMS_WARMUP ?? 200),
   chunkDelayMs: Number(env.STREAMS_CHUNK_DELAY_MS ?? 100),
+  /**
+   * Before each measured run: longer than undici's keep-alive (4 s), so that every proxy
+   * opens its connections to the mock anew, as the first round's would.
+   */
+  pauseMs: Number(env.STREAMS_PAUSE_MS ?? 5_000),
   /** 16 output tokens: the role chunk, 16 deltas, the finish chunk, the usage chunk and [DONE]. */
   outputTokens: 16,
   events: 20,
@@ -160,13 +167,19 @@ async function main(): Promise<void> {
   await drain();
 
   const runs: StreamsRun[] = [];
+  /** The gateway rounds on the monotonic clock in us, for bench/profile/summary.ts (BENCH_CPU_PROF_DIR). */
+  const gatewayWindows: [number, number][] = [];
+  const nowUs = () => Number(process.hrtime.bigint() / 1000n);
   for (let round = 1; round <= settings.rounds; round++) {
     const order = round % 2 === 1 ? contenders : [...contenders].reverse();
     for (const c of order) {
+      await new Promise((resolve) => setTimeout(resolve, settings.pauseMs));
       const entriesBefore = c.name === 'gateway' ? await gatewayEntries() : 0;
       const rss = c.proc ? rssSampler(c.proc.pid) : null;
       const sources = c.proc ? [processCpu('proxy', c.proc.pid), ...background] : background;
+      const from = nowUs();
       const { result, cpu } = await withCpu(sources, () => streamsOf(c, settings.streams, `${c.name}-${round}`.replace(/ /g, '-')));
+      if (c.name === 'gateway') gatewayWindows.push([from, nowUs()]);
       const memory = rss?.stop() ?? null;
       let ledgerEntries: number | null = null;
       if (c.name === 'gateway') {
@@ -181,6 +194,10 @@ async function main(): Promise<void> {
     }
   }
 
+  if (settings.cpuProfDir) {
+    // Copy it beside the API's .cpuprofile as <file>.windows.json; requests are the streams.
+    writeFileSync(join(settings.cpuProfDir, 'gateway-windows.json'), JSON.stringify({ windows: gatewayWindows, requests: settings.streams * gatewayWindows.length }));
+  }
   const report = buildStreamsReport({ command, settings, runs, loadBefore, loadAfter: uptime(), redisUsed });
   console.log(`\n${report.markdown}\n`);
   if (settings.writeDocs) {

@@ -164,8 +164,12 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       else destroyAfter(res, body);
       return;
     }
+    // Event i is due i x delayMs after the first: a timer that fires late (a busy event
+    // loop, thousands of streams) delays its event, not every event after it.
+    const first = performance.now();
     for (let i = 0; i < n; i++) {
-      if (i > 0) await sleep(delayMs);
+      const wait = first + i * delayMs - performance.now();
+      if (i > 0 && wait > 0) await sleep(wait);
       if (res.destroyed || closed) return;
       if (cutAt !== undefined && i === n - 1) destroyAfter(res, events[i]!);
       else res.write(events[i]!);
