@@ -52,7 +52,9 @@ app.post('/v1/chat/completions', async (req, res) => {
   await pipeline(answer.body, res).catch(() => undefined);
 });
 
-const server = app.listen(port, host);
+// The API's accept queue (listen_backlog in src/server.ts, not imported: it would load the
+// whole API here), so that both take 1,000 connections at once alike.
+const server = app.listen({ port, host, backlog: 4_096 });
 server.keepAliveTimeout = 65_000;
 const shutdown = () => {
   server.close(() => void upstream.close().finally(() => process.exit(0)));

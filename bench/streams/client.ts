@@ -22,6 +22,9 @@ export interface ClientResult {
   failures: Record<string, number>;
   /** Per completed stream, ms from the start to its last byte. */
   latenciesMs: number[];
+  /** Per completed stream, ms from the start to its response headers and to its first event. */
+  headersMs: number[];
+  firstEventMs: number[];
   allDoneMs: number;
   /** Body chunks (socket reads) and SSE events received, all streams together. */
   chunks: number;
@@ -50,6 +53,8 @@ const result: ClientResult = {
   failed: 0,
   failures: {},
   latenciesMs: [],
+  headersMs: [],
+  firstEventMs: [],
   allDoneMs: 0,
   chunks: 0,
   events: 0,
@@ -63,8 +68,11 @@ async function one(i: number, start: number): Promise<void> {
   const headers = Object.fromEntries(Object.entries(headerTemplate).map(([k, v]) => [k, v.replace('{customer}', customer)]));
   try {
     const res = await request(`${origin}/v1/chat/completions`, { method: 'POST', headers, body, dispatcher: agent, headersTimeout: 60_000, bodyTimeout: 60_000 });
+    const headersAt = performance.now() - start;
+    let firstAt = 0;
     let events = 0;
     for await (const chunk of res.body) {
+      if (firstAt === 0) firstAt = performance.now() - start;
       result.chunks++;
       // Counting blank lines is enough: every event of the mock ends with one.
       const buf = chunk as Buffer;
@@ -76,6 +84,8 @@ async function one(i: number, start: number): Promise<void> {
     if (events !== expectedEvents) result.shortStreams++;
     if (Number(res.trailers['x-service-cost-credits']) > 0) result.costTrailers++;
     result.latenciesMs.push(doneMs);
+    result.headersMs.push(headersAt);
+    result.firstEventMs.push(firstAt);
     result.completed++;
   } catch (err) {
     result.failed++;

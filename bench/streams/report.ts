@@ -49,6 +49,7 @@ export function buildStreamsReport(input: ReportInput): { markdown: string; bill
     return [
       `${r.target} (round ${r.round})`,
       `${r.result.completed} / ${r.result.streams}`,
+      fmt.int(percentile(r.result.firstEventMs, 50)),
       fmt.int(percentile(lat, 50)),
       fmt.int(percentile(lat, 99)),
       fmt.int(percentile(lat, 100)),
@@ -86,14 +87,14 @@ export function buildStreamsReport(input: ReportInput): { markdown: string; bill
     `${fmt.int(s.streams)} streamed chat completions started at once per target and round, each ${s.events} events ${s.chunkDelayMs} ms apart ` +
       `from the mock (its own timer per stream), read to the end by a load generator in its own process (bench/streams/client.ts; one ` +
       `connection per stream; its CPU is the "load gen" column and competes with the rest on the same cores). Latency: from the start of ` +
-      `all the streams to each one's last byte (trailers included). ${s.warmup} streams per target first as a warm-up; ${s.rounds} rounds, ` +
+      `all the streams to each one's first event and last byte (trailers included). ${s.warmup} streams per target first as a warm-up; ${s.rounds} rounds, ` +
       `order reversed every other round; the gateway bills ${s.customers} customers in turn. RSS: the proxy's VmRSS before the round and its ` +
       `peak during it; per stream = (peak - before) / streams.`,
     '',
     `Machine: ${m.cpus} CPUs (${m.cpuModel}), Node ${m.node}. Load before: ${input.loadBefore}. After: ${input.loadAfter}. ${input.redisUsed}.`,
     '',
     markdownTable(
-      ['target', 'done', 'p50 ms', 'p99 ms', 'max ms', 'all done ms', 'chunks', 'events', 'proxy CPU s', 'mock', 'worker', 'postgres', 'redis', 'load gen', 'RSS MB', 'KB per stream'],
+      ['target', 'done', 'first event p50 ms', 'p50 ms', 'p99 ms', 'max ms', 'all done ms', 'chunks', 'events', 'proxy CPU s', 'mock', 'worker', 'postgres', 'redis', 'load gen', 'RSS MB', 'KB per stream'],
       rows,
     ),
     '',

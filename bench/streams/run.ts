@@ -212,8 +212,11 @@ function describe(r: StreamsRun): string {
   const at = (p: number) => lat[Math.min(lat.length - 1, Math.max(0, Math.ceil((p / 100) * lat.length) - 1))] ?? Number.NaN;
   const mem = r.memory ? `; RSS ${r.memory.idleMb.toFixed(0)} -> ${r.memory.peakMb.toFixed(0)} MB` : '';
   const billed = r.ledgerEntries !== null ? `; trailers ${r.result.costTrailers}, GATEWAY entries ${r.ledgerEntries}` : '';
+  const first = [...r.result.firstEventMs].sort((a, b) => a - b);
+  const firstAt = (p: number) => first[Math.min(first.length - 1, Math.max(0, Math.ceil((p / 100) * first.length) - 1))] ?? Number.NaN;
   return (
-    `${r.target} round ${r.round}: ${r.result.completed}/${r.result.streams} done, p50 ${at(50).toFixed(0)} ms, p99 ${at(99).toFixed(0)} ms, ` +
+    `${r.target} round ${r.round}: ${r.result.completed}/${r.result.streams} done, first event p50 ${firstAt(50).toFixed(0)} p99 ${firstAt(99).toFixed(0)} ms, ` +
+    `p50 ${at(50).toFixed(0)} ms, p99 ${at(99).toFixed(0)} ms, ` +
     `all done ${r.result.allDoneMs.toFixed(0)} ms, events ${r.result.events}; CPU s: ${Object.entries(r.cpu).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}, ` +
     `load generator ${r.result.cpuS.toFixed(2)}${mem}${billed}${r.result.failed > 0 ? `; failures ${JSON.stringify(r.result.failures)}` : ''}`
   );

@@ -399,7 +399,8 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, host, () => {
+    // As the API's (src/server.ts): 1,000 streams opened at once overflow Node's 511.
+    server.listen({ port: opts.port ?? 0, host, backlog: 4_096 }, () => {
       server.off('error', reject);
       resolve();
     });
