@@ -225,6 +225,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     headersTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
     bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
     allowPrivate: config.UPSTREAM_ALLOW_PRIVATE,
+    connections: config.UPSTREAM_CONNECTIONS,
   });
   const gateway = new GatewayService({ ledger, plans, models, upstream, redis, prefix: config.REDIS_PREFIX, logger, metrics });
   return {

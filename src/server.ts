@@ -29,13 +29,19 @@ export interface Drain {
 
 /** How often a draining server closes the keep-alive connections that have become idle. */
 const drain_idle_check_ms = 50;
+/**
+ * Connections the kernel queues for accept (capped by net.core.somaxconn). Node's 511
+ * overflowed when 1,000 clients opened their streams at once: each dropped connection
+ * waited for its SYN to be sent again, 1 s and then 3 s later (bench:streams).
+ */
+export const listen_backlog = 4_096;
 
 export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.config.HOST): Promise<RunningServer> {
   const subscriber = rt.extraConnection();
   await rt.keyCache.subscribe(subscriber, rt.config.REDIS_PREFIX);
   await rt.models.subscribe(subscriber, rt.config.REDIS_PREFIX);
   const api = createApi(rt);
-  const server = createServer(api.serverOptions, api.listener).listen(port, host);
+  const server = createServer(api.serverOptions, api.listener).listen({ port, host, backlog: listen_backlog });
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', (err) => reject(listenError(err, port, 'PORT')));

@@ -7,7 +7,8 @@
  * With ACCESS_LOG=1 it writes the API's access log (src/http/access-log.ts, through the
  * API's logger at LOG_LEVEL, default info), so the price of that log shows beside it.
  *
- *   PORT, HOST (127.0.0.1), UPSTREAM_BASE_URL (e.g. http://127.0.0.1:4010/v1), ACCESS_LOG (0), LOG_LEVEL (info)
+ *   PORT, HOST (127.0.0.1), UPSTREAM_BASE_URL (e.g. http://127.0.0.1:4010/v1), ACCESS_LOG (0), LOG_LEVEL (info),
+ *   UPSTREAM_CONNECTIONS (the pool's size per origin, as the API reads it; the client's default when unset)
  */
 import { pipeline } from 'node:stream/promises';
 import express from 'express';
@@ -21,7 +22,8 @@ const upstreamBaseUrl = process.env.UPSTREAM_BASE_URL;
 if (!upstreamBaseUrl) throw new Error('UPSTREAM_BASE_URL is required');
 
 // The bench's mock upstream listens on 127.0.0.1; this proxy relays only to the URL the bench gives it.
-const upstream = new UpstreamClient({ allowPrivate: true });
+const connections = process.env.UPSTREAM_CONNECTIONS;
+const upstream = new UpstreamClient({ allowPrivate: true, ...(connections ? { connections: Number(connections) } : {}) });
 const app = express();
 app.disable('x-powered-by');
 app.set('etag', false);
@@ -50,7 +52,9 @@ app.post('/v1/chat/completions', async (req, res) => {
   await pipeline(answer.body, res).catch(() => undefined);
 });
 
-const server = app.listen(port, host);
+// The API's accept queue (listen_backlog in src/server.ts, not imported: it would load the
+// whole API here), so that both take 1,000 connections at once alike.
+const server = app.listen({ port, host, backlog: 4_096 });
 server.keepAliveTimeout = 65_000;
 const shutdown = () => {
   server.close(() => void upstream.close().finally(() => process.exit(0)));

@@ -49,6 +49,13 @@ const schema = z.object({
   /** How long an upstream may take to answer headers, and between body chunks. */
   UPSTREAM_TIMEOUT_MS: z.coerce.number().int().min(100).default(120_000),
   /**
+   * Connections an API process opens to one upstream origin at most. Each streamed call
+   * holds one for its whole length, so this bounds the streams in flight per upstream;
+   * calls beyond it wait for a free connection (256 made 1,000 concurrent streams take
+   * four turns).
+   */
+  UPSTREAM_CONNECTIONS: z.coerce.number().int().min(1).default(4_096),
+  /**
    * Lets models call upstreams on loopback, private and link-local addresses. Off, such
    * a `upstream_base_url` is refused (SSRF); the demo and the tests turn it on for the
    * mock upstream on 127.0.0.1.

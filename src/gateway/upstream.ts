@@ -88,7 +88,11 @@ export interface UpstreamClientOptions {
   headersTimeoutMs?: number;
   /** Between two chunks of the body. */
   bodyTimeoutMs?: number;
-  /** Connections per upstream origin; calls beyond it wait for a free one. */
+  /**
+   * Connections per upstream origin; calls beyond it wait for a free one. A streamed call
+   * holds its connection until its last event, so this is the most streams in flight per
+   * upstream (`UPSTREAM_CONNECTIONS`).
+   */
   connections?: number;
   /** Largest response body accepted, in bytes. */
   responseBytesMax?: number;
@@ -106,7 +110,7 @@ const DEFAULTS = {
   connectTimeoutMs: 10_000,
   headersTimeoutMs: 300_000,
   bodyTimeoutMs: 300_000,
-  connections: 256,
+  connections: 4_096,
   responseBytesMax: 64 * 1024 * 1024,
   allowPrivate: false,
   lookup: dnsLookup,

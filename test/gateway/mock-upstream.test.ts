@@ -392,6 +392,29 @@ describe('latency controls', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(5 * 20 - 10); // 5 gaps incl. [DONE]
   });
 
+  it('chunk_delay_ms keeps its schedule when a timer fires late: the late time does not add up', async () => {
+    const delay = 50;
+    // The role chunk, 8 tokens, the finish chunk and [DONE]: 10 gaps, 500 ms on schedule.
+    const res = await fetch(`${mock.url}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: mockDirective({ output_tokens: 8, chunk_delay_ms: delay }) }] }),
+    });
+    const reader = res.body!.getReader();
+    const t0 = performance.now();
+    await reader.read();
+    // The event loop (the mock's too) stalls for 250 ms after the first event: timers chained
+    // one after the other would end the stream at least 9 x 50 + 250 = 700 ms later.
+    const stalled = performance.now();
+    while (performance.now() - stalled < 250);
+    let text = '';
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += new TextDecoder().decode(r.value);
+    const took = performance.now() - t0;
+    expect(text).toContain('data: [DONE]');
+    expect(took).toBeGreaterThanOrEqual(10 * delay - 10);
+    expect(took).toBeLessThan(650);
+  });
+
   it('keeps only the last 200 requests', async () => {
     const m = await startMockUpstream();
     const origin = m.url.replace(/\/v1$/, '');

@@ -255,6 +255,32 @@ describe('connections', () => {
   });
 });
 
+describe('many streams at once', () => {
+  it('opens a connection for each of 300 streams in flight to one upstream: none waits for another to end', async () => {
+    const many = new UpstreamClient(onLoopback);
+    const streams = 300;
+    let firstEnd = Infinity;
+    let lastHeaders = 0;
+    try {
+      // Each answer lasts about 4.5 s (4 events 1.5 s apart); one that waited for a free
+      // connection (256 per origin before) would get its headers only after one had ended.
+      const statuses = await Promise.all(
+        Array.from({ length: streams }, async () => {
+          const res = await many.send(target('openai'), body('openai', { output_tokens: 1, chunk_delay_ms: 1_500 }, { stream: true }), { stream: true });
+          lastHeaders = Math.max(lastHeaders, performance.now());
+          await readAll(res.body);
+          firstEnd = Math.min(firstEnd, performance.now());
+          return res.status;
+        }),
+      );
+      expect(statuses.every((s) => s === 200)).toBe(true);
+      expect(lastHeaders).toBeLessThan(firstEnd);
+    } finally {
+      await many.close();
+    }
+  });
+});
+
 /** A resolver that answers these names with these addresses, and ENOTFOUND otherwise. */
 function resolver(names: Record<string, string[]>): net.LookupFunction {
   return (hostname, options, callback) => {

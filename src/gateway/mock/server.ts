@@ -165,8 +165,12 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       else destroyAfter(res, body);
       return;
     }
+    // Event i is due i x delayMs after the first: a timer that fires late (a busy event
+    // loop, thousands of streams) delays its event, not every event after it.
+    const first = performance.now();
     for (let i = 0; i < n; i++) {
-      if (i > 0) await sleep(delayMs);
+      const wait = first + i * delayMs - performance.now();
+      if (i > 0 && wait > 0) await sleep(wait);
       if (res.destroyed || closed) return;
       if (cutAt !== undefined && i === n - 1) destroyAfter(res, events[i]!);
       else res.write(events[i]!);
@@ -425,7 +429,8 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, host, () => {
+    // As the API's (src/server.ts): 1,000 streams opened at once overflow Node's 511.
+    server.listen({ port: opts.port ?? 0, host, backlog: 4_096 }, () => {
       server.off('error', reject);
       resolve();
     });
