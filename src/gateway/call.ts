@@ -11,6 +11,7 @@ import type { GatewayModel } from './models.js';
 import type { PartCounts } from './wire/format.js';
 import type { Endpoint } from './request.js';
 import type { CallBudget } from './budget.js';
+import type { Attempt } from './failover.js';
 
 /** A call whose hold applied: what its settlement or release needs. */
 export interface Call {
@@ -39,9 +40,13 @@ export interface Call {
   idempotencyKey: string;
   /** What the hold answered of the spending budgets; null when none applies. */
   budget: CallBudget | null;
+  /** The upstream (its id in the model) whose answer the call has; null until one answered. */
+  upstream: string | null;
+  /** Every upstream attempt of the call, in order (src/gateway/failover.ts). */
+  attempts: Attempt[];
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt' | 'budget'> & {
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt' | 'budget' | 'upstream' | 'attempts'> & {
   explicitMax: number | null;
   /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
   limitField: string;
@@ -77,5 +82,7 @@ export function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicke
     upstreamStartedAt: 0,
     idempotencyKey: c.idempotencyKey,
     budget,
+    upstream: null,
+    attempts: [],
   };
 }

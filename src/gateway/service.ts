@@ -63,7 +63,7 @@ export class GatewayService {
     },
   ) {
     this.billing = new GatewayBilling({ ...deps, inFlight: this.inFlight });
-    this.relay = new GatewayRelay({ upstream: deps.upstream, billing: this.billing, logger: deps.logger });
+    this.relay = new GatewayRelay({ upstream: deps.upstream, router: deps.upstream.router, billing: this.billing, logger: deps.logger });
   }
 
   /**
@@ -137,7 +137,7 @@ export class GatewayService {
       if (r.endpoint === 'embeddings') throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an Anthropic-format model: embeddings are served by OpenAI-format models only` });
       throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is served at ${formatOf(model.provider).gatewayPath}` });
     }
-    if (!model.upstreamKey) throw new ApiError('byok_key_required');
+    if (model.upstreams.length === 0) throw new ApiError('byok_key_required');
     if (r.stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
 
     const transactionId = newId('gw');
