@@ -97,9 +97,9 @@ export interface ModelInput {
   /** The catalogue entry the prices came from (null or absent: priced by hand), and which prices are its (the others: overrides). */
   price_catalogue?: PriceCatalogueRef | null;
   catalogue_price_kinds?: ModelPriceKind[];
-  /** The upstreams to route among (null: upstream_base_url alone); undefined keeps the stored ones. */
+  /** The upstreams to route among (null: upstream_base_url alone); undefined keeps the stored ones (none for a new model). */
   upstreams?: UpstreamInput[] | null;
-  /** Null or absent: the service's defaults. */
+  /** Null: the service's defaults; undefined keeps the stored ones (the defaults for a new model). */
   timeouts?: ModelTimeouts | null;
 }
 
@@ -220,7 +220,8 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
           image_token_bound = EXCLUDED.image_token_bound, file_token_bound = EXCLUDED.file_token_bound,
           catalogue_provider = EXCLUDED.catalogue_provider, catalogue_model = EXCLUDED.catalogue_model,
           catalogue_version = EXCLUDED.catalogue_version, catalogue_price_kinds = EXCLUDED.catalogue_price_kinds,
-          upstreams = EXCLUDED.upstreams, timeouts = EXCLUDED.timeouts,
+          upstreams = ${m.upstreams === undefined ? sql.fragment`models.upstreams` : sql.fragment`EXCLUDED.upstreams`},
+          timeouts = ${m.timeouts === undefined ? sql.fragment`models.timeouts` : sql.fragment`EXCLUDED.timeouts`},
           updated_at = now()
         RETURNING ${modelColumns}, (xmax = 0) AS created`);
       const { created, ...model } = row;

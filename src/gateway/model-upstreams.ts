@@ -129,6 +129,10 @@ export const upstreamsEntrySchema = z
         upstream_model: z.string().nullable().openapi({ description: "Null: the model's upstream_model." }),
         weight: z.number().int(),
         has_api_key: z.boolean().openapi({ description: "Whether this upstream has a key of its own (else the model's upstream_api_key); never returned." }),
+        state: z.enum(['ok', 'cooling', 'circuit_open']).openapi({
+          description: "As the answering API process sees it (each process keeps its own): `cooling` after a 429 with retry-after, until `cooling_until`; `circuit_open` after consecutive failures. Calls skip it meanwhile.",
+        }),
+        cooling_until: z.string().nullable(),
       })
       .strict(),
   )

@@ -124,6 +124,10 @@ describe('fails over before anything reached the client', () => {
     expect(two.status).toBe(200);
     expect(outcomes(await receipt(String(two.headers['x-service-transaction-id'])))).toEqual([['up', 200]]);
     expect(limited.requests.length).toBe(sentToLimited);
+    const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
+    const [cooling] = (read.body.data as { id: string; upstreams: { state: string; cooling_until: string }[] }[]).find((m) => m.id === 'gpt-limited')!.upstreams;
+    expect(cooling!.state).toBe('cooling');
+    expect(Date.parse(cooling!.cooling_until)).toBeGreaterThan(Date.now());
 
     await new Promise((resolve) => setTimeout(resolve, 1_100));
     const three = await chat('gpt-limited', 'fo-429');
@@ -173,7 +177,12 @@ describe('circuits and exhaustion', () => {
     expect(body).toContain('svc_gateway_failovers_total{model="gpt-breaking",upstream="flaky"} 5');
     expect(body).toContain('svc_gateway_upstream_attempts_total{model="gpt-breaking",upstream="flaky",outcome="503"} 5');
     expect(body).toContain('svc_gateway_upstream_attempts_total{model="gpt-breaking",upstream="up",outcome="200"} 6');
-    expect(env.svc.rt.upstream.router.status(env.p.projectId, 'gpt-breaking', 'flaky')).toEqual({ state: 'circuit_open', until: null });
+    // The model read (what the dashboard's model screen shows) says so too.
+    const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
+    expect((read.body.data as Record<string, unknown>[]).find((m) => m.id === 'gpt-breaking')!.upstreams).toEqual([
+      expect.objectContaining({ id: 'flaky', state: 'circuit_open', cooling_until: null }),
+      expect.objectContaining({ id: 'up', state: 'ok', cooling_until: null }),
+    ]);
   });
 
   it('every upstream failing: the hold is released, the last error answered, every attempt recorded', async () => {
@@ -213,8 +222,8 @@ describe('the model write', () => {
     const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
     const entry = (read.body.data as Record<string, unknown>[]).find((m) => m.id === 'gpt-keyed')!;
     expect(entry.upstreams).toEqual([
-      { id: 'a', base_url: env.mock.url, upstream_model: null, weight: 3, has_api_key: true },
-      { id: 'b', base_url: env.mock.url, upstream_model: null, weight: 1, has_api_key: false },
+      { id: 'a', base_url: env.mock.url, upstream_model: null, weight: 3, has_api_key: true, state: 'ok', cooling_until: null },
+      { id: 'b', base_url: env.mock.url, upstream_model: null, weight: 1, has_api_key: false, state: 'ok', cooling_until: null },
     ]);
     expect(entry.timeouts).toEqual({ connect_ms: 2_000 });
     expect(JSON.stringify(read.body)).not.toContain(env.upstreamKey);

@@ -13,6 +13,7 @@ import { describeOperation } from '../../openapi/registry.js';
 import { extended, listOf } from '../../schema/zod.js';
 import { cataloguePrices } from '../price-catalogue.js';
 import { timeoutsSchema, upstreamsWriteSchema } from '../../gateway/model-upstreams.js';
+import type { UpstreamRouter } from '../../gateway/failover.js';
 import {
   adminModelEntry,
   adminModelEntrySchema,
@@ -339,7 +340,20 @@ async function checkUpstream(upstream: ManagementDeps['upstream'], url: string |
 }
 
 const modelPath = (project: ProjectRow, modelId: string) => `/v1/admin/projects/${project.id}/models/${encodeURIComponent(modelId)}`;
-const modelAnswer = (project: ProjectRow, model: ModelRow) => ({ ...adminModelEntry(model), warnings: modelWarnings(model, modelPath(project, model.id)) });
+/** The management view with each listed upstream's routing state in this process (src/gateway/failover.ts). */
+function routedEntry(router: UpstreamRouter, model: ModelRow) {
+  const entry = adminModelEntry(model);
+  const now = Date.now();
+  return {
+    ...entry,
+    upstreams:
+      entry.upstreams?.map((u) => {
+        const s = router.status(model.project_id, model.id, u.id, now);
+        return { ...u, state: s.state, cooling_until: s.until === null ? null : new Date(s.until).toISOString() };
+      }) ?? null,
+  };
+}
+
 
 interface ModelDeps extends Pick<ManagementDeps, 'modelQueries' | 'upstream'> {
   projects: ProjectLookup;
@@ -350,11 +364,13 @@ export function modelOperations(deps: ModelDeps): Operation[] {
   const models = deps.modelQueries;
   const { projectChanged } = deps;
   const { projectOr404, writableProject } = deps.projects;
+  const { router } = deps.upstream;
+  const modelAnswer = (project: ProjectRow, model: ModelRow) => ({ ...routedEntry(router, model), warnings: modelWarnings(model, modelPath(project, model.id)) });
 
   return [
     operation('GET', '/projects/:project_id/models', 'viewer', async (req, res) => {
       const project = await projectOr404(req, res);
-      sendList(res, await models.listModels(project.id, pageRequest(req)), adminModelEntry);
+      sendList(res, await models.listModels(project.id, pageRequest(req)), (m) => routedEntry(router, m));
     }),
 
     operation('PUT', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
@@ -389,7 +405,7 @@ export function modelOperations(deps: ModelDeps): Operation[] {
       const model = await models.deleteModel(project.id, modelId);
       if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found` });
       await projectChanged(project.id);
-      res.json({ ...adminModelEntry(model), deleted: true });
+      res.json({ ...routedEntry(router, model), deleted: true });
     }),
   ];
 }
