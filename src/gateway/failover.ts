@@ -74,6 +74,12 @@ function breaks(err: unknown): boolean {
   return err instanceof FailedAnswer ? err.status >= 500 : retryable(err);
 }
 
+/** The outcome of an attempt that answered: its HTTP status. */
+function statusOf(value: unknown): string | number {
+  const status = (value as { status?: unknown }).status;
+  return typeof status === 'number' ? status : 'ok';
+}
+
 function outcomeOf(err: unknown): string | number {
   if (err instanceof FailedAnswer) return err.status;
   if (err instanceof BrokenCircuitError) return 'circuit_open';
@@ -142,6 +148,7 @@ export class UpstreamRouter {
   random: () => number = Math.random;
   private readonly opts: Required<Omit<RouterOptions, 'metrics'>>;
   private readonly states = new Map<string, UpstreamState>();
+  private readonly byUpstream = new WeakMap<GatewayUpstream, UpstreamState>();
 
   constructor(private readonly options: RouterOptions = {}) {
     this.opts = {
@@ -153,12 +160,16 @@ export class UpstreamRouter {
   }
 
   private state(r: Routed, u: GatewayUpstream): UpstreamState {
+    // The model cache keeps its upstream objects for seconds: found by identity, no key built.
+    const known = this.byUpstream.get(u);
+    if (known !== undefined) return known;
     const key = `${r.projectId}\n${r.modelId}\n${u.id}`;
     let s = this.states.get(key);
     if (s === undefined) {
       if (this.states.size >= 10_000) this.states.clear();
       this.states.set(key, (s = new UpstreamState(this.options.metrics?.upstream(r.modelId, u.id) ?? null, this.opts)));
     }
+    this.byUpstream.set(u, s);
     return s;
   }
 
@@ -175,11 +186,28 @@ export class UpstreamRouter {
    * the call's), recording each in `attempts`. `canFailOver` says whether the next one may
    * still take over (false once the client left). Rejects with the last attempt's error.
    */
-  async route<T>(r: Routed, attempt: (u: GatewayUpstream) => Promise<T>, attempts: Attempt[], canFailOver: () => boolean): Promise<{ value: T; upstream: GatewayUpstream }> {
-    if (r.upstreams.length === 1) {
-      const u = r.upstreams[0]!;
-      return { value: await this.once(r, u, this.state(r, u), attempt, attempts), upstream: u };
-    }
+  route<T>(r: Routed, attempt: (u: GatewayUpstream) => Promise<T>, attempts: Attempt[], canFailOver: () => boolean): Promise<{ value: T; upstream: GatewayUpstream }> {
+    if (r.upstreams.length === 1) return this.single(r, r.upstreams[0]!, attempt, attempts);
+    return this.failover(r, attempt, attempts, canFailOver);
+  }
+
+  /** The one upstream of a model: one attempt, recorded, without a promise more than it needs (the hot path). */
+  private single<T>(r: Routed, u: GatewayUpstream, attempt: (u: GatewayUpstream) => Promise<T>, attempts: Attempt[]): Promise<{ value: T; upstream: GatewayUpstream }> {
+    const s = this.state(r, u);
+    const started = performance.now();
+    return attempt(u).then(
+      (value) => {
+        this.record(s, u, statusOf(value), started, attempts);
+        return { value, upstream: u };
+      },
+      (err: unknown) => {
+        this.record(s, u, outcomeOf(err), started, attempts);
+        throw err;
+      },
+    );
+  }
+
+  private async failover<T>(r: Routed, attempt: (u: GatewayUpstream) => Promise<T>, attempts: Attempt[], canFailOver: () => boolean): Promise<{ value: T; upstream: GatewayUpstream }> {
     const tried = new Set<string>();
     let last: UpstreamState | null = null;
     let exhausted = false;
@@ -207,17 +235,16 @@ export class UpstreamRouter {
     });
   }
 
-  /** One attempt on `u`, recorded; a 429 with retry-after cools `u` down. */
+  /** One attempt on `u` among several, recorded; a 429 with retry-after cools `u` down. */
   private async once<T>(r: Routed, u: GatewayUpstream, s: UpstreamState, attempt: (u: GatewayUpstream) => Promise<T>, attempts: Attempt[]): Promise<T> {
     const started = performance.now();
     try {
       const value = await attempt(u);
-      const status = (value as { status?: unknown }).status;
-      this.record(s, u, typeof status === 'number' ? status : 'ok', started, attempts);
+      this.record(s, u, statusOf(value), started, attempts);
       return value;
     } catch (err) {
       this.record(s, u, outcomeOf(err), started, attempts);
-      if (err instanceof FailedAnswer && err.status === 429 && r.upstreams.length > 1) {
+      if (err instanceof FailedAnswer && err.status === 429) {
         const until = retryAfterMs(err.headers['retry-after']);
         if (until > 0) s.coolingUntil = Math.min(until, Date.now() + cooldown_ms_max);
       }
