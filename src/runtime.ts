@@ -28,6 +28,7 @@ import { loadMasterKey } from './keys/crypto.js';
 import { gatewayModelOf, ModelCache } from './gateway/models.js';
 import { GatewayService } from './gateway/service.js';
 import { UpstreamClient } from './gateway/upstream.js';
+import { UpstreamRouter } from './gateway/failover.js';
 import { createUsageQueries, type UsageQueries } from './usage/queries.js';
 import { Lifecycle } from './lifecycle.js';
 import { Metrics } from './metrics/metrics.js';
@@ -226,6 +227,7 @@ export async function createRuntime(config: Config, logger = createLogger(config
     bodyTimeoutMs: config.UPSTREAM_TIMEOUT_MS,
     allowPrivate: config.UPSTREAM_ALLOW_PRIVATE,
     connections: config.UPSTREAM_CONNECTIONS,
+    router: new UpstreamRouter({ metrics }),
   });
   const gateway = new GatewayService({ ledger, plans, models, upstream, redis, prefix: config.REDIS_PREFIX, logger, metrics });
   return {

@@ -10,6 +10,7 @@ import { decryptSecret, encryptSecret } from '../keys/crypto.js';
 import { keysetOrder, toPage, type Page, type PageRequest } from './queries.js';
 import { extended, timestamp } from '../schema/zod.js';
 import { file_token_bound_default, image_token_bound_default } from '../gateway/pricing.js';
+import { storedUpstreams, storedUpstreamSchema, timeoutsSchema, upstreamKey, upstreamsEntry, upstreamsEntrySchema, type ModelTimeouts, type UpstreamInput } from '../gateway/model-upstreams.js';
 
 export const model_id_chars_max = 128;
 export const token_count_max = 10_000_000;
@@ -74,13 +75,19 @@ const modelRow = z.object({
   catalogue_model: z.string().nullable(),
   catalogue_version: z.string().nullable(),
   catalogue_price_kinds: z.array(z.enum(model_price_kinds)),
+  upstreams: z.array(storedUpstreamSchema).nullable(),
+  timeouts: timeoutsSchema.nullable(),
   created_at: z.number(),
   updated_at: z.number(),
 });
 export type ModelRow = z.infer<typeof modelRow>;
 
 /** What the gateway needs to relay a call: the model and its decrypted upstream key. */
-export type ModelWithKey = ModelRow & { upstream_api_key: string | null };
+export type ModelWithKey = ModelRow & {
+  upstream_api_key: string | null;
+  /** The key of each listed upstream that has its own, decrypted, by upstream id. */
+  upstream_keys: Record<string, string>;
+};
 
 export interface ModelInput {
   provider: 'openai' | 'anthropic';
@@ -106,6 +113,10 @@ export interface ModelInput {
   /** The catalogue entry the prices came from (null or absent: priced by hand), and which prices are its (the others: overrides). */
   price_catalogue?: PriceCatalogueRef | null;
   catalogue_price_kinds?: ModelPriceKind[];
+  /** The upstreams to route among (null: upstream_base_url alone); undefined keeps the stored ones (none for a new model). */
+  upstreams?: UpstreamInput[] | null;
+  /** Null: the service's defaults; undefined keeps the stored ones (the defaults for a new model). */
+  timeouts?: ModelTimeouts | null;
 }
 
 const modelColumns = sql.fragment`
@@ -113,7 +124,7 @@ const modelColumns = sql.fragment`
   display_name, description, context_window, max_output_tokens, supports_streaming, active,
   input_price_per_million_credits, output_price_per_million_credits,
   cache_read_price_per_million_credits, cache_write_price_per_million_credits, image_token_bound, file_token_bound,
-  catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds,
+  catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds, upstreams, timeouts,
   created_at, updated_at`;
 
 /** Binds a ciphertext to its row: copied onto another model it does not decrypt. */
@@ -122,6 +133,11 @@ function keyAssociatedData(projectId: string, modelId: string): string {
 }
 
 const usd = (credits: number) => credits / credits_per_usd;
+
+/** A jsonb parameter, or SQL NULL. */
+function jsonOrNull(value: unknown) {
+  return value === null ? null : sql.jsonb(value as Parameters<typeof sql.jsonb>[0]);
+}
 
 /** The stored model's catalogue entry, or null. */
 function priceCatalogueOf(m: Pick<ModelRow, 'catalogue_provider' | 'catalogue_model' | 'catalogue_version'>): PriceCatalogueRef | null {
@@ -172,6 +188,8 @@ export function adminModelEntry(m: ModelRow) {
     upstream_base_url: m.upstream_base_url,
     upstream_model: m.upstream_model,
     has_upstream_key: m.has_upstream_key,
+    upstreams: upstreamsEntry(m.upstreams),
+    timeouts: m.timeouts ?? {},
     updated_at: new Date(m.updated_at).toISOString(),
   };
 }
@@ -180,6 +198,12 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
   return {
     /** Creates or replaces a model; `created` tells which. */
     async upsertModel(projectId: string, modelId: string, m: ModelInput): Promise<{ model: ModelRow; created: boolean }> {
+      // An upstream written without its key keeps the one stored under its id.
+      const previous = m.upstreams
+        ? await pool.maybeOneFirst(sql.type(z.object({ upstreams: z.array(storedUpstreamSchema).nullable() }))`
+            SELECT upstreams FROM models WHERE project_id = ${projectId} AND id = ${modelId}`)
+        : null;
+      const upstreams = jsonOrNull(storedUpstreams(masterKey, projectId, modelId, m.upstreams ?? null, previous));
       const ciphertext =
         typeof m.upstream_api_key === 'string'
           ? sql.binary(encryptSecret(masterKey, m.upstream_api_key, keyAssociatedData(projectId, modelId)))
@@ -192,14 +216,14 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
                             input_price_per_million_credits, output_price_per_million_credits,
                             cache_read_price_per_million_credits, cache_write_price_per_million_credits,
                             image_token_bound, file_token_bound,
-                            catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds)
+                            catalogue_provider, catalogue_model, catalogue_version, catalogue_price_kinds, upstreams, timeouts)
         VALUES (${projectId}, ${modelId}, ${m.provider}, ${m.wire_format ?? defaultWireFormat(m.provider)}, ${m.upstream_base_url}, ${m.upstream_model}, ${ciphertext},
                 ${m.display_name}, ${m.description}, ${m.context_window}, ${m.max_output_tokens}, ${m.supports_streaming}, ${m.active},
                 ${m.input_price_per_million_credits}, ${m.output_price_per_million_credits},
                 ${m.cache_read_price_per_million_credits}, ${m.cache_write_price_per_million_credits},
                 ${m.image_token_bound ?? null}, ${m.file_token_bound ?? null},
                 ${m.price_catalogue?.provider ?? null}, ${m.price_catalogue?.model ?? null}, ${m.price_catalogue?.version ?? null},
-                ${sql.array(m.price_catalogue ? (m.catalogue_price_kinds ?? []) : [], 'text')})
+                ${sql.array(m.price_catalogue ? (m.catalogue_price_kinds ?? []) : [], 'text')}, ${upstreams}, ${jsonOrNull(m.timeouts ?? null)})
         ON CONFLICT (project_id, id) DO UPDATE SET
           provider = EXCLUDED.provider, wire_format = EXCLUDED.wire_format, upstream_base_url = EXCLUDED.upstream_base_url, upstream_model = EXCLUDED.upstream_model,
           upstream_key_ciphertext = ${keyOnUpdate},
@@ -213,6 +237,8 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
           image_token_bound = EXCLUDED.image_token_bound, file_token_bound = EXCLUDED.file_token_bound,
           catalogue_provider = EXCLUDED.catalogue_provider, catalogue_model = EXCLUDED.catalogue_model,
           catalogue_version = EXCLUDED.catalogue_version, catalogue_price_kinds = EXCLUDED.catalogue_price_kinds,
+          upstreams = ${m.upstreams === undefined ? sql.fragment`models.upstreams` : sql.fragment`EXCLUDED.upstreams`},
+          timeouts = ${m.timeouts === undefined ? sql.fragment`models.timeouts` : sql.fragment`EXCLUDED.timeouts`},
           updated_at = now()
         RETURNING ${modelColumns}, (xmax = 0) AS created`);
       const { created, ...model } = row;
@@ -230,8 +256,10 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
         const row = await tx.maybeOne(sql.type(modelRow)`
           SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND id = ${modelId} FOR UPDATE`);
         if (!row) return null;
-        const { project_id: _p, id: _i, has_upstream_key: _h, created_at: _c, updated_at: _u, catalogue_provider: _cp, catalogue_model: _cm, catalogue_version: _cv, ...stored } = row;
+        const { project_id: _p, id: _i, has_upstream_key: _h, created_at: _c, updated_at: _u, catalogue_provider: _cp, catalogue_model: _cm, catalogue_version: _cv, upstreams: storedList, ...stored } = row;
         const m = change({ ...stored, price_catalogue: priceCatalogueOf(row) });
+        const upstreams =
+          m.upstreams === undefined ? sql.fragment`upstreams` : sql.fragment`${jsonOrNull(storedUpstreams(masterKey, projectId, modelId, m.upstreams, storedList))}`;
         const key =
           m.upstream_api_key === undefined
             ? sql.fragment`upstream_key_ciphertext`
@@ -251,6 +279,7 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
             image_token_bound = ${m.image_token_bound ?? null}, file_token_bound = ${m.file_token_bound ?? null},
             catalogue_provider = ${m.price_catalogue?.provider ?? null}, catalogue_model = ${m.price_catalogue?.model ?? null},
             catalogue_version = ${m.price_catalogue?.version ?? null}, catalogue_price_kinds = ${sql.array(m.price_catalogue ? (m.catalogue_price_kinds ?? []) : [], 'text')},
+            upstreams = ${upstreams}, timeouts = ${jsonOrNull(m.timeouts ?? null)},
             updated_at = now()
           WHERE project_id = ${projectId} AND id = ${modelId}
           RETURNING ${modelColumns}`);
@@ -276,7 +305,12 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
       if (!row) return null;
       const { upstream_key_ciphertext: ciphertext, ...model } = row;
       const upstream_api_key = ciphertext === null ? null : decryptSecret(masterKey, ciphertext, keyAssociatedData(projectId, modelId));
-      return { ...model, upstream_api_key };
+      const upstream_keys: Record<string, string> = {};
+      for (const u of model.upstreams ?? []) {
+        const key = upstreamKey(masterKey, projectId, modelId, u);
+        if (key !== null) upstream_keys[u.id] = key;
+      }
+      return { ...model, upstream_api_key, upstream_keys };
     },
 
     async listModels(projectId: string, page: PageRequest): Promise<Page<ModelRow>> {
@@ -357,6 +391,8 @@ export const adminModelEntrySchema = extended(modelEntrySchema, {
     upstream_base_url: z.string(),
     upstream_model: z.string(),
     has_upstream_key: z.boolean().openapi({ description: 'Whether a provider key is stored (it is never returned).' }),
+    upstreams: upstreamsEntrySchema,
+    timeouts: timeoutsSchema.openapi({ description: "The model's timeouts in ms; an absent field is the service's default (docs: Upstreams and failover)." }),
     updated_at: timestamp,
   })
   .openapi('AdminModel');

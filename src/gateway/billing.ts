@@ -358,6 +358,8 @@ export class GatewayBilling {
         cache_write_price_per_million_credits: p.cacheWrite,
       },
       upstream_status: upstreamStatus,
+      upstream: call.upstream,
+      attempts: call.attempts,
     };
   }
 

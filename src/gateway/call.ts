@@ -11,6 +11,7 @@ import type { GatewayModel } from './models.js';
 import type { PartCounts } from './wire/format.js';
 import type { Endpoint } from './request.js';
 import type { CallBudget } from './budget.js';
+import type { Attempt } from './failover.js';
 
 /** An incremental hold's slices (src/gateway/incremental.ts): the tokens of one, and the output limit sent upstream (per answer). */
 export interface IncrementalHold {
@@ -47,9 +48,13 @@ export interface Call {
   budget: CallBudget | null;
   /** `X-Service-Hold: incremental`: the hold's slice and the output limit sent upstream; null for a hold up front. */
   incremental: IncrementalHold | null;
+  /** The upstream (its id in the model) whose answer the call has; null until one answered. */
+  upstream: string | null;
+  /** Every upstream attempt of the call, in order (src/gateway/failover.ts). */
+  attempts: Attempt[];
 }
 
-export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt' | 'budget'> & {
+export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'outputTokens' | 'requestBytes' | 'settleTried' | 'upstreamStartedAt' | 'budget' | 'upstream' | 'attempts'> & {
   explicitMax: number | null;
   /** The client's output limit field (`max_tokens`, `max_completion_tokens`), named by a refusal that a lower limit would avoid. */
   limitField: string;
@@ -86,5 +91,7 @@ export function callOf(c: HoldRequest, startedAt: number, reservation: PlanTicke
     idempotencyKey: c.idempotencyKey,
     budget,
     incremental: c.incremental,
+    upstream: null,
+    attempts: [],
   };
 }

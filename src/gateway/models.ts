@@ -10,6 +10,9 @@ import type { ModelWireFormat, ModelWithKey } from '../admin/models.js';
 import { forgetOnResubscribe, InvalidationGuard } from '../cache/invalidation.js';
 import { projectChannel } from '../keys/store.js';
 import type { WireFormat } from './wire/format.js';
+import { primary_upstream_id } from './model-upstreams.js';
+import type { GatewayUpstream } from './failover.js';
+import type { UpstreamTimeouts } from './upstream.js';
 import { file_token_bound_default, image_token_bound_default, type PartTokenBounds, type Prices } from './pricing.js';
 
 export interface GatewayModel {
@@ -29,6 +32,26 @@ export interface GatewayModel {
   partBounds: PartTokenBounds;
   /** Bounds the tokens of all parts together. */
   contextWindow: number;
+  /**
+   * What a call is routed among (src/gateway/failover.ts): the listed upstreams that have a
+   * key (their own or the model's), else the model's upstream_base_url as `primary`; empty
+   * when no key is stored.
+   */
+  upstreams: GatewayUpstream[];
+  /** Undefined: the service's defaults. */
+  timeouts: UpstreamTimeouts | undefined;
+}
+
+function upstreamsOf(m: ModelWithKey): GatewayUpstream[] {
+  if (m.upstreams === null) {
+    return m.upstream_api_key === null ? [] : [{ id: primary_upstream_id, baseUrl: m.upstream_base_url, apiKey: m.upstream_api_key, upstreamModel: m.upstream_model, weight: 1 }];
+  }
+  const list: GatewayUpstream[] = [];
+  for (const u of m.upstreams) {
+    const apiKey = m.upstream_keys[u.id] ?? m.upstream_api_key;
+    if (apiKey !== null) list.push({ id: u.id, baseUrl: u.base_url, apiKey, upstreamModel: u.upstream_model ?? m.upstream_model, weight: u.weight });
+  }
+  return list;
 }
 
 /** A model's `wire_format` by the gateway's internal name of the format (src/gateway/wire/). */
@@ -57,6 +80,8 @@ export function gatewayModelOf(m: ModelWithKey): GatewayModel {
       file: m.file_token_bound ?? file_token_bound_default,
     },
     contextWindow: m.context_window,
+    upstreams: upstreamsOf(m),
+    timeouts: m.timeouts === null ? undefined : { connectMs: m.timeouts.connect_ms, firstByteMs: m.timeouts.first_byte_ms, idleMs: m.timeouts.idle_ms },
   };
 }
 

@@ -14,30 +14,62 @@ import { budget_remaining_header } from './budget.js';
 import type { Call } from './call.js';
 import type { LedgerService } from '../ledger/service.js';
 import { ClientWatch, TurnCork } from './relay-io.js';
+import { FailedAnswer, failsOver, type UpstreamRouter } from './failover.js';
 import type { UpstreamClient, UpstreamResponse, UpstreamTarget } from './upstream.js';
 import { embeddings_upstream_path, embeddingsUsage } from './wire/embeddings.js';
 import type { CallTranslation } from './translate/call.js';
 
 export class GatewayRelay {
-  constructor(private readonly deps: { upstream: UpstreamClient; billing: GatewayBilling; ledger: LedgerService; logger: Logger }) {}
+  constructor(private readonly deps: { upstream: UpstreamClient; router: UpstreamRouter; billing: GatewayBilling; ledger: LedgerService; logger: Logger }) {}
 
   /**
-   * Sends the call upstream. Null when the client left before the upstream answered: the
-   * call is then settled as aborted (the request went out, and the provider bills the
-   * input it read).
+   * Sends the call to one of its model's upstreams, and to the next when one fails before
+   * anything reached the client (src/gateway/failover.ts): `opening` reads what must come
+   * before the first byte goes out (nothing for a whole answer, the first events of a
+   * stream) and throws to fail over. The hold is the call's, whatever the attempts: it is
+   * settled or released once, here or by the caller. A boolean when the call is already
+   * answered: true when the client left before the upstream answered (settled as aborted:
+   * the request went out, and the provider bills the input it read), false when the last
+   * upstream's 429 or 5xx was relayed as it came (the hold released).
    */
-  private async send(call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined, signal: ClientWatch) {
+  private async send<T>(
+    res: Response,
+    call: Call,
+    body: Record<string, unknown>,
+    anthropicVersion: string | undefined,
+    watch: ClientWatch,
+    opening: (r: UpstreamResponse) => Promise<T>,
+    translation: CallTranslation | null,
+  ): Promise<T | boolean> {
     call.upstreamStartedAt = performance.now();
+    const path = call.endpoint === 'embeddings' ? embeddings_upstream_path : undefined;
+    const several = call.model.upstreams.length > 1;
+    const sendOpts = { stream: call.stream, signal: watch, anthropicVersion, timeouts: call.model.timeouts };
     try {
-      return await this.deps.upstream.send(
-        { format: call.format, baseUrl: call.model.upstreamBaseUrl, apiKey: call.model.upstreamKey!, path: call.endpoint === 'embeddings' ? embeddings_upstream_path : undefined },
-        body,
-        { stream: call.stream, signal, anthropicVersion },
+      const { value } = await this.deps.router.route(
+        { projectId: call.scope.projectId, modelId: call.model.id, upstreams: call.model.upstreams },
+        async (u) => {
+          if (several) body.model = u.upstreamModel;
+          const r = await this.deps.upstream.send({ format: call.format, baseUrl: u.baseUrl, apiKey: u.apiKey, path }, body, sendOpts);
+          call.upstream = u.id;
+          if (failsOver(r.status)) throw new FailedAnswer(r.status, r.headers, await readAll(r.body).catch(() => Buffer.alloc(0)));
+          return opening(r);
+        },
+        call.attempts,
+        () => !watch.gone,
       );
+      if (call.upstream !== null) res.setHeader(upstream_header, call.upstream);
+      return value;
     } catch (err) {
-      if (signal.aborted) {
+      if (watch.aborted) {
         await this.deps.billing.settleAborted(call, null, null);
-        return null;
+        return true;
+      }
+      if (err instanceof FailedAnswer) {
+        await this.deps.billing.release(call, err.status);
+        if (call.upstream !== null) res.setHeader(upstream_header, call.upstream);
+        sendRelayed(res, err, err.bytes, translation);
+        return false;
       }
       await this.deps.billing.release(call, null);
       throw upstreamError(err);
@@ -69,11 +101,12 @@ export class GatewayRelay {
    */
   async whole(res: Response, call: Call, body: Record<string, unknown>, anthropicVersion: string | undefined, translation: CallTranslation | null = null): Promise<boolean> {
     const watch = new ClientWatch(res);
-    let upstream: NonNullable<Awaited<ReturnType<GatewayRelay['send']>>>;
+    let upstream: UpstreamResponse;
     let bytes: Buffer;
     try {
-      const sent = await this.send(call, body, anthropicVersion, watch);
-      if (sent === null) return true;
+      // A whole answer fails over only until its headers: once a 2xx came, the upstream did the work.
+      const sent = await this.send(res, call, body, anthropicVersion, watch, async (r) => r, translation);
+      if (typeof sent === 'boolean') return sent;
       upstream = sent;
       try {
         bytes = await readAll(upstream.body);
@@ -131,50 +164,31 @@ export class GatewayRelay {
     translation: CallTranslation | null = null,
   ): Promise<boolean> {
     const watch = new ClientWatch(res);
-    const upstream = await this.send(call, body, anthropicVersion, watch);
-    if (upstream === null) {
+    const extender = call.incremental === null ? null : new HoldExtender(this.deps, call, call.incremental);
+    // One relay per attempt (a failed attempt forwarded nothing).
+    const newRelay = () =>
+      translation !== null ? translation.streamRelay(inlineBilling, extender?.allowance())
+      : extender !== null ? new StreamRelay(call.format, inlineBilling || clientWantsUsage, { holdFinal: inlineBilling, allowance: extender.allowance() })
+      : inlineBilling ? new StreamRelay(call.format, true, { holdFinal: true })
+      : new StreamRelay(call.format, clientWantsUsage);
+    const sent = await this.send(res, call, body, anthropicVersion, watch, (r) => openStream(r, newRelay, watch), translation);
+    if (typeof sent === 'boolean') {
       watch.stop();
-      return true;
+      return sent;
     }
-    if (upstream.status >= 400) {
+    const { upstream, relay, chunks, first, ended } = sent;
+    if (relay === null) {
       const bytes = await readAll(upstream.body).catch(() => Buffer.alloc(0));
       await this.deps.billing.release(call, upstream.status);
       watch.stop();
       sendRelayed(res, upstream, bytes, translation);
       return false;
     }
-    // Read until the first event can be forwarded, so that an upstream answering garbage
-    // still gets a clean 502 before any header goes out.
-    const extender = call.incremental === null ? null : new HoldExtender(this.deps, call, call.incremental);
-    const relay =
-      translation !== null ? translation.streamRelay(inlineBilling, extender?.allowance())
-      : extender !== null ? new StreamRelay(call.format, inlineBilling || clientWantsUsage, { holdFinal: inlineBilling, allowance: extender.allowance() })
-      : inlineBilling ? new StreamRelay(call.format, true, { holdFinal: true })
-      : new StreamRelay(call.format, clientWantsUsage);
-    const chunks = upstream.body[Symbol.asyncIterator]();
-    const first: Uint8Array[] = [];
-    let ended = false;
-    try {
-      while (first.length === 0 && !relay.invalid() && !watch.gone && !relay.holding() && !relay.gated()) {
-        const next = await chunks.next();
-        if (next.done) {
-          ended = true;
-          const tail = relay.end();
-          if (tail.length > 0) first.push(tail);
-          break;
-        }
-        const out = relay.push(next.value as Uint8Array);
-        if (out.length > 0) first.push(out);
-      }
-    } catch (err) {
+    if (sent.clientLeft) {
       watch.stop();
       // The client left before the first event: the upstream read the prompt all the same.
-      if (watch.gone) {
-        await this.settleEstimate(call, relay, 'client_aborted', upstream.status);
-        return true;
-      }
-      await this.deps.billing.release(call, upstream.status);
-      throw upstreamError(err);
+      await this.settleEstimate(call, relay, 'client_aborted', upstream.status);
+      return true;
     }
     if (!watch.gone && (relay.invalid() || (first.length === 0 && !relay.holding() && !relay.gated()))) {
       watch.stop();
@@ -367,6 +381,58 @@ export class GatewayRelay {
   private settleEstimate(call: Call, relay: StreamRelay, status: 'settled' | 'client_aborted', upstreamStatus: number): Promise<SettleResult> {
     return this.deps.billing.settleEstimate(call, relay.usage(), relay.relayedOutputEstimate(), status, upstreamStatus);
   }
+}
+
+/** Names the upstream (its id in the model) whose answer this is. */
+const upstream_header = 'X-Service-Upstream';
+
+/** A stream's opening: what was read of it before anything goes to the client (openStream). */
+interface StreamOpening {
+  upstream: UpstreamResponse;
+  /** The upstream's status, as the attempt's outcome (src/gateway/failover.ts). */
+  status: number;
+  /** Null for an answer that is not a stream (a 4xx relayed as it came). */
+  relay: StreamRelay | null;
+  chunks: AsyncIterator<unknown>;
+  first: Uint8Array[];
+  ended: boolean;
+  /** The client left while the opening was read. */
+  clientLeft: boolean;
+}
+
+/**
+ * Reads a streamed answer until its first event can be forwarded, so that an upstream
+ * answering garbage still gets a clean 502 before any header goes out, and one that fails
+ * before its first event (connection lost, idle timeout) can be failed over: its error is
+ * thrown, the next upstream tried.
+ */
+async function openStream(upstream: UpstreamResponse, newRelay: () => StreamRelay, watch: ClientWatch): Promise<StreamOpening> {
+  const chunks = upstream.body[Symbol.asyncIterator]();
+  const opening: StreamOpening = { upstream, status: upstream.status, relay: null, chunks, first: [], ended: false, clientLeft: false };
+  if (upstream.status >= 400) return opening;
+  const relay = newRelay();
+  opening.relay = relay;
+  const { first } = opening;
+  try {
+    while (first.length === 0 && !relay.invalid() && !watch.gone && !relay.holding() && !relay.gated()) {
+      const next = await chunks.next();
+      if (next.done) {
+        opening.ended = true;
+        const tail = relay.end();
+        if (tail.length > 0) first.push(tail);
+        break;
+      }
+      const out = relay.push(next.value as Uint8Array);
+      if (out.length > 0) first.push(out);
+    }
+  } catch (err) {
+    if (!watch.gone) {
+      upstream.body.destroy();
+      throw err;
+    }
+    opening.clientLeft = true;
+  }
+  return opening;
 }
 
 const trailerHeader = billingHeaderNames.join(', ');

@@ -70,7 +70,7 @@ export class GatewayService {
     },
   ) {
     this.billing = new GatewayBilling({ ...deps, inFlight: this.inFlight });
-    this.relay = new GatewayRelay({ upstream: deps.upstream, billing: this.billing, ledger: deps.ledger, logger: deps.logger });
+    this.relay = new GatewayRelay({ upstream: deps.upstream, router: deps.upstream.router, billing: this.billing, ledger: deps.ledger, logger: deps.logger });
   }
 
   /**
@@ -150,7 +150,7 @@ export class GatewayService {
     } else if (upstreamFormat !== r.format) {
       translated = CallTranslation.of(r.format, upstreamFormat, r.body);
     }
-    if (!model.upstreamKey) throw new ApiError('byok_key_required');
+    if (model.upstreams.length === 0) throw new ApiError('byok_key_required');
     if (r.stream && !model.supportsStreaming) throw new ApiError('invalid_request', { param: 'stream', message: `model ${model.id} does not support streaming` });
 
     const transactionId = newId('gw');

@@ -12,6 +12,7 @@ import type { LookupFunction } from 'node:net';
 import type { Readable } from 'node:stream';
 import { Pool } from 'undici';
 import { formatOf, type WireFormat } from './adapters.js';
+import { UpstreamRouter } from './failover.js';
 import { literalHostRefusal, private_address_code, publicOnlyLookup, upstreamUrlRefusal } from './private-network.js';
 
 export interface UpstreamTarget {
@@ -28,6 +29,15 @@ export interface UpstreamTarget {
  * `aborted` (undici takes either; the latter costs far less to make and listen to).
  */
 export type UpstreamSignal = AbortSignal | (EventEmitter & { readonly aborted: boolean });
+
+/** A model's own timeouts (docs/API.md, "Upstreams and failover"); absent: the client's. */
+export interface UpstreamTimeouts {
+  connectMs?: number;
+  /** Until the response headers. */
+  firstByteMs?: number;
+  /** Between two chunks of the body. */
+  idleMs?: number;
+}
 
 export interface UpstreamResponse {
   status: number;
@@ -104,6 +114,8 @@ export interface UpstreamClientOptions {
   allowPrivate?: boolean;
   /** Resolves upstream host names (dns.lookup); tests pass their own. */
   lookup?: LookupFunction;
+  /** Routes calls among a model's upstreams; the runtime's counts its metrics. */
+  router?: UpstreamRouter;
 }
 
 const DEFAULTS = {
@@ -114,7 +126,7 @@ const DEFAULTS = {
   responseBytesMax: 64 * 1024 * 1024,
   allowPrivate: false,
   lookup: dnsLookup,
-} satisfies Required<UpstreamClientOptions>;
+} satisfies Required<Omit<UpstreamClientOptions, 'router'>>;
 
 interface Destination {
   origin: string;
@@ -126,13 +138,17 @@ interface Destination {
 const destinations_remembered = 1_024;
 
 export class UpstreamClient {
-  private readonly opts: Required<UpstreamClientOptions>;
+  private readonly opts: Required<Omit<UpstreamClientOptions, 'router'>>;
+  /** This process's routing state: cooldowns and circuit breakers per upstream (src/gateway/failover.ts). */
+  readonly router: UpstreamRouter;
   private readonly pools = new Map<string, Pool>();
   private readonly destinations = new Map<string, Destination>();
   private closed = false;
 
   constructor(opts: UpstreamClientOptions = {}) {
-    this.opts = { ...DEFAULTS, ...opts };
+    const { router, ...rest } = opts;
+    this.opts = { ...DEFAULTS, ...rest };
+    this.router = router ?? new UpstreamRouter();
   }
 
   /**
@@ -152,7 +168,7 @@ export class UpstreamClient {
   async send(
     target: UpstreamTarget,
     body: Record<string, unknown>,
-    opts: { stream: boolean; signal?: UpstreamSignal; anthropicVersion?: string; extraHeaders?: Record<string, string> },
+    opts: { stream: boolean; signal?: UpstreamSignal; anthropicVersion?: string; extraHeaders?: Record<string, string>; timeouts?: UpstreamTimeouts },
   ): Promise<UpstreamResponse> {
     if (this.closed) throw new Error('UpstreamClient is closed');
     const wire = formatOf(target.format);
@@ -165,12 +181,16 @@ export class UpstreamClient {
     };
     if (dest.refused !== null) throw new UpstreamError('refused', Object.assign(new Error(dest.refused), { code: private_address_code }));
     try {
-      const res = await this.pool(dest.origin).request({
+      const t = opts.timeouts;
+      const res = await this.pool(dest.origin, t?.connectMs).request({
         method: 'POST',
         path: dest.path,
         headers,
         body: JSON.stringify(body),
         signal: opts.signal,
+        // undici takes these per request; the connect timeout is the pool's (one pool per origin and connect timeout).
+        headersTimeout: t?.firstByteMs,
+        bodyTimeout: t?.idleMs,
       });
       // Annotates before any listener of the caller sees it, so the same check serves both.
       res.body.prependListener('error', (err: Error) => {
@@ -208,20 +228,21 @@ export class UpstreamClient {
     this.pools.clear();
   }
 
-  private pool(origin: string): Pool {
-    let pool = this.pools.get(origin);
+  private pool(origin: string, connectMs?: number): Pool {
+    const key = connectMs === undefined ? origin : `${origin} ${connectMs}`;
+    let pool = this.pools.get(key);
     if (!pool) {
       pool = new Pool(origin, {
         connections: this.opts.connections,
         connect: {
-          timeout: this.opts.connectTimeoutMs,
+          timeout: connectMs ?? this.opts.connectTimeoutMs,
           lookup: this.opts.allowPrivate ? this.opts.lookup : publicOnlyLookup(this.opts.lookup),
         },
         headersTimeout: this.opts.headersTimeoutMs,
         bodyTimeout: this.opts.bodyTimeoutMs,
         maxResponseSize: this.opts.responseBytesMax,
       });
-      this.pools.set(origin, pool);
+      this.pools.set(key, pool);
     }
     return pool;
   }

@@ -13,7 +13,7 @@
  * Gauges that read Redis or PostgreSQL are computed when scraped, never on a request
  * (src/metrics/stores.ts).
  */
-import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { FastCounter, FastHistogram, type CounterSeries, type HistogramSeries } from './series.js';
 import { ApiError } from '../errors/catalogue.js';
 import { backendFailure } from '../errors/backend.js';
@@ -133,6 +133,34 @@ interface GatewayInstruments {
   tokens: FastCounter;
   cost: FastCounter;
   shortfall: FastCounter;
+  attempts: FastCounter;
+  failovers: FastCounter;
+}
+
+/**
+ * The series of one upstream of a model (src/gateway/failover.ts): its attempts by outcome
+ * (made on first use, then kept), its failovers, and whether its circuit is open.
+ */
+export class UpstreamSeries {
+  private readonly byOutcome: Children<CounterSeries>;
+  readonly failovers: CounterSeries;
+
+  constructor(
+    m: GatewayInstruments,
+    private readonly circuit: Gauge<'model' | 'upstream'>,
+    private readonly labels: { model: string; upstream: string },
+  ) {
+    this.byOutcome = new Children((outcome) => m.attempts.series(labels.model, labels.upstream, String(outcome)));
+    this.failovers = m.failovers.series(labels.model, labels.upstream);
+  }
+
+  attempt(outcome: string | number): void {
+    this.byOutcome.get(outcome).inc();
+  }
+
+  circuitOpen(open: boolean): void {
+    this.circuit.set(this.labels, open ? 1 : 0);
+  }
 }
 
 export class Metrics {
@@ -143,6 +171,8 @@ export class Metrics {
   private readonly ledgerOperations: FastCounter;
   private readonly gateway: GatewayInstruments;
   private readonly models = new Map<string, ModelSeries>();
+  private readonly circuitOpen: Gauge<'model' | 'upstream'>;
+  private readonly upstreams = new Map<string, UpstreamSeries>();
   readonly redisErrors: Counter<'kind'>;
   readonly postgresErrors: Counter<'kind'>;
   /** A gauge computed on scrape that could not be read in time (src/metrics/stores.ts). */
@@ -185,7 +215,15 @@ export class Metrics {
         ['model'],
         r,
       ),
+      attempts: new FastCounter('svc_gateway_upstream_attempts_total', 'Gateway calls sent to an upstream, by model, upstream id and outcome (its HTTP status, or the error kind: unreachable, timeout, circuit_open, ...)', ['model', 'upstream', 'outcome'], r),
+      failovers: new FastCounter('svc_gateway_failovers_total', 'Gateway calls that an upstream failed before any byte reached the client and that went on to the next upstream, by model and the upstream that failed', ['model', 'upstream'], r),
     };
+    this.circuitOpen = new Gauge({
+      name: 'svc_gateway_upstream_circuit_open',
+      help: "1 while an upstream's circuit breaker is open in this process (calls skip it), else 0, by model and upstream id",
+      labelNames: ['model', 'upstream'],
+      registers,
+    });
     this.redisErrors = new Counter({
       name: 'svc_redis_errors_total',
       help: 'Redis errors: connection (a connection\'s error event) and request (a request answered 503 for a Redis failure)',
@@ -262,6 +300,15 @@ export class Metrics {
       s = label === modelId ? new ModelSeries(this.gateway, label) : this.model('other');
       this.models.set(modelId, s);
     }
+    return s;
+  }
+
+  /** The series of one upstream of a model, bounded as the model's (metric_models_max). */
+  upstream(modelId: string, upstreamId: string): UpstreamSeries {
+    const model = this.models.size < metric_models_max || this.models.has(modelId) ? modelId : 'other';
+    const key = `${model}\n${upstreamId}`;
+    let s = this.upstreams.get(key);
+    if (s === undefined) this.upstreams.set(key, (s = new UpstreamSeries(this.gateway, this.circuitOpen, { model, upstream: upstreamId })));
     return s;
   }
 

@@ -29,6 +29,8 @@ const usageRow = z.object({
   returned_credits: z.number(),
   details: z.array(z.object({ account_id: z.string(), credit_type: z.string(), amount: z.number() })),
   balance_after_credits: z.number().nullable(),
+  upstream: z.string().nullable(),
+  attempts: z.array(z.object({ upstream: z.string(), outcome: z.union([z.number(), z.string()]), ms: z.number() })).nullable(),
 });
 type UsageRow = z.infer<typeof usageRow>;
 
@@ -66,6 +68,8 @@ function usageRecord(r: UsageRow) {
     uncovered_credits: r.uncovered_credits,
     latency_ms: r.latency_ms,
     created_at: new Date(r.created_at).toISOString(),
+    upstream: r.upstream,
+    attempts: r.attempts ?? [],
   };
 }
 
@@ -82,7 +86,7 @@ export function receipt(r: UsageRow) {
 
 const columns = sql.fragment`id, transaction_id, trace_id, customer_id, wallet, model, endpoint, stream, status, input_tokens,
   output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, uncovered_credits, latency_ms, created_at, prices,
-  reserved_credits, returned_credits, details, balance_after_credits`;
+  reserved_credits, returned_credits, details, balance_after_credits, upstream, attempts`;
 
 export function createUsageQueries(pool: DatabasePool) {
   return {
@@ -141,6 +145,18 @@ export const usageRecordResponseSchema = z
     }),
     latency_ms: z.number().int(),
     created_at: timestamp,
+    upstream: z.string().nullable().openapi({ description: "The id of the model's upstream that served the call (docs: Upstreams and failover): `primary` for a model without a list; null when none answered." }),
+    attempts: z
+      .array(
+        z
+          .object({
+            upstream: z.string(),
+            outcome: z.union([z.number().int(), z.string()]).openapi({ description: "The upstream's HTTP status, or why it gave none: `unreachable`, `timeout`, `circuit_open`, `aborted`, ..." }),
+            ms: z.number().int(),
+          })
+          .strict(),
+      )
+      .openapi({ description: 'Every upstream the call was sent to, in order; more than one when it failed over.' }),
   })
   .strict()
   .openapi('UsageRecord');

@@ -194,6 +194,8 @@ async function receiptFromOutbox(
     const { prices, upstream_status: _s, ...record } = u;
     return {
       ...record,
+      upstream: u.upstream ?? null,
+      attempts: u.attempts ?? [],
       transaction_id: transactionId,
       cost_credits: Number(e.amount),
       cost_usd: creditsToUsd(Number(e.amount)),

@@ -78,6 +78,8 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
       upstream_base_url: 'http://127.0.0.1:4010/v1',
       upstream_model: 'gpt-4o-2024-08-06',
       has_upstream_key: true,
+      upstreams: null,
+      timeouts: {},
       updated_at: expect.any(String),
       warnings: [],
     });

@@ -12,6 +12,8 @@ import { toCredits } from '../../ledger/amounts.js';
 import { describeOperation } from '../../openapi/registry.js';
 import { extended, listOf } from '../../schema/zod.js';
 import { cataloguePrices } from '../price-catalogue.js';
+import { timeoutsSchema, upstreamsWriteSchema } from '../../gateway/model-upstreams.js';
+import type { UpstreamRouter } from '../../gateway/failover.js';
 import {
   adminModelEntry,
   adminModelEntrySchema,
@@ -95,6 +97,11 @@ const modelPatchSchema = z.object({
   image_token_bound: partTokens.nullable().optional(),
   file_token_bound: partTokens.nullable().optional(),
   price_catalogue: priceCatalogueSchema.nullable().optional(),
+  upstreams: upstreamsWriteSchema(upstreamUrlSchema, upstream_key_chars_max)
+    .nullable()
+    .optional()
+    .openapi({ description: 'The upstreams to route calls among, with failover (docs: Upstreams and failover); null: upstream_base_url alone. An upstream written without `api_key` keeps the key stored under its id, else uses upstream_api_key.' }),
+  timeouts: timeoutsSchema.nullable().optional().openapi({ description: 'connect_ms, first_byte_ms, idle_ms; an absent field (or null) is the default.' }),
   price_sources: z.unknown().openapi({ description: 'Ignored (a read sent back carries it): sources follow from what is sent.' }),
   id: z.unknown(),
   object: z.unknown(),
@@ -239,7 +246,7 @@ function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput 
     catalogue_price_kinds: [],
   };
   const next: ModelInput = { ...base };
-  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound'] as const) {
+  for (const f of ['provider', 'upstream_base_url', 'upstream_model', 'upstream_api_key', 'display_name', 'description', 'context_window', 'max_output_tokens', 'supports_streaming', 'active', 'image_token_bound', 'file_token_bound', 'upstreams', 'timeouts'] as const) {
     if (body[f] !== undefined) (next as unknown as Record<string, unknown>)[f] = body[f];
   }
   next.wire_format = wireFormatOf(body, current, next);
@@ -345,13 +352,30 @@ function modelIdParam(req: Request): string {
 }
 
 /** An upstream on the service's own network would let a project admin reach it (SSRF). */
-async function checkUpstream(upstream: ManagementDeps['upstream'], url: string | undefined): Promise<void> {
+async function checkUpstream(upstream: ManagementDeps['upstream'], url: string | undefined, list?: { base_url: string }[] | null): Promise<void> {
   const refused = url === undefined ? null : await upstream.baseUrlRefusal(url);
   if (refused !== null) throw new ApiError('invalid_request', { param: 'upstream_base_url', message: refused });
+  for (const [i, u] of (list ?? []).entries()) {
+    const why = await upstream.baseUrlRefusal(u.base_url);
+    if (why !== null) throw new ApiError('invalid_request', { param: `upstreams[${i}].base_url`, message: why });
+  }
 }
 
 const modelPath = (project: ProjectRow, modelId: string) => `/v1/admin/projects/${project.id}/models/${encodeURIComponent(modelId)}`;
-const modelAnswer = (project: ProjectRow, model: ModelRow) => ({ ...adminModelEntry(model), warnings: modelWarnings(model, modelPath(project, model.id)) });
+/** The management view with each listed upstream's routing state in this process (src/gateway/failover.ts). */
+function routedEntry(router: UpstreamRouter, model: ModelRow) {
+  const entry = adminModelEntry(model);
+  const now = Date.now();
+  return {
+    ...entry,
+    upstreams:
+      entry.upstreams?.map((u) => {
+        const s = router.status(model.project_id, model.id, u.id, now);
+        return { ...u, state: s.state, cooling_until: s.until === null ? null : new Date(s.until).toISOString() };
+      }) ?? null,
+  };
+}
+
 
 interface ModelDeps extends Pick<ManagementDeps, 'modelQueries' | 'upstream'> {
   projects: ProjectLookup;
@@ -362,18 +386,20 @@ export function modelOperations(deps: ModelDeps): Operation[] {
   const models = deps.modelQueries;
   const { projectChanged } = deps;
   const { projectOr404, writableProject } = deps.projects;
+  const { router } = deps.upstream;
+  const modelAnswer = (project: ProjectRow, model: ModelRow) => ({ ...routedEntry(router, model), warnings: modelWarnings(model, modelPath(project, model.id)) });
 
   return [
     operation('GET', '/projects/:project_id/models', 'viewer', async (req, res) => {
       const project = await projectOr404(req, res);
-      sendList(res, await models.listModels(project.id, pageRequest(req)), adminModelEntry);
+      sendList(res, await models.listModels(project.id, pageRequest(req)), (m) => routedEntry(router, m));
     }),
 
     operation('PUT', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {
       const project = await writableProject(req, res);
       const modelId = modelIdParam(req);
       const input = modelInputOf(strictBody(req, modelPutSchema), null);
-      await checkUpstream(deps.upstream, input.upstream_base_url);
+      await checkUpstream(deps.upstream, input.upstream_base_url, input.upstreams);
       const { model, created } = await models.upsertModel(project.id, modelId, input);
       // Gateway processes cache models per project and drop them on this message.
       await projectChanged(project.id);
@@ -384,7 +410,7 @@ export function modelOperations(deps: ModelDeps): Operation[] {
       const project = await writableProject(req, res);
       const modelId = modelIdParam(req);
       const body = strictBody(req, modelPatchSchema);
-      await checkUpstream(deps.upstream, body.upstream_base_url);
+      await checkUpstream(deps.upstream, body.upstream_base_url, body.upstreams);
       const model = await models.updateModel(project.id, modelId, (current) => modelInputOf(body, current));
       if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found; PUT creates it` });
       await projectChanged(project.id);
@@ -401,7 +427,7 @@ export function modelOperations(deps: ModelDeps): Operation[] {
       const model = await models.deleteModel(project.id, modelId);
       if (!model) throw new ApiError('not_found', { message: `model ${modelId} not found` });
       await projectChanged(project.id);
-      res.json({ ...adminModelEntry(model), deleted: true });
+      res.json({ ...routedEntry(router, model), deleted: true });
     }),
   ];
 }

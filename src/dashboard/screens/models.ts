@@ -1,6 +1,7 @@
 /**
- * Models: the project's models with their prices, and one form to add or edit one. The
- * provider key is write-only: the form never shows it; left empty it keeps the stored one.
+ * Models: the project's models with their prices and upstreams (with their routing state
+ * as this API process sees it), and one form to add or edit one. The provider key is
+ * write-only: the form never shows it; left empty it keeps the stored one.
  */
 import type { Request } from 'express';
 import { openProject, pager, type List, type PageContext } from '../context.js';
@@ -31,6 +32,24 @@ interface ModelEntry {
   file_token_bound: number;
   price_catalogue: { provider: string; model: string; version: string } | null;
   price_sources: Record<'input' | 'output' | 'cache_read' | 'cache_write', 'catalogue' | 'override'>;
+  upstreams: UpstreamEntry[] | null;
+}
+
+interface UpstreamEntry {
+  id: string;
+  base_url: string;
+  weight: number;
+  state: 'ok' | 'cooling' | 'circuit_open';
+  cooling_until: string | null;
+}
+
+/** A model's upstreams and their state in this process (each API process keeps its own). */
+function upstreamList(m: ModelEntry): Html | '' {
+  if (m.upstreams === null) return '';
+  const stateOf = (u: UpstreamEntry) => (u.state === 'cooling' ? `cooling down until ${u.cooling_until}` : u.state === 'circuit_open' ? 'circuit open' : 'ok');
+  return html`<ul class="upstreams" data-testid="model-upstreams">${m.upstreams.map(
+    (u) => html`<li data-upstream-id="${u.id}"><strong>${u.id}</strong> ${u.base_url} · weight ${String(u.weight)} · <span class="status ${u.state === 'ok' ? 'active' : 'inactive'}" data-testid="upstream-state">${stateOf(u)}</span></li>`,
+  )}</ul><span class="muted">Upstream states as this process sees them.</span>`;
 }
 
 /** The upstream endpoints a model may be served at, with their gateway paths (docs/API.md, "Models"). */
@@ -86,11 +105,11 @@ function catalogueNote(m: ModelEntry): Html | string {
 }
 
 /** The form's values: the model being edited, or what was typed before a refusal. */
-type FormValues = Partial<Record<Exclude<keyof ModelEntry, 'price_catalogue' | 'price_sources'> | (typeof catalogueFields)[number][0], string | number | boolean | null>>;
+type FormValues = Partial<Record<Exclude<keyof ModelEntry, 'price_catalogue' | 'price_sources' | 'upstreams'> | (typeof catalogueFields)[number][0], string | number | boolean | null>>;
 
 /** The form's values of a stored model: its fields, its catalogue entry in two. */
 function valuesOfModel(m: ModelEntry): FormValues {
-  const { price_catalogue: catalogue, price_sources: _sources, ...fields } = m;
+  const { price_catalogue: catalogue, price_sources: _sources, upstreams: _upstreams, ...fields } = m;
   return { ...fields, catalogue_provider: catalogue?.provider ?? null, catalogue_model: catalogue?.model ?? null };
 }
 
@@ -156,7 +175,7 @@ async function modelsScreen(ctx: PageContext, req: Request, projectId: string, o
 ${models.data.map(
   (m) => html`<tr data-testid="model-row" data-model-id="${m.id}">
 <td><strong>${m.id}</strong><br><span class="muted">${m.display_name}</span></td>
-<td>${m.provider} <span class="muted" data-testid="model-wire-format-shown">(${m.wire_format})</span><br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span></td>
+<td>${m.provider} <span class="muted" data-testid="model-wire-format-shown">(${m.wire_format})</span><br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span>${upstreamList(m)}</td>
 <td><dl class="prices">${model_prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}${priceSource(m, f)}</dd>`)}</dl>${catalogueNote(m)}</td>
 <td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
 <td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>

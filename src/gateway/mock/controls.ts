@@ -25,9 +25,11 @@ export interface MockControls {
   /** 1: answer with a call of the request's first tool (arguments streamed in pieces) instead of text. */
   tool_call?: number;
   fail?: MockFailMode;
+  /** Seconds sent as `retry-after` with a `fail` of a status (a provider's 429). */
+  retry_after?: number;
 }
 
-const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'tool_call', 'latency_ms', 'chunk_delay_ms'] as const;
+const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'tool_call', 'latency_ms', 'chunk_delay_ms', 'retry_after'] as const;
 type NumericKey = (typeof NUMERIC_KEYS)[number];
 const FAIL_WORDS = new Set(['timeout', 'reset', 'invalid', 'midstream']);
 

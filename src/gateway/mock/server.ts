@@ -31,6 +31,11 @@ export interface MockUpstreamOptions {
   requireKey?: string;
   /** Output tokens when the request carries no `output_tokens` control. Default 12. */
   defaultOutputTokens?: number;
+  /**
+   * Controls of every request, under the request's own: one mock of several upstreams
+   * that fails (`{ fail: 503 }`, `{ fail: 429, retry_after: 2 }`) while another serves.
+   */
+  controls?: MockControls;
 }
 
 interface RecordedRequest {
@@ -226,7 +231,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     record({ path, headers: req.headers, body });
 
     // Controls: server defaults < directives in message text < x-mock-* headers.
-    const controls: MockControls = {};
+    const controls: MockControls = { ...opts.controls };
     if (jsonOk) for (const t of textsOf(body)) parseDirectives(t, controls);
     headerControls(req.headers, controls);
 
@@ -253,7 +258,10 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     const refusal = invalid(b);
     if (refusal !== null) return refuse(...refusal);
     const mode = controls.fail;
-    if (typeof mode === 'number') return refuse(mode);
+    if (typeof mode === 'number') {
+      if (controls.retry_after !== undefined) idHeader['retry-after'] = String(controls.retry_after);
+      return refuse(mode);
+    }
     if (mode === 'timeout') return null; // hold the socket open; close() or the client ends it
     if (mode === 'reset') {
       res.socket?.destroy();

@@ -1,0 +1,272 @@
+/**
+ * Resilient routing (docs/API.md, "Upstreams and failover"): a model with several
+ * upstreams fails over, before any byte reached the client, from one that refuses the
+ * connection, one that hangs before its first byte and one that answers 429 with
+ * retry-after (skipped by the next calls until then); never after a streamed event went
+ * out. A call is held once and billed once whatever its attempts; its receipt, its
+ * X-Service-Upstream header and its usage record name the upstream that served and every
+ * attempt. A circuit opens after consecutive failures; all upstreams failing releases the hold.
+ * The upstreams are mock upstreams (several, each failing its own way) and closed ports.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
+import { retryAfterMs } from '../../src/gateway/failover.js';
+import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
+import { closedPort, expectedCost, rawPost, sseData, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
+
+let env: GatewayEnv;
+let hanging: MockUpstream;
+let limited: MockUpstream;
+let cutting: MockUpstream;
+let failing: MockUpstream;
+let downUrl: string;
+
+const first_byte_ms = 300;
+
+beforeAll(async () => {
+  env = await startGatewayEnv();
+  const opts = { requireKey: env.upstreamKey };
+  hanging = await startMockUpstream({ ...opts, latencyMs: 5_000 });
+  limited = await startMockUpstream({ ...opts, controls: { fail: 429, retry_after: 1 } });
+  cutting = await startMockUpstream({ ...opts, controls: { fail: 'midstream', output_tokens: 20 } });
+  failing = await startMockUpstream({ ...opts, controls: { fail: 503 } });
+  downUrl = `http://127.0.0.1:${await closedPort()}/v1`;
+});
+afterAll(async () => {
+  await env?.close();
+  await Promise.all([hanging, limited, cutting, failing].map((m) => m?.close()));
+});
+// In list order: the first upstream that is neither tried, cooling down nor open.
+beforeEach(() => {
+  env.svc.rt.upstream.router.random = () => 0;
+});
+
+const upstream = (id: string, base_url: string) => ({ id, base_url });
+
+async function model(id: string, upstreams: { id: string; base_url: string }[]) {
+  await env.putModel(id, { provider: 'openai', upstreams, timeouts: { first_byte_ms } });
+}
+
+function chat(modelId: string, customer: string, o: { stream?: boolean; controls?: MockControls } = {}): Promise<RawResponse> {
+  return rawPost(env.svc.url, '/v1/chat/completions', {
+    key: env.p.projectKey,
+    headers: { 'x-service-customer': customer },
+    body: {
+      model: modelId,
+      messages: [{ role: 'user', content: `route me somewhere ${mockDirective({ output_tokens: 7, ...o.controls })}` }],
+      ...(o.stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    },
+  });
+}
+
+async function receipt(txid: string) {
+  const r = await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key: env.p.projectKey });
+  expect(r.status, JSON.stringify(r.body)).toBe(200);
+  return r.body as { upstream: string; attempts: { upstream: string; outcome: number | string; ms: number }[]; cost_credits: number; usage_estimated: boolean };
+}
+
+/** Held once, billed once: one GATEWAY entry, nothing left frozen, charged the cost. */
+async function expectBilledOnce(customer: string, txid: string, cost: number) {
+  const gateway = await env.ledger(customer, 'GATEWAY');
+  expect(gateway.map((e) => e.transaction_id)).toEqual([txid]);
+  const balance = await env.balance(customer);
+  expect(balance.frozen).toBe(0);
+  expect(balance.used).toBe(cost);
+}
+
+const outcomes = (r: { attempts: { upstream: string; outcome: number | string }[] }) => r.attempts.map((a) => [a.upstream, a.outcome]);
+
+describe('fails over before anything reached the client', () => {
+  it('from an upstream that refuses the connection: the next serves, billed once, named', async () => {
+    await model('gpt-refusing', [upstream('down', downUrl), upstream('up', env.mock.url)]);
+    await env.fund('fo-refused', 1_000_000);
+    const res = await chat('gpt-refusing', 'fo-refused');
+    expect(res.status, res.text).toBe(200);
+    expect(res.headers['x-service-upstream']).toBe('up');
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(r.upstream).toBe('up');
+    expect(outcomes(r)).toEqual([['down', 'unreachable'], ['up', 200]]);
+    expect(r.cost_credits).toBe(Number(res.headers['x-service-cost-credits']));
+    await expectBilledOnce('fo-refused', txid, r.cost_credits);
+    // The usage record in PostgreSQL keeps them too.
+    await env.svc.drained();
+    const usage = await env.svc.call('GET', '/v1/usage?customer_id=fo-refused', { key: env.p.projectKey });
+    expect(usage.body.data).toEqual([expect.objectContaining({ upstream: 'up', attempts: [expect.objectContaining({ upstream: 'down', outcome: 'unreachable' }), expect.objectContaining({ upstream: 'up', outcome: 200 })] })]);
+  });
+
+  it('from an upstream that hangs before its first byte (first_byte_ms), streamed', async () => {
+    await model('gpt-hanging', [upstream('slow', hanging.url), upstream('up', env.mock.url)]);
+    await env.fund('fo-hang', 1_000_000);
+    const started = Date.now();
+    const res = await chat('gpt-hanging', 'fo-hang', { stream: true });
+    expect(res.status, res.text).toBe(200);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(first_byte_ms - 20);
+    expect(Date.now() - started).toBeLessThan(4_000);
+    expect(res.headers['x-service-upstream']).toBe('up');
+    expect(sseData(res.text).at(-1)).toBe('[DONE]');
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(outcomes(r)).toEqual([['slow', 'timeout'], ['up', 200]]);
+    expect(r.cost_credits).toBe(Number(res.trailers['x-service-cost-credits']));
+    await expectBilledOnce('fo-hang', txid, r.cost_credits);
+  });
+
+  it("from a 429 with retry-after: later calls skip that upstream without trying it until the time passed", async () => {
+    await model('gpt-limited', [upstream('limited', limited.url), upstream('up', env.mock.url)]);
+    await env.fund('fo-429', 1_000_000);
+    const one = await chat('gpt-limited', 'fo-429');
+    expect(one.status, one.text).toBe(200);
+    expect(outcomes(await receipt(String(one.headers['x-service-transaction-id'])))).toEqual([['limited', 429], ['up', 200]]);
+    const sentToLimited = limited.requests.length;
+
+    const two = await chat('gpt-limited', 'fo-429');
+    expect(two.status).toBe(200);
+    expect(outcomes(await receipt(String(two.headers['x-service-transaction-id'])))).toEqual([['up', 200]]);
+    expect(limited.requests.length).toBe(sentToLimited);
+    const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
+    const [cooling] = (read.body.data as { id: string; upstreams: { state: string; cooling_until: string }[] }[]).find((m) => m.id === 'gpt-limited')!.upstreams;
+    expect(cooling!.state).toBe('cooling');
+    expect(Date.parse(cooling!.cooling_until)).toBeGreaterThan(Date.now());
+
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const three = await chat('gpt-limited', 'fo-429');
+    expect(outcomes(await receipt(String(three.headers['x-service-transaction-id'])))).toEqual([['limited', 429], ['up', 200]]);
+    expect(limited.requests.length).toBe(sentToLimited + 1);
+    const gateway = await env.ledger('fo-429', 'GATEWAY');
+    expect(gateway).toHaveLength(3);
+  });
+});
+
+describe('never fails over once a byte reached the client', () => {
+  it('a stream cut after its first events is billed as a cut stream, the next upstream never asked', async () => {
+    await model('gpt-cutting', [upstream('cut', cutting.url), upstream('up', env.mock.url)]);
+    await env.fund('fo-cut', 1_000_000);
+    const sentToGood = env.mock.requests.length;
+    const res = await chat('gpt-cutting', 'fo-cut', { stream: true, controls: { output_tokens: 20 } });
+    expect(res.status).toBe(200);
+    expect(res.headers['x-service-upstream']).toBe('cut');
+    expect(sseData(res.text).length).toBeGreaterThan(0);
+    expect(env.mock.requests.length).toBe(sentToGood);
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(outcomes(r)).toEqual([['cut', 200]]);
+    expect(r.usage_estimated).toBe(true);
+    expect(r.cost_credits).toBeGreaterThan(0);
+    await expectBilledOnce('fo-cut', txid, r.cost_credits);
+  });
+});
+
+describe('circuits and exhaustion', () => {
+  it('a circuit opens after consecutive failures: later calls skip it, /metrics and the model screen show it', async () => {
+    await model('gpt-breaking', [upstream('flaky', failing.url), upstream('up', env.mock.url)]);
+    await env.fund('fo-breaker', 10_000_000);
+    for (let i = 0; i < 5; i++) {
+      const res = await chat('gpt-breaking', 'fo-breaker');
+      expect(res.status).toBe(200);
+      expect(outcomes(await receipt(String(res.headers['x-service-transaction-id'])))).toEqual([['flaky', 503], ['up', 200]]);
+    }
+    const sentToFlaky = failing.requests.length;
+    const after = await chat('gpt-breaking', 'fo-breaker');
+    expect(outcomes(await receipt(String(after.headers['x-service-transaction-id'])))).toEqual([['up', 200]]);
+    expect(failing.requests.length).toBe(sentToFlaky);
+    expect(await env.ledger('fo-breaker', 'GATEWAY')).toHaveLength(6);
+
+    const { body } = await env.svc.rt.metrics.exposition();
+    expect(body).toContain('svc_gateway_upstream_circuit_open{model="gpt-breaking",upstream="flaky"} 1');
+    expect(body).toContain('svc_gateway_failovers_total{model="gpt-breaking",upstream="flaky"} 5');
+    expect(body).toContain('svc_gateway_upstream_attempts_total{model="gpt-breaking",upstream="flaky",outcome="503"} 5');
+    expect(body).toContain('svc_gateway_upstream_attempts_total{model="gpt-breaking",upstream="up",outcome="200"} 6');
+    // The model read (what the dashboard's model screen shows) says so too.
+    const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
+    expect((read.body.data as Record<string, unknown>[]).find((m) => m.id === 'gpt-breaking')!.upstreams).toEqual([
+      expect.objectContaining({ id: 'flaky', state: 'circuit_open', cooling_until: null }),
+      expect.objectContaining({ id: 'up', state: 'ok', cooling_until: null }),
+    ]);
+  });
+
+  it('every upstream failing: the hold is released, the last error answered, every attempt recorded', async () => {
+    await model('gpt-all-down', [upstream('down', downUrl), upstream('flaky', failing.url)]);
+    await env.fund('fo-down', 1_000_000);
+    const res = await chat('gpt-all-down', 'fo-down', { controls: {} });
+    // The last upstream's own answer, relayed as it came.
+    expect(res.status).toBe(503);
+    expect(res.headers['x-service-upstream']).toBe('flaky');
+    expect(await env.ledger('fo-down', 'GATEWAY')).toEqual([]);
+    const balance = await env.balance('fo-down');
+    expect(balance.frozen).toBe(0);
+    expect(balance.used).toBe(0);
+    await env.svc.drained();
+    const usage = await env.svc.call('GET', '/v1/usage?customer_id=fo-down', { key: env.p.projectKey });
+    expect(usage.body.data).toEqual([
+      expect.objectContaining({ status: 'failed', upstream: 'flaky', attempts: [expect.objectContaining({ upstream: 'down', outcome: 'unreachable' }), expect.objectContaining({ upstream: 'flaky', outcome: 503 })] }),
+    ]);
+  });
+
+  it('a model without a list keeps its one upstream as `primary`, cost as before', async () => {
+    await env.fund('fo-primary', 1_000_000);
+    const res = await chat('gpt-test', 'fo-primary');
+    expect(res.status).toBe(200);
+    expect(res.headers['x-service-upstream']).toBe('primary');
+    const r = await receipt(String(res.headers['x-service-transaction-id']));
+    expect(outcomes(r)).toEqual([['primary', 200]]);
+    expect(r.cost_credits).toBe(expectedCost({ input: Number(res.json().usage.prompt_tokens), output: 7 }));
+  });
+});
+
+describe('the model write', () => {
+  const path = (id: string) => `/v1/admin/projects/${env.p.projectId}/models/${id}`;
+
+  it('lists the upstreams without their keys; a PATCH without a key keeps the stored one', async () => {
+    await env.putModel('gpt-keyed', { provider: 'openai', upstreams: [{ id: 'a', base_url: env.mock.url, api_key: env.upstreamKey, weight: 3 }, { id: 'b', base_url: env.mock.url }], timeouts: { connect_ms: 2_000 } });
+    const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
+    const entry = (read.body.data as Record<string, unknown>[]).find((m) => m.id === 'gpt-keyed')!;
+    expect(entry.upstreams).toEqual([
+      { id: 'a', base_url: env.mock.url, upstream_model: null, weight: 3, has_api_key: true, state: 'ok', cooling_until: null },
+      { id: 'b', base_url: env.mock.url, upstream_model: null, weight: 1, has_api_key: false, state: 'ok', cooling_until: null },
+    ]);
+    expect(entry.timeouts).toEqual({ connect_ms: 2_000 });
+    expect(JSON.stringify(read.body)).not.toContain(env.upstreamKey);
+
+    // The model's own key removed: `a` still calls with its own, `b` has none and is left out.
+    const patched = await env.svc.call('PATCH', path('gpt-keyed'), { key: env.p.adminKey, body: { upstream_api_key: null, upstreams: [{ id: 'a', base_url: env.mock.url, weight: 3 }, { id: 'b', base_url: downUrl }] } });
+    expect(patched.status, JSON.stringify(patched.body)).toBe(200);
+    expect(patched.body.upstreams[0].has_api_key).toBe(true);
+    await env.fund('fo-keyed', 1_000_000);
+    const res = await chat('gpt-keyed', 'fo-keyed');
+    expect(res.status, res.text).toBe(200);
+    expect(outcomes(await receipt(String(res.headers['x-service-transaction-id'])))).toEqual([['a', 200]]);
+  });
+
+  it('refuses a bad list, naming the field, and changes nothing', async () => {
+    const cases: [unknown, string][] = [
+      [[{ id: 'a', base_url: env.mock.url }, { id: 'a', base_url: env.mock.url }], 'upstreams.1.id'],
+      [[{ id: 'a', base_url: env.mock.url, weight: 0 }], 'upstreams.0.weight'],
+      [[{ id: 'a b', base_url: env.mock.url }], 'upstreams.0.id'],
+      [[{ id: 'a', base_url: 'ftp://x' }], 'upstreams.0.base_url'],
+      [[], 'upstreams'],
+    ];
+    for (const [upstreams, param] of cases) {
+      const r = await env.svc.call('PATCH', path('gpt-refusing'), { key: env.p.adminKey, body: { upstreams } });
+      expect(r.status, JSON.stringify(r.body)).toBe(400);
+      expect(r.body.error).toMatchObject({ code: 'invalid_request', param });
+    }
+    const r = await env.svc.call('PATCH', path('gpt-refusing'), { key: env.p.adminKey, body: { timeouts: { first_byte_ms: 0 } } });
+    expect(r.body.error).toMatchObject({ code: 'invalid_request', param: 'timeouts.first_byte_ms' });
+    const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
+    expect((read.body.data as Record<string, unknown>[]).find((m) => m.id === 'gpt-refusing')!.upstreams).toEqual([
+      expect.objectContaining({ id: 'down' }),
+      expect.objectContaining({ id: 'up' }),
+    ]);
+  });
+});
+
+describe('retry-after', () => {
+  it('is read as seconds or as an HTTP date; anything else is no cooldown', () => {
+    const now = Date.parse('2026-01-01T00:00:00Z');
+    expect(retryAfterMs('2', now)).toBe(now + 2_000);
+    expect(retryAfterMs(['1.5'], now)).toBe(now + 1_500);
+    expect(retryAfterMs('Thu, 01 Jan 2026 00:00:30 GMT', now)).toBe(now + 30_000);
+    for (const none of [undefined, '', '0', '-3', 'soon']) expect(retryAfterMs(none, now)).toBe(0);
+  });
+});
