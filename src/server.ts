@@ -34,7 +34,7 @@ const drain_idle_check_ms = 50;
  * overflowed when 1,000 clients opened their streams at once: each dropped connection
  * waited for its SYN to be sent again, 1 s and then 3 s later (bench:streams).
  */
-export const listen_backlog = 4_096;
+const listen_backlog = 4_096;
 
 export async function listen(rt: Runtime, port = rt.config.PORT, host = rt.config.HOST): Promise<RunningServer> {
   const subscriber = rt.extraConnection();
