@@ -114,7 +114,7 @@ describe('POST /v1/responses, whole', () => {
     expect(await env.balance('r5')).toMatchObject({ total: 10, used: 0, frozen: 0, available: 10 });
   });
 
-  it('refuses invalid fields, naming each, background, and a model of another wire format', async () => {
+  it('refuses invalid fields, naming each, and background; a model of another wire format is translated', async () => {
     await env.fund('r6', 1_000_000);
     const post = (body: unknown) => rawPost(env.svc.url, '/v1/responses', { key: env.p.projectKey, headers: { 'x-service-customer': 'r6' }, body });
     const bad = await post({ model: MODEL, input: 42, instructions: 7, stream: 'yes', max_output_tokens: 0 });
@@ -123,11 +123,15 @@ describe('POST /v1/responses, whole', () => {
     expect(params).toEqual(['input', 'instructions', 'stream', 'max_output_tokens']);
     expectError(await post({ model: MODEL, input: 'hi', background: true }), 400, 'invalid_request', { param: 'background' });
     expectError(await post({ input: 'hi' }), 400, 'invalid_request', { param: 'model' });
-    // A chat-completions model is served at its own path (until cross-format translation).
-    expectError(await post({ model: OPENAI_MODEL, input: 'hi' }), 400, 'invalid_request', { param: 'model', message: `model ${OPENAI_MODEL} is served at /v1/chat/completions` });
+    // A model of another wire format is reached through translation (docs/API.md, "Any model through any format").
+    const responses = await post({ model: OPENAI_MODEL, input: 'hi' });
+    expect(responses.status).toBe(200);
     const chat = await rawPost(env.svc.url, '/v1/chat/completions', { key: env.p.projectKey, headers: { 'x-service-customer': 'r6' }, body: { model: MODEL, messages: [{ role: 'user', content: 'hi' }] } });
-    expectError(chat, 400, 'invalid_request', { param: 'model', message: `model ${MODEL} is served at /v1/responses` });
-    expect(await env.balance('r6')).toMatchObject({ used: 0, frozen: 0 });
+    expect(chat.status).toBe(200);
+    // The refusals held nothing: what was used is the two translated calls' costs.
+    const billed = Number(responses.headers['x-service-cost-credits']) + Number(chat.headers['x-service-cost-credits']);
+    expect(billed).toBeGreaterThan(0);
+    expect(await env.balance('r6')).toMatchObject({ used: billed, frozen: 0 });
   });
 });
 
