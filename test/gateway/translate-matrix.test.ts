@@ -245,6 +245,25 @@ describe('an incremental hold the wallet ends, on a translated stream', () => {
     await expectBilledWithinHold('mxi-resp', txid);
   });
 
+  it('Responses client, Responses model (native, the ResponsesCloser): responses.stream ends with response.incomplete', async () => {
+    await env.fund('mxi-native', DEPOSIT);
+    const stream = env
+      .openai({ customer: 'mxi-native', headers: incremental })
+      .responses.stream({ model: RESPONSES_MODEL, max_output_tokens: 30_000, input: long });
+    const types: string[] = [];
+    stream.on('event', (e) => types.push(e.type));
+    const final = await stream.finalResponse();
+    expect(final.status).toBe('incomplete');
+    expect(final.incomplete_details).toEqual({ reason: 'max_output_tokens' });
+    expect(final.output).toEqual([expect.objectContaining({ type: 'message', status: 'incomplete' })]);
+    expect(mockOutputText(20_000).startsWith(final.output_text)).toBe(true);
+    expect(final.output_text.length).toBeGreaterThan(0);
+    expect(final.usage!.output_tokens).toBeGreaterThan(0);
+    expect(types.slice(-4)).toEqual(['response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'response.incomplete']);
+    const txid = (await env.ledger('mxi-native', 'GATEWAY'))[0]!.transaction_id;
+    await expectBilledWithinHold('mxi-native', txid);
+  });
+
   it('messages client, Responses model: messages.stream ends with stop_reason max_tokens', async () => {
     await env.fund('mxi-msg', DEPOSIT);
     const message = await env
