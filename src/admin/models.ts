@@ -349,7 +349,7 @@ export const modelEntrySchema = z
     active: z.boolean(),
     owned_by: z.enum(['openai', 'anthropic']).openapi({ description: 'The provider.' }),
     wire_format: z.enum(model_wire_formats).openapi({
-      description: 'The upstream endpoint the provider serves the model at, and so the gateway path that serves it: `chat_completions` (`POST /v1/chat/completions`), `responses` (`POST /v1/responses`) or `messages` (`POST /v1/messages`).',
+      description: 'The upstream endpoint the provider serves the model at, and so the gateway path that serves it natively: `chat_completions` (`POST /v1/chat/completions`), `responses` (`POST /v1/responses`) or `messages` (`POST /v1/messages`); the other paths reach it translated.',
     }),
     display_name: z.string().openapi({ description: 'The id when none was set.' }),
     description: z.string().nullable(),

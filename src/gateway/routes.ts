@@ -52,7 +52,7 @@ const messagesBody = z
   .openapi('MessagesRequest', { description: 'The Anthropic messages request; other fields are relayed as sent.' });
 const responsesBody = z
   .object({
-    model: z.string().openapi({ description: 'A model id of the project whose `wire_format` is `responses`.' }),
+    model: z.string().openapi({ description: 'A model id of the project: natively one whose `wire_format` is `responses`, any other translated (docs/API.md, "Any model through any format").' }),
     input: z.union([z.string(), z.array(z.object({}).passthrough())]).optional().openapi({ description: 'A string (one user message) or an array of input items; its `input_image` and `input_file` parts add to the hold.' }),
     instructions: z.string().nullable().optional(),
     stream: z.boolean().optional(),
@@ -162,7 +162,7 @@ describeRoute({
   callers: ['project', 'customer'],
   summary: 'OpenAI Responses API, billed per token',
   description:
-    "As `POST /v1/chat/completions`, in the OpenAI Responses format, for models whose `wire_format` is `responses`. Streamed, its events are relayed as they came; the usage of `response.completed` (or `response.incomplete`) is billed. `GET /v1/responses/{id}` and the other stored-response routes are not served.",
+    "As `POST /v1/chat/completions`, in the OpenAI Responses format: natively for models whose `wire_format` is `responses`, translated for the others. Streamed, its events are relayed as they came; the usage of `response.completed` (or `response.incomplete`) is billed. `GET /v1/responses/{id}` and the other stored-response routes are not served.",
   headers: gatewayHeaders,
   body: responsesBody,
   responses: {

@@ -244,7 +244,11 @@ interface Call {
   max_tokens?: number;
   content?: string;
   stream?: boolean;
+  /** `n: 2`, which the other format has no counterpart for (Anthropic has no `n`; chat none above 1). */
+  untranslatable?: boolean;
 }
+
+const untranslatable: Record<string, unknown> = { n: 2 };
 
 /** One call through the official SDK of `sdk`, without retries; its body is the SDK's usual one. */
 function sdkCall(sdk: Sdk, caller: Caller = {}, o: Call = {}): Promise<unknown> {
@@ -255,10 +259,10 @@ function sdkCall(sdk: Sdk, caller: Caller = {}, o: Call = {}): Promise<unknown> 
   const stream = o.stream ?? false;
   if (sdk === 'anthropic') {
     const client = new Anthropic({ baseURL, apiKey, defaultHeaders, maxRetries: 0 });
-    return client.messages.create({ model: o.model ?? ANTHROPIC_MODEL, max_tokens: o.max_tokens ?? 20, messages, stream });
+    return client.messages.create({ model: o.model ?? ANTHROPIC_MODEL, max_tokens: o.max_tokens ?? 20, messages, stream, ...(o.untranslatable ? untranslatable : {}) });
   }
   const client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey, defaultHeaders, maxRetries: 0 });
-  return client.chat.completions.create({ model: o.model ?? OPENAI_MODEL, max_tokens: o.max_tokens, messages, stream });
+  return client.chat.completions.create({ model: o.model ?? OPENAI_MODEL, max_tokens: o.max_tokens, messages, stream, ...(o.untranslatable ? untranslatable : {}) });
 }
 
 interface SdkCase {
@@ -381,6 +385,14 @@ describe('gateway errors through the official SDKs', () => {
       run: (sdk) => sdkCall(sdk, { ...rich, headers: { 'X-Service-Stream-Billing': 'sometimes' } }),
     },
     { name: 'an unknown model', status: 404, code: 'model_not_found', param: 'model', run: (sdk) => sdkCall(sdk, rich, { model: modelOf(sdk, 'none') }) },
+    {
+      // A model of the other format is translated; a field without counterpart in it is refused.
+      name: 'a field a model of the other format has no counterpart for',
+      status: 400,
+      code: 'invalid_request',
+      param: 'n',
+      run: (sdk) => sdkCall(sdk, rich, { model: sdk === 'anthropic' ? OPENAI_MODEL : ANTHROPIC_MODEL, untranslatable: true }),
+    },
     {
       name: 'a model outside allowed_models',
       status: 403,

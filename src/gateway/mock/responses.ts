@@ -116,7 +116,7 @@ function outputItem(p: ResponsesPlan, ids: { item: string; call: string }) {
 }
 
 function toolArguments(p: ResponsesPlan): string {
-  return JSON.stringify({ text: mockOutputText(p.output) });
+  return JSON.stringify({ query: mockOutputText(p.output) });
 }
 
 function responseObject(p: ResponsesPlan, id: string, createdAt: number, status: 'in_progress' | 'completed' | 'incomplete', output: unknown[]) {

@@ -13,6 +13,12 @@ import type { HubEvent, StreamTranslation } from './hub.js';
 
 const EMPTY = new Uint8Array(0);
 
+/**
+ * The last event of an upstream stream that has no `[DONE]`: Anthropic's `message_stop`,
+ * and the Responses API's final events (each carries the whole response; nothing follows).
+ */
+const terminal_types: ReadonlySet<string> = new Set(['message_stop', 'response.completed', 'response.incomplete', 'response.failed']);
+
 export interface StreamTranslationParts {
   toHub: StreamTranslation;
   fromHub: StreamTranslation;
@@ -93,7 +99,7 @@ export class TranslatingStreamRelay extends StreamRelay {
       events[target]!.data[billing_field] = billing;
     }
     this.write(events);
-    if (data.type === 'message_stop') this.finish();
+    if (typeof data.type === 'string' && terminal_types.has(data.type)) this.finish();
   }
 
   /** The upstream's stream ended cleanly: the client's format closes its own. */
