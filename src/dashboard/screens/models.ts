@@ -135,7 +135,7 @@ ${csrfField(ctx.session)}
 ${(['openai', 'anthropic'] as const).map((p) => html`<option value="${p}"${val('provider') === p ? html` selected` : ''}>${p}</option>`)}
 </select></label>
 <label>Wire format <select name="wire_format" data-testid="model-wire-format">
-<option value="">The provider's (chat completions for openai, messages for anthropic)</option>
+<option value="">The provider's own</option>
 ${wire_formats.map(([f, label]) => html`<option value="${f}"${val('wire_format') === f ? html` selected` : ''}>${label}</option>`)}
 </select></label>
 <label>Upstream base URL <input name="upstream_base_url" required value="${val('upstream_base_url')}" placeholder="https://api.openai.com/v1" data-testid="model-url"></label>
