@@ -13,7 +13,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
 import { retryAfterMs } from '../../src/gateway/failover.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { closedPort, expectedCost, rawPost, sseData, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
+import { closedPort, expectedCost, modelBody, rawPost, sseData, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
 
 let env: GatewayEnv;
 let hanging: MockUpstream;
@@ -318,6 +318,24 @@ describe('the model write', () => {
     const res = await chat('gpt-keyed', 'fo-keyed');
     expect(res.status, res.text).toBe(200);
     expect(outcomes(await receipt(String(res.headers['x-service-transaction-id'])))).toEqual([['a', 200]]);
+  });
+
+  it('byok_key_required counts the upstreams\' keys: keys only on the list is callable, no key anywhere is a 402', async () => {
+    const put = (id: string, body: Record<string, unknown>) => env.svc.call('PUT', path(id), { key: env.p.adminKey, body: modelBody(env.mock, env.upstreamKey, 'openai', { upstream_api_key: undefined, ...body }) });
+    const listKeyed = await put('gpt-list-keyed', { upstreams: [{ id: 'a', base_url: env.mock.url, api_key: env.upstreamKey }, { id: 'b', base_url: env.mock.url }] });
+    expect(listKeyed.status, JSON.stringify(listKeyed.body)).toBe(201);
+    expect(listKeyed.body).toMatchObject({ has_upstream_key: false, warnings: [] });
+    const keyless = await put('gpt-keyless-list', { upstreams: [{ id: 'a', base_url: env.mock.url }, { id: 'b', base_url: env.mock.url }] });
+    expect(keyless.body.warnings.map((w: { code: string }) => w.code)).toEqual(['byok_key_required']);
+    expect(keyless.body.warnings[0].message).toContain('none of its upstreams has an api_key');
+
+    await env.fund('fo-byok', 1_000_000);
+    const served = await chat('gpt-list-keyed', 'fo-byok');
+    expect(served.status, served.text).toBe(200);
+    expect(outcomes(await receipt(String(served.headers['x-service-transaction-id'])))).toEqual([['a', 200]]);
+    const refused = await chat('gpt-keyless-list', 'fo-byok');
+    expect(refused.status).toBe(402);
+    expect(refused.json().error.code).toBe('byok_key_required');
   });
 
   it('refuses a bad list, naming the field, and changes nothing', async () => {
