@@ -272,7 +272,7 @@ function modelWarnings(m: ModelRow, modelPath: string): { code: string; param: s
     warnings.push({
       code: 'byok_key_required',
       param: 'upstream_api_key',
-      message: `the model has no upstream_api_key and none of its upstreams has an api_key: every gateway call to it answers 402 byok_key_required until one is set (PATCH ${modelPath} {"upstream_api_key": "..."})`,
+      message: `the model has no upstream_api_key${m.upstreams === null ? '' : ' and none of its upstreams has an api_key'}: every gateway call to it answers 402 byok_key_required until one is set (PATCH ${modelPath} {"upstream_api_key": "..."})`,
     });
   }
   if (!m.active) {
