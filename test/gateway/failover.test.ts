@@ -8,20 +8,27 @@
  * attempt. A circuit opens after consecutive failures; all upstreams failing releases the hold.
  * The upstreams are mock upstreams (several, each failing its own way) and closed ports.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
 import { retryAfterMs } from '../../src/gateway/failover.js';
 import { startMockUpstream, type MockUpstream } from '../../src/gateway/mock/server.js';
-import { closedPort, expectedCost, rawPost, sseData, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
+import { closedPort, expectedCost, modelBody, rawPost, sseData, startGatewayEnv, type GatewayEnv, type RawResponse } from './support.js';
 
 let env: GatewayEnv;
 let hanging: MockUpstream;
 let limited: MockUpstream;
 let cutting: MockUpstream;
 let failing: MockUpstream;
+let quiet: MockUpstream;
+let stalling: MockUpstream;
 let downUrl: string;
+let silent: net.Server;
+const silentSockets: net.Socket[] = [];
 
 const first_byte_ms = 300;
+const idle_ms = 300;
+const connect_ms = 300;
 
 beforeAll(async () => {
   env = await startGatewayEnv();
@@ -30,11 +37,20 @@ beforeAll(async () => {
   limited = await startMockUpstream({ ...opts, controls: { fail: 429, retry_after: 1 } });
   cutting = await startMockUpstream({ ...opts, controls: { fail: 'midstream', output_tokens: 20 } });
   failing = await startMockUpstream({ ...opts, controls: { fail: 503 } });
+  // Headers, then silence before the first event; or the first 3 events, then silence.
+  quiet = await startMockUpstream({ ...opts, controls: { pause_before: 1, pause_ms: 5_000 } });
+  stalling = await startMockUpstream({ ...opts, controls: { pause_before: 4, pause_ms: 5_000 } });
   downUrl = `http://127.0.0.1:${await closedPort()}/v1`;
+  // Accepts the TCP connection and never says a word: an https connection to it never
+  // completes its TLS handshake, which undici counts in its connect timeout.
+  silent = net.createServer((socket) => silentSockets.push(socket));
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
 });
 afterAll(async () => {
   await env?.close();
-  await Promise.all([hanging, limited, cutting, failing].map((m) => m?.close()));
+  await Promise.all([hanging, limited, cutting, failing, quiet, stalling].map((m) => m?.close()));
+  for (const socket of silentSockets) socket.destroy();
+  await new Promise((resolve) => silent?.close(resolve));
 });
 // In list order: the first upstream that is neither tried, cooling down nor open.
 beforeEach(() => {
@@ -43,8 +59,8 @@ beforeEach(() => {
 
 const upstream = (id: string, base_url: string) => ({ id, base_url });
 
-async function model(id: string, upstreams: { id: string; base_url: string }[]) {
-  await env.putModel(id, { provider: 'openai', upstreams, timeouts: { first_byte_ms } });
+async function model(id: string, upstreams: { id: string; base_url: string }[], timeouts: Record<string, number> = { first_byte_ms }) {
+  await env.putModel(id, { provider: 'openai', upstreams, timeouts });
 }
 
 function chat(modelId: string, customer: string, o: { stream?: boolean; controls?: MockControls } = {}): Promise<RawResponse> {
@@ -112,6 +128,53 @@ describe('fails over before anything reached the client', () => {
     await expectBilledOnce('fo-hang', txid, r.cost_credits);
   });
 
+  it('from an upstream slower than first_byte_ms, a whole answer', async () => {
+    await model('gpt-slow-whole', [upstream('slow', hanging.url), upstream('up', env.mock.url)]);
+    await env.fund('fo-slow-whole', 1_000_000);
+    const started = Date.now();
+    const res = await chat('gpt-slow-whole', 'fo-slow-whole');
+    expect(res.status, res.text).toBe(200);
+    expect(Date.now() - started).toBeLessThan(4_000);
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(outcomes(r)).toEqual([['slow', 'timeout'], ['up', 200]]);
+    expect(r.cost_credits).toBe(expectedCost({ input: Number(res.json().usage.prompt_tokens), output: 7 }));
+    await expectBilledOnce('fo-slow-whole', txid, r.cost_credits);
+  });
+
+  it('from a stream that goes quiet longer than idle_ms before its first event', async () => {
+    await model('gpt-quiet', [upstream('quiet', quiet.url), upstream('up', env.mock.url)], { idle_ms });
+    await env.fund('fo-quiet', 1_000_000);
+    const started = Date.now();
+    const res = await chat('gpt-quiet', 'fo-quiet', { stream: true });
+    expect(res.status, res.text).toBe(200);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(idle_ms - 20);
+    expect(Date.now() - started).toBeLessThan(4_000);
+    expect(res.headers['x-service-upstream']).toBe('up');
+    expect(sseData(res.text).at(-1)).toBe('[DONE]');
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(outcomes(r)).toEqual([['quiet', 'timeout'], ['up', 200]]);
+    expect(r.usage_estimated).toBe(false);
+    expect(r.cost_credits).toBe(Number(res.trailers['x-service-cost-credits']));
+    await expectBilledOnce('fo-quiet', txid, r.cost_credits);
+  });
+
+  it('from an upstream whose connection does not complete within connect_ms', async () => {
+    const port = (silent.address() as net.AddressInfo).port;
+    await model('gpt-connecting', [upstream('silent', `https://127.0.0.1:${port}/v1`), upstream('up', env.mock.url)], { connect_ms });
+    await env.fund('fo-connect', 1_000_000);
+    const started = Date.now();
+    const res = await chat('gpt-connecting', 'fo-connect');
+    expect(res.status, res.text).toBe(200);
+    // undici checks its connect timeout on a coarse timer (about a second), never near the 10 s default.
+    expect(Date.now() - started).toBeLessThan(4_000);
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(outcomes(r)).toEqual([['silent', 'timeout'], ['up', 200]]);
+    await expectBilledOnce('fo-connect', txid, r.cost_credits);
+  });
+
   it("from a 429 with retry-after: later calls skip that upstream without trying it until the time passed", async () => {
     await model('gpt-limited', [upstream('limited', limited.url), upstream('up', env.mock.url)]);
     await env.fund('fo-429', 1_000_000);
@@ -154,6 +217,25 @@ describe('never fails over once a byte reached the client', () => {
     expect(r.usage_estimated).toBe(true);
     expect(r.cost_credits).toBeGreaterThan(0);
     await expectBilledOnce('fo-cut', txid, r.cost_credits);
+  });
+
+  it('a stream that goes quiet longer than idle_ms after its first events is cut, billed as a cut stream', async () => {
+    await model('gpt-stalling', [upstream('stall', stalling.url), upstream('up', env.mock.url)], { idle_ms });
+    await env.fund('fo-stall', 1_000_000);
+    const sentToGood = env.mock.requests.length;
+    const res = await chat('gpt-stalling', 'fo-stall', { stream: true });
+    expect(res.status).toBe(200);
+    expect(res.headers['x-service-upstream']).toBe('stall');
+    const events = sseData(res.text);
+    expect(events.length).toBeGreaterThan(0);
+    expect(events).not.toContain('[DONE]');
+    expect(env.mock.requests.length).toBe(sentToGood);
+    const txid = String(res.headers['x-service-transaction-id']);
+    const r = await receipt(txid);
+    expect(outcomes(r)).toEqual([['stall', 200]]);
+    expect(r.usage_estimated).toBe(true);
+    expect(r.cost_credits).toBe(Number(res.trailers['x-service-cost-credits']));
+    await expectBilledOnce('fo-stall', txid, r.cost_credits);
   });
 });
 
@@ -236,6 +318,24 @@ describe('the model write', () => {
     const res = await chat('gpt-keyed', 'fo-keyed');
     expect(res.status, res.text).toBe(200);
     expect(outcomes(await receipt(String(res.headers['x-service-transaction-id'])))).toEqual([['a', 200]]);
+  });
+
+  it('byok_key_required counts the upstreams\' keys: keys only on the list is callable, no key anywhere is a 402', async () => {
+    const put = (id: string, body: Record<string, unknown>) => env.svc.call('PUT', path(id), { key: env.p.adminKey, body: modelBody(env.mock, env.upstreamKey, 'openai', { upstream_api_key: undefined, ...body }) });
+    const listKeyed = await put('gpt-list-keyed', { upstreams: [{ id: 'a', base_url: env.mock.url, api_key: env.upstreamKey }, { id: 'b', base_url: env.mock.url }] });
+    expect(listKeyed.status, JSON.stringify(listKeyed.body)).toBe(201);
+    expect(listKeyed.body).toMatchObject({ has_upstream_key: false, warnings: [] });
+    const keyless = await put('gpt-keyless-list', { upstreams: [{ id: 'a', base_url: env.mock.url }, { id: 'b', base_url: env.mock.url }] });
+    expect(keyless.body.warnings.map((w: { code: string }) => w.code)).toEqual(['byok_key_required']);
+    expect(keyless.body.warnings[0].message).toContain('none of its upstreams has an api_key');
+
+    await env.fund('fo-byok', 1_000_000);
+    const served = await chat('gpt-list-keyed', 'fo-byok');
+    expect(served.status, served.text).toBe(200);
+    expect(outcomes(await receipt(String(served.headers['x-service-transaction-id'])))).toEqual([['a', 200]]);
+    const refused = await chat('gpt-keyless-list', 'fo-byok');
+    expect(refused.status).toBe(402);
+    expect(refused.json().error.code).toBe('byok_key_required');
   });
 
   it('refuses a bad list, naming the field, and changes nothing', async () => {

@@ -415,6 +415,30 @@ describe('latency controls', () => {
     expect(took).toBeLessThan(650);
   });
 
+  it('pause_before/pause_ms: the headers come at once, then silence before event N', async () => {
+    const streamed = async (pause_before: number) => {
+      const t0 = performance.now();
+      const res = await fetch(`${mock.url}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: mockDirective({ output_tokens: 3, pause_before, pause_ms: 200 }) }] }),
+      });
+      const headers = performance.now() - t0;
+      const reader = res.body!.getReader();
+      const first = new TextDecoder().decode((await reader.read()).value);
+      const firstAt = performance.now() - t0;
+      while (!(await reader.read()).done);
+      return { headers, firstAt, first, total: performance.now() - t0 };
+    };
+    const before = await streamed(1);
+    expect(before.headers).toBeLessThan(150);
+    expect(before.firstAt).toBeGreaterThanOrEqual(190);
+    const later = await streamed(3);
+    expect(later.firstAt).toBeLessThan(150);
+    expect(later.first).toContain('"role":"assistant"');
+    expect(later.total).toBeGreaterThanOrEqual(190);
+  });
+
   it('keeps only the last 200 requests', async () => {
     const m = await startMockUpstream();
     const origin = m.url.replace(/\/v1$/, '');

@@ -266,11 +266,13 @@ function modelInputOf(body: ModelWrite, current: ModelInput | null): ModelInput 
  */
 function modelWarnings(m: ModelRow, modelPath: string): { code: string; param: string; message: string }[] {
   const warnings = [];
-  if (!m.has_upstream_key) {
+  // An upstream of the list with a key of its own is called with it (src/gateway/models.ts):
+  // the model is callable without a key of its own.
+  if (!m.has_upstream_key && !(m.upstreams?.some((u) => u.key !== null) ?? false)) {
     warnings.push({
       code: 'byok_key_required',
       param: 'upstream_api_key',
-      message: `the model has no upstream_api_key: every gateway call to it answers 402 byok_key_required until one is set (PATCH ${modelPath} {"upstream_api_key": "..."})`,
+      message: `the model has no upstream_api_key${m.upstreams === null ? '' : ' and none of its upstreams has an api_key'}: every gateway call to it answers 402 byok_key_required until one is set (PATCH ${modelPath} {"upstream_api_key": "..."})`,
     });
   }
   if (!m.active) {
@@ -295,7 +297,7 @@ const modelWarningSchema = z
 const modelWriteSchema = extended(adminModelEntrySchema, {
   warnings: z.array(modelWarningSchema).openapi({
     description:
-      '`byok_key_required`: no `upstream_api_key` is stored, every gateway call to the model answers 402 until one is set; `model_inactive`: the model is not listed and calls answer 404 `model_not_found`. Empty when neither.',
+      '`byok_key_required`: no `upstream_api_key` is stored, nor an `api_key` of any of its `upstreams`, every gateway call to the model answers 402 until one is set; `model_inactive`: the model is not listed and calls answer 404 `model_not_found`. Empty when neither.',
   }),
 }).openapi('AdminModelWrite');
 const modelParams = z.object({ project_id: z.string(), model_id: modelIdSchema });

@@ -39,6 +39,7 @@ interface UpstreamEntry {
   id: string;
   base_url: string;
   weight: number;
+  has_api_key: boolean;
   state: 'ok' | 'cooling' | 'circuit_open';
   cooling_until: string | null;
 }
@@ -178,7 +179,7 @@ ${models.data.map(
 <td>${m.provider} <span class="muted" data-testid="model-wire-format-shown">(${m.wire_format})</span><br><span class="muted">${m.upstream_model} at ${m.upstream_base_url}</span>${upstreamList(m)}</td>
 <td><dl class="prices">${model_prices.map(([f, label]) => html`<dt>${label}</dt><dd>${price(m[f])}${priceSource(m, f)}</dd>`)}</dl>${catalogueNote(m)}</td>
 <td>${count(m.context_window)} / ${count(m.max_output_tokens)} out</td>
-<td>${m.has_upstream_key ? 'stored' : 'none (BYOK)'}</td>
+<td>${m.has_upstream_key ? 'stored' : m.upstreams?.some((u) => u.has_api_key) ? 'on its upstreams' : 'none (BYOK)'}</td>
 <td><span class="status ${m.active ? 'active' : 'inactive'}">${m.active ? 'active' : 'inactive'}</span></td>
 <td><a href="${withQuery(path, { edit: m.id, cursor })}" data-testid="model-edit">Edit</a>
 <form method="post" action="${path}/delete" class="inline">${csrfField(ctx.session)}<input type="hidden" name="model_id" value="${m.id}"><button type="submit" class="danger" data-testid="model-delete">Delete</button></form></td>

@@ -22,6 +22,9 @@ export interface MockControls {
   reasoning_tokens?: number;
   latency_ms?: number;
   chunk_delay_ms?: number;
+  /** Streams: a pause of `pause_ms` before event N (1: the first, the headers sent before it). */
+  pause_before?: number;
+  pause_ms?: number;
   /** 1: answer with a call of the request's first tool (arguments streamed in pieces) instead of text. */
   tool_call?: number;
   fail?: MockFailMode;
@@ -29,7 +32,7 @@ export interface MockControls {
   retry_after?: number;
 }
 
-const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'tool_call', 'latency_ms', 'chunk_delay_ms', 'retry_after'] as const;
+const NUMERIC_KEYS = ['output_tokens', 'input_tokens', 'no_usage', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'tool_call', 'latency_ms', 'chunk_delay_ms', 'pause_before', 'pause_ms', 'retry_after'] as const;
 type NumericKey = (typeof NUMERIC_KEYS)[number];
 const FAIL_WORDS = new Set(['timeout', 'reset', 'invalid', 'midstream']);
 

@@ -102,6 +102,16 @@ function bearer(headers: IncomingHttpHeaders): string | undefined {
   return m ? m[1]!.trim() : undefined;
 }
 
+/** A pause of a stream before one of its events (`pause_before`, 1 = the first, after the headers). */
+interface StreamPause {
+  before: number;
+  ms: number;
+}
+
+function pauseOf(c: MockControls): StreamPause | null {
+  return c.pause_before !== undefined && c.pause_before > 0 && (c.pause_ms ?? 0) > 0 ? { before: c.pause_before, ms: c.pause_ms! } : null;
+}
+
 function urlHost(host: string): string {
   if (host === '0.0.0.0' || host === '') return '127.0.0.1';
   if (host === '::') return '[::1]';
@@ -157,6 +167,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     delayMs: number,
     cutAt: number | undefined,
     reqIdHeader: Record<string, string>,
+    pause: StreamPause | null = null,
   ) => {
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
@@ -164,7 +175,8 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       ...reqIdHeader,
     });
     const n = cutAt ?? events.length;
-    if (delayMs <= 0) {
+    const pauseAt = pause === null ? -1 : pause.before - 1;
+    if (delayMs <= 0 && pauseAt < 0) {
       const body = n === events.length ? events.join('') : events.slice(0, n).join('');
       if (cutAt === undefined) res.end(body);
       else destroyAfter(res, body);
@@ -172,8 +184,14 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     }
     // Event i is due i x delayMs after the first: a timer that fires late (a busy event
     // loop, thousands of streams) delays its event, not every event after it.
-    const first = performance.now();
+    let first = performance.now();
     for (let i = 0; i < n; i++) {
+      if (i === pauseAt) {
+        // Headers out, then silence: an upstream that went quiet (a model's idle_ms).
+        if (i === 0) res.flushHeaders();
+        await sleep(pause!.ms);
+        first += pause!.ms;
+      }
       const wait = first + i * delayMs - performance.now();
       if (i > 0 && wait > 0) await sleep(wait);
       if (res.destroyed || closed) return;
@@ -312,7 +330,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     }
     const { events, preamble } = isAnthropic ? anthropicEvents(plan) : openaiEvents(plan);
     const cut = mode === 'midstream' ? preamble + Math.min(MIDSTREAM_TOKENS, Math.floor(plan.output / 2)) : undefined;
-    return streamEvents(res, events, delay, cut, idHeader);
+    return streamEvents(res, events, delay, cut, idHeader, pauseOf(controls));
   };
 
   /** POST /v1/responses: the Responses API, whole or streamed (named events). */
@@ -336,7 +354,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     if (mode === 'invalid') return streamEvents(res, ['event: response.created\ndata: {not json\n\n'], 0, undefined, idHeader);
     const { events, preamble } = responsesEvents(plan);
     const cut = mode === 'midstream' ? preamble + Math.min(MIDSTREAM_TOKENS, Math.floor(plan.output / 2)) : undefined;
-    return streamEvents(res, events, controls.chunk_delay_ms ?? defaults.chunkDelayMs, cut, idHeader);
+    return streamEvents(res, events, controls.chunk_delay_ms ?? defaults.chunkDelayMs, cut, idHeader, pauseOf(controls));
   };
 
   /** POST /v1/embeddings: one vector per input; usage counts the input only. */
