@@ -395,6 +395,36 @@ describe('extensions', () => {
     expect((await env.balance('ext')).frozen).toBe(0);
   });
 
+  it('a wallet with less than a slice left is held down to below one output token\'s price (3 credits a token)', async () => {
+    await env.fund('ext3', 1_001);
+    const scope = { projectId: env.p.projectId, organizationId: env.p.organizationId };
+    const ledger = env.svc.rt.ledger;
+    const hold = await ledger.run('gateway_hold', scope, 'ext3', {
+      transactionId: 'gw-ext3', wallet: 'credits', inputCostBound: 100, outputPrice: 3_000_000, outputTokens: 100, explicitMax: '0', holdTtlSeconds: 3_600,
+      admitted: '1', answers: 1, idempotencyKey: '', keyBudget: '',
+    });
+    expect(hold[0]).toBe(0);
+    await env.svc.rt.redis.hset(bindingKeys(env.svc.rt.config.REDIS_PREFIX, env.p.projectId, 't', 'gw-ext3').ids, 'gw-ext3', `ext3|${Date.now()}`);
+    const extend = (extension: number) =>
+      ledger.run('gateway_extend', scope, 'ext3', { transactionId: 'gw-ext3', extension, outputPrice: 3_000_000, outputTokens: SLICE, answers: 1, keyBudget: '' });
+    // 601 credits left: 200 tokens (600 credits) of the 1024 asked.
+    const partial = await extend(1);
+    expect(partial[0]).toBe(0);
+    expect(JSON.parse(partial[1])).toMatchObject({ hold: '1000', output_tokens: '300' });
+    expect(await env.balance('ext3')).toMatchObject({ frozen: 1_000, available: 1 });
+    // 1 credit is less than one token's price: refused, nothing held.
+    expect((await extend(2))[0]).not.toBe(0);
+    expect(await env.balance('ext3')).toMatchObject({ frozen: 1_000, available: 1 });
+    const usage = JSON.stringify({
+      id: 'usage_ext3000000000000', customer_id: 'ext3', trace_id: null, wallet: 'credits', model: 'm', endpoint: 'chat.completions', stream: true,
+      status: 'settled', input_tokens: 1, output_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, usage_estimated: true,
+      cost_credits: 1_000, latency_ms: 1, prices: { input_price_per_million_credits: 1 }, upstream_status: 200, hold_exhausted: true,
+    });
+    expect((await ledger.run('gateway_settle', scope, 'ext3', { transactionId: 'gw-ext3', cost: 1_000, usageRecord: usage, modelId: 'm' }))[0]).toBe(0);
+    expect(await env.balance('ext3')).toMatchObject({ used: 1_000, frozen: 0, available: 1 });
+    expect(await receipt('gw-ext3')).toMatchObject({ hold_exhausted: true });
+  });
+
   it('a budget that cannot hold one more slice ends the stream as a wallet does; the budget holds nothing after', async () => {
     await env.fund('bud', 1_000_000);
     const body = JSON.stringify(bodyOf('anthropic', 20_000));
@@ -425,6 +455,8 @@ describe('extensions', () => {
       expect(Number(r.trailers['x-service-balance-credits'])).toBeGreaterThanOrEqual(0);
     }
     expect(results.some((r) => r.status === 200)).toBe(true);
+    // The wallet, not the upstream, ended some: the last ones were served down to its last token.
+    expect(results.some((r) => r.trailers['x-service-hold-exhausted'] === 'true')).toBe(true);
     const balance = await env.balance('many');
     expect(balance).toMatchObject({ used: charged, frozen: 0, available: deposit - charged });
     expect(balance.available).toBeGreaterThanOrEqual(0);
