@@ -1,8 +1,8 @@
 /**
  * `X-Service-Hold: incremental` (docs/API.md, "Incremental holds"): a streamed call whose
- * hold covers its input bound and one slice of output, extended slice by slice in the
- * customer's script (lua/gateway_extend-10.lua) as the relayed output approaches what is
- * held. The relay (src/gateway/relay.ts) forwards output only up to what is held
+ * hold covers its input bound and one slice of output (or what the wallet affords of it),
+ * extended slice by slice in the customer's script (lua/gateway_extend-10.lua) as the
+ * relayed output approaches what is held. The relay (src/gateway/relay.ts) forwards output only up to what is held
  * (StreamRelay's allowance); when an extension is refused it ends the stream itself, in
  * its format (StreamCloser), and the call is billed what was relayed.
  */

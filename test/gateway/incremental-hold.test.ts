@@ -1,9 +1,9 @@
 /**
  * `X-Service-Hold: incremental` (docs/API.md, "Incremental holds"): a streamed call holds
  * its input bound and one slice of output, the relay extends the hold slice by slice
- * (lua/gateway_extend-10.lua) and forwards output only up to what is held; when the
- * wallet cannot pay for one more slice, the gateway ends the stream itself, in its format,
- * and bills what was relayed. Read with the official `openai` and `@anthropic-ai/sdk`
+ * (lua/gateway_extend-10.lua; a smaller one when the wallet cannot cover a slice) and
+ * forwards output only up to what is held; when the wallet cannot pay for one more output
+ * token, the gateway ends the stream itself, in its format, and bills what was relayed. Read with the official `openai` and `@anthropic-ai/sdk`
  * clients (the cut stream parses, with its finish reason), and raw for the trailers.
  *
  * The models here cost 1 credit per input and output token, and nothing for the cache
