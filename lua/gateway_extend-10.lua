@@ -1,5 +1,5 @@
 -- Extends the hold of a gateway call served with `X-Service-Hold: incremental` by one
--- slice of output (docs/API.md, "Incremental holds"): the relay asks for it as the
+-- slice of output, or what the wallet affords of it (docs/API.md, "Incremental holds"): the relay asks for it as the
 -- streamed output approaches what is held. Checks the wallet's available credits and the
 -- call's spending budgets (includes/budget.lua) as the hold does, and adds to the call's
 -- hold record: its amount, its output tokens and its sources, never below zero. Writes no
@@ -10,25 +10,33 @@
 -- KEYS[1..10] and ARGV[1..4]: see includes/customer.lua.
 -- ARGV[5]  transaction_id: gateway transaction id (held by gateway_hold-10.lua)
 -- ARGV[6]  extension: the extension's number (integer >= 1)
--- ARGV[7]  output_cost: credits to add to the hold (integer >= 0)
--- ARGV[8]  output_tokens: output tokens they cover (added to the record's `ot`)
+-- ARGV[7]  output_price: output price, credits per million tokens (integer >= 0)
+-- ARGV[8]  output_tokens: output tokens wanted per answer (a whole slice, or what is left
+--          of the limit); when the wallet or a budget cannot cover them, as many as it
+--          can (at least one): the stream then ends only when not one more token fits
 -- ARGV[9]  key_budget: the calling key's budget, as gateway_hold-10.lua's ARGV[15]
+-- ARGV[10] answers: answers the upstream generates (OpenAI `n`, integer >= 1)
 --
--- Returns {status, JSON {hold, output_tokens}, auto-consumed, TTL entries}; on OK the last
+-- Returns {status, JSON {hold, output_tokens}, auto-consumed, TTL entries}: output_tokens
+-- is the record's `ot` (per answer, the first hold's and every extension's), from which the
+-- relay takes what it may forward (also on REPLAY); on OK the last
 -- counts the balance alerts' events too (includes/alerts.lua), on E_BUDGET_EXCEEDED its
 -- budget.exceeded event. Status OK, REPLAY (that extension applied before: nothing held
 -- again), E_NO_CONSUMABLE (no such call, or it is no longer held: settled or released),
--- E_INSUFFICIENT (the wallet cannot cover the slice; the JSON is the shortfall of
--- includes/customer.lua) or E_BUDGET_EXCEEDED (a budget cannot: Budget.refusal's JSON).
+-- E_INSUFFICIENT (the wallet cannot cover one more output token; the JSON is the shortfall
+-- of includes/customer.lua) or E_BUDGET_EXCEEDED (a budget cannot: Budget.refusal's JSON).
 
 --@include customer
 --@include alerts
 
 local txid = ARGV[5]
 local extension = tonumber(ARGV[6])
-local amount = tonumber(ARGV[7])
+local out_price = tonumber(ARGV[7])
 local tokens = tonumber(ARGV[8])
 local key_budget = ARGV[9]
+local answers = tonumber(ARGV[10]) or 1
+
+local function out_cost(t) return math.ceil(t * answers * out_price / 1000000) end
 
 local now = now_ms()
 local auto_consumed = expire_due(now)
@@ -43,10 +51,18 @@ local sources = load_live()
 local available = wallet_available(sources, tx.w, now)
 local budget = Budget.load(key_budget, now)
 local room, tight = Budget.room(budget)
-if room ~= nil and amount > room and room < available then
-  return { E_BUDGET_EXCEEDED, Budget.refuse(tight, amount, now), auto_consumed, ttl_entries_written + ev_count }
+local by_budget = room ~= nil and room < available
+local affords = (by_budget and room) or available
+local amount = out_cost(tokens)
+if amount > affords then
+  -- Less than the slice: as many tokens as fit, so that the wallet is used to its last token.
+  tokens = math.floor(affords * 1000000 / (out_price * answers))
+  amount = out_cost(tokens)
 end
-if amount > available then
+if tokens < 1 and by_budget then
+  return { E_BUDGET_EXCEEDED, Budget.refuse(tight, out_cost(1), now), auto_consumed, ttl_entries_written + ev_count }
+end
+if tokens < 1 then
   return { E_INSUFFICIENT, cjson.encode(shortfall({ [tx.w] = true }, now)), auto_consumed, ttl_entries_written }
 end
 

@@ -79,6 +79,8 @@ export interface InlineBilling {
   balance_credits: number;
   balance_usd: string;
   usage_estimated: boolean;
+  /** An incremental hold's calls only: the wallet (or a budget) ended the stream. */
+  hold_exhausted?: boolean;
 }
 
 /** A script that retryLater sends until Redis answers. */
@@ -188,12 +190,13 @@ export class GatewayBilling {
     let indexMayExist = false;
     try {
       const prices = c.model.prices;
-      // An incremental hold holds one slice of the limit, as a limit the client set: a wallet that cannot cover it is refused.
+      // An incremental hold holds one slice of the limit, lowered as a default limit is to what
+      // the wallet affords (at least one token): the relay forwards what is held.
       const wanted = c.incremental?.slice ?? c.explicitMax ?? c.model.maxOutputTokens;
       const partTokens = partTokensBound(c.parts, c.model.partBounds, c.model.contextWindow);
       const args: CustomerScriptArgs<'gateway_hold'> = {
         transactionId: c.transactionId, wallet: c.wallet, inputCostBound: inputCostBound(c.rawBytes, prices, partTokens), outputPrice: prices.output,
-        outputTokens: wanted, explicitMax: c.explicitMax !== null || c.incremental !== null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
+        outputTokens: wanted, explicitMax: c.explicitMax !== null && c.incremental === null ? '1' : '0', holdTtlSeconds: hold_ttl_seconds,
         admitted: reservation.admitted ? '1' : '0', answers: c.answers, idempotencyKey: c.idempotencyKey, keyBudget: keyBudgetOf(c.auth.key),
       };
       // Receipts find the customer of a gateway transaction through the project index. The
@@ -217,7 +220,7 @@ export class GatewayBilling {
       // one wallet), saying the hold, the wallet's credits and what to change.
       if (status === ScriptStatus.BudgetExceeded) throw budgetRefusal(raw, 402);
       if (status === ScriptStatus.Insufficient || status === ScriptStatus.InsufficientSelected) {
-        throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.explicitMax, limitField: c.limitField, answers: c.answers });
+        throw holdRefusal(raw, { wallet: c.wallet, explicitMax: c.incremental === null ? c.explicitMax : null, limitField: c.limitField, answers: c.answers });
       }
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
       if (indexed?.status === 'rejected') throw unbilled(indexed.reason);
@@ -333,7 +336,7 @@ export class GatewayBilling {
     return JSON.stringify(this.usageRecord(call, 'failed', zero, 0, false, upstreamStatus));
   }
 
-  private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null): UsageRecordInput {
+  private usageRecord(call: Call, status: UsageRecordInput['status'], usage: Usage, cost: number, estimated: boolean, upstreamStatus: number | null, holdExhausted = false): UsageRecordInput {
     const p = call.model.prices;
     return {
       id: newId('usage'),
@@ -360,6 +363,7 @@ export class GatewayBilling {
       upstream_status: upstreamStatus,
       upstream: call.upstream,
       attempts: call.attempts,
+      hold_exhausted: holdExhausted,
     };
   }
 
@@ -373,10 +377,10 @@ export class GatewayBilling {
    * a billable operation whatever it cost: its plan reservation is committed once it
    * settled, or may have (or will, in the background).
    */
-  async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null): Promise<SettleResult> {
+  async settle(call: Call, usage: Usage, status: 'settled' | 'client_aborted', estimated: boolean, upstreamStatus: number | null, holdExhausted = false): Promise<SettleResult> {
     this.upstreamEnded(call);
     const cost = costOf(usage, call.model.prices);
-    const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus);
+    const record = this.usageRecord(call, status, usage, cost, estimated, upstreamStatus, holdExhausted);
     const args: CustomerScriptArgs<'gateway_settle'> = { transactionId: call.transactionId, cost, usageRecord: JSON.stringify(record), modelId: call.model.id };
     call.settleTried = true;
     let reply: ScriptReply | undefined;
@@ -442,10 +446,11 @@ export class GatewayBilling {
    * The billing figures of a settled stream in its final usage event
    * (`X-Service-Stream-Billing: inline`): the trailers' figures (credits as numbers, cents
    * and USD as exact decimal strings), with the transaction id and whether the usage was
-   * estimated.
+   * estimated; for an incremental hold, whether the wallet ended the stream (the trailer
+   * X-Service-Hold-Exhausted, which SDKs do not show).
    */
-  inlineBilling(call: Call, s: SettleResult, estimated: boolean): InlineBilling {
-    return {
+  inlineBilling(call: Call, s: SettleResult, estimated: boolean, holdExhausted = false): InlineBilling {
+    const figures: InlineBilling = {
       transaction_id: call.transactionId,
       cost_credits: s.cost,
       cost_cents: creditsToCents(s.cost),
@@ -454,6 +459,8 @@ export class GatewayBilling {
       balance_usd: creditsToUsd(s.balanceAfter),
       usage_estimated: estimated,
     };
+    if (call.incremental !== null) figures.hold_exhausted = holdExhausted;
+    return figures;
   }
 
   /**

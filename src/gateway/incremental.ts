@@ -1,8 +1,8 @@
 /**
  * `X-Service-Hold: incremental` (docs/API.md, "Incremental holds"): a streamed call whose
- * hold covers its input bound and one slice of output, extended slice by slice in the
- * customer's script (lua/gateway_extend-10.lua) as the relayed output approaches what is
- * held. The relay (src/gateway/relay.ts) forwards output only up to what is held
+ * hold covers its input bound and one slice of output (or what the wallet affords of it),
+ * extended slice by slice in the customer's script (lua/gateway_extend-10.lua) as the
+ * relayed output approaches what is held. The relay (src/gateway/relay.ts) forwards output only up to what is held
  * (StreamRelay's allowance); when an extension is refused it ends the stream itself, in
  * its format (StreamCloser), and the call is billed what was relayed.
  */
@@ -14,8 +14,9 @@ import type { Call, IncrementalHold } from './call.js';
 
 /**
  * Output tokens per slice (per answer, for OpenAI `n`): large enough that extensions are
- * rare (one Redis round trip per slice, off the event path), small enough that a small
- * wallet still gets a long answer's first part.
+ * rare (one Redis round trip per slice, off the event path). A wallet that cannot cover a
+ * whole slice gets what it affords (at least one token), in the first hold and in each
+ * extension: the stream ends only when not one more output token fits.
  */
 export const hold_slice_tokens = 1024;
 
@@ -30,7 +31,7 @@ export const hold_exhausted_trailer = 'X-Service-Hold-Exhausted';
  */
 export class HoldExtender {
   held: number;
-  /** An extension was refused (or failed): the hold will not grow, the relay stops at `held`. */
+  /** An extension was refused (not one more token fits, or it failed): the hold will not grow, the relay stops at `held`. */
   exhausted = false;
   private extensions = 0;
   private pending: Promise<boolean> | null = null;
@@ -73,15 +74,17 @@ export class HoldExtender {
 
   private async send(): Promise<boolean> {
     const c = this.call;
-    const tokens = Math.min(this.sliceTokens, this.limitTokens - this.held);
-    const cost = Math.ceil((tokens * c.model.prices.output) / 1_000_000);
+    // Per answer, as the hold's output tokens: a whole slice, or what is left of the limit.
+    const tokens = Math.min(this.sliceTokens, this.limitTokens - this.held) / c.answers;
     const extension = ++this.extensions;
     try {
-      const [status] = await this.deps.ledger.run('gateway_extend', c.scope, c.customerId, {
-        transactionId: c.transactionId, extension, outputCost: cost, outputTokens: tokens / c.answers, keyBudget: keyBudgetOf(c.auth.key),
+      const [status, raw] = await this.deps.ledger.run('gateway_extend', c.scope, c.customerId, {
+        transactionId: c.transactionId, extension, outputPrice: c.model.prices.output, outputTokens: tokens, answers: c.answers, keyBudget: keyBudgetOf(c.auth.key),
       });
       if (status === ScriptStatus.Ok || status === ScriptStatus.Replay) {
-        this.held += tokens;
+        // What the record holds (the wallet may have afforded less than the slice); an
+        // extension sent again is the last one (one in flight), so its record is current.
+        this.held = Number((JSON.parse(raw) as { output_tokens: string }).output_tokens) * c.answers;
         return true;
       }
       if (status !== ScriptStatus.Insufficient && status !== ScriptStatus.BudgetExceeded) {

@@ -332,9 +332,9 @@ export class GatewayRelay {
    */
   private async endExhausted(res: Response, call: Call, upstreamStatus: number, relay: StreamRelay, cork: TurnCork): Promise<boolean> {
     const usage = estimatedUsage(call, relay.usage(), relay.relayedOutputEstimate());
-    const settled = await this.deps.billing.settle(call, usage, 'settled', true, upstreamStatus);
+    const settled = await this.deps.billing.settle(call, usage, 'settled', true, upstreamStatus, true);
     cork.hold();
-    const inline = relay.holdsFinal() ? { [billing_field]: this.deps.billing.inlineBilling(call, settled, true) } : null;
+    const inline = relay.holdsFinal() ? { [billing_field]: this.deps.billing.inlineBilling(call, settled, true, true) } : null;
     res.write(relay.close(usage, inline));
     res.addTrailers(this.trailersOf(call, settled, true));
     res.end();

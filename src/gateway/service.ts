@@ -196,7 +196,8 @@ export class GatewayService {
       const maxTokens = call.incremental?.limit ?? call.outputTokens;
       res.setHeader('X-Service-Max-Tokens', String(maxTokens));
       if (call.incremental !== null) res.setHeader(hold_header, 'incremental');
-      if (call.budget?.lowered) res.setHeader(max_tokens_limited_by_header, 'budget');
+      // An incremental hold's smaller first slice lowers nothing sent upstream.
+      if (call.budget?.lowered && call.incremental === null) res.setHeader(max_tokens_limited_by_header, 'budget');
       const upstreamBody = prepareUpstreamBody(upstreamFormat, translated === null ? r.body : translated.body, { upstreamModel: model.upstreamModel, maxTokens, stream: r.stream });
       const translation = translated === null ? null : translated.translation;
       // Settled, or released (the release freed the key: GatewayBilling.release).

@@ -165,6 +165,8 @@ export const usageRecordSchema = z.object({
   /** Absent in the records of a service before resilient routing (migration 025). */
   upstream: z.string().nullable().optional(),
   attempts: z.array(z.object({ upstream: z.string(), outcome: z.union([z.number(), z.string()]), ms: z.number() })).optional(),
+  /** The wallet ended an incremental stream (migration 026); absent in older records. */
+  hold_exhausted: z.boolean().optional(),
 });
 export type UsageRecordInput = z.infer<typeof usageRecordSchema>;
 
@@ -183,16 +185,16 @@ async function insertUsageRecords(tx: CommonQueryMethods, entries: OutboxEntry[]
       r.balance_after === undefined ? null : Number(r.balance_after), u.upstream_status, new Date(Number(e.at)).toISOString(),
       // What the settlement could not charge (lua/gateway_settle-10.lua); a release has none.
       Number(r.shortfall ?? 0),
-      u.upstream ?? null, u.attempts === undefined ? null : JSON.stringify(u.attempts),
+      u.upstream ?? null, u.attempts === undefined ? null : JSON.stringify(u.attempts), u.hold_exhausted ?? false,
     ];
   });
   await tx.query(sql.unsafe`
     INSERT INTO usage_records (id, project_id, customer_id, transaction_id, trace_id, wallet, model, endpoint, stream, status,
       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, latency_ms, prices,
-      reserved_credits, returned_credits, details, balance_after_credits, upstream_status, created_at, uncovered_credits, upstream, attempts)
+      reserved_credits, returned_credits, details, balance_after_credits, upstream_status, created_at, uncovered_credits, upstream, attempts, hold_exhausted)
     SELECT * FROM ${sql.unnest(rows, [
       'text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'bool', 'text', 'int8', 'int8', 'int8', 'int8', 'bool', 'int8',
-      'int4', 'jsonb', 'int8', 'int8', 'jsonb', 'int8', 'int4', 'timestamptz', 'int8', 'text', 'jsonb',
+      'int4', 'jsonb', 'int8', 'int8', 'jsonb', 'int8', 'int4', 'timestamptz', 'int8', 'text', 'jsonb', 'bool',
     ])}
     ON CONFLICT (project_id, transaction_id) DO NOTHING`);
 }

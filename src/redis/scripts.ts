@@ -319,7 +319,7 @@ export const customer_script_args = {
   ],
   gateway_settle: ['transactionId', 'cost', 'usageRecord', 'modelId'],
   gateway_release: ['transactionId', 'usageRecord'],
-  gateway_extend: ['transactionId', 'extension', 'outputCost', 'outputTokens', 'keyBudget'],
+  gateway_extend: ['transactionId', 'extension', 'outputPrice', 'outputTokens', 'keyBudget', 'answers'],
   trim_sources: ['retentionMs', 'countMax'],
 } as const satisfies Record<CustomerScriptName, readonly string[]>;
 

@@ -31,6 +31,7 @@ const usageRow = z.object({
   balance_after_credits: z.number().nullable(),
   upstream: z.string().nullable(),
   attempts: z.array(z.object({ upstream: z.string(), outcome: z.union([z.number(), z.string()]), ms: z.number() })).nullable(),
+  hold_exhausted: z.boolean(),
 });
 type UsageRow = z.infer<typeof usageRow>;
 
@@ -70,6 +71,7 @@ function usageRecord(r: UsageRow) {
     created_at: new Date(r.created_at).toISOString(),
     upstream: r.upstream,
     attempts: r.attempts ?? [],
+    hold_exhausted: r.hold_exhausted,
   };
 }
 
@@ -86,7 +88,7 @@ export function receipt(r: UsageRow) {
 
 const columns = sql.fragment`id, transaction_id, trace_id, customer_id, wallet, model, endpoint, stream, status, input_tokens,
   output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_credits, uncovered_credits, latency_ms, created_at, prices,
-  reserved_credits, returned_credits, details, balance_after_credits, upstream, attempts`;
+  reserved_credits, returned_credits, details, balance_after_credits, upstream, attempts, hold_exhausted`;
 
 export function createUsageQueries(pool: DatabasePool) {
   return {
@@ -157,6 +159,9 @@ export const usageRecordResponseSchema = z
           .strict(),
       )
       .openapi({ description: 'Every upstream the call was sent to, in order; more than one when it failed over.' }),
+    hold_exhausted: z.boolean().openapi({
+      description: 'True when the wallet (or a budget) ended the call\'s stream (`X-Service-Hold: incremental`, docs: Incremental holds): the X-Service-Hold-Exhausted trailer, for clients that cannot read trailers.',
+    }),
   })
   .strict()
   .openapi('UsageRecord');

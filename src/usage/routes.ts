@@ -196,6 +196,7 @@ async function receiptFromOutbox(
       ...record,
       upstream: u.upstream ?? null,
       attempts: u.attempts ?? [],
+      hold_exhausted: u.hold_exhausted ?? false,
       transaction_id: transactionId,
       cost_credits: Number(e.amount),
       cost_usd: creditsToUsd(Number(e.amount)),

@@ -1,9 +1,9 @@
 /**
  * `X-Service-Hold: incremental` (docs/API.md, "Incremental holds"): a streamed call holds
  * its input bound and one slice of output, the relay extends the hold slice by slice
- * (lua/gateway_extend-10.lua) and forwards output only up to what is held; when the
- * wallet cannot pay for one more slice, the gateway ends the stream itself, in its format,
- * and bills what was relayed. Read with the official `openai` and `@anthropic-ai/sdk`
+ * (lua/gateway_extend-10.lua; a smaller one when the wallet cannot cover a slice) and
+ * forwards output only up to what is held; when the wallet cannot pay for one more output
+ * token, the gateway ends the stream itself, in its format, and bills what was relayed. Read with the official `openai` and `@anthropic-ai/sdk`
  * clients (the cut stream parses, with its finish reason), and raw for the trailers.
  *
  * The models here cost 1 credit per input and output token, and nothing for the cache
@@ -85,14 +85,14 @@ const estimateOf = (text: string) => Math.max(Math.ceil(text.length / 4), text.s
 async function receipt(txid: string) {
   const r = await env.svc.call('GET', `/v1/billing/receipts/${txid}`, { key: env.p.projectKey });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
-  return r.body as { cost_credits: number; reserved_credits: number; returned_credits: number; balance_after_credits: number };
+  return r.body as { cost_credits: number; reserved_credits: number; returned_credits: number; balance_after_credits: number; hold_exhausted: boolean };
 }
 
 async function usageOf(customer: string) {
   await env.svc.drained();
   const r = await env.svc.call('GET', `/v1/usage?customer_id=${customer}`, { key: env.p.projectKey });
   expect(r.status).toBe(200);
-  return r.body.data as { transaction_id: string; status: string; output_tokens: number; input_tokens: number; usage_estimated: boolean; cost_credits: number }[];
+  return r.body.data as { transaction_id: string; status: string; output_tokens: number; input_tokens: number; usage_estimated: boolean; cost_credits: number; hold_exhausted: boolean }[];
 }
 
 describe('StreamRelay with an allowance', () => {
@@ -142,16 +142,18 @@ describe('refusals', () => {
     expect(r.json().error.param).toBe('X-Service-Hold');
   });
 
-  it('a wallet that cannot cover the input bound and one slice is refused 402', async () => {
+  it('a wallet that cannot cover the input bound and one output token is refused 402', async () => {
     const body = JSON.stringify(bodyOf('openai', 5));
-    await env.fund('r3', body.length + SLICE - 1);
-    expectError(await post('openai', 'r3', body), 402, 'insufficient_balance');
+    await env.fund('r3', body.length);
+    const r = await post('openai', 'r3', body);
+    expectError(r, 402, 'insufficient_balance');
+    expect(r.json().error.message).toContain('one output token');
     expect((await env.balance('r3')).frozen).toBe(0);
   });
 });
 
 describe.each(['openai', 'anthropic'] as const)('%s: raw', (format) => {
-  it('a wallet for the input and two slices: the stream ends cleanly at what was held, billed what was relayed, never below zero', async () => {
+  it('a wallet for the input and two and a half slices: the stream ends cleanly once the whole wallet is held, billed what was relayed, never below zero', async () => {
     const customer = `cut-${format}`;
     const body = JSON.stringify(bodyOf(format, 20_000, format === 'openai' ? { stream_options: { include_usage: true } } : {}));
     const deposit = body.length + 2 * SLICE + SLICE / 2;
@@ -172,8 +174,9 @@ describe.each(['openai', 'anthropic'] as const)('%s: raw', (format) => {
     // paid plus one slice; with one token per delta it is within what was held.
     const cost = Number(r.trailers['x-service-cost-credits']);
     expect(delivered).toBeLessThanOrEqual(cost - body.length / 4 + SLICE);
-    expect(estimateOf(text)).toBeLessThanOrEqual(2 * SLICE);
-    expect(estimateOf(text)).toBeGreaterThan(SLICE);
+    // The last extension took the half slice the wallet had left: output up to it.
+    expect(estimateOf(text)).toBeLessThanOrEqual(2.5 * SLICE);
+    expect(estimateOf(text)).toBeGreaterThan(2 * SLICE);
 
     if (format === 'openai') {
       expect(events.at(-1)).toBe('[DONE]');
@@ -192,11 +195,13 @@ describe.each(['openai', 'anthropic'] as const)('%s: raw', (format) => {
     // or from the body's size (OpenAI, bytes / 4); the hold covered it all.
     const txid = String(r.headers['x-service-transaction-id']);
     const [record] = (await usageOf(customer)).filter((u) => u.transaction_id === txid);
-    expect(record).toMatchObject({ status: 'settled', usage_estimated: true, output_tokens: estimateOf(text), cost_credits: cost });
+    expect(record).toMatchObject({ status: 'settled', usage_estimated: true, output_tokens: estimateOf(text), cost_credits: cost, hold_exhausted: true });
     expect(cost).toBe(record!.input_tokens + estimateOf(text));
     const rec = await receipt(txid);
     expect(rec.cost_credits).toBe(cost);
-    expect(rec.reserved_credits).toBe(body.length + 2 * SLICE);
+    // The whole wallet was held: not one more token's price was left.
+    expect(rec.reserved_credits).toBe(deposit);
+    expect(rec).toMatchObject({ hold_exhausted: true });
     const [entry] = (await env.ledger(customer, 'GATEWAY')).filter((e) => e.transaction_id === txid);
     expect(entry!.amount).toBe(cost);
     const balance = await env.balance(customer);
@@ -232,7 +237,7 @@ describe.each(['openai', 'anthropic'] as const)('%s: raw', (format) => {
     expect(relayedText(events)).toBe(mockOutputText(output));
     const txid = String(r.headers['x-service-transaction-id']);
     const [record] = (await usageOf(customer)).filter((u) => u.transaction_id === txid);
-    expect(record).toMatchObject({ status: 'settled', usage_estimated: false, output_tokens: output });
+    expect(record).toMatchObject({ status: 'settled', usage_estimated: false, output_tokens: output, hold_exhausted: false });
     const cost = record!.input_tokens + output;
     expect(Number(r.trailers['x-service-cost-credits'])).toBe(cost);
     const rec = await receipt(txid);
@@ -244,6 +249,26 @@ describe.each(['openai', 'anthropic'] as const)('%s: raw', (format) => {
     expect(rec.reserved_credits - (body.length + estimateOf(mockOutputText(output)))).toBeLessThanOrEqual(1.5 * SLICE);
     expect(rec.returned_credits).toBe(rec.reserved_credits - cost);
     expect(rec.cost_credits).toBe(cost);
+    expect(rec).toMatchObject({ hold_exhausted: false });
+  });
+
+  it('a wallet short of the input bound and one slice (the trial user\'s 10,000 credits) is served what it affords, billed within it', async () => {
+    const customer = `small-${format}`;
+    const body = JSON.stringify(bodyOf(format, 5_000));
+    const deposit = body.length + 964;
+    await env.fund(customer, deposit);
+    const r = await post(format, customer, body);
+    expect(r.status, r.text.slice(0, 300)).toBe(200);
+    // The first hold took the whole wallet: the input bound and 964 tokens.
+    expect(Number(r.headers['x-service-reserved-credits'])).toBe(deposit);
+    expect(r.headers['x-service-max-tokens-limited-by']).toBeUndefined();
+    expect(r.trailers['x-service-hold-exhausted']).toBe('true');
+    const text = relayedText(sseData(r.text));
+    expect(estimateOf(text)).toBeGreaterThan(900);
+    expect(estimateOf(text)).toBeLessThanOrEqual(964);
+    const cost = Number(r.trailers['x-service-cost-credits']);
+    expect(cost).toBeLessThanOrEqual(deposit);
+    expect(await env.balance(customer)).toMatchObject({ used: cost, frozen: 0, available: deposit - cost });
   });
 });
 
@@ -287,8 +312,9 @@ describe('with the official SDKs', () => {
 
   it('openai n: 2: an answer that ended upstream keeps its reason, the one cut finishes with length', async () => {
     const body = bodyOf('openai', 700, { n: 2 });
-    // One slice of two answers (2 x 1024 tokens as counted), and less than one more.
-    await env.fund('sdk-n', JSON.stringify(body).length + 2 * SLICE + SLICE);
+    // One slice of two answers (2 x 1024 tokens as counted), and a quarter slice more: the
+    // second answer is cut once the wallet is held to its last token.
+    await env.fund('sdk-n', JSON.stringify(body).length + 2 * SLICE + SLICE / 4);
     const final = await env
       .openai({ customer: 'sdk-n', headers: incremental })
       .chat.completions.stream({ ...body, messages: ask(700), stream: true })
@@ -305,10 +331,25 @@ describe('with the official SDKs', () => {
       .anthropic({ customer: 'sdk-i', headers: { ...incremental, 'X-Service-Stream-Billing': 'inline' } })
       .messages.create({ model: MODEL.anthropic, max_tokens: 100_000, stream: true, messages: ask(20_000) })
       .withResponse();
-    let billing: { cost_credits: number; usage_estimated: boolean } | undefined;
+    let billing: { cost_credits: number; usage_estimated: boolean; hold_exhausted: boolean } | undefined;
     for await (const event of stream) if (event.type === 'message_delta') billing = (event as unknown as { service_billing: typeof billing }).service_billing;
     const rec = await receipt(response.headers.get('x-service-transaction-id')!);
-    expect(billing).toMatchObject({ cost_credits: rec.cost_credits, usage_estimated: true });
+    expect(billing).toMatchObject({ cost_credits: rec.cost_credits, usage_estimated: true, hold_exhausted: true });
+    expect(rec).toMatchObject({ hold_exhausted: true });
+  });
+
+  it('inline billing of a stream that ended on its own: hold_exhausted false', async () => {
+    await env.fund('sdk-j', 100_000);
+    const { data: stream } = await env
+      .openai({ customer: 'sdk-j', headers: { ...incremental, 'X-Service-Stream-Billing': 'inline' } })
+      .chat.completions.create({ model: MODEL.openai, stream: true, messages: ask(50) })
+      .withResponse();
+    let billing: { usage_estimated: boolean; hold_exhausted: boolean } | undefined;
+    for await (const chunk of stream) {
+      const b = (chunk as unknown as { service_billing?: typeof billing }).service_billing;
+      if (b !== undefined) billing = b;
+    }
+    expect(billing).toMatchObject({ usage_estimated: false, hold_exhausted: false });
   });
 });
 
@@ -324,7 +365,8 @@ describe('extensions', () => {
     expect(hold[0]).toBe(0);
     // The receipt index entry the gateway writes with its hold.
     await env.svc.rt.redis.hset(bindingKeys(env.svc.rt.config.REDIS_PREFIX, env.p.projectId, 't', 'gw-ext').ids, 'gw-ext', `ext|${Date.now()}`);
-    const extend = (extension: number) => ledger.run('gateway_extend', scope, 'ext', { transactionId: 'gw-ext', extension, outputCost: 500, outputTokens: 500, keyBudget: '' });
+    const extend = (extension: number, outputTokens = 500) =>
+      ledger.run('gateway_extend', scope, 'ext', { transactionId: 'gw-ext', extension, outputPrice: 1_000_000, outputTokens, answers: 1, keyBudget: '' });
     expect((await extend(1))[0]).toBe(0);
     const again = await extend(1);
     expect(again[0]).not.toBe(0);
@@ -332,10 +374,15 @@ describe('extensions', () => {
     expect((await env.balance('ext')).frozen).toBe(1_100);
     expect((await extend(2))[0]).toBe(0);
     expect((await env.balance('ext')).frozen).toBe(1_600);
-    // Refused past the wallet: nothing changes.
-    const refused = await ledger.run('gateway_extend', scope, 'ext', { transactionId: 'gw-ext', extension: 3, outputCost: 9_000, outputTokens: 9_000, keyBudget: '' });
-    expect(refused[0]).not.toBe(0);
-    expect((await env.balance('ext')).frozen).toBe(1_600);
+    // Past the wallet: what it affords (8,400 of 9,000 tokens), the record's tokens say so.
+    const partial = await extend(3, 9_000);
+    expect(partial[0]).toBe(0);
+    expect(JSON.parse(partial[1])).toMatchObject({ hold: '10000', output_tokens: '9900' });
+    expect(await env.balance('ext')).toMatchObject({ frozen: 10_000, available: 0 });
+    // Not one more token: refused, nothing changes; sent again, the partial one holds nothing twice.
+    expect((await extend(4, 1))[0]).not.toBe(0);
+    expect(JSON.parse((await extend(3, 9_000))[1])).toMatchObject({ hold: '10000', output_tokens: '9900' });
+    expect((await env.balance('ext')).frozen).toBe(10_000);
     const usage = JSON.stringify({
       id: 'usage_ext0000000000000', customer_id: 'ext', trace_id: null, wallet: 'credits', model: 'm', endpoint: 'chat.completions', stream: true,
       status: 'settled', input_tokens: 1, output_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, usage_estimated: false,
@@ -344,8 +391,38 @@ describe('extensions', () => {
     expect((await ledger.run('gateway_settle', scope, 'ext', { transactionId: 'gw-ext', cost: 1_200, usageRecord: usage, modelId: 'm' }))[0]).toBe(0);
     expect(await env.balance('ext')).toMatchObject({ used: 1_200, frozen: 0, available: 8_800 });
     // A settled call is not extended.
-    expect((await extend(4))[0]).not.toBe(0);
+    expect((await extend(5))[0]).not.toBe(0);
     expect((await env.balance('ext')).frozen).toBe(0);
+  });
+
+  it('a wallet with less than a slice left is held down to below one output token\'s price (3 credits a token)', async () => {
+    await env.fund('ext3', 1_001);
+    const scope = { projectId: env.p.projectId, organizationId: env.p.organizationId };
+    const ledger = env.svc.rt.ledger;
+    const hold = await ledger.run('gateway_hold', scope, 'ext3', {
+      transactionId: 'gw-ext3', wallet: 'credits', inputCostBound: 100, outputPrice: 3_000_000, outputTokens: 100, explicitMax: '0', holdTtlSeconds: 3_600,
+      admitted: '1', answers: 1, idempotencyKey: '', keyBudget: '',
+    });
+    expect(hold[0]).toBe(0);
+    await env.svc.rt.redis.hset(bindingKeys(env.svc.rt.config.REDIS_PREFIX, env.p.projectId, 't', 'gw-ext3').ids, 'gw-ext3', `ext3|${Date.now()}`);
+    const extend = (extension: number) =>
+      ledger.run('gateway_extend', scope, 'ext3', { transactionId: 'gw-ext3', extension, outputPrice: 3_000_000, outputTokens: SLICE, answers: 1, keyBudget: '' });
+    // 601 credits left: 200 tokens (600 credits) of the 1024 asked.
+    const partial = await extend(1);
+    expect(partial[0]).toBe(0);
+    expect(JSON.parse(partial[1])).toMatchObject({ hold: '1000', output_tokens: '300' });
+    expect(await env.balance('ext3')).toMatchObject({ frozen: 1_000, available: 1 });
+    // 1 credit is less than one token's price: refused, nothing held.
+    expect((await extend(2))[0]).not.toBe(0);
+    expect(await env.balance('ext3')).toMatchObject({ frozen: 1_000, available: 1 });
+    const usage = JSON.stringify({
+      id: 'usage_ext3000000000000', customer_id: 'ext3', trace_id: null, wallet: 'credits', model: 'm', endpoint: 'chat.completions', stream: true,
+      status: 'settled', input_tokens: 1, output_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, usage_estimated: true,
+      cost_credits: 1_000, latency_ms: 1, prices: { input_price_per_million_credits: 1 }, upstream_status: 200, hold_exhausted: true,
+    });
+    expect((await ledger.run('gateway_settle', scope, 'ext3', { transactionId: 'gw-ext3', cost: 1_000, usageRecord: usage, modelId: 'm' }))[0]).toBe(0);
+    expect(await env.balance('ext3')).toMatchObject({ used: 1_000, frozen: 0, available: 1 });
+    expect(await receipt('gw-ext3')).toMatchObject({ hold_exhausted: true });
   });
 
   it('a budget that cannot hold one more slice ends the stream as a wallet does; the budget holds nothing after', async () => {
@@ -378,6 +455,8 @@ describe('extensions', () => {
       expect(Number(r.trailers['x-service-balance-credits'])).toBeGreaterThanOrEqual(0);
     }
     expect(results.some((r) => r.status === 200)).toBe(true);
+    // The wallet, not the upstream, ended some: the last ones were served down to its last token.
+    expect(results.some((r) => r.trailers['x-service-hold-exhausted'] === 'true')).toBe(true);
     const balance = await env.balance('many');
     expect(balance).toMatchObject({ used: charged, frozen: 0, available: deposit - charged });
     expect(balance.available).toBeGreaterThanOrEqual(0);
