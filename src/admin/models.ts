@@ -188,7 +188,7 @@ export function adminModelEntry(m: ModelRow) {
     upstream_base_url: m.upstream_base_url,
     upstream_model: m.upstream_model,
     has_upstream_key: m.has_upstream_key,
-    upstreams: upstreamsEntry(m.upstreams),
+    upstreams: upstreamsEntry(m.upstreams, m.has_upstream_key),
     timeouts: m.timeouts ?? {},
     updated_at: new Date(m.updated_at).toISOString(),
   };

@@ -118,7 +118,7 @@ export type UsageQueries = ReturnType<typeof createUsageQueries>;
  * calls only, so an unknown id is most often a ledger operation's.
  */
 export const receipt_not_found_message =
-  'no receipt for this transaction id: receipts exist for gateway calls (POST /v1/chat/completions, /v1/messages and /v1/embeddings), named by the X-Service-Transaction-Id of their answer (gw_...); a ledger operation (deduct, freeze, consume) is read from GET /v1/customers/{id}/ledger?transaction_id=...';
+  'no receipt for this transaction id: receipts exist for gateway calls (POST /v1/chat/completions, /v1/responses, /v1/messages and /v1/embeddings), named by the X-Service-Transaction-Id of their answer (gw_...); a ledger operation (deduct, freeze, consume) is read from GET /v1/customers/{id}/ledger?transaction_id=...';
 
 // The documented answers (src/openapi/).
 export const usageRecordResponseSchema = z
