@@ -313,6 +313,11 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
       return { ...model, upstream_api_key, upstream_keys };
     },
 
+    /** One model as the management API reads it (no key decrypted: a read shows none). */
+    getModel(projectId: string, modelId: string): Promise<ModelRow | null> {
+      return pool.maybeOne(sql.type(modelRow)`SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND id = ${modelId}`);
+    },
+
     async listModels(projectId: string, page: PageRequest): Promise<Page<ModelRow>> {
       const k = keysetOrder(page);
       const rows = await pool.any(sql.type(modelRow)`
