@@ -151,8 +151,8 @@ export const usageRecordResponseSchema = z
         z
           .object({
             upstream: z.string(),
-            outcome: z.union([z.number().int(), z.string()]).openapi({ description: "The upstream's HTTP status, or why it gave none: `unreachable`, `timeout`, `circuit_open`, `aborted`, ..." }),
-            ms: z.number().int(),
+            outcome: z.union([z.number().int(), z.string()]).openapi({ description: "The upstream's HTTP status, or why it gave none: `unreachable`, `timeout`, `aborted`, ...; skipped untried (listed first, 0 ms): `cooling_down` or `circuit_open`." }),
+            ms: z.number().int().openapi({ description: 'How long the attempt took; 0 for an upstream skipped.' }),
           })
           .strict(),
       )
