@@ -188,7 +188,7 @@ export function adminModelEntry(m: ModelRow) {
     upstream_base_url: m.upstream_base_url,
     upstream_model: m.upstream_model,
     has_upstream_key: m.has_upstream_key,
-    upstreams: upstreamsEntry(m.upstreams),
+    upstreams: upstreamsEntry(m.upstreams, m.has_upstream_key),
     timeouts: m.timeouts ?? {},
     updated_at: new Date(m.updated_at).toISOString(),
   };
@@ -311,6 +311,11 @@ export function createModelQueries(pool: DatabasePool, masterKey: Buffer) {
         if (key !== null) upstream_keys[u.id] = key;
       }
       return { ...model, upstream_api_key, upstream_keys };
+    },
+
+    /** One model as the management API reads it (no key decrypted: a read shows none). */
+    getModel(projectId: string, modelId: string): Promise<ModelRow | null> {
+      return pool.maybeOne(sql.type(modelRow)`SELECT ${modelColumns} FROM models WHERE project_id = ${projectId} AND id = ${modelId}`);
     },
 
     async listModels(projectId: string, page: PageRequest): Promise<Page<ModelRow>> {

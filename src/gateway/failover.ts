@@ -35,7 +35,10 @@ export interface GatewayUpstream {
 /** One attempt of a call, as its usage record keeps it. */
 export interface Attempt {
   upstream: string;
-  /** The upstream's HTTP status, or the error kind (unreachable, timeout, circuit_open, ...). */
+  /**
+   * The upstream's HTTP status, or the error kind (unreachable, timeout, ...); an upstream
+   * skipped without a try (0 ms) is `circuit_open` or `cooling_down`.
+   */
   outcome: number | string;
   ms: number;
 }
@@ -97,6 +100,21 @@ export function retryAfterMs(header: string | string[] | undefined, now = Date.n
   return Number.isNaN(at) ? 0 : at;
 }
 
+/** The outcomes of an upstream skipped, not tried (each recorded with 0 ms). */
+const skipped_outcomes: ReadonlySet<string | number> = new Set(['circuit_open', 'cooling_down']);
+
+/** The attempts actually sent, skipped ones left out. */
+export function triedAttempts(attempts: readonly Attempt[]): Attempt[] {
+  return attempts.filter((a) => !skipped_outcomes.has(a.outcome));
+}
+
+/** The upstreams a call tried, for an error's message: `a (503), b (unreachable)`. */
+export function triedList(attempts: readonly Attempt[]): string {
+  return triedAttempts(attempts)
+    .map((a) => `${a.upstream} (${a.outcome})`)
+    .join(', ');
+}
+
 /** The longest a retry-after is obeyed: a provider's one-day pause is not this process's. */
 const cooldown_ms_max = 3_600_000;
 
@@ -115,6 +133,8 @@ export interface RouterOptions {
 class UpstreamState {
   /** Epoch ms until which the upstream is skipped (its 429's retry-after); 0 for none. */
   coolingUntil = 0;
+  /** Epoch ms at which the circuit last opened: it lets one call through halfOpenAfterMs later. */
+  openedAt = 0;
   readonly breaker: CircuitBreakerPolicy;
 
   constructor(
@@ -122,7 +142,10 @@ class UpstreamState {
     opts: Required<Omit<RouterOptions, 'metrics'>>,
   ) {
     this.breaker = circuitBreaker(handleWhen(breaks), { halfOpenAfter: opts.halfOpenAfterMs, breaker: new ConsecutiveBreaker(opts.breakerFailures) });
-    if (series !== null) this.breaker.onStateChange((state) => series.circuitOpen(state === CircuitState.Open));
+    this.breaker.onStateChange((state) => {
+      if (state === CircuitState.Open) this.openedAt = Date.now();
+      series?.circuitOpen(state === CircuitState.Open);
+    });
   }
 
   get open(): boolean {
@@ -217,10 +240,10 @@ export class UpstreamRouter {
     );
     let lastError: unknown = null;
     return policy.execute(async () => {
-      const u = this.pick(r, tried);
+      const u = this.pick(r, tried, tried.size === 0 ? attempts : null);
       if (u === null) {
         exhausted = true;
-        throw lastError ?? new ApiError('upstream_error', { message: `every upstream of model ${r.modelId} is cooling down (a 429's retry-after) or has its circuit open: retry later` });
+        throw lastError ?? this.noneFree(r);
       }
       last?.series?.failovers.inc();
       tried.add(u.id);
@@ -252,20 +275,44 @@ export class UpstreamRouter {
     }
   }
 
+  /**
+   * The 502 of a call none of whose upstreams may be tried, with `Retry-After`: the
+   * seconds (rounded up) until the first of them is free again, its cooldown over or its
+   * circuit half-open.
+   */
+  private noneFree(r: Routed): ApiError {
+    const now = Date.now();
+    let free = Infinity;
+    for (const u of r.upstreams) {
+      const s = this.state(r, u);
+      const at = s.open ? s.openedAt + this.opts.halfOpenAfterMs : s.coolingUntil;
+      if (at > now) free = Math.min(free, at);
+    }
+    const headers = free === Infinity ? undefined : { 'Retry-After': String(Math.ceil((free - now) / 1000)) };
+    return new ApiError('upstream_error', { message: `every upstream of model ${r.modelId} is cooling down (a 429's retry-after) or has its circuit open: retry later`, headers });
+  }
+
   private record(s: UpstreamState, u: GatewayUpstream, outcome: string | number, started: number, attempts: Attempt[]): void {
     attempts.push({ upstream: u.id, outcome, ms: Math.round(performance.now() - started) });
     s.series?.attempt(outcome);
   }
 
-  /** A random upstream by weight among those not tried, not cooling down, not open; null when none. */
-  private pick(r: Routed, tried: Set<string>): GatewayUpstream | null {
+  /**
+   * A random upstream by weight among those not tried, not cooling down, not open; null
+   * when none. With `skips` (the call's first pick) each upstream skipped is recorded
+   * there as an attempt of 0 ms, so that the call's record says why it was not tried.
+   */
+  private pick(r: Routed, tried: Set<string>, skips: Attempt[] | null): GatewayUpstream | null {
     const now = Date.now();
     const eligible: GatewayUpstream[] = [];
     let total = 0;
     for (const u of r.upstreams) {
       if (tried.has(u.id)) continue;
       const s = this.state(r, u);
-      if (s.coolingUntil > now || s.open) continue;
+      if (s.open || s.coolingUntil > now) {
+        skips?.push({ upstream: u.id, outcome: s.open ? 'circuit_open' : 'cooling_down', ms: 0 });
+        continue;
+      }
       eligible.push(u);
       total += u.weight;
     }

@@ -113,11 +113,15 @@ export function upstreamKey(masterKey: Buffer, projectId: string, modelId: strin
   return u.key === null ? null : decryptSecret(masterKey, Buffer.from(u.key, 'base64'), keyData(projectId, modelId, u.id));
 }
 
-/** The management view of the upstreams: the key's presence, never the key. */
-export function upstreamsEntry(list: StoredUpstream[] | null) {
+/**
+ * The management view of the upstreams: which key each calls with, never the key. An
+ * upstream without its own calls with the model's `upstream_api_key` when there is one
+ * (`uses_model_key`), so that `has_api_key: false` is not read as "no key".
+ */
+export function upstreamsEntry(list: StoredUpstream[] | null, modelHasKey: boolean) {
   return list === null
     ? null
-    : list.map((u) => ({ id: u.id, base_url: u.base_url, upstream_model: u.upstream_model, weight: u.weight, has_api_key: u.key !== null }));
+    : list.map((u) => ({ id: u.id, base_url: u.base_url, upstream_model: u.upstream_model, weight: u.weight, has_api_key: u.key !== null, uses_model_key: u.key === null && modelHasKey }));
 }
 
 export const upstreamsEntrySchema = z
@@ -129,6 +133,7 @@ export const upstreamsEntrySchema = z
         upstream_model: z.string().nullable().openapi({ description: "Null: the model's upstream_model." }),
         weight: z.number().int(),
         has_api_key: z.boolean().openapi({ description: "Whether this upstream has a key of its own (else the model's upstream_api_key); never returned." }),
+        uses_model_key: z.boolean().openapi({ description: "Whether it calls with the model's upstream_api_key (it has no key of its own and the model has one). Both false: it has no key, and is left out of calls." }),
         state: z.enum(['ok', 'cooling', 'circuit_open']).openapi({
           description: "As the answering API process sees it (each process keeps its own): `cooling` after a 429 with retry-after, until `cooling_until`; `circuit_open` after consecutive failures. Calls skip it meanwhile.",
         }),

@@ -14,10 +14,11 @@ import { budget_remaining_header } from './budget.js';
 import type { Call } from './call.js';
 import type { LedgerService } from '../ledger/service.js';
 import { ClientWatch, TurnCork } from './relay-io.js';
-import { FailedAnswer, failsOver, type UpstreamRouter } from './failover.js';
+import { FailedAnswer, failsOver, triedAttempts, triedList, type Attempt, type UpstreamRouter } from './failover.js';
 import type { UpstreamClient, UpstreamResponse, UpstreamTarget } from './upstream.js';
 import { embeddings_upstream_path, embeddingsUsage } from './wire/embeddings.js';
 import type { CallTranslation } from './translate/call.js';
+import { sendRelayed } from './relay-answer.js';
 
 export class GatewayRelay {
   constructor(private readonly deps: { upstream: UpstreamClient; router: UpstreamRouter; billing: GatewayBilling; ledger: LedgerService; logger: Logger }) {}
@@ -65,14 +66,16 @@ export class GatewayRelay {
         await this.deps.billing.settleAborted(call, null, null);
         return true;
       }
+      // The upstream tried last (not one skipped) is the one whose failure is answered.
+      const last = triedAttempts(call.attempts).at(-1);
+      if (last !== undefined) res.setHeader(upstream_header, last.upstream);
       if (err instanceof FailedAnswer) {
         await this.deps.billing.release(call, err.status);
-        if (call.upstream !== null) res.setHeader(upstream_header, call.upstream);
         sendRelayed(res, err, err.bytes, translation);
         return false;
       }
       await this.deps.billing.release(call, null);
-      throw upstreamError(err);
+      throw several && last !== undefined ? naming(upstreamError(err), call.attempts) : upstreamError(err);
     }
   }
 
@@ -439,51 +442,15 @@ const trailerHeader = billingHeaderNames.join(', ');
 /** Under a budget the trailers say what it has left too. */
 const budgetTrailerHeader = `${trailerHeader}, ${budget_remaining_header}`;
 
-/**
- * The Content-Type of a relayed answer, by the upstream's: what Express's `res.type`
- * makes of it (a charset added to a type that has one, `application/json; charset=utf-8`
- * for `application/json`), computed once per distinct upstream type instead of on every
- * answer. At most content_types_remembered types are kept.
- */
-const relayedTypes = new Map<string, string>();
-const content_types_remembered = 64;
-
-function relayedContentType(res: Response, upstreamType: string): string {
-  let type = relayedTypes.get(upstreamType);
-  if (type === undefined) {
-    res.type(upstreamType);
-    type = String(res.getHeader('Content-Type'));
-    if (relayedTypes.size >= content_types_remembered) relayedTypes.clear();
-    relayedTypes.set(upstreamType, type);
-  }
-  return type;
-}
-
-/**
- * Answers with the upstream's status and body, as Express's res.status().type().send(bytes)
- * would with this app's settings (no ETag; a POST, so never fresh), without its settings
- * lookups and header re-reads on every call.
- */
-function sendRelayed(res: Response, upstream: { status: number; headers: UpstreamResponse['headers'] }, bytes: Buffer, translation: CallTranslation | null = null): void {
-  if (translation !== null && upstream.status >= 400) {
-    // An upstream error in the client's envelope, same status.
-    const error = translation.error(upstream.status, bytes);
-    res.statusCode = error.status;
-    res.setHeader('Content-Type', 'application/json; charset=utf-8');
-    res.setHeader('Content-Length', error.bytes.length);
-    res.end(error.bytes);
-    return;
-  }
-  res.statusCode = upstream.status;
-  res.setHeader('Content-Type', relayedContentType(res, String(upstream.headers['content-type'] ?? 'application/json')));
-  res.setHeader('Content-Length', bytes.length);
-  res.end(bytes);
-}
-
 async function readAll(body: AsyncIterable<unknown>): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const chunk of body) parts.push(Buffer.from(chunk as Uint8Array));
   return Buffer.concat(parts);
+}
+
+/** A failed call's error, its message naming the upstreams it tried (the failover's). */
+function naming(err: ApiError, attempts: readonly Attempt[]): ApiError {
+  return new ApiError(err.code, { message: `${err.message}; tried: ${triedList(attempts)}`, status: err.status, headers: err.headers });
 }
 
 function upstreamError(err: unknown): ApiError {

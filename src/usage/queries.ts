@@ -120,7 +120,7 @@ export type UsageQueries = ReturnType<typeof createUsageQueries>;
  * calls only, so an unknown id is most often a ledger operation's.
  */
 export const receipt_not_found_message =
-  'no receipt for this transaction id: receipts exist for gateway calls (POST /v1/chat/completions, /v1/messages and /v1/embeddings), named by the X-Service-Transaction-Id of their answer (gw_...); a ledger operation (deduct, freeze, consume) is read from GET /v1/customers/{id}/ledger?transaction_id=...';
+  'no receipt for this transaction id: receipts exist for gateway calls (POST /v1/chat/completions, /v1/responses, /v1/messages and /v1/embeddings), named by the X-Service-Transaction-Id of their answer (gw_...); a ledger operation (deduct, freeze, consume) is read from GET /v1/customers/{id}/ledger?transaction_id=...';
 
 // The documented answers (src/openapi/).
 export const usageRecordResponseSchema = z
@@ -153,8 +153,8 @@ export const usageRecordResponseSchema = z
         z
           .object({
             upstream: z.string(),
-            outcome: z.union([z.number().int(), z.string()]).openapi({ description: "The upstream's HTTP status, or why it gave none: `unreachable`, `timeout`, `circuit_open`, `aborted`, ..." }),
-            ms: z.number().int(),
+            outcome: z.union([z.number().int(), z.string()]).openapi({ description: "The upstream's HTTP status, or why it gave none: `unreachable`, `timeout`, `aborted`, ...; skipped untried (listed first, 0 ms): `cooling_down` or `circuit_open`." }),
+            ms: z.number().int().openapi({ description: 'How long the attempt took; 0 for an upstream skipped.' }),
           })
           .strict(),
       )

@@ -109,6 +109,20 @@ describe('PUT /v1/admin/projects/{id}/models/{model_id}', () => {
     expect(JSON.stringify(list.body)).not.toContain(secret);
   });
 
+  it('GET one model answers its list entry (inactive included, either path form); an unknown one is 404 model_not_found naming it', async () => {
+    const id = 'openai/get-one';
+    expect((await putModel(p, encodeURIComponent(id), { ...base, active: false, upstream_api_key: upstreamKey() })).status).toBe(201);
+    const entry = (await listModels(p)).body.data.find((m: { id: string }) => m.id === id);
+    for (const pathId of [encodeURIComponent(id), id]) {
+      const one = await svc.call('GET', `/v1/admin/projects/${p.projectId}/models/${pathId}`, { key: p.adminKey });
+      expect(one.status, JSON.stringify(one.body)).toBe(200);
+      expect(one.body).toEqual(entry);
+    }
+    const missing = await svc.call('GET', `/v1/admin/projects/${p.projectId}/models/no-such-model`, { key: p.adminKey });
+    expectError(missing, 404, 'model_not_found', { param: 'model_id' });
+    expect(missing.body.error.message).toContain('no-such-model');
+  });
+
   it("publishes the project's change so gateway processes drop their cached models at once", async () => {
     const subscriber = svc.rt.extraConnection();
     const received: string[] = [];

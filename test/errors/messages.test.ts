@@ -56,7 +56,7 @@ describe('permission_denied names the key type that may call the endpoint', () =
 it('a receipt 404 says that receipts exist for gateway calls', async () => {
   const res = await svc.call('GET', `/v1/billing/receipts/${newId('tx')}`, { key: b.projectKey });
   expectError(res, 404, 'not_found');
-  expect(res.body.error.message).toMatch(/^no receipt for this transaction id: receipts exist for gateway calls \(POST \/v1\/chat\/completions, \/v1\/messages and \/v1\/embeddings\)/);
+  expect(res.body.error.message).toMatch(/^no receipt for this transaction id: receipts exist for gateway calls \(POST \/v1\/chat\/completions, \/v1\/responses, \/v1\/messages and \/v1\/embeddings\)/);
   const admin = await svc.call('GET', `/v1/admin/projects/${b.projectId}/receipts/${newId('tx')}`, { key: b.adminKey });
   expect(admin.status).toBe(404);
   expect(admin.body.error.message).toBe(res.body.error.message);

@@ -185,7 +185,10 @@ describe('fails over before anything reached the client', () => {
 
     const two = await chat('gpt-limited', 'fo-429');
     expect(two.status).toBe(200);
-    expect(outcomes(await receipt(String(two.headers['x-service-transaction-id'])))).toEqual([['up', 200]]);
+    // Skipped, not tried: recorded with its reason and 0 ms.
+    const skipped = await receipt(String(two.headers['x-service-transaction-id']));
+    expect(outcomes(skipped)).toEqual([['limited', 'cooling_down'], ['up', 200]]);
+    expect(skipped.attempts[0]!.ms).toBe(0);
     expect(limited.requests.length).toBe(sentToLimited);
     const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
     const [cooling] = (read.body.data as { id: string; upstreams: { state: string; cooling_until: string }[] }[]).find((m) => m.id === 'gpt-limited')!.upstreams;
@@ -250,7 +253,7 @@ describe('circuits and exhaustion', () => {
     }
     const sentToFlaky = failing.requests.length;
     const after = await chat('gpt-breaking', 'fo-breaker');
-    expect(outcomes(await receipt(String(after.headers['x-service-transaction-id'])))).toEqual([['up', 200]]);
+    expect(outcomes(await receipt(String(after.headers['x-service-transaction-id'])))).toEqual([['flaky', 'circuit_open'], ['up', 200]]);
     expect(failing.requests.length).toBe(sentToFlaky);
     expect(await env.ledger('fo-breaker', 'GATEWAY')).toHaveLength(6);
 
@@ -285,6 +288,67 @@ describe('circuits and exhaustion', () => {
     ]);
   });
 
+  it('every upstream unreachable: the 502 names the upstreams tried and the last one; the usage record is found by trace id', async () => {
+    await model('gpt-unreachable', [upstream('a', downUrl), upstream('b', downUrl)]);
+    await env.fund('fo-unreachable', 1_000_000);
+    const res = await rawPost(env.svc.url, '/v1/chat/completions', {
+      key: env.p.projectKey,
+      headers: { 'x-service-customer': 'fo-unreachable', 'x-service-trace-id': 'fo-trace-unreachable' },
+      body: { model: 'gpt-unreachable', messages: [{ role: 'user', content: 'anyone?' }] },
+    });
+    expect(res.status, res.text).toBe(502);
+    expect(res.json().error.code).toBe('upstream_error');
+    expect(res.json().error.message).toMatch(/; tried: a \(unreachable\), b \(unreachable\)$/);
+    expect(res.headers['x-service-upstream']).toBe('b');
+    await env.svc.drained();
+    const usage = await env.svc.call('GET', '/v1/usage?trace_id=fo-trace-unreachable', { key: env.p.projectKey });
+    expect(usage.body.data).toEqual([
+      expect.objectContaining({ status: 'failed', attempts: [expect.objectContaining({ upstream: 'a', outcome: 'unreachable' }), expect.objectContaining({ upstream: 'b', outcome: 'unreachable' })] }),
+    ]);
+  });
+
+  it('every upstream cooling down: the last 429 is relayed with its retry-after, then a 502 with Retry-After until the first is free', async () => {
+    await model('gpt-all-limited', [upstream('a', limited.url), upstream('b', limited.url)]);
+    await env.fund('fo-all-limited', 1_000_000);
+    const first = await chat('gpt-all-limited', 'fo-all-limited');
+    expect(first.status).toBe(429);
+    expect(first.headers['retry-after']).toBe('1');
+    expect(first.headers['x-service-upstream']).toBe('b');
+    const second = await chat('gpt-all-limited', 'fo-all-limited');
+    expect(second.status, second.text).toBe(502);
+    expect(second.json().error.message).toContain('every upstream of model gpt-all-limited is cooling down');
+    expect(second.headers['retry-after']).toBe('1');
+    expect(second.headers['x-service-upstream']).toBeUndefined();
+    await env.svc.drained();
+    const usage = await env.svc.call('GET', '/v1/usage?customer_id=fo-all-limited', { key: env.p.projectKey });
+    const attempts = (usage.body.data as { attempts: { upstream: string; outcome: string; ms: number }[] }[]).map((u) => u.attempts);
+    expect(attempts).toContainEqual([
+      { upstream: 'a', outcome: 'cooling_down', ms: 0 },
+      { upstream: 'b', outcome: 'cooling_down', ms: 0 },
+    ]);
+    expect(await env.balance('fo-all-limited')).toMatchObject({ frozen: 0, used: 0 });
+  });
+
+  it("an upstream's 429 is relayed with its retry-after and rate-limit headers, natively and translated, nothing else of its headers", async () => {
+    await env.putModel('gpt-one-limited', { provider: 'openai', upstream_base_url: limited.url });
+    await env.fund('fo-one-limited', 1_000_000);
+    const native = await chat('gpt-one-limited', 'fo-one-limited');
+    expect(native.status).toBe(429);
+    expect(native.headers).toMatchObject({ 'retry-after': '1', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '1s' });
+    expect(native.headers['x-request-id']).toBeUndefined();
+    // The service's own X-RateLimit-Limit is kept, not the upstream's.
+    expect(native.headers['x-ratelimit-limit']).toBe(String(await serviceRateLimit()));
+    const translated = await rawPost(env.svc.url, '/v1/messages', {
+      key: env.p.projectKey,
+      headers: { 'x-service-customer': 'fo-one-limited', 'anthropic-version': '2023-06-01' },
+      body: { model: 'gpt-one-limited', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] },
+    });
+    expect(translated.status).toBe(429);
+    expect(translated.json().type).toBe('error');
+    expect(translated.headers).toMatchObject({ 'retry-after': '1', 'x-ratelimit-remaining-requests': '0' });
+    expect(await env.balance('fo-one-limited')).toMatchObject({ frozen: 0, used: 0 });
+  });
+
   it('a model without a list keeps its one upstream as `primary`, cost as before', async () => {
     await env.fund('fo-primary', 1_000_000);
     const res = await chat('gpt-test', 'fo-primary');
@@ -296,6 +360,12 @@ describe('circuits and exhaustion', () => {
   });
 });
 
+/** The service's own X-RateLimit-Limit, as a successful call carries it. */
+async function serviceRateLimit(): Promise<number> {
+  await env.fund('fo-limit-probe', 1_000_000);
+  return Number((await chat('gpt-test', 'fo-limit-probe')).headers['x-ratelimit-limit']);
+}
+
 describe('the model write', () => {
   const path = (id: string) => `/v1/admin/projects/${env.p.projectId}/models/${id}`;
 
@@ -304,8 +374,8 @@ describe('the model write', () => {
     const read = await env.svc.call('GET', `/v1/admin/projects/${env.p.projectId}/models?limit=100`, { key: env.p.adminKey });
     const entry = (read.body.data as Record<string, unknown>[]).find((m) => m.id === 'gpt-keyed')!;
     expect(entry.upstreams).toEqual([
-      { id: 'a', base_url: env.mock.url, upstream_model: null, weight: 3, has_api_key: true, state: 'ok', cooling_until: null },
-      { id: 'b', base_url: env.mock.url, upstream_model: null, weight: 1, has_api_key: false, state: 'ok', cooling_until: null },
+      { id: 'a', base_url: env.mock.url, upstream_model: null, weight: 3, has_api_key: true, uses_model_key: false, state: 'ok', cooling_until: null },
+      { id: 'b', base_url: env.mock.url, upstream_model: null, weight: 1, has_api_key: false, uses_model_key: true, state: 'ok', cooling_until: null },
     ]);
     expect(entry.timeouts).toEqual({ connect_ms: 2_000 });
     expect(JSON.stringify(read.body)).not.toContain(env.upstreamKey);
@@ -313,7 +383,7 @@ describe('the model write', () => {
     // The model's own key removed: `a` still calls with its own, `b` has none and is left out.
     const patched = await env.svc.call('PATCH', path('gpt-keyed'), { key: env.p.adminKey, body: { upstream_api_key: null, upstreams: [{ id: 'a', base_url: env.mock.url, weight: 3 }, { id: 'b', base_url: downUrl }] } });
     expect(patched.status, JSON.stringify(patched.body)).toBe(200);
-    expect(patched.body.upstreams[0].has_api_key).toBe(true);
+    expect(patched.body.upstreams.map((u: Record<string, unknown>) => [u.id, u.has_api_key, u.uses_model_key])).toEqual([['a', true, false], ['b', false, false]]);
     await env.fund('fo-keyed', 1_000_000);
     const res = await chat('gpt-keyed', 'fo-keyed');
     expect(res.status, res.text).toBe(200);

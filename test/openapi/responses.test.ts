@@ -108,6 +108,8 @@ async function exercise(): Promise<void> {
   await call('PUT', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/openai%2Fclaude-test`, { key: p.adminKey, body: modelBody('anthropic') });
   await call('PUT', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/gpt-responses`, { key: p.adminKey, body: { ...modelBody('openai'), wire_format: 'responses' } });
   await both(s, p, 'GET', '/projects/{project_id}/models', `/projects/${P}/models`);
+  await both(s, p, 'GET', '/projects/{project_id}/models/{model_id}', `/projects/${P}/models/gpt-test`);
+  await call('GET', '/v1/admin/projects/{project_id}/models/{model_id}', `/v1/admin/projects/${P}/models/no-such-model`, { key: p.adminKey });
   // A model without its provider key: the write answers a warning; PATCH and DELETE through both mounts.
   const keyless: Record<string, unknown> = { ...modelBody('openai') };
   delete keyless.upstream_api_key;

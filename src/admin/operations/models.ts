@@ -1,5 +1,5 @@
 /**
- * The management operations on a project's models: list, create or replace (PUT), change
+ * The management operations on a project's models: list, read one, create or replace (PUT), change
  * some fields (PATCH), delete. A write takes prices in credits or in USD, refuses an
  * upstream on the service's own network, and answers what the saved model will do that
  * its writer may not expect (its warnings).
@@ -304,6 +304,17 @@ const modelParams = z.object({ project_id: z.string(), model_id: modelIdSchema }
 
 describeOperation({ method: 'GET', path: '/projects/:project_id/models', role: 'viewer', tag: 'Models', summary: "The project's models", query: listQuery, responses: ok('A page of models', listOf(adminModelEntrySchema)), errors: [projectParams] });
 describeOperation({
+  method: 'GET',
+  path: '/projects/:project_id/models/*model_id',
+  role: 'viewer',
+  tag: 'Models',
+  summary: 'One model',
+  description: 'The entry of the list, for one model (inactive ones included), with its upstreams\' state in the answering process. The model id as for PUT. 404 `model_not_found` naming it when the project has no such model.',
+  params: modelParams,
+  responses: ok('The model', adminModelEntrySchema),
+  errors: [projectParams, 'model_not_found'],
+});
+describeOperation({
   method: 'PUT',
   path: '/projects/:project_id/models/*model_id',
   role: 'admin',
@@ -395,6 +406,15 @@ export function modelOperations(deps: ModelDeps): Operation[] {
     operation('GET', '/projects/:project_id/models', 'viewer', async (req, res) => {
       const project = await projectOr404(req, res);
       sendList(res, await models.listModels(project.id, pageRequest(req)), (m) => routedEntry(router, m));
+    }),
+
+    operation('GET', '/projects/:project_id/models/*model_id', 'viewer', async (req, res) => {
+      onlyQuery(req);
+      const project = await projectOr404(req, res);
+      const modelId = modelIdParam(req);
+      const model = await models.getModel(project.id, modelId);
+      if (!model) throw new ApiError('model_not_found', { param: 'model_id', message: `model ${modelId} not found in project ${project.id}` });
+      res.json(routedEntry(router, model));
     }),
 
     operation('PUT', '/projects/:project_id/models/*model_id', 'admin', async (req, res) => {

@@ -278,6 +278,8 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     const mode = controls.fail;
     if (typeof mode === 'number') {
       if (controls.retry_after !== undefined) idHeader['retry-after'] = String(controls.retry_after);
+      // A provider's 429 says which of its limits ran out, as each provider names them.
+      if (mode === 429) Object.assign(idHeader, isAnthropic ? anthropicLimitHeaders() : openaiLimitHeaders());
       return refuse(mode);
     }
     if (mode === 'timeout') return null; // hold the socket open; close() or the client ends it
@@ -480,4 +482,15 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
   };
 
   return { url: `http://${urlHost(host)}:${port}/v1`, port, requests, close };
+}
+
+/** The request limit headers of OpenAI's 429 (its token limit headers left out). */
+function openaiLimitHeaders(): Record<string, string> {
+  return { 'x-ratelimit-limit-requests': '500', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '1s' };
+}
+
+/** The request limit headers of Anthropic's 429 (its reset an RFC 3339 time). */
+function anthropicLimitHeaders(): Record<string, string> {
+  const reset = new Date(Math.ceil(Date.now() / 1000) * 1000 + 1000).toISOString().replace('.000Z', 'Z');
+  return { 'anthropic-ratelimit-requests-limit': '50', 'anthropic-ratelimit-requests-remaining': '0', 'anthropic-ratelimit-requests-reset': reset };
 }
