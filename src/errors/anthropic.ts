@@ -3,7 +3,13 @@
  * with: docs.anthropic.com, "Errors"). Used for the service's own errors on /v1/messages
  * (src/http/errors.ts) and for errors translated to a messages client (src/gateway/translate/).
  */
-export function anthropicTypeOfStatus(status: number): string {
+/** Every type anthropicTypeOfStatus answers. */
+export const anthropic_error_types = [
+  'invalid_request_error', 'authentication_error', 'billing_error', 'permission_error', 'not_found_error',
+  'timeout_error', 'request_too_large', 'rate_limit_error', 'overloaded_error', 'api_error',
+] as const;
+
+export function anthropicTypeOfStatus(status: number): (typeof anthropic_error_types)[number] {
   switch (status) {
     case 401: return 'authentication_error';
     case 402: return 'billing_error';
