@@ -18,7 +18,7 @@ import { gatewayBindings } from '../ledger/bindings.js';
 import { scriptError, ScriptStatus, type CustomerScriptArgs, type ScriptReply } from '../redis/scripts.js';
 import { OutcomeUnknownError, provesNothingSent } from '../redis/sent.js';
 import { ApiError } from '../errors/catalogue.js';
-import { holdRefusal } from '../ledger/refusals.js';
+import { holdRefusal, tooFewOutputTokens } from '../ledger/refusals.js';
 import { budgetRefusal } from '../ledger/budgets.js';
 import { budget_remaining_header, budgetOfHold, keyBudgetOf } from './budget.js';
 import type { Usage } from './adapters.js';
@@ -225,6 +225,9 @@ export class GatewayBilling {
       if (status !== ScriptStatus.Ok) throw new Error(`gateway_hold answered ${status}`);
       if (indexed?.status === 'rejected') throw unbilled(indexed.reason);
       const hold = JSON.parse(raw) as { hold: string; output_tokens: string; budget_remaining: string; lowered_by_budget: string };
+      // A limit lowered to fit the wallet or a budget, below what the upstream accepts,
+      // would be refused upstream naming its own field: refused here, the hold released below.
+      if (c.minOutputTokens !== undefined && c.incremental === null && Number(hold.output_tokens) < c.minOutputTokens) throw tooFewOutputTokens({ wallet: c.wallet, modelId: c.model.id, min: c.minOutputTokens }, hold);
       ok = true;
       return callOf(c, startedAt, reservation, Number(hold.hold), Number(hold.output_tokens), budgetOfHold(hold));
     } finally {

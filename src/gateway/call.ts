@@ -61,6 +61,8 @@ export type HoldRequest = Omit<Call, 'startedAt' | 'reservation' | 'hold' | 'out
   rawBytes: number;
   /** Image and file parts of the request: each adds its model's bound to the input's. */
   parts: PartCounts;
+  /** The least output limit the upstream accepts (a Responses-format model's 16): a hold lowered below it is refused, 402. */
+  minOutputTokens?: number;
 };
 
 /**

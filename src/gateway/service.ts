@@ -27,7 +27,7 @@ import { InFlight } from '../lifecycle.js';
 import { failureStatus, type Metrics, type ModelSeries } from '../metrics/metrics.js';
 import { max_tokens_limited_by_header } from './budget.js';
 import { embeddingsUpstreamBody } from './wire/embeddings.js';
-import { CallTranslation, upstreamFormatOf } from './translate/call.js';
+import { CallTranslation, responses_min_output_tokens, upstreamFormatOf } from './translate/call.js';
 import { hold_header, hold_slice_tokens } from './incremental.js';
 
 export { hold_ttl_seconds } from './billing.js';
@@ -110,8 +110,10 @@ export class GatewayService {
     const model = await this.deps.models.get(scope.projectId, modelId);
     if (!model || !model.active) throw await this.modelNotFound(auth, modelId, model !== null);
     if (auth.key.allowed_models && !auth.key.allowed_models.includes(model.id)) throw new ApiError('model_not_allowed', { param: 'model' });
-    if (model.provider !== 'anthropic') {
-      throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is an OpenAI-format model: token counts are served by Anthropic-format models only` });
+    // Not translated (docs/API.md, "POST /v1/messages/count_tokens"): chat completions has no count endpoint.
+    if (model.wireFormat !== 'anthropic') {
+      const format = model.wireFormat === 'responses' ? 'a Responses-format' : 'an OpenAI chat-format';
+      throw new ApiError('invalid_request', { param: 'model', message: `model ${model.id} is ${format} model: token counts are served by Anthropic-format models only (the one call of /v1/messages that is not translated)` });
     }
     if (!model.upstreamKey) throw new ApiError('byok_key_required');
     if (!(await this.deps.redis.exists(this.deps.ledger.keys(scope, customerId).meta))) throw customerNotFound(customerId);
@@ -181,6 +183,7 @@ export class GatewayService {
         answers: r.answers,
         rawBytes: r.rawBytes,
         parts: r.parts,
+        minOutputTokens: upstreamFormat === 'responses' ? responses_min_output_tokens : undefined,
         idempotencyKey: idempotencyKey ?? '',
         incremental: r.incrementalHold ? incrementalOf(r.explicitMax ?? model.maxOutputTokens) : null,
       });

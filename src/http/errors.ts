@@ -5,6 +5,7 @@ import { ApiError } from '../errors/catalogue.js';
 import { pathOf } from './access-log.js';
 import { backendFailure, failedStore } from '../errors/backend.js';
 import type { Metrics } from '../metrics/metrics.js';
+import { anthropicTypeOfStatus } from '../errors/anthropic.js';
 
 export const notFound: RequestHandler = (req) => {
   throw new ApiError('not_found', { message: `no route for ${req.method} ${req.path}` });
@@ -34,14 +35,15 @@ function isAnthropicPath(path: string): boolean {
 
 /**
  * An error of the service's own on /v1/messages (or under it), in a body that Anthropic
- * clients read as well: the service's `error` object as it is (code, message, type,
- * param, details), plus Anthropic's top-level `"type": "error"` and the message at the
- * top level, which is where @anthropic-ai/sdk takes an error's message from
- * (`APIError.makeMessage`: the body's `message`, else the whole body as JSON). Upstream
- * errors are relayed untouched.
+ * clients read as well: Anthropic's top-level `"type": "error"`, the service's `error`
+ * object (code, message, param, details) with Anthropic's `type` for its status
+ * (`invalid_request_error`, `billing_error`, ...: code that branches on Anthropic's
+ * types works unchanged), and the message at the top level, which is where
+ * @anthropic-ai/sdk takes an error's message from (`APIError.makeMessage`: the body's
+ * `message`, else the whole body as JSON). Upstream errors are relayed untouched.
  */
-function anthropicEnvelope(body: { error: Record<string, unknown> }): Record<string, unknown> {
-  return { type: 'error', error: body.error, message: body.error.message };
+function anthropicEnvelope(status: number, body: { error: Record<string, unknown> }): Record<string, unknown> {
+  return { type: 'error', error: { ...body.error, type: anthropicTypeOfStatus(status) }, message: body.error.message };
 }
 
 /** A byte count as people read limits: `1 MiB`, `8 MiB`, else bytes. */
@@ -100,6 +102,6 @@ export function errorHandler(logger?: Logger, metrics?: Metrics): ErrorRequestHa
     }
     if (apiError.headers) res.set(apiError.headers);
     const body = apiError.toBody();
-    res.status(apiError.status).json(isAnthropicPath(pathOf(req)) ? anthropicEnvelope(body) : body);
+    res.status(apiError.status).json(isAnthropicPath(pathOf(req)) ? anthropicEnvelope(apiError.status, body) : body);
   };
 }

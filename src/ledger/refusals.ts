@@ -222,3 +222,13 @@ export function settleRefusal(
   }
   return null;
 }
+
+/** The 402 of a hold whose output limit, lowered by the wallet or a budget, is below the least the model's upstream accepts. */
+export function tooFewOutputTokens(o: { wallet: string; modelId: string; min: number }, hold: { output_tokens: string; lowered_by_budget: string }): ApiError {
+  const by = hold.lowered_by_budget === '1' ? 'the budget' : `wallet ${o.wallet}`;
+  return new ApiError('insufficient_balance', {
+    status: 402,
+    message: `insufficient balance: ${by} covers ${hold.output_tokens} output tokens, and model ${o.modelId} (Responses format) needs an output limit of at least ${o.min}.`,
+    extra: { details: { wallet: o.wallet, output_tokens: Number(hold.output_tokens), min_output_tokens: o.min } },
+  });
+}

@@ -8,6 +8,7 @@ import { z } from 'zod';
 import { errorCatalogue, errorTypeForStatus, type ErrorCode } from '../errors/catalogue.js';
 import { codeOf, describedRoutes, openApiPath, routeErrors, statusOf, tags, type Caller, type RouteDoc } from './registry.js';
 import { timestamp } from '../schema/zod.js';
+import { anthropic_error_types, anthropicTypeOfStatus } from '../errors/anthropic.js';
 
 const intro = `Metered billing for AI products: a model gateway (OpenAI chat completions and Anthropic
 messages, billed per token) and a wallet ledger (deposit, deduct, freeze, consume, unfreeze).
@@ -47,7 +48,8 @@ Every error is \`{"error": {"message", "type", "code", "param"?}}\`; \`type\` fo
 schema); each operation lists the codes it may answer at each status. Some errors add fields
 (the \`ErrorObject\` schema): \`errors\`, every invalid field of a request at once, and
 \`details\`, the numbers of a refusal (\`ErrorDetails\`). On \`POST /v1/messages\` the service's
-errors also carry Anthropic's top-level \`"type": "error"\` and \`message\`.`;
+errors also carry Anthropic's top-level \`"type": "error"\` and \`message\`, and \`error.type\` is Anthropic's
+for the status (\`invalid_request_error\`, \`billing_error\`, \`not_found_error\`, ...).`;
 
 const securitySchemes: Record<Exclude<Caller, 'public'>, object> = {
   project: { type: 'http', scheme: 'bearer', description: 'A project key (`svc_live_...`); also accepted as `x-api-key`.' },
@@ -140,7 +142,9 @@ const keyTypes = z.enum(['admin', 'project', 'customer']);
 const errorObjectSchema = z
   .object({
     message: z.string().openapi({ description: 'For people: what was wrong and what to change. Programs branch on `code`.' }),
-    type: z.enum(['bad_request', 'auth_error', 'not_found', 'conflict', 'too_many_requests', 'server_error']).openapi({ description: 'Follows the status.' }),
+    type: z
+      .enum(['bad_request', 'auth_error', 'not_found', 'conflict', 'too_many_requests', 'server_error', ...anthropic_error_types])
+      .openapi({ description: "Follows the status: the service's types, or in Anthropic's envelope (POST /v1/messages) Anthropic's." }),
     code: errorCodeSchema,
     param: z.string().optional().openapi({ description: 'The request field, header or parameter at fault.' }),
     errors: z.array(fieldErrorSchema).optional().openapi({
@@ -169,12 +173,12 @@ const errorObjectSchema = z
   .strict()
   .openapi('ErrorObject');
 
-/** The ErrorObject of an error answer at `status` with one of `codes`. */
-function narrowedError(status: number, codes: ErrorCode[]) {
+/** The ErrorObject of an error answer at `status` with one of `codes`, its `type` the service's for the status (or Anthropic's). */
+function narrowedError(status: number, codes: ErrorCode[], type = errorTypeForStatus(status) as string) {
   return {
     allOf: [
       { $ref: '#/components/schemas/ErrorObject' },
-      { type: 'object' as const, properties: { type: { const: errorTypeForStatus(status) }, code: { enum: codes } } },
+      { type: 'object' as const, properties: { type: { const: type }, code: { enum: codes } } },
     ],
   };
 }
@@ -193,8 +197,8 @@ function errorSchema(status: number, codes: ErrorCode[]) {
 function anthropicErrorSchema(status: number, codes: ErrorCode[]) {
   return {
     type: 'object' as const,
-    description: "Anthropic's error envelope around the service's error object: `type` is always `error`, `message` the error's message.",
-    properties: { type: { const: 'error' }, error: narrowedError(status, codes), message: { type: 'string' as const } },
+    description: "Anthropic's error envelope around the service's error object: `type` is always `error`, `error.type` Anthropic's for the status, `message` the error's message.",
+    properties: { type: { const: 'error' }, error: narrowedError(status, codes, anthropicTypeOfStatus(status)), message: { type: 'string' as const } },
     required: ['type', 'error', 'message'],
     additionalProperties: false,
   };

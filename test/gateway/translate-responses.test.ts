@@ -345,7 +345,7 @@ describe('whole answers', () => {
       error: null,
       incomplete_details: null,
       output: [
-        { type: 'message', id: 'msg_resp_1', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'Checking now.', annotations: [] }] },
+        { type: 'message', id: 'msg_1', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'Checking now.', annotations: [] }] },
         { type: 'function_call', id: 'fc_call_1', call_id: 'call_1', name: 'weather', arguments: '{"city":"Paris"}', status: 'completed' },
       ],
       usage: response.usage,

@@ -1,13 +1,15 @@
 /**
  * The one error assertion of the tests: the status, `error.code`, and `error.type`, which
  * follows the status by the catalogue's own rule (src/errors/catalogue.ts,
- * errorTypeForStatus), so a test cannot carry a table of types that drifts from the
- * service's. Every error has a non-empty message; `param`, `message` and `fields` match
+ * errorTypeForStatus), or in the Anthropic envelope (`"type": "error"`, /v1/messages) by
+ * Anthropic's (src/errors/anthropic.ts), so a test cannot carry a table of types that
+ * drifts from the service's. Every error has a non-empty message; `param`, `message` and `fields` match
  * more when a test names them. All of it is compared in one assertion, so a failure shows
  * the whole answer.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { expect } from 'vitest';
+import { anthropicTypeOfStatus } from '../../src/errors/anthropic.js';
 import { errorTypeForStatus, type ErrorCode } from '../../src/errors/catalogue.js';
 
 /** What a test client answers: `svc.call`'s parsed body, or a raw response's text. */
@@ -51,7 +53,7 @@ export function expectError(res: ErrorResponse, status: number, code: ErrorCode,
   const error = body !== null && typeof body === 'object' ? (body as { error?: Record<string, unknown> }).error : undefined;
   const expected: Record<string, unknown> = {
     code,
-    type: errorTypeForStatus(status),
+    type: (body as { type?: unknown } | null)?.type === 'error' ? anthropicTypeOfStatus(status) : errorTypeForStatus(status),
     message: opts.message === undefined ? expect.stringMatching(/./) : typeof opts.message === 'string' ? opts.message : expect.stringMatching(opts.message),
     ...opts.fields,
   };

@@ -4,6 +4,8 @@
  */
 import { isObject, type Json } from '../wire/format.js';
 import type { HubError } from './hub.js';
+import { clientId } from './ids.js';
+import { anthropicTypeOfStatus } from '../../errors/anthropic.js';
 
 const finishOfStop: Record<string, string> = {
   end_turn: 'stop',
@@ -102,7 +104,7 @@ export function answerFromHub(answer: Json): Json {
     content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: parsedArguments(c.function.arguments) });
   }
   return {
-    id: answer.id,
+    id: clientId('msg_', answer.id),
     type: 'message',
     role: 'assistant',
     model: answer.model,
@@ -130,21 +132,6 @@ const openaiTypeOf: Record<string, string> = {
   api_error: 'server_error',
   overloaded_error: 'server_error',
 };
-
-/** The Anthropic error type of an HTTP status (the type Anthropic itself answers it with). */
-export function anthropicTypeOfStatus(status: number): string {
-  switch (status) {
-    case 401: return 'authentication_error';
-    case 402: return 'billing_error';
-    case 403: return 'permission_error';
-    case 404: return 'not_found_error';
-    case 408: case 504: return 'timeout_error';
-    case 413: return 'request_too_large';
-    case 429: return 'rate_limit_error';
-    case 529: return 'overloaded_error';
-    default: return status >= 500 ? 'api_error' : 'invalid_request_error';
-  }
-}
 
 export function errorToHub(status: number, body: Json | null): HubError {
   const error = body !== null && isObject(body.error) ? body.error : {};

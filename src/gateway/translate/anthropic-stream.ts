@@ -4,8 +4,10 @@
  * arguments come in pieces, a stream's first event opens the message its end closes.
  */
 import { isObject, type Json } from '../wire/format.js';
-import { anthropicTypeOfStatus, finishReasonOf, stopReasonOf, usageFromHub, usageToHub } from './anthropic-answer.js';
+import { finishReasonOf, stopReasonOf, usageFromHub, usageToHub } from './anthropic-answer.js';
 import type { HubEvent, StreamTranslation } from './hub.js';
+import { clientId } from './ids.js';
+import { anthropicTypeOfStatus } from '../../errors/anthropic.js';
 
 /** Anthropic events -> hub chunks. */
 export class AnthropicToHub implements StreamTranslation {
@@ -94,7 +96,7 @@ export class AnthropicFromHub implements StreamTranslation {
   private start(chunk: Json, out: HubEvent[]): void {
     if (this.started) return;
     this.started = true;
-    const message = { id: chunk.id, type: 'message', role: 'assistant', model: chunk.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } };
+    const message = { id: clientId('msg_', chunk.id), type: 'message', role: 'assistant', model: chunk.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } };
     out.push(AnthropicFromHub.ev('message_start', { message }));
   }
 

@@ -4,6 +4,7 @@
  * The native path never reaches this module: the service compares the two formats once
  * (src/gateway/service.ts) and the relay takes a null translation.
  */
+import { ApiError } from '../../errors/catalogue.js';
 import { StreamRelay } from '../adapters.js';
 import type { GatewayModel } from '../models.js';
 import { isObject, type Json, type WireFormat } from '../wire/format.js';
@@ -40,6 +41,7 @@ export class CallTranslation {
    * upstream), before any hold: a field without counterpart is a 400 naming it.
    */
   static of(clientFormat: WireFormat, upstreamFormat: WireFormat, clientBody: Json): { translation: CallTranslation; body: Json } {
+    if (upstreamFormat === 'responses') refuseSmallLimit(clientFormat, clientBody);
     const options = clientBody.stream_options;
     const wantsUsage = clientFormat !== 'openai' || (isObject(options) && options.include_usage === true);
     const translation = new CallTranslation(clientFormat, upstreamFormat, wantsUsage);
@@ -47,10 +49,18 @@ export class CallTranslation {
     return { translation, body };
   }
 
+  private created: number | null = null;
+
+  /** When the client's answer was made (Unix seconds), one value for every event of a stream. */
+  private createdAt(): number {
+    this.created ??= Math.floor(Date.now() / 1000);
+    return this.created;
+  }
+
   /** An upstream whole answer (parsed) as the client's answer's bytes. */
   answer(json: Json): Buffer {
     const answer = this.client.responseFromHub(this.upstream.responseToHub(json));
-    stampCreated(this.clientFormat, answer);
+    stampCreated(this.clientFormat, answer, this.createdAt());
     return Buffer.from(JSON.stringify(answer), 'utf8');
   }
 
@@ -80,12 +90,32 @@ export class CallTranslation {
       fromHub: this.client.streamFromHub(),
       clientFormat: this.clientFormat,
       clientWantsUsage: inlineBilling || this.clientWantsUsage,
-      stamp: (data) => stampCreated(this.clientFormat, data),
+      stamp: (data) => stampCreated(this.clientFormat, data, this.createdAt()),
     });
   }
 }
 
-/** A chat answer or chunk translated from another format says when it was made: translation reads no clock. */
-function stampCreated(format: WireFormat, data: Json): void {
-  if (format === 'openai' && data.created === 0) data.created = Math.floor(Date.now() / 1000);
+/**
+ * A chat answer or chunk, or a Response (whole, or in a stream's response.* events),
+ * translated from a format that did not say when it was made, says it: translation reads no clock.
+ */
+function stampCreated(format: WireFormat, data: Json, created: number): void {
+  if (format === 'openai') {
+    if (data.created === 0) data.created = created;
+  } else if (format === 'responses') {
+    if (data.created_at === 0) data.created_at = created;
+    else if (isObject(data.response) && data.response.created_at === 0) data.response.created_at = created;
+  }
+}
+
+/** The Responses API's least `max_output_tokens`: its upstream refuses less, naming a field the client never sent. */
+export const responses_min_output_tokens = 16;
+
+/** A chat or messages client's output limit below what a Responses-format model accepts: a 400 naming the client's own field. */
+function refuseSmallLimit(clientFormat: WireFormat, body: Json): void {
+  const field = clientFormat === 'openai' && body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+  const limit = body[field];
+  if (typeof limit === 'number' && limit < responses_min_output_tokens) {
+    throw new ApiError('invalid_request', { param: field, message: `${field} must be at least ${responses_min_output_tokens} for a Responses-format model (got ${limit})` });
+  }
 }

@@ -1,20 +1,24 @@
 /**
  * Chat completions as a Translator: the hub's own format, so requests and answers pass as
- * they are; only errors change shape (the envelope to and from the hub's fields).
+ * they are; answers for the client take a chat id (ids.ts), and errors change shape (the
+ * envelope to and from the hub's fields).
  */
 import { isObject, type Json } from '../wire/format.js';
 import type { HubEvent, Translator } from './hub.js';
+import { clientId } from './ids.js';
 
 const same = (body: Json): Json => body;
 const passThrough = () => ({ push: (event: HubEvent) => [{ data: event.data }], end: () => [] });
+const withChatId = (data: Json): Json => (typeof data.id === 'string' ? { ...data, id: clientId('chatcmpl-', data.id) } : data);
+const toClient = () => ({ push: (event: HubEvent) => [{ data: withChatId(event.data) }], end: () => [] });
 
 export const chatTranslator: Translator = {
   requestToHub: same,
   requestFromHub: same,
   responseToHub: same,
-  responseFromHub: same,
+  responseFromHub: withChatId,
   streamToHub: passThrough,
-  streamFromHub: passThrough,
+  streamFromHub: toClient,
   errorToHub(status, body) {
     const e = body !== null && isObject(body.error) ? body.error : {};
     return {

@@ -12,6 +12,7 @@ import type { CompletionUsage } from 'openai/resources/completions';
 import type { HubError } from './hub.js';
 import type { Json } from '../wire/format.js';
 import { asNumber, asString, isRecord } from './responses-shared.js';
+import { clientId } from './ids.js';
 
 type FinishReason = ChatCompletion.Choice['finish_reason'];
 
@@ -103,11 +104,11 @@ export function responseShell(id: string, createdAt: number, model: string): Res
 export function responsesAnswerFromHub(answer: Json): Json {
   const choice = Array.isArray(answer.choices) && isRecord(answer.choices[0]) ? answer.choices[0] : {};
   const message = isRecord(choice.message) ? choice.message : {};
-  const id = asString(answer.id);
+  const id = clientId('resp_', answer.id);
   const output: ResponseOutputItem[] = [];
   const text = typeof message.content === 'string' ? message.content : '';
   const refusal = typeof message.refusal === 'string' ? message.refusal : '';
-  if (text !== '' || refusal !== '') output.push(messageItem(`msg_${id}`, text, refusal, 'completed'));
+  if (text !== '' || refusal !== '') output.push(messageItem(clientId('msg_', answer.id), text, refusal, 'completed'));
   const calls = Array.isArray(message.tool_calls) ? message.tool_calls.filter(isRecord) : [];
   for (const call of calls) {
     const fn = isRecord(call.function) ? call.function : {};

@@ -12,6 +12,7 @@ import type { HubEvent, StreamTranslation } from './hub.js';
 import type { Json } from '../wire/format.js';
 import { finish, finishReasonOf, responseShell, usageToHub } from './responses-answer.js';
 import { asNumber, asString, isRecord } from './responses-shared.js';
+import { clientId } from './ids.js';
 
 // ---------------------------------------------------------------- Responses -> hub
 
@@ -120,7 +121,7 @@ class HubToResponses implements StreamTranslation {
     if (this.closed) return [];
     const events: HubEvent[] = [];
     if (!this.response) {
-      this.response = responseShell(asString(data.id), asNumber(data.created), asString(data.model));
+      this.response = responseShell(clientId('resp_', data.id), asNumber(data.created), asString(data.model));
       events.push(this.event('response.created', { response: structuredClone(this.response) }));
       events.push(this.event('response.in_progress', { response: structuredClone(this.response) }));
     }
@@ -176,7 +177,9 @@ class HubToResponses implements StreamTranslation {
   }
 
   private openMessage(events: HubEvent[]): OpenMessage {
-    const message: OpenMessage = { index: this.output.length, id: `msg_${this.response?.id ?? ''}_${this.output.length}`, parts: [] };
+    // The first message item's id is the whole answer's (responses-answer.ts); a later one's adds its output index.
+    const itemId = clientId('msg_', this.response?.id);
+    const message: OpenMessage = { index: this.output.length, id: this.output.length === 0 ? itemId : `${itemId}_${this.output.length}`, parts: [] };
     const item: ResponseOutputMessage = { id: message.id, type: 'message', role: 'assistant', status: 'in_progress', content: [] };
     this.output.push(item);
     this.message = message;
