@@ -241,7 +241,7 @@ describe('the hold and the output limit', () => {
 describe('usage records and receipts', () => {
   const recordFields = [
     'id', 'transaction_id', 'trace_id', 'customer_id', 'wallet', 'model', 'endpoint', 'stream', 'status', 'input_tokens', 'output_tokens',
-    'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'uncovered_credits', 'latency_ms', 'created_at', 'upstream', 'attempts',
+    'cache_read_tokens', 'cache_write_tokens', 'usage_estimated', 'cost_credits', 'cost_usd', 'uncovered_credits', 'latency_ms', 'created_at', 'upstream', 'attempts', 'hold_exhausted',
   ].sort();
 
   it('reads a receipt from the outbox before the workers persist it, and the same receipt after', async () => {
