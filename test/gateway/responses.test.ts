@@ -5,14 +5,13 @@
  * at the cache read price and its reasoning tokens as output, the headers or trailers,
  * ledger entry, receipt and usage record), whole and streamed; and a model's wire_format.
  */
-import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { APIError } from 'openai';
 import { mockDirective, type MockControls } from '../../src/gateway/mock/controls.js';
 import { responsesInputTokens } from '../../src/gateway/mock/responses.js';
 import { StreamRelay } from '../../src/gateway/adapters.js';
 import { expectError } from '../support/errors.js';
-import { centsOf, expectedCost, OPENAI_MODEL, OPENAI_UPSTREAM_MODEL, rawPost, sseData, startGatewayEnv, usdOf, type GatewayEnv } from './support.js';
+import { centsOf, expectedCost, OPENAI_MODEL, OPENAI_UPSTREAM_MODEL, rawPost, sseData, startGatewayEnv, streamThenHangUp, usdOf, type GatewayEnv } from './support.js';
 
 let env: GatewayEnv;
 const MODEL = 'gpt-responses-test';
@@ -202,7 +201,7 @@ describe('POST /v1/responses, streamed', () => {
   it('a client that hangs up mid-stream is billed client_aborted, estimated', async () => {
     await env.fund('s5', 1_000_000);
     const body = { model: MODEL, input: ask({ output_tokens: 100, chunk_delay_ms: 20 }), stream: true };
-    const { headers } = await streamThenHangUp('s5', body, 3);
+    const { headers } = await streamThenHangUp(env.svc.url, env.p.projectKey, '/v1/responses', 's5', body, 3, /"delta":"[^"]*tok\d+/g);
     const txid = String(headers['x-service-transaction-id']);
     const deadline = Date.now() + 5_000;
     while ((await gatewayEntries('s5', txid)).length === 0) {
@@ -235,32 +234,6 @@ describe('a model wire_format', () => {
 
 function modelFields() {
   return { upstream_base_url: env.mock.url, upstream_model: 'm', context_window: 1000, max_output_tokens: 100, supports_streaming: true, input_price_per_million_credits: 1, output_price_per_million_credits: 1 };
-}
-
-/** Starts a streamed call and hangs up once `deltas` text deltas have arrived. */
-function streamThenHangUp(customer: string, body: unknown, deltas: number) {
-  return new Promise<{ headers: http.IncomingHttpHeaders }>((resolve, reject) => {
-    const req = http.request(`${env.svc.url}/v1/responses`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${env.p.projectKey}`, 'x-service-customer': customer, 'content-type': 'application/json' },
-    });
-    req.on('error', (err) => {
-      if (!req.destroyed) reject(err);
-    });
-    req.on('response', (res) => {
-      if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
-      let received = '';
-      res.on('error', () => undefined);
-      res.on('data', (c: Buffer) => {
-        received += c.toString('utf8');
-        if ((received.match(/"delta":"[^"]*tok\d+/g) ?? []).length >= deltas && !req.destroyed) {
-          req.destroy();
-          resolve({ headers: res.headers });
-        }
-      });
-    });
-    req.end(JSON.stringify(body));
-  });
 }
 
 describe('the Responses stream reading (StreamRelay, no I/O)', () => {

@@ -6,7 +6,6 @@
  * upstream call is aborted and the input plus the output already relayed is charged,
  * marked as estimated.
  */
-import http from 'node:http';
 import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Json } from '../helpers.js';
@@ -23,6 +22,7 @@ import {
   usdOf,
   type GatewayEnv,
   type RawResponse,
+  streamThenHangUp,
   type WatchingProxy,
 } from './support.js';
 
@@ -222,37 +222,6 @@ describe('one keep-alive connection', () => {
   });
 });
 
-/**
- * Starts a streamed call and hangs up once `deltas` text deltas have arrived. Resolves
- * with the response headers, the text received and when it hung up.
- */
-function streamThenHangUp(path: string, customer: string, body: unknown, deltas: number) {
-  const payload = JSON.stringify(body);
-  return new Promise<{ headers: http.IncomingHttpHeaders; received: string; hungUpAt: number }>((resolve, reject) => {
-    const req = http.request(`${env.svc.url}${path}`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${env.p.projectKey}`, 'x-service-customer': customer, 'content-type': 'application/json' },
-    });
-    req.on('error', (err) => {
-      if (!req.destroyed) reject(err);
-    });
-    req.on('response', (res) => {
-      if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
-      let received = '';
-      res.on('error', () => undefined);
-      res.on('data', (c: Buffer) => {
-        received += c.toString('utf8');
-        const seen = (received.match(/tok\d+/g) ?? []).length;
-        if (seen >= deltas && !req.destroyed) {
-          req.destroy();
-          resolve({ headers: res.headers, received, hungUpAt: Date.now() });
-        }
-      });
-    });
-    req.end(payload);
-  });
-}
-
 async function settledEntry(customer: string, transactionId: string) {
   const deadline = Date.now() + 5_000;
   for (;;) {
@@ -276,7 +245,7 @@ describe('a client that hangs up mid-stream', () => {
       const model = format === 'anthropic' ? 'claude-watched' : 'gpt-watched';
       const body = format === 'anthropic' ? { model, max_tokens: 500, stream: true, messages } : { model, stream: true, messages };
       const closed = proxy.nextClose();
-      const { headers, received, hungUpAt } = await streamThenHangUp(path, customer, body, 3);
+      const { headers, received, hungUpAt } = await streamThenHangUp(env.svc.url, env.p.projectKey, path, customer, body, 3);
       expect(received).not.toContain(`tok${total}`);
       // A connection the gateway keeps for reuse would never close: this one closes as soon
       // as the client hangs up, long before the answer (total x delay = 3 s) would end.

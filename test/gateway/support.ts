@@ -303,3 +303,41 @@ export async function startWatchingProxy(targetPort: number): Promise<WatchingPr
   proxy.url = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}/v1`;
   return proxy;
 }
+
+/**
+ * Starts a streamed call to `url` + `path` and hangs up once `deltas` text deltas (matches
+ * of `delta`, the mock's `tokN` words by default) have arrived. Resolves with the response
+ * headers, the text received and when it hung up.
+ */
+export function streamThenHangUp(
+  url: string,
+  key: string,
+  path: string,
+  customer: string,
+  body: unknown,
+  deltas: number,
+  delta = /tok\d+/g,
+): Promise<{ headers: http.IncomingHttpHeaders; received: string; hungUpAt: number }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${url}${path}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'x-service-customer': customer, 'content-type': 'application/json' },
+    });
+    req.on('error', (err) => {
+      if (!req.destroyed) reject(err);
+    });
+    req.on('response', (res) => {
+      if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
+      let received = '';
+      res.on('error', () => undefined);
+      res.on('data', (c: Buffer) => {
+        received += c.toString('utf8');
+        if ((received.match(delta) ?? []).length >= deltas && !req.destroyed) {
+          req.destroy();
+          resolve({ headers: res.headers, received, hungUpAt: Date.now() });
+        }
+      });
+    });
+    req.end(JSON.stringify(body));
+  });
+}
