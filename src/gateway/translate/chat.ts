@@ -10,7 +10,29 @@ import { clientId } from './ids.js';
 const same = (body: Json): Json => body;
 const passThrough = () => ({ push: (event: HubEvent) => [{ data: event.data }], end: () => [] });
 const withChatId = (data: Json): Json => (typeof data.id === 'string' ? { ...data, id: clientId('chatcmpl-', data.id) } : data);
-const toClient = () => ({ push: (event: HubEvent) => [{ data: withChatId(event.data) }], end: () => [] });
+/**
+ * Hub chunks to a chat client: each chunk is the hub's own fresh object (another format's
+ * translator made it), so its id is set in place, computed once per upstream id: a spread
+ * copy and the id's reshaping on every chunk were a measurable part of a translated stream.
+ */
+const toClient = () => {
+  let upstreamId: unknown;
+  let id = '';
+  return {
+    push(event: HubEvent) {
+      const data = event.data;
+      if (typeof data.id === 'string') {
+        if (data.id !== upstreamId) {
+          upstreamId = data.id;
+          id = clientId('chatcmpl-', data.id);
+        }
+        data.id = id;
+      }
+      return [{ data }];
+    },
+    end: () => [],
+  };
+};
 
 export const chatTranslator: Translator = {
   requestToHub: same,
