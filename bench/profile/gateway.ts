@@ -114,7 +114,8 @@ async function main(): Promise<void> {
   const { organizationId, projectId, projectKey } = await createPaidProject(bench.rt, `profile gateway ${tag}`);
   const { secret: adminKey } = await bench.rt.keyQueries.insertKey({ organizationId, projectId: null, type: 'admin' });
   await call(`${apiUrl}/v1/admin/projects/${projectId}/models/${gatewayModel}`, 'PUT', adminKey, {
-    provider: 'openai',
+    // PROFILE_PROVIDER=anthropic: the chat calls are translated to an Anthropic-format upstream (issue 22).
+    provider: env.PROFILE_PROVIDER ?? 'openai',
     upstream_base_url: mockUrl,
     upstream_model: upstreamModel,
     upstream_api_key: upstreamKey,
