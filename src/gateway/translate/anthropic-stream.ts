@@ -21,6 +21,17 @@ export class AnthropicToHub implements StreamTranslation {
     return { data: { id: this.id, object: 'chat.completion.chunk', created: 0, model: this.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] } };
   }
 
+  /** A text delta as Anthropic writes it (fields in this order), its text a JSON string. */
+  private static readonly textDelta = /^\{"type":"content_block_delta","index":\d+,"delta":\{"type":"text_delta","text":("(?:[^"\\]|\\.)*")\}\}$/;
+
+  pushText(eventName: string | undefined, data: string): { text: string; events: HubEvent[] } | null {
+    if (eventName !== 'content_block_delta') return null;
+    const m = AnthropicToHub.textDelta.exec(data);
+    if (m === null) return null;
+    const text = JSON.parse(m[1]!) as string;
+    return { text, events: [this.chunk({ content: text })] };
+  }
+
   push(event: HubEvent): HubEvent[] {
     const e = event.data;
     switch (e.type) {

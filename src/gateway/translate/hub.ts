@@ -34,6 +34,12 @@ export interface StreamTranslation {
   push(event: HubEvent): HubEvent[];
   /** The events that close the stream once the input ended (none when the input closed it). */
   end(): HubEvent[];
+  /**
+   * Optional, upstream formats only: the hub events of an event that carries nothing but
+   * generated text (most of a stream), read by a cheap search of its data instead of a
+   * parse of the whole event; null when the event is not such a one (it then goes to push).
+   */
+  pushText?(eventName: string | undefined, data: string): { text: string; events: HubEvent[] } | null;
 }
 
 /** An upstream's error as the hub carries it: HTTP status, and the chat-completions error envelope's fields. */

@@ -84,6 +84,11 @@ export class TranslatingStreamRelay extends StreamRelay {
       this.finish();
       return;
     }
+    const text = this.parts.toHub.pushText?.(event.event, event.data);
+    if (text) {
+      this.writeText(text.text, text.events);
+      return;
+    }
     let data: unknown;
     try {
       data = JSON.parse(event.data);
@@ -116,6 +121,31 @@ export class TranslatingStreamRelay extends StreamRelay {
     this.write(events);
     if (this.parts.clientFormat === 'openai') this.out += 'data: [DONE]\n\n';
   }
+
+  /**
+   * The client events of a text delta read by pushText. A chat client's chunk is written
+   * from a prefix kept per id, created and model (they rarely change in a stream) with only
+   * the text encoded: the same JSON as JSON.stringify of the chunk, at a fraction of its cost.
+   */
+  private writeText(text: string, hub: HubEvent[]): void {
+    const events: HubEvent[] = [];
+    for (const h of hub) events.push(...this.parts.fromHub.push(h));
+    const only = events.length === 1 ? events[0]! : null;
+    if (only === null || this.parts.clientFormat !== 'openai' || only.data !== hub[0]!.data) {
+      this.write(events);
+      return;
+    }
+    const d = only.data;
+    this.parts.stamp(d);
+    if (d.id !== this.prefixOf.id || d.created !== this.prefixOf.created || d.model !== this.prefixOf.model) {
+      this.prefixOf = { id: d.id, created: d.created, model: d.model };
+      this.textPrefix = `data: {"id":${JSON.stringify(d.id)},"object":"chat.completion.chunk","created":${JSON.stringify(d.created)},"model":${JSON.stringify(d.model)},"choices":[{"index":0,"delta":{"content":`;
+    }
+    this.out += `${this.textPrefix}${JSON.stringify(text)}},"logprobs":null,"finish_reason":null}]}\n\n`;
+  }
+
+  private prefixOf: { id: unknown; created: unknown; model: unknown } = { id: undefined, created: undefined, model: undefined };
+  private textPrefix = '';
 
   private write(events: HubEvent[]): void {
     for (const e of events) {
